@@ -1,0 +1,191 @@
+"""The GUI entry point: ``polyseek`` with no subcommand, or ``python -m app``.
+
+It configures logging (a rotating file in ``engine.paths.log_dir()``), installs an excepthook that logs and
+shows a dialog instead of dying silently, shows the window at once, and opens the library on a worker
+thread (the engine's ONNX sessions take a moment to load). On the first start it sets up the demo library
+and indexes it in the background. It never imports torch: training runs in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from PySide6.QtCore import QObject
+
+from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
+from app.workers import run_in_background
+from engine import paths
+
+log = logging.getLogger("app")
+
+LOG_FILE = "polyseek-gui.log"
+LOG_BYTES = 2_000_000
+LOG_BACKUPS = 3
+
+
+class LibraryOpenError(Exception):
+    """The library (or the demo library) could not be opened; the message says which and why."""
+
+
+def setup_logging(level: int = logging.INFO) -> Path:
+    """Log to a rotating file in the user's log folder (and warnings to stderr); returns the file."""
+    folder = paths.log_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    log_file = folder / LOG_FILE
+    file_handler = logging.handlers.RotatingFileHandler(log_file, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS,
+                                                        encoding="utf-8")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"))
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.addHandler(file_handler)
+    root.addHandler(console)
+    return log_file
+
+
+ShowError = Callable[[str, str], None]
+
+
+def _show_dialog(title: str, text: str) -> None:
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    if QApplication.instance() is not None:
+        QMessageBox.critical(None, title, text)
+
+
+def install_excepthook(log_file: Path | None, show: ShowError = _show_dialog) -> None:
+    """Log every uncaught exception; on the GUI thread also ``show`` it (a message box by default).
+
+    Exceptions on other threads are logged only: a dialog can only be shown from the GUI thread, and the
+    app's workers already report their failures as signals.
+    """
+    showing = threading.Lock()  # an error raised while the dialog is up is logged, not stacked
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, value, tb)
+            return
+        log.critical("uncaught exception", exc_info=(kind, value, tb))
+        if threading.current_thread() is not threading.main_thread() or not showing.acquire(blocking=False):
+            return
+        try:
+            where = f"\n\nDetails were written to {log_file}" if log_file else ""
+            summary = "".join(traceback.format_exception_only(kind, value)).strip()
+            show("Polyseek hit an unexpected error", f"{summary}{where}")
+        finally:
+            showing.release()
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        log.critical("uncaught exception in thread %s", getattr(args.thread, "name", "?"),
+                     exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="polyseek", description="Search your photos, GIFs and videos.")
+    parser.add_argument("--library", default=None, help="library to open (default: the last one opened)")
+    parser.add_argument("--no-demo", action="store_true", help="do not set up the demo library on first start")
+    parser.add_argument("--debug", action="store_true", help="log debug messages")
+    return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def open_service(library: str) -> Any:
+    """Open the real engine service (runs on a worker; the engine import is deferred to keep start-up fast)."""
+    try:
+        from engine.service import SearchService
+    except ImportError as exc:
+        raise LibraryOpenError(f"the search engine is not available ({exc})") from exc
+    try:
+        return SearchService.open(library)
+    except Exception as exc:  # noqa: BLE001 - any failure to open is shown to the user with its cause
+        raise LibraryOpenError(f"cannot open library {library!r}: {exc}") from exc
+
+
+def demo_folder() -> Path:
+    """The demo library's media folder, created on first use by ``resources.demo``."""
+    try:
+        from resources.demo import ensure_demo_library
+    except ImportError as exc:
+        raise LibraryOpenError(f"the demo library is not available ({exc})") from exc
+    return Path(ensure_demo_library())
+
+
+class Startup(QObject):
+    """Opens the library off the GUI thread, hands it to the window, and sets up the demo on first start.
+
+    It is a child of the window, so it lives as long as the window does (the replies it waits for are
+    connected to its methods).
+    """
+
+    def __init__(self, window: Any, library: str, offer_demo: bool,
+                 opener: Callable[[str], Any] = open_service, demo: Callable[[], Path] = demo_folder) -> None:
+        super().__init__(window)
+        self.window, self.library, self.offer_demo = window, library, offer_demo
+        self._opener, self._demo = opener, demo
+
+    def start(self) -> None:
+        run_in_background(self._opener, self.library, on_result=self._opened, on_error=self._failed,
+                          pool=self.window.pool)
+
+    def _opened(self, service: Any) -> None:
+        log.info("library %s opened", self.library)
+        self.window.set_service(service)
+        self.window.settings.library = self.library
+        if self.offer_demo and not self.window.settings.demo_offered:
+            run_in_background(self._add_demo, service, on_result=self._demo_ready, on_error=self._demo_failed,
+                              pool=self.window.pool)
+
+    def _add_demo(self, service: Any) -> Path | None:
+        if service.roots():  # the user already has folders: the demo would only get in the way
+            return None
+        folder = self._demo()
+        service.add_root(folder)
+        return folder
+
+    def _demo_ready(self, folder: Path | None) -> None:
+        self.window.settings.demo_offered = True
+        if folder is not None:
+            self.window.library.refresh()
+            self.window.library.index([folder])
+            self.window.statusBar().showMessage(f"Indexing the demo library in {folder}…", 8000)
+
+    def _demo_failed(self, exc: BaseException) -> None:
+        log.error("demo library: %s", exc)
+        self.window.statusBar().showMessage(f"Demo library unavailable: {exc}", 15000)
+
+    def _failed(self, exc: BaseException) -> None:
+        log.error("opening library %s failed: %s", self.library, exc)
+        self.window.show_error("Cannot open the library", str(exc))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start the desktop application; returns the process exit code."""
+    args = parse_args(argv)
+    log_file = setup_logging(logging.DEBUG if args.debug else logging.INFO)
+    install_excepthook(log_file)
+    from PySide6.QtWidgets import QApplication
+
+    from app.mainwindow import MainWindow
+    from app.settings import GuiSettings
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Polyseek")
+    app.setOrganizationName("Polyseek")
+    settings = GuiSettings()
+    window = MainWindow(settings)
+    window.show()
+    Startup(window, args.library or settings.library, offer_demo=not args.no_demo).start()
+    log.info("window shown; opening library in the background")
+    return int(app.exec())

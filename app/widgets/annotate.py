@@ -1,0 +1,346 @@
+"""The annotation panel: the current item's captions, Accept / Reject for the current query, Undo.
+
+Labelling is keyboard-first: type a caption, Enter saves it and moves to the next result (Enter on an empty
+line just moves on); Ctrl+Right / Ctrl+Left step through results even while typing; Ctrl+Z undoes the last
+annotation action. Every action is a :class:`QUndoCommand`; its service writes run, in order, on one
+worker thread, so a slow catalog never freezes the window and the writes never reorder.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEvent, Qt, QThreadPool, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence, QUndoCommand, QUndoStack
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.service_api import SearchServiceLike
+from app.workers import Worker
+from engine.types import SearchHit
+
+log = logging.getLogger(__name__)
+
+CAPTION_ID_ROLE = Qt.ItemDataRole.UserRole + 1
+_STEP_KEYS = {Qt.Key.Key_Left, Qt.Key.Key_Right}
+
+
+class CaptionEdit(QLineEdit):
+    """A line edit that leaves Ctrl+Left / Ctrl+Right to the window (next / previous item)."""
+
+    def event(self, event: QEvent) -> bool:
+        if (event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent)
+                and event.key() in _STEP_KEYS and event.modifiers() == Qt.KeyboardModifier.ControlModifier):
+            event.ignore()  # not overriding lets the window's shortcut fire instead of word navigation
+            return True
+        return super().event(event)
+
+
+class _CaptionIds:
+    """Caption ids across undo/redo: re-creating a deleted caption gives it a new id; old ids alias it."""
+
+    def __init__(self) -> None:
+        self._alias: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, caption_id: int) -> int:
+        with self._lock:
+            while caption_id in self._alias:
+                caption_id = self._alias[caption_id]
+            return caption_id
+
+    def moved(self, old: int, new: int) -> None:
+        with self._lock:
+            if old != new:
+                self._alias[old] = new
+
+
+class _ServiceCommand(QUndoCommand):
+    """An undoable annotation; ``_do`` and ``_undo`` run on the panel's write thread."""
+
+    def __init__(self, panel: AnnotationPanel, text: str, media_id: int) -> None:
+        super().__init__(text)
+        self.panel, self.media_id = panel, media_id
+
+    def redo(self) -> None:
+        self.panel.write(self._do, self.media_id)
+
+    def undo(self) -> None:
+        self.panel.write(self._undo, self.media_id)
+
+    def _do(self, service: SearchServiceLike) -> None:
+        raise NotImplementedError
+
+    def _undo(self, service: SearchServiceLike) -> None:
+        raise NotImplementedError
+
+
+class AddCaption(_ServiceCommand):
+    """Add a user caption; undo deletes it."""
+
+    def __init__(self, panel: AnnotationPanel, media_id: int, text: str) -> None:
+        super().__init__(panel, f"add caption “{text}”", media_id)
+        self.caption_text = text
+        self.caption_id: int | None = None
+        self._first_id: int | None = None
+
+    def _do(self, service: SearchServiceLike) -> None:
+        self.caption_id = service.add_caption(self.media_id, self.caption_text)
+        if self._first_id is None:
+            self._first_id = self.caption_id
+        else:  # a redo: later commands know the caption by its first id
+            self.panel.ids.moved(self._first_id, self.caption_id)
+
+    def _undo(self, service: SearchServiceLike) -> None:
+        if self.caption_id is not None:
+            service.delete_caption(self.caption_id)
+
+
+class EditCaption(_ServiceCommand):
+    """Change a caption's text; undo restores the old text."""
+
+    def __init__(self, panel: AnnotationPanel, media_id: int, caption_id: int, old: str, new: str) -> None:
+        super().__init__(panel, f"edit caption “{old}” → “{new}”", media_id)
+        self.caption_id, self.old, self.new = caption_id, old, new
+
+    def _do(self, service: SearchServiceLike) -> None:
+        service.update_caption(self.panel.ids.resolve(self.caption_id), self.new)
+
+    def _undo(self, service: SearchServiceLike) -> None:
+        service.update_caption(self.panel.ids.resolve(self.caption_id), self.old)
+
+
+class DeleteCaption(_ServiceCommand):
+    """Delete a caption; undo adds its text back (under a new id, aliased to the old one)."""
+
+    def __init__(self, panel: AnnotationPanel, media_id: int, caption_id: int, text: str) -> None:
+        super().__init__(panel, f"delete caption “{text}”", media_id)
+        self.caption_id, self.caption_text = caption_id, text
+
+    def _do(self, service: SearchServiceLike) -> None:
+        service.delete_caption(self.panel.ids.resolve(self.caption_id))
+
+    def _undo(self, service: SearchServiceLike) -> None:
+        new_id = service.add_caption(self.media_id, self.caption_text)
+        self.panel.ids.moved(self.panel.ids.resolve(self.caption_id), new_id)
+
+
+class JudgePair(_ServiceCommand):
+    """Accept (+1) or reject (-1) the item for a text query; undo deletes the pair."""
+
+    def __init__(self, panel: AnnotationPanel, media_id: int, query: str, label: int) -> None:
+        super().__init__(panel, f"{'accept' if label > 0 else 'reject'} for “{query}”", media_id)
+        self.query, self.label = query, label
+        self.pair_id: int | None = None
+
+    def _do(self, service: SearchServiceLike) -> None:
+        judge = service.accept_pair if self.label > 0 else service.reject_pair
+        self.pair_id = judge(self.query, self.media_id)
+
+    def _undo(self, service: SearchServiceLike) -> None:
+        if self.pair_id is not None:
+            service.delete_pair(self.pair_id)
+
+
+class AnnotationPanel(QWidget):
+    """Captions of the current result (add, edit in place, delete), Accept / Reject, Undo."""
+
+    next_requested = Signal()
+    previous_requested = Signal()
+    captions_changed = Signal(int, tuple)  # media id, caption texts
+    pair_judged = Signal(int, int)  # media id, +1 / -1
+    error = Signal(str)
+    writes_done = Signal()  # the write queue drained (tests and the status bar listen)
+
+    def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._pool = pool  # must run one job at a time: writes keep their order
+        self._service: SearchServiceLike | None = None
+        self._in_flight = 0
+        self._populating = False
+        self.query: str | Path | None = None
+        self.hit: SearchHit | None = None
+        self.ids = _CaptionIds()
+        self._last_texts: dict[int, str] = {}  # caption id -> text as last read, to tell edits apart
+        self.undo_stack = QUndoStack(self)
+        self._build()
+        self.set_item(None, None)
+
+    def _build(self) -> None:
+        self.heading = QLabel("Captions")
+        self.heading.setTextFormat(Qt.TextFormat.PlainText)
+        self.captions_list = QListWidget()
+        self.captions_list.setToolTip("Double-click (or F2) to edit a caption; Delete removes it")
+        self.captions_list.itemChanged.connect(self._caption_edited)
+        self.caption_edit = CaptionEdit()
+        self.caption_edit.setPlaceholderText("Type a caption, Enter saves and moves to the next item")
+        self.caption_edit.returnPressed.connect(self.save_caption_and_advance)
+        self.delete_button = QPushButton("Delete caption")
+        self.delete_button.clicked.connect(self.delete_selected_caption)
+        self.accept_button = QPushButton("&Accept match")
+        self.reject_button = QPushButton("&Reject match")
+        self.accept_button.setToolTip("This result matches the query (Alt+A); moves to the next item")
+        self.reject_button.setToolTip("This result does not match the query (Alt+R); moves to the next item")
+        self.accept_button.clicked.connect(lambda: self.judge(+1))
+        self.reject_button.clicked.connect(lambda: self.judge(-1))
+        self.undo_button = QPushButton("Undo")
+        self.undo_button.setEnabled(False)
+        self.undo_button.clicked.connect(self.undo_stack.undo)
+        self.undo_stack.canUndoChanged.connect(self.undo_button.setEnabled)
+        self.undo_stack.undoTextChanged.connect(lambda text: self.undo_button.setToolTip(f"Undo {text} (Ctrl+Z)"))
+        self.status = QLabel("")
+        self.status.setTextFormat(Qt.TextFormat.PlainText)
+        self.status.setWordWrap(True)
+        self._layout()
+
+    def _layout(self) -> None:
+        judge_row = QHBoxLayout()
+        judge_row.addWidget(self.accept_button)
+        judge_row.addWidget(self.reject_button)
+        edit_row = QHBoxLayout()
+        edit_row.addWidget(self.delete_button)
+        edit_row.addStretch(1)
+        edit_row.addWidget(self.undo_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.captions_list, 1)
+        layout.addWidget(self.caption_edit)
+        layout.addLayout(edit_row)
+        layout.addLayout(judge_row)
+        layout.addWidget(self.status)
+
+    def set_service(self, service: SearchServiceLike | None) -> None:
+        """Annotate ``service``'s library; the undo history belongs to the previous one and is dropped."""
+        self._service = service
+        self.undo_stack.clear()
+        self.set_item(None, None)
+
+    # --- current item
+    def set_item(self, query: str | Path | None, hit: SearchHit | None) -> None:
+        """Show the captions of ``hit``; Accept / Reject need a text ``query``."""
+        self.query, self.hit = query, hit
+        has_item = hit is not None and self._service is not None
+        can_judge = has_item and isinstance(query, str) and bool(query.strip())
+        for widget in (self.caption_edit, self.delete_button, self.captions_list):
+            widget.setEnabled(has_item)
+        self.accept_button.setEnabled(can_judge)
+        self.reject_button.setEnabled(can_judge)
+        self.heading.setText(f"Captions of {Path(hit.path).name}" if hit else "Captions (no item selected)")
+        judge_tip = "" if can_judge or not has_item else "Accept / Reject need a text query."
+        self.status.setText(judge_tip)
+        self._show_captions([])
+        if hit is not None:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Reload the current item's captions (after any queued writes)."""
+        if self.hit is not None and self._service is not None:
+            self.write(None, self.hit.media_id)
+
+    def _show_captions(self, captions: list[Any]) -> None:
+        self._populating = True
+        self.captions_list.clear()
+        for caption in captions:
+            source = str(getattr(caption, "source", ""))
+            item = QListWidgetItem(caption.text)
+            item.setData(CAPTION_ID_ROLE, int(caption.id))
+            item.setToolTip(f"source: {source}" if source else "")
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
+            self.captions_list.addItem(item)
+        self._populating = False
+
+    # --- actions
+    def save_caption_and_advance(self) -> None:
+        """Enter in the caption line: save the typed caption (if any), then go to the next item."""
+        text = self.caption_edit.text().strip()
+        if text and self.hit is not None:
+            self.undo_stack.push(AddCaption(self, self.hit.media_id, text))
+            self.caption_edit.clear()
+        self.next_requested.emit()
+
+    def delete_selected_caption(self) -> None:
+        item = self.captions_list.currentItem()
+        if item is None or self.hit is None:
+            return
+        self.undo_stack.push(DeleteCaption(self, self.hit.media_id, int(item.data(CAPTION_ID_ROLE)), item.text()))
+
+    def judge(self, label: int) -> None:
+        """Accept (+1) or reject (-1) the current item for the current text query, then move on."""
+        if self.hit is None or not isinstance(self.query, str) or not self.query.strip():
+            return
+        self.undo_stack.push(JudgePair(self, self.hit.media_id, self.query, label))
+        self.pair_judged.emit(self.hit.media_id, label)
+        self.next_requested.emit()
+
+    def _caption_edited(self, item: QListWidgetItem) -> None:
+        if self._populating or self.hit is None:
+            return
+        caption_id = int(item.data(CAPTION_ID_ROLE))
+        new = item.text().strip()
+        old = self._known_text(caption_id)
+        if not new:  # an emptied caption is a delete
+            self.undo_stack.push(DeleteCaption(self, self.hit.media_id, caption_id, old or ""))
+        elif old is not None and new != old:
+            self.undo_stack.push(EditCaption(self, self.hit.media_id, caption_id, old, new))
+
+    def _known_text(self, caption_id: int) -> str | None:
+        return self._last_texts.get(caption_id)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.matches(QKeySequence.StandardKey.Delete) and self.captions_list.hasFocus():
+            self.delete_selected_caption()
+            return
+        super().keyPressEvent(event)
+
+    # --- the write queue
+    def write(self, action: Callable[[SearchServiceLike], None] | None, media_id: int) -> None:
+        """Queue ``action(service)`` (None: only re-read) and then a re-read of ``media_id``'s captions."""
+        service = self._service
+        if service is None:
+            return
+
+        def job() -> list[Any]:
+            if action is not None:
+                action(service)
+            return list(service.captions(media_id))
+
+        self._in_flight += 1
+        worker = Worker(job)
+        worker.signals.returned.connect(lambda captions: self._written(media_id, captions))
+        worker.signals.errored.connect(self._write_failed)
+        worker.signals.finished.connect(self._write_finished)
+        worker.start(self._pool)
+
+    def _written(self, media_id: int, captions: list[Any]) -> None:
+        texts = tuple(c.text for c in captions)
+        self.captions_changed.emit(media_id, texts)
+        if self.hit is not None and self.hit.media_id == media_id:
+            self._last_texts = {int(c.id): c.text for c in captions}
+            self._show_captions(captions)
+
+    def _write_failed(self, exc: BaseException) -> None:
+        self.status.setText(f"Could not save: {exc}")
+        self.error.emit(f"Annotation failed: {exc}")
+
+    def _write_finished(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self.writes_done.emit()
+
+    @property
+    def busy(self) -> bool:
+        """Whether writes are still queued."""
+        return self._in_flight > 0

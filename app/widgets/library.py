@@ -1,0 +1,240 @@
+"""The library sidebar: the folders indexed, live indexing progress with Cancel, counts and failures."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.service_api import SearchServiceLike
+from app.workers import Worker, run_in_background
+from engine.progress import Progress
+
+log = logging.getLogger(__name__)
+
+_COUNT_LABELS = (("image", "images"), ("animation", "animations"), ("video", "videos"), ("failed", "failed"))
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    """``{"image": 10, "video": 1, ...}`` as "10 images · 1 videos · ..." (kinds with zero are left out)."""
+    parts = [f"{counts[key]} {label}" for key, label in _COUNT_LABELS if counts.get(key)]
+    return " · ".join(parts) if parts else "no media indexed yet"
+
+
+class LibraryPanel(QWidget):
+    """Roots, "Add folder…", the indexing progress bar with Cancel, counts and the failures list.
+
+    The panel runs indexing jobs itself (one at a time; a folder added while one runs is indexed next) and
+    says when one ends, so the window can refresh the results.
+    """
+
+    indexing_started = Signal()
+    indexing_finished = Signal(str)  # "done", "cancelled" or "failed"
+    status_message = Signal(str)
+
+    def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._pool = pool
+        self._service: SearchServiceLike | None = None
+        self._job: Worker | None = None
+        self._queued: list[list[Path] | None] = []
+        self._build()
+        self.setEnabled(False)
+
+    def _build(self) -> None:
+        self.title = QLabel("Library")
+        self.title.setObjectName("libraryTitle")
+        self.roots_list = QListWidget()
+        self.roots_list.setToolTip("Folders this library indexes")
+        self.roots_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # keep both ends of long paths
+        self.roots_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.add_button = QPushButton("Add folder…")
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setEnabled(False)
+        self.add_button.clicked.connect(lambda: self.add_folder())
+        self.remove_button.clicked.connect(self._remove_selected)
+        self.roots_list.currentRowChanged.connect(lambda row: self.remove_button.setEnabled(row >= 0))
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress_label = QLabel("")
+        self.progress_label.setWordWrap(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_indexing)
+        self.counts_label = QLabel(format_counts({}))
+        self.counts_label.setWordWrap(True)
+        self.failures = QTreeWidget()
+        self.failures.setHeaderLabels(["File", "Reason"])
+        self.failures.setRootIsDecorated(False)
+        self.failures.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.failures_label = QLabel("Skipped files")
+        self._layout()
+        self._show_progress(False)
+
+    def _layout(self) -> None:
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.add_button)
+        buttons.addWidget(self.remove_button)
+        progress_row = QHBoxLayout()
+        progress_row.addWidget(self.progress, 1)
+        progress_row.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.title)
+        layout.addWidget(self.roots_list, 1)
+        layout.addLayout(buttons)
+        layout.addLayout(progress_row)
+        layout.addWidget(self.progress_label)
+        layout.addWidget(self.counts_label)
+        layout.addWidget(self.failures_label)
+        layout.addWidget(self.failures, 1)
+
+    # --- service
+    def set_service(self, service: SearchServiceLike | None) -> None:
+        """Show ``service``'s library (None: nothing open)."""
+        self._service = service
+        self.setEnabled(service is not None)
+        if service is not None:
+            self.title.setText(f"Library: {service.name}")
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read roots, counts and failures (off the GUI thread)."""
+        service = self._service
+        if service is None:
+            return
+
+        def read() -> tuple[list[Path], dict[str, int], list[tuple[str, str]]]:
+            return service.roots(), service.counts(), service.failures()
+
+        run_in_background(read, on_result=self._show_state, on_error=self._report_error, pool=self._pool,
+                          priority=5)
+
+    def _show_state(self, state: tuple[list[Path], dict[str, int], list[tuple[str, str]]]) -> None:
+        roots, counts, failures = state
+        self.roots_list.clear()
+        for root in roots:
+            self.roots_list.addItem(str(root))
+            self.roots_list.item(self.roots_list.count() - 1).setToolTip(str(root))
+        self.counts_label.setText(format_counts(counts))
+        self.failures.clear()
+        for path, reason in failures:
+            item = QTreeWidgetItem([Path(path).name, str(reason)])
+            item.setToolTip(0, str(path))
+            item.setToolTip(1, str(reason))
+            self.failures.addTopLevelItem(item)
+        self.failures_label.setText(f"Skipped files ({len(failures)})" if failures else "Skipped files: none")
+
+    def _report_error(self, exc: BaseException) -> None:
+        self.status_message.emit(f"Library: {exc}")
+
+    # --- roots
+    def add_folder(self, folder: Path | None = None) -> None:
+        """Add ``folder`` (asks for one when None) as a root and index it."""
+        if self._service is None:
+            return
+        if folder is None:
+            chosen = QFileDialog.getExistingDirectory(self, "Add a folder to the library")
+            if not chosen:
+                return
+            folder = Path(chosen)
+        try:
+            self._service.add_root(folder)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, the app goes on
+            QMessageBox.warning(self, "Cannot add folder", str(exc))
+            return
+        self.refresh()
+        self.index([folder])
+
+    def _remove_selected(self) -> None:
+        item = self.roots_list.currentItem()
+        if self._service is None or item is None:
+            return
+        answer = QMessageBox.question(
+            self, "Remove folder",
+            f"Stop indexing {item.text()}?\nIts items leave the library; the files themselves are not touched.",
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self._service.remove_root(Path(item.text()))
+            self.refresh()
+
+    # --- indexing
+    @property
+    def is_indexing(self) -> bool:
+        return self._job is not None
+
+    def index(self, paths: list[Path] | None = None) -> None:
+        """Index ``paths`` (all roots when None) in the background; queued if a job is running."""
+        if self._service is None:
+            return
+        if self._job is not None:
+            self._queued.append(paths)
+            return
+        service = self._service
+        self.run_job(lambda cancel: service.index_paths(paths, cancel=cancel), "Indexing")
+
+    def reindex(self) -> None:
+        """Re-embed the whole library with the active model (after switching models)."""
+        service = self._service
+        if service is not None and self._job is None:
+            self.run_job(lambda cancel: service.reindex(cancel=cancel), "Re-indexing")
+
+    def run_job(self, job: Callable[[Any], Iterator[Progress]], what: str) -> Worker:
+        """Run a progress generator ``job(cancel)`` with this panel's bar and Cancel button."""
+        worker = Worker(job)
+        worker.signals.progress.connect(self._show_progress_record)
+        worker.signals.returned.connect(lambda _: self._job_ended("done", what))
+        worker.signals.cancelled.connect(lambda: self._job_ended("cancelled", what))
+        worker.signals.errored.connect(lambda exc: self._job_ended("failed", what, exc))
+        self._job = worker
+        self.progress.setRange(0, 0)  # busy until the first record says how much there is
+        self.progress_label.setText(f"{what}…")
+        self._show_progress(True)
+        self.indexing_started.emit()
+        return worker.start(self._pool)
+
+    def cancel_indexing(self) -> None:
+        """Ask the running job to stop and drop the queued ones."""
+        self._queued.clear()
+        if self._job is not None:
+            self._job.cancel()
+            self.cancel_button.setEnabled(False)
+            self.progress_label.setText("Cancelling…")
+
+    def _show_progress_record(self, record: Progress) -> None:
+        self.progress.setRange(0, max(1, record.total))
+        self.progress.setValue(min(record.done, max(1, record.total)))
+        self.progress.setFormat(f"{record.done} / {record.total}")
+        self.progress_label.setText(record.message)
+
+    def _job_ended(self, outcome: str, what: str, exc: BaseException | None = None) -> None:
+        self._job = None
+        self._show_progress(False)
+        message = f"{what} {outcome}" + (f": {exc}" if exc is not None else "")
+        self.progress_label.setText(message if outcome != "done" else "")
+        self.status_message.emit(message)
+        self.refresh()
+        self.indexing_finished.emit(outcome)
+        if self._queued:
+            self.index(self._queued.pop(0))
+
+    def _show_progress(self, visible: bool) -> None:
+        self.progress.setVisible(visible)
+        self.cancel_button.setVisible(visible)
+        self.cancel_button.setEnabled(visible)

@@ -1,0 +1,223 @@
+"""The search bar: a sentence, or a dropped / pasted file to search by example; the model and the cutoff."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QSlider,
+    QToolButton,
+    QWidget,
+)
+
+from app.service_api import ZERO_SHOT, is_probabilistic
+from engine import paths
+
+
+def pasted_dir() -> Path:
+    """Where images pasted from the clipboard are saved so the engine can read them as files."""
+    return paths.home() / "cache" / "pasted"
+
+
+def local_file(mime: QMimeData) -> Path | None:
+    """The first local file a drag or a clipboard carries (URL list, or a file:// / plain path as text)."""
+    urls = list(mime.urls()) if mime.hasUrls() else []
+    if not urls and mime.hasText():
+        text = mime.text().strip()
+        urls = [QUrl(text) if text.startswith("file://") else QUrl.fromLocalFile(text)] if text else []
+    for url in urls:
+        if url.isLocalFile() and Path(url.toLocalFile()).is_file():
+            return Path(url.toLocalFile())
+    return None
+
+
+class QueryEdit(QLineEdit):
+    """A line edit that also takes a media file: dropped on it, or pasted (as a file or as an image)."""
+
+    file_given = Signal(object)  # Path
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAcceptDrops(True)
+        self.setClearButtonEnabled(True)
+        self.setPlaceholderText("Describe what you are looking for, or drop a photo / GIF / video here")
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if local_file(event.mimeData()) is not None:
+            event.acceptProposedAction()
+        else:
+            super().dragEnterEvent(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        path = local_file(event.mimeData())
+        if path is None:
+            super().dropEvent(event)
+            return
+        event.acceptProposedAction()
+        self.file_given.emit(path)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.matches(QKeySequence.StandardKey.Paste) and self.paste_media(QGuiApplication.clipboard().mimeData()):
+            return
+        super().keyPressEvent(event)
+
+    def paste_media(self, mime: QMimeData | None) -> bool:
+        """Search by the file or image in ``mime``; False when it holds neither (plain text pastes normally)."""
+        if mime is None:
+            return False
+        path = local_file(mime) if mime.hasUrls() or _looks_like_path(mime) else None
+        if path is None and mime.hasImage():
+            path = _save_pasted_image(mime.imageData())
+        if path is None:
+            return False
+        self.file_given.emit(path)
+        return True
+
+
+def _looks_like_path(mime: QMimeData) -> bool:
+    text = mime.text().strip() if mime.hasText() else ""
+    return text.startswith(("file://", "/")) and "\n" not in text
+
+
+def _save_pasted_image(image: Any) -> Path | None:
+    folder = pasted_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"pasted-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 1000:03d}.png"
+    return path if image is not None and image.save(str(path), "PNG") else None
+
+
+class SearchBar(QWidget):
+    """Line edit (Enter searches), example-file chip, model picker and the p >= x relevance cutoff."""
+
+    text_search = Signal(str)
+    media_search = Signal(object)  # Path
+    model_chosen = Signal(object)  # model name, or None for zero-shot
+    cutoff_changed = Signal(object)  # float in (0, 1], or None when off
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._example: Path | None = None
+        self._probabilistic = False
+        self.edit = QueryEdit()
+        self.edit.returnPressed.connect(self.submit)
+        self.edit.file_given.connect(self.search_example)
+        self.example_label = QLabel()
+        self.example_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.example_clear = QToolButton(text="×", toolTip="Stop searching by this example")
+        self.example_clear.clicked.connect(self.clear_example)
+        self.model_combo = QComboBox(toolTip="The model that ranks results")
+        self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_combo.activated.connect(self._model_activated)
+        self.cutoff = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=99, singleStep=5, pageStep=10)
+        self.cutoff.setFixedWidth(120)
+        self.cutoff_label = QLabel()
+        self._cutoff_timer = QTimer(self, singleShot=True, interval=250)
+        self._cutoff_timer.timeout.connect(lambda: self.cutoff_changed.emit(self.min_probability))
+        self.cutoff.valueChanged.connect(self._cutoff_moved)
+        self._layout()
+        self._show_example(None)
+        self._show_cutoff(0)
+        self._update_cutoff_enabled()
+
+    def _layout(self) -> None:
+        row = QHBoxLayout(self)
+        row.setContentsMargins(6, 6, 6, 6)
+        row.addWidget(self.edit, 1)
+        row.addWidget(self.example_label)
+        row.addWidget(self.example_clear)
+        row.addSpacing(8)
+        row.addWidget(QLabel("Model"))
+        row.addWidget(self.model_combo)
+        row.addSpacing(8)
+        row.addWidget(self.cutoff)
+        row.addWidget(self.cutoff_label)
+
+    # --- queries
+    @property
+    def query(self) -> str | Path | None:
+        """The current query: the example file, else the text, else None."""
+        if self._example is not None:
+            return self._example
+        text = self.edit.text().strip()
+        return text or None
+
+    def submit(self) -> None:
+        """Search for the typed text (Enter)."""
+        text = self.edit.text().strip()
+        if text:
+            self._show_example(None)
+            self.text_search.emit(text)
+
+    def search_example(self, path: Path) -> None:
+        """Search by an example file (dropped, pasted or chosen)."""
+        self._show_example(Path(path))
+        self.media_search.emit(Path(path))
+
+    def clear_example(self) -> None:
+        self._show_example(None)
+        self.edit.setFocus()
+
+    def _show_example(self, path: Path | None) -> None:
+        self._example = path
+        self.example_label.setText(f"Example: {path.name}" if path else "")
+        self.example_label.setToolTip(str(path) if path else "")
+        self.example_label.setVisible(path is not None)
+        self.example_clear.setVisible(path is not None)
+
+    # --- models
+    def set_models(self, models: list[Any]) -> None:
+        """Fill the picker from ``service.models()`` and enable the cutoff for a probabilistic active model."""
+        self.model_combo.blockSignals(True)
+        self.model_combo.clear()
+        active_index = 0
+        for i, model in enumerate(models):
+            label = model.name if model.name != ZERO_SHOT else "zero-shot (untrained)"
+            self.model_combo.addItem(f"{label}  [{model.method}]" if model.name != ZERO_SHOT else label,
+                                     model.name)
+            self.model_combo.setItemData(i, is_probabilistic(model), Qt.ItemDataRole.UserRole + 1)
+            if getattr(model, "active", getattr(model, "is_active", False)):
+                active_index = i
+        self.model_combo.setCurrentIndex(active_index)
+        self.model_combo.blockSignals(False)
+        self._update_cutoff_enabled()
+
+    def _model_activated(self, index: int) -> None:
+        name = self.model_combo.itemData(index)
+        self._update_cutoff_enabled()
+        self.model_chosen.emit(None if name == ZERO_SHOT else name)
+
+    @property
+    def probabilistic(self) -> bool:
+        """Whether the picked model ranks by match probability."""
+        return bool(self.model_combo.currentData(Qt.ItemDataRole.UserRole + 1))
+
+    # --- cutoff
+    @property
+    def min_probability(self) -> float | None:
+        """The cutoff to pass to ``search_text``: None when off or when the model is not probabilistic."""
+        value = self.cutoff.value()
+        return value / 100 if value > 0 and self.probabilistic else None
+
+    def _cutoff_moved(self, value: int) -> None:
+        self._show_cutoff(value)
+        self._cutoff_timer.start()  # searching on every slider step would flood the engine
+
+    def _show_cutoff(self, value: int) -> None:
+        self.cutoff_label.setText(f"p ≥ {value / 100:.2f}" if value else "p ≥ off")
+
+    def _update_cutoff_enabled(self) -> None:
+        enabled = self.probabilistic
+        self.cutoff.setEnabled(enabled)
+        self.cutoff_label.setEnabled(enabled)
+        tip = ("Hide results whose match probability is below this" if enabled
+               else "Only probabilistic models (PCME) give match probabilities")
+        self.cutoff.setToolTip(tip)
+        self.cutoff_label.setToolTip(tip)

@@ -1,0 +1,165 @@
+"""Run engine calls off the GUI thread and hear about them as Qt signals.
+
+One helper for every background job (the idea of napari's ``_qt/qthreading.py``): a :class:`Worker` runs a
+plain function (its return value arrives as ``returned``) or a generator of :class:`engine.progress.Progress`
+records (each arrives as ``progress``; the generator's own return value arrives as ``returned``). Cancelling
+sets the job's :class:`CancelToken` and closes the generator at its next yield, so both cooperative jobs
+(that poll the token) and plain generators stop.
+
+Every public signal is emitted on the GUI thread: the worker thread only emits a private relay signal that
+is queued to a slot on the signals object (which lives on the GUI thread), and that slot re-emits. So any
+callable, lambdas included, connected to a public signal runs on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+
+from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
+from engine.progress import Cancelled, CancelToken, Progress
+
+log = logging.getLogger(__name__)
+
+# Progress records faster than this are coalesced (the newest wins) so a fast job cannot flood the GUI.
+PROGRESS_INTERVAL_S = 1 / 30
+
+
+class WorkerSignals(QObject):
+    """The signals of one :class:`Worker`; all of them are emitted on the GUI thread."""
+
+    started = Signal()
+    progress = Signal(object)  # Progress
+    returned = Signal(object)  # the function's result or the generator's return value
+    errored = Signal(object)  # the exception
+    cancelled = Signal()
+    finished = Signal()  # always last, after returned / errored / cancelled
+
+    _relay = Signal(str, object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._relay.connect(self._dispatch, Qt.ConnectionType.QueuedConnection)
+
+    @Slot(str, object)
+    def _dispatch(self, name: str, payload: object) -> None:
+        signal = getattr(self, name)
+        if name in {"started", "cancelled", "finished"}:
+            signal.emit()
+        else:
+            signal.emit(payload)
+
+
+class Worker(QRunnable):
+    """A job for a :class:`QThreadPool`: ``fn(*args, **kwargs)``, optionally given a cancel token.
+
+    If ``fn`` accepts a ``cancel`` keyword it receives the worker's :class:`CancelToken`. If it returns a
+    generator, the worker iterates it and forwards every yielded :class:`Progress`.
+    """
+
+    # Python owns running workers (autoDelete is off); this keeps them alive until they finish.
+    _running: set[Worker] = set()
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.setAutoDelete(False)
+        self.signals = WorkerSignals()
+        self.token = CancelToken()
+        self._fn, self._args, self._kwargs = fn, args, kwargs
+        if _accepts_cancel(fn):
+            self._kwargs.setdefault("cancel", self.token)
+        self.signals.finished.connect(lambda: Worker._running.discard(self))
+
+    def cancel(self) -> None:
+        """Ask the job to stop; ``cancelled`` follows when it has."""
+        self.token.cancel()
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.token.cancelled
+
+    def start(self, pool: QThreadPool | None = None, priority: int = 0) -> Worker:
+        """Queue the job on ``pool`` (the global pool by default) and return ``self``."""
+        Worker._running.add(self)
+        (pool or QThreadPool.globalInstance()).start(self, priority)
+        return self
+
+    def run(self) -> None:  # runs on a pool thread
+        emit = self.signals._relay.emit
+        emit("started", None)
+        try:
+            result = self._fn(*self._args, **self._kwargs)
+            if inspect.isgenerator(result):
+                result = self._drain(result)
+            if self.token.cancelled:
+                emit("cancelled", None)
+            else:
+                emit("returned", result)
+        except Cancelled:
+            emit("cancelled", None)
+        except Exception as exc:  # noqa: BLE001 - a job's failure is reported, never fatal
+            log.exception("background job %s failed", getattr(self._fn, "__qualname__", self._fn))
+            emit("errored", exc)
+        finally:
+            emit("finished", None)
+
+    def _drain(self, gen: Iterator[Any]) -> Any:
+        emit = self.signals._relay.emit
+        last_emit, pending = 0.0, None
+        try:
+            while True:
+                if self.token.cancelled:
+                    gen.close()
+                    raise Cancelled()
+                try:
+                    item = next(gen)
+                except StopIteration as stop:
+                    return stop.value
+                if not isinstance(item, Progress):
+                    continue
+                pending = item
+                now = time.monotonic()
+                if now - last_emit >= PROGRESS_INTERVAL_S or item.done >= item.total > 0:
+                    emit("progress", item)
+                    last_emit, pending = now, None
+        finally:
+            if pending is not None:
+                emit("progress", pending)
+
+
+def _accepts_cancel(fn: Callable[..., Any]) -> bool:
+    try:
+        return "cancel" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+
+
+def run_in_background(
+    fn: Callable[..., Any],
+    *args: Any,
+    on_result: Callable[[Any], None] | None = None,
+    on_error: Callable[[BaseException], None] | None = None,
+    pool: QThreadPool | None = None,
+    priority: int = 0,
+    **kwargs: Any,
+) -> Worker:
+    """Start ``fn`` on ``pool`` and call ``on_result`` / ``on_error`` on the GUI thread when it ends."""
+    worker = Worker(fn, *args, **kwargs)
+    if on_result is not None:
+        worker.signals.returned.connect(on_result)
+    if on_error is not None:
+        worker.signals.errored.connect(on_error)
+    return worker.start(pool, priority)
+
+
+def serial_pool(name: str) -> QThreadPool:
+    """A pool with one thread: jobs run one at a time, in the order they were queued."""
+    pool = QThreadPool()
+    pool.setObjectName(name)
+    pool.setMaxThreadCount(1)
+    return pool

@@ -1,0 +1,59 @@
+"""The pretrained image backbone (EfficientNet-Lite0 on ONNX Runtime).
+
+Outputs per image (see ``trainer.prepare``): 49 local features (7x7 grid, row-major, 1280-d), their mean,
+ImageNet logits, and the logits of each region. Images go in as uint8 RGB (N, 224, 224, 3).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.onnx import open_session
+from engine.paths import assets_dir
+
+
+class AssetsMissing(RuntimeError):
+    """The pretrained assets were not prepared (run ``polyseek prepare``)."""
+
+
+def require_assets(root: Path | None = None) -> Path:
+    root = root or assets_dir()
+    if not (root / "manifest.json").is_file():
+        raise AssetsMissing(f"pretrained assets are missing in {root}: run `polyseek prepare` first")
+    return root
+
+
+@dataclass(frozen=True, slots=True)
+class BackboneOutput:
+    local: np.ndarray  # (N, 49, 1280) float32
+    pooled: np.ndarray  # (N, 1280)
+    logits: np.ndarray  # (N, 1000)
+    region_logits: np.ndarray  # (N, 49, 1000)
+
+
+class Backbone:
+    """EfficientNet-Lite0 feature extractor; thread-safe (ONNX Runtime sessions are)."""
+
+    def __init__(self, root: Path | None = None, threads: int | None = None) -> None:
+        root = require_assets(root) / "backbone"
+        self.meta = json.loads((root / "backbone.json").read_text())
+        self.id: str = self.meta["id"]
+        self.image_size: int = self.meta["image_size"]
+        self._session = open_session(root / "efficientnet_lite0.onnx", threads=threads)
+
+    def __call__(self, images: np.ndarray) -> BackboneOutput:
+        """Run a batch of uint8 RGB images (N, S, S, 3)."""
+        if images.ndim != 4 or images.shape[1:] != (self.image_size, self.image_size, 3):
+            raise ValueError(f"expected (N, {self.image_size}, {self.image_size}, 3) images, got {images.shape}")
+        x = np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
+        local, pooled, logits, region = self._session.run(None, {"images": x})
+        return BackboneOutput(local, pooled, logits, region)
+
+
+def class_names(root: Path | None = None) -> list[str]:
+    """The 1,000 ImageNet class names in logit order."""
+    return json.loads((require_assets(root) / "imagenet_classes.json").read_text())

@@ -1,0 +1,497 @@
+"""The caption folder: the one dataset format every part of Polyseek reads and writes.
+
+Layout::
+
+    FOLDER/images/ (or FOLDER/media/)   the media files (sub-folders allowed)
+    FOLDER/captions.tsv                 header "file<TAB>caption"; one row per caption, many rows per file
+    FOLDER/splits.tsv                   optional; header "file<TAB>split"
+
+``file`` is the path of a media file relative to the media folder, written with ``/``.
+
+Text rules (the format has no quoting and no escapes, so a row always splits into exactly two fields):
+
+- every row has exactly one TAB; a row with more is malformed and rejected with its file and line;
+- captions are plain text, normalised by :func:`normalize_caption` (strip, collapse any run of unicode
+  whitespace - tabs and newlines included - into one space, keep everything else as is), so a caption can
+  never hold a TAB or a newline; the writer normalises before writing and the reader after reading;
+- file names holding a TAB, CR or LF, absolute paths and ``..`` parts are rejected by both sides;
+- quotes are ordinary characters; files are UTF-8 (a leading BOM is ignored), LF or CRLF line ends.
+
+Items are the files in the media folder that have a media extension or are named by a TSV row (files
+are not opened here; the decoder reports unreadable ones). A caption or split row naming a file that is
+not there is reported in :attr:`CaptionFolder.warnings` and dropped, never fatal. Without
+``splits.tsv`` every item is in split ``"all"``; with it, files it does not list are in ``"unassigned"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+CAPTIONS_FILE = "captions.tsv"
+SPLITS_FILE = "splits.tsv"
+MEDIA_DIR_NAMES = ("images", "media")
+CAPTIONS_HEADER = ("file", "caption")
+SPLITS_HEADER = ("file", "split")
+DEFAULT_SPLIT = "all"  # the one split of a folder without splits.tsv
+UNASSIGNED_SPLIT = "unassigned"  # files a splits.tsv does not list
+MEDIA_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".apng",
+     ".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi"}
+)
+
+CopyMode = bool | Literal["link"]
+_DRIVE = re.compile(r"^[A-Za-z]:")  # a Windows absolute path written into a TSV
+
+
+class CaptionFolderError(Exception):
+    """A caption folder (or a file being imported into one) is missing or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One media file of a caption folder."""
+
+    file: str  # relative to the media folder, '/'-separated: the key used in the TSV files
+    path: Path  # absolute path on disk
+    split: str
+
+
+@dataclass
+class CaptionFolder:
+    """A loaded caption folder (or a view of one split of it).
+
+    ``captions`` holds ``(item_index, text)`` pairs in file order; ``item_index`` indexes ``items``.
+    ``warnings`` lists what was dropped while loading or importing (rows naming missing files).
+    """
+
+    root: Path
+    media_dir: Path
+    items: list[Item]
+    captions: list[tuple[int, str]]
+    warnings: list[str] = field(default_factory=list)
+
+    def splits(self) -> list[str]:
+        """The split names present among the items, sorted."""
+        return sorted({item.split for item in self.items})
+
+    def split(self, name: str) -> CaptionFolder:
+        """A view holding only the items of split ``name`` and their captions (re-indexed)."""
+        keep = [i for i, item in enumerate(self.items) if item.split == name]
+        if not keep:
+            raise CaptionFolderError(f"{self.root}: no split named {name!r} (splits: {self.splits()})")
+        new_index = {old: new for new, old in enumerate(keep)}
+        captions = [(new_index[i], text) for i, text in self.captions if i in new_index]
+        return CaptionFolder(self.root, self.media_dir, [self.items[i] for i in keep], captions,
+                             list(self.warnings))
+
+    def captions_of(self, item_index: int) -> list[str]:
+        """The captions of one item, in file order."""
+        return [text for i, text in self.captions if i == item_index]
+
+    def item_captions(self) -> list[tuple[Item, list[str]]]:
+        """Every item with its captions (possibly none), in item order."""
+        grouped: list[list[str]] = [[] for _ in self.items]
+        for i, text in self.captions:
+            grouped[i].append(text)
+        return list(zip(self.items, grouped, strict=True))
+
+    def caption_item_indices(self) -> list[int]:
+        """For each caption, the index of its item (the ``caption_to_media`` array of the metrics)."""
+        return [i for i, _ in self.captions]
+
+
+def normalize_caption(text: str) -> str:
+    """Strip and collapse every run of whitespace (unicode included) into one space; keep the rest."""
+    return " ".join(text.split())
+
+
+def check_file_key(file: str, where: str) -> str:
+    """Validate a media key (relative '/'-path) and return it; raise :class:`CaptionFolderError`."""
+    if not file:
+        raise CaptionFolderError(f"{where}: empty file name")
+    if any(c in file for c in "\t\r\n\0"):
+        raise CaptionFolderError(f"{where}: file name {file!r} holds a tab, newline or NUL")
+    if file.startswith(("/", "\\")) or ".." in file.split("/") or _DRIVE.match(file):
+        raise CaptionFolderError(f"{where}: file name {file!r} is not a relative path in the media folder")
+    return file
+
+
+# ---------------------------------------------------------------- reading
+
+
+def load_caption_folder(root: str | os.PathLike[str]) -> CaptionFolder:
+    """Read a caption folder; raise :class:`CaptionFolderError` naming file and line on malformed rows."""
+    root = Path(root).expanduser().resolve()
+    media_dir = find_media_dir(root)
+    caption_rows = _read_captions(root / CAPTIONS_FILE)
+    split_rows = _read_splits(root / SPLITS_FILE)
+    named = {file for _, file, _ in caption_rows} | set(split_rows or ())
+    files = sorted(scan_media(media_dir, named))
+    index_of = {f: i for i, f in enumerate(files)}
+    split_of = {file: split for _, file, split in (split_rows or {}).values()}
+    default = DEFAULT_SPLIT if split_rows is None else UNASSIGNED_SPLIT
+    items = [Item(f, media_dir / f, split_of.get(f, default)) for f in files]
+    captions = [(index_of[file], text) for _, file, text in caption_rows if file in index_of]
+    warnings = _missing(root / SPLITS_FILE, (split_rows or {}).values(), index_of)
+    warnings += _missing(root / CAPTIONS_FILE, caption_rows, index_of)
+    return CaptionFolder(root, media_dir, items, captions, warnings)
+
+
+def _missing(path: Path, rows: Iterable[tuple[int, str, str]], index_of: Mapping[str, int]) -> list[str]:
+    """Warnings for the rows of ``path`` that name a file the media folder lacks."""
+    return [f"{path}:{number}: {file!r} is not in the media folder; row ignored"
+            for number, file, _ in rows if file not in index_of]
+
+
+def find_media_dir(root: Path) -> Path:
+    """``root/images`` or ``root/media``: exactly one must exist."""
+    found = [root / name for name in MEDIA_DIR_NAMES if (root / name).is_dir()]
+    if not found:
+        raise CaptionFolderError(f"{root}: no media folder (expected {' or '.join(MEDIA_DIR_NAMES)}/)")
+    if len(found) > 1:
+        raise CaptionFolderError(f"{root}: both images/ and media/ exist; keep one")
+    return found[0]
+
+
+def scan_media(media_dir: Path, also: Set[str] = frozenset()) -> set[str]:
+    """Keys of the files under ``media_dir`` with a media extension, or named in ``also``.
+
+    Hidden files and folders are skipped; linked folders are followed without looping. Files are not
+    opened: the decoder reports unreadable ones.
+    """
+    keys: set[str] = set()
+    seen: set[tuple[int, int]] = set()  # linked folders are followed, but each folder is entered once
+    for dirpath, dirnames, filenames in os.walk(media_dir, followlinks=True):
+        stat = os.stat(dirpath)
+        if (stat.st_dev, stat.st_ino) in seen:
+            dirnames.clear()
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        rel = Path(dirpath).relative_to(media_dir).as_posix()
+        prefix = "" if rel == "." else rel + "/"
+        for name in filenames:
+            key = prefix + name
+            is_media = os.path.splitext(name)[1].lower() in MEDIA_EXTENSIONS
+            if not name.startswith(".") and (is_media or key in also):
+                keys.add(key)
+    return keys
+
+
+def _tsv_rows(path: Path, header: tuple[str, str]) -> Iterator[tuple[int, str, str]]:
+    """Yield ``(line_number, file, value)`` for each non-blank data row of a two-column TSV."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CaptionFolderError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise CaptionFolderError(f"{path}: cannot read ({exc.strerror})") from exc
+    lines = text.split("\n")
+    if tuple(lines[0].rstrip("\r").split("\t")) != header:
+        raise CaptionFolderError(f"{path}:1: header must be {chr(9).join(header)!r}, found {lines[0]!r}")
+    for number, line in enumerate(lines[1:], start=2):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise CaptionFolderError(f"{path}:{number}: expected 2 tab-separated fields, found {len(fields)}")
+        yield number, check_file_key(fields[0], f"{path}:{number}"), fields[1]
+
+
+def _read_splits(path: Path) -> dict[str, tuple[int, str, str]] | None:
+    """``file -> (line, file, split)`` from splits.tsv, or None when there is none."""
+    if not path.exists():
+        return None
+    split_of: dict[str, tuple[int, str, str]] = {}
+    for number, file, value in _tsv_rows(path, SPLITS_HEADER):
+        split = value.strip()
+        if not split:
+            raise CaptionFolderError(f"{path}:{number}: empty split name for {file!r}")
+        if file in split_of and split_of[file][2] != split:
+            raise CaptionFolderError(f"{path}:{number}: {file!r} is in {split_of[file][2]!r} and {split!r}")
+        split_of.setdefault(file, (number, file, split))
+    return split_of
+
+
+def _read_captions(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, file, normalised caption)`` rows of captions.tsv."""
+    if not path.exists():
+        raise CaptionFolderError(f"{path}: missing (a caption folder needs {CAPTIONS_FILE})")
+    rows = []
+    for number, file, value in _tsv_rows(path, CAPTIONS_HEADER):
+        text = normalize_caption(value)
+        if not text:
+            raise CaptionFolderError(f"{path}:{number}: empty caption for {file!r}")
+        rows.append((number, file, text))
+    return rows
+
+
+# ---------------------------------------------------------------- writing
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_caption_folder(
+    dest: str | os.PathLike[str],
+    media_paths: Sequence[str | os.PathLike[str]],
+    captions: Iterable[tuple[int, str]],
+    splits: Sequence[str] | None = None,
+    copy_media: CopyMode = True,
+    overwrite: bool = False,
+) -> CaptionFolder:
+    """Write a caption folder at ``dest`` and return it, loaded back.
+
+    ``captions`` are ``(index into media_paths, text)``; ``splits`` (one name per media path) makes a
+    splits.tsv. ``copy_media``: True copies each file to ``<media folder>/<its name>`` (``dest/images``
+    unless ``dest`` already has ``images/`` or ``media/``); ``"link"`` makes
+    symbolic links there instead; False means the files already lie under the media folder of ``dest``
+    (``images/`` or ``media/``) and keep their relative paths. The TSVs are written atomically. An
+    existing captions.tsv is only replaced with ``overwrite=True``; media already in the folder stay and
+    load as items without captions.
+    """
+    # absolute but not resolved: a media file that is itself a link must stay inside the media folder
+    dest = Path(os.path.abspath(Path(dest).expanduser()))
+    if (dest / CAPTIONS_FILE).exists() and not overwrite:
+        raise CaptionFolderError(f"{dest / CAPTIONS_FILE} exists; pass overwrite=True to replace it")
+    if splits is not None and len(splits) != len(media_paths):
+        raise CaptionFolderError(f"{len(splits)} split names for {len(media_paths)} media files")
+    dest.mkdir(parents=True, exist_ok=True)
+    sources = [Path(os.path.abspath(Path(p).expanduser())) for p in media_paths]
+    keys = _place_media(dest, sources, copy_media)
+    caption_rows = [(keys[_check_index(i, len(keys))], _clean_caption(t, keys[i])) for i, t in captions]
+    if splits is not None:
+        rows = [(key, _clean_split(name, key)) for key, name in zip(keys, splits, strict=True)]
+        atomic_write_text(dest / SPLITS_FILE, _tsv_text(SPLITS_HEADER, rows))
+    else:
+        (dest / SPLITS_FILE).unlink(missing_ok=True)
+    atomic_write_text(dest / CAPTIONS_FILE, _tsv_text(CAPTIONS_HEADER, caption_rows))
+    return load_caption_folder(dest)
+
+
+def _check_index(index: int, n: int) -> int:
+    if not 0 <= index < n:
+        raise CaptionFolderError(f"caption refers to media index {index}, but there are {n} media files")
+    return index
+
+
+def _clean_caption(text: str, key: str) -> str:
+    clean = normalize_caption(text)
+    if not clean:
+        raise CaptionFolderError(f"empty caption for {key!r}")
+    return clean
+
+
+def _clean_split(name: str, key: str) -> str:
+    clean = name.strip()
+    if not clean or any(c in clean for c in "\t\r\n"):
+        raise CaptionFolderError(f"bad split name {name!r} for {key!r}")
+    return clean
+
+
+def _tsv_text(header: tuple[str, str], rows: Iterable[tuple[str, str]]) -> str:
+    return "".join(f"{a}\t{b}\n" for a, b in [header, *rows])
+
+
+def _place_media(dest: Path, sources: list[Path], copy_media: CopyMode) -> list[str]:
+    """Put the media files in place under ``dest`` and return their keys."""
+    if copy_media is False:
+        media_dir = find_media_dir(dest)
+        return [_key_inside(media_dir, src) for src in sources]
+    if any((dest / name).is_dir() for name in MEDIA_DIR_NAMES):
+        media_dir = find_media_dir(dest)  # keep the folder's own images/ or media/
+    else:
+        media_dir = dest / MEDIA_DIR_NAMES[0]
+        media_dir.mkdir()
+    keys: list[str] = []
+    seen: dict[str, Path] = {}
+    for src in sources:
+        key = check_file_key(src.name, str(src))
+        if key in seen and seen[key] != src:
+            raise CaptionFolderError(f"two media files share the name {key!r}: {seen[key]} and {src}")
+        if not src.is_file():
+            raise CaptionFolderError(f"{src}: media file not found")
+        if key not in seen:
+            _put_file(src, media_dir / key, copy_media)
+        seen[key] = src
+        keys.append(key)
+    return keys
+
+
+def _key_inside(media_dir: Path, src: Path) -> str:
+    try:
+        key = src.relative_to(media_dir).as_posix()
+    except ValueError:
+        raise CaptionFolderError(f"{src} is not inside {media_dir} (copy_media=False)") from None
+    if not src.is_file():
+        raise CaptionFolderError(f"{src}: media file not found")
+    return check_file_key(key, str(src))
+
+
+def _put_file(src: Path, target: Path, copy_media: CopyMode) -> None:
+    """Copy or link ``src`` to ``target`` via a temporary name, so a crash never leaves half a file."""
+    if target.exists() and target.resolve() == src.resolve():
+        return  # already in place (the importer was pointed at the folder's own media)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        if copy_media == "link":
+            tmp.symlink_to(src)
+        else:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CaptionFolderError(f"cannot place {src} at {target} ({exc.strerror})") from exc
+
+
+# ---------------------------------------------------------------- importers and exporters
+
+
+def import_coco_captions(
+    json_path: str | os.PathLike[str],
+    images_dir: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    copy_media: CopyMode = True,
+) -> CaptionFolder:
+    """Convert a COCO captions JSON (``images[{id, file_name}]``, ``annotations[{image_id, caption}]``).
+
+    Images whose file is missing from ``images_dir`` and annotations naming unknown image ids are
+    reported in the returned folder's ``warnings`` and skipped.
+    """
+    json_path, images_dir = Path(json_path), Path(images_dir)
+    data = _read_coco_json(json_path)
+    warnings: list[str] = []
+    file_of: dict[object, str] = {}
+    for n, image in enumerate(data["images"]):
+        if not isinstance(image, dict) or "id" not in image or "file_name" not in image:
+            raise CaptionFolderError(f"{json_path}: images[{n}] lacks 'id' or 'file_name'")
+        file_of[image["id"]] = str(image["file_name"])
+    grouped = _coco_captions(json_path, data["annotations"], file_of, warnings)
+    return _write_imported(dest, images_dir, grouped, None, copy_media, warnings)
+
+
+def _read_coco_json(json_path: Path) -> dict:
+    try:
+        data = json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CaptionFolderError(f"{json_path}: not a readable COCO captions JSON ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("annotations"), list):
+        raise CaptionFolderError(f"{json_path}: needs lists 'images' and 'annotations'")
+    return data
+
+
+def _coco_captions(json_path: Path, annotations: list, file_of: Mapping[object, str],
+                   warnings: list[str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {file: [] for file in file_of.values()}
+    for n, ann in enumerate(annotations):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise CaptionFolderError(f"{json_path}: annotations[{n}] lacks 'image_id' or a string 'caption'")
+        if ann["image_id"] not in file_of:
+            warnings.append(f"{json_path}: annotations[{n}] names unknown image id {ann['image_id']!r}")
+            continue
+        grouped[file_of[ann["image_id"]]].append(ann["caption"])
+    return grouped
+
+
+def import_flickr_tokens(
+    token_file: str | os.PathLike[str],
+    images_dir: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    split_files: Mapping[str, str | os.PathLike[str]] | None = None,
+    copy_media: CopyMode = True,
+) -> CaptionFolder:
+    """Convert Flickr8k/30k captions (``Flickr8k.token.txt``: ``NAME.jpg#K<TAB>caption`` lines).
+
+    ``split_files`` maps a split name to a list of file names, one a line (``Flickr_8k.trainImages.txt``);
+    with it, images in no list are in ``"unassigned"``. Names whose file is missing are reported in the
+    returned folder's ``warnings`` and skipped; a file in two lists is an error.
+    """
+    token_file, images_dir = Path(token_file), Path(images_dir)
+    grouped: dict[str, list[str]] = {}
+    for number, line in _text_lines(token_file):
+        name, sep, caption = line.partition("\t")
+        if not sep:
+            raise CaptionFolderError(f"{token_file}:{number}: expected 'NAME#K<TAB>caption'")
+        name = _strip_caption_number(name.strip())
+        grouped.setdefault(check_file_key(name, f"{token_file}:{number}"), []).append(caption)
+    split_of = _read_split_lists(split_files) if split_files is not None else None
+    return _write_imported(dest, images_dir, grouped, split_of, copy_media, [])
+
+
+def _strip_caption_number(name: str) -> str:
+    """``'x.jpg#3'`` -> ``'x.jpg'``; a name without a ``#<digits>`` suffix is kept."""
+    stem, sep, number = name.rpartition("#")
+    return stem if sep and number.isdigit() else name
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaptionFolderError(f"{path}: cannot read as UTF-8 text ({exc})") from exc
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield number, line
+
+
+def _read_split_lists(split_files: Mapping[str, str | os.PathLike[str]]) -> dict[str, str]:
+    split_of: dict[str, str] = {}
+    for split, list_path in split_files.items():
+        clean = _clean_split(split, str(list_path))
+        for number, line in _text_lines(Path(list_path)):
+            name = check_file_key(line.strip(), f"{list_path}:{number}")
+            if split_of.get(name, clean) != clean:
+                where = f"{list_path}:{number}"
+                raise CaptionFolderError(f"{where}: {name!r} is in {split_of[name]!r} and {clean!r}")
+            split_of[name] = clean
+    return split_of
+
+
+def _write_imported(dest: str | os.PathLike[str], images_dir: Path, grouped: Mapping[str, list[str]],
+                    split_of: Mapping[str, str] | None, copy_media: CopyMode,
+                    warnings: list[str]) -> CaptionFolder:
+    """Write the imported ``file -> captions`` groups, skipping (and reporting) files that do not exist."""
+    present = [f for f in sorted(grouped) if (images_dir / f).is_file()]
+    warnings.extend(f"{images_dir / f}: image not found; its captions are skipped"
+                    for f in sorted(set(grouped) - set(present)))
+    if not present:
+        raise CaptionFolderError(f"{images_dir}: none of the listed images exist")
+    captions = [(i, text) for i, f in enumerate(present) for text in grouped[f] if normalize_caption(text)]
+    splits = None if split_of is None else [split_of.get(f, UNASSIGNED_SPLIT) for f in present]
+    folder = write_caption_folder(dest, [images_dir / f for f in present], captions, splits, copy_media)
+    folder.warnings[:0] = warnings
+    return folder
+
+
+def export_coco_captions(folder: CaptionFolder, json_path: str | os.PathLike[str]) -> None:
+    """Write ``folder`` (or a split view) as a COCO captions JSON; image ids are item index + 1."""
+    data = {
+        "images": [{"id": i + 1, "file_name": item.file} for i, item in enumerate(folder.items)],
+        "annotations": [{"id": n + 1, "image_id": i + 1, "caption": text}
+                        for n, (i, text) in enumerate(folder.captions)],
+    }
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(json_path, json.dumps(data, ensure_ascii=False, indent=1))

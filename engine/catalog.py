@@ -1,0 +1,1092 @@
+"""The catalog: one SQLite file per library that records media, annotations, models, vectors and jobs.
+
+What it holds
+    ``roots`` (folders the user added), ``media`` (one row per file, with its scan state), ``captions`` and
+    ``pairs`` (the user's annotations and the pseudo ones), ``models`` (trained checkpoints, at most one
+    active), ``embeddings`` (per model, per item, per head: one float32 vector) with ``embedding_extras``
+    (other per-item arrays of a model, e.g. PCME's sigma) and ``jobs`` (indexing and training runs).
+
+Durability
+    WAL journal with ``synchronous=NORMAL``: a killed process never loses a committed transaction and never
+    corrupts the file; a power cut may lose the last few commits, never the file. Every public write is one
+    transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), so a crash mid-write never leaves half a record; callers
+    may group several writes with :meth:`SQLiteStore.transaction` (nested blocks become savepoints).
+
+Threads
+    One connection per :class:`Catalog` (``check_same_thread=False``); a re-entrant lock serialises every
+    statement on it, so one object may be shared by threads -- but a reader then waits behind a long write
+    on that object (storing 100k vectors takes seconds). So each thread that must not wait (the GUI thread
+    above all) opens its own ``Catalog`` on the same file: WAL lets readers run beside one writer, and the
+    busy timeout makes a second writer wait instead of failing. Writes begin ``IMMEDIATE`` so two writers
+    queue up rather than fail with a stale snapshot (which is why transactions are ours, not
+    ``sqlite_utils``' deferred ``atomic()``; ``Catalog.db`` is the ``sqlite_utils`` view for introspection).
+
+Schema
+    A ``meta`` table holds ``schema_version``; ``_MIGRATIONS[v]`` takes a catalog from version ``v`` to
+    ``v + 1`` and runs in one transaction on open, so an interrupted upgrade leaves the old version intact.
+    v1 is the first layout; v2 adds ``media.features_backbone``, ``embedding_extras``, the lookup indexes
+    and the "one pseudo caption per item" / "one active model" rules (fixing rows that broke them).
+
+Paths are stored as given and must be absolute; the scanner decides how to normalise them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import numpy as np
+from sqlite_utils import Database
+
+from engine.types import CaptionSource, MediaKind
+
+BUSY_TIMEOUT_S = 30.0
+_PAGE = 1000  # rows per page when iterating, so no cursor stays open across a yield
+_CHUNK = 500  # ids per "IN (...)" query, well under SQLite's bound-parameter limit
+_HASH_WINDOW = 1 << 20
+
+
+class CatalogError(Exception):
+    """A catalog (or feature store) operation failed; the message names the file and the record."""
+
+
+class NotFound(CatalogError):
+    """A record asked for by id or name does not exist."""
+
+
+class MediaStatus(StrEnum):
+    """Where a media row is in the scan/index cycle."""
+
+    PENDING = "pending"  # found, not yet indexed (an interrupted index resumes from these)
+    OK = "ok"
+    FAILED = "failed"  # retried only when the file's size or mtime changes
+    MISSING = "missing"  # file gone at the last scan; kept until moves are matched
+
+
+class JobState(StrEnum):
+    """Life cycle of a long job."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+def content_hash(path: Path) -> str:
+    """A fast content fingerprint: blake2b-128 over the size and three 1 MiB windows (start, middle, end).
+
+    Reading at most 3 MiB keeps hashing a 4 GB video as cheap as hashing a photo, which is what lets a scan
+    recognise moved files and lets the feature store share features between libraries. The trade-off: two
+    files of equal size that differ only outside the three windows get the same hash (an in-place edit of a
+    large video that keeps its size exactly). Files up to 3 MiB are hashed whole, so photos are exact.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    digest = hashlib.blake2b(size.to_bytes(8, "little"), digest_size=16)
+    with path.open("rb") as f:
+        if size <= 3 * _HASH_WINDOW:
+            digest.update(f.read())
+        else:
+            for offset in (0, (size - _HASH_WINDOW) // 2, size - _HASH_WINDOW):
+                f.seek(offset)
+                digest.update(f.read(_HASH_WINDOW))
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+class FoundFile(NamedTuple):
+    """A file the scanner saw: its path, size in bytes and modification time in nanoseconds."""
+
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+@dataclass(slots=True)
+class ScanPlan:
+    """What a scan found compared with the catalog (see :meth:`Catalog.plan_scan`)."""
+
+    new: list[FoundFile] = field(default_factory=list)
+    changed: list[FoundFile] = field(default_factory=list)
+    unchanged: list[FoundFile] = field(default_factory=list)
+    missing: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRecord:
+    """One row of ``media``."""
+
+    id: int
+    root_id: int | None
+    path: Path
+    size: int
+    mtime_ns: int
+    content_hash: str
+    kind: MediaKind | None
+    format: str | None
+    width: int | None
+    height: int | None
+    n_frames: int | None
+    duration_s: float | None
+    status: MediaStatus
+    error: str | None
+    indexed_at: float | None
+    features_backbone: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CaptionRecord:
+    """One caption of one media item."""
+
+    id: int
+    media_id: int
+    text: str
+    source: CaptionSource
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PairRecord:
+    """A (query, item) judgement: label +1 accepts the match, -1 rejects it."""
+
+    id: int
+    media_id: int
+    query: str
+    label: int
+    source: CaptionSource
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRecord:
+    """A registered trained model."""
+
+    id: int
+    name: str
+    method: str
+    path: Path
+    created_at: float
+    metrics: dict[str, Any]
+    is_active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A long job's persisted state."""
+
+    id: int
+    kind: str
+    state: JobState
+    payload: dict[str, Any]
+    done: int
+    total: int
+    message: str
+    created_at: float
+    updated_at: float
+
+
+# ---------------------------------------------------------------------------------------------- plumbing
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class SQLiteStore:
+    """One SQLite file with the house settings, schema migrations, a lock and atomic transactions.
+
+    Shared by :class:`Catalog` and :class:`engine.featurestore.FeatureStore`. ``migrations[v]`` upgrades the
+    file from schema version ``v`` to ``v + 1``; ``first_pragmas`` run before anything else (e.g.
+    ``auto_vacuum``, which only takes effect on a file without tables).
+    """
+
+    error: type[CatalogError] = CatalogError
+
+    def __init__(
+        self, path: Path, migrations: Sequence[Migration], first_pragmas: Sequence[str] = ()
+    ) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+            )
+            for pragma in first_pragmas:
+                self._conn.execute(pragma)
+            self._configure(self._conn)
+            self.db = Database(self._conn, execute_plugins=False)
+            self._migrate(migrations)
+        except (sqlite3.Error, OSError) as exc:
+            self.close()
+            raise self.error(f"cannot open {self.path}: {exc}") from exc
+
+    @staticmethod
+    def _configure(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+
+    def _migrate(self, migrations: Sequence[Migration]) -> None:
+        while True:
+            with self.transaction("schema migration") as conn:
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                version = self._read_version(conn)
+                if version > len(migrations):
+                    raise self.error(
+                        f"{self.path} has schema v{version}, newer than this app's v{len(migrations)}"
+                    )
+                if version == len(migrations):
+                    return
+                migrations[version](conn)
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (str(version + 1),),
+                )
+
+    @staticmethod
+    def _read_version(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        with self._lock:
+            return self._read_version(self._live())
+
+    def _live(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise self.error(f"{self.path} is closed")
+        return self._conn
+
+    def _wrap(self, what: str, exc: sqlite3.Error) -> CatalogError:
+        return self.error(f"{what} failed in {self.path}: {exc}")
+
+    @contextmanager
+    def transaction(self, what: str = "write") -> Iterator[sqlite3.Connection]:
+        """Run a block as one transaction (a savepoint when nested); any exception rolls all of it back.
+
+        SQLite errors come out as :attr:`error` naming ``what`` and the file.
+        """
+        with self._lock:
+            conn = self._live()
+            savepoint = f"sp{self._depth}" if self._depth else None
+            try:
+                conn.execute(f"SAVEPOINT {savepoint}" if savepoint else "BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._wrap(what, exc) from exc
+            self._depth += 1
+            try:
+                yield conn
+            except BaseException as exc:
+                self._depth -= 1
+                self._rollback(conn, savepoint)
+                if isinstance(exc, sqlite3.Error):
+                    raise self._wrap(what, exc) from exc
+                raise
+            self._depth -= 1
+            try:
+                conn.execute(f"RELEASE {savepoint}" if savepoint else "COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn, savepoint)
+                raise self._wrap(what, exc) from exc
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection, savepoint: str | None) -> None:
+        try:
+            if savepoint:
+                conn.execute(f"ROLLBACK TO {savepoint}")
+                conn.execute(f"RELEASE {savepoint}")
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the original exception matters more; SQLite already rolled back on a fatal error
+
+    def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._live().execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise self._wrap(what, exc) from exc
+
+    def _read_in(self, what: str, sql: str, head: Sequence[Any], ids: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run ``sql`` (with one ``{marks}`` placeholder for an IN list) over ``ids`` in chunks."""
+        rows: list[tuple[Any, ...]] = []
+        for chunk in _chunks(ids):
+            rows += self._read(what, sql.format(marks=_marks(len(chunk))), (*head, *chunk))
+        return rows
+
+    def integrity_ok(self) -> bool:
+        """True when ``PRAGMA integrity_check`` says ok and no foreign key points nowhere."""
+        rows = self._read("integrity check", "PRAGMA integrity_check")
+        dangling = self._read("foreign key check", "PRAGMA foreign_key_check")
+        return rows == [("ok",)] and not dangling
+
+    def close(self) -> None:
+        """Close the connection; later calls raise :attr:`error`."""
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.execute("PRAGMA optimize")
+                except sqlite3.Error:
+                    pass  # optimize is advisory; closing must not fail because of it
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+def _schema_v1(conn: sqlite3.Connection) -> None:
+    """The first catalog layout."""
+    statements = [
+        """CREATE TABLE roots (
+            id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, added_at REAL NOT NULL)""",
+        """CREATE TABLE media (
+            id INTEGER PRIMARY KEY,
+            root_id INTEGER REFERENCES roots(id) ON DELETE CASCADE,
+            path TEXT NOT NULL UNIQUE, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+            content_hash TEXT NOT NULL, kind TEXT, format TEXT, width INTEGER, height INTEGER,
+            n_frames INTEGER, duration_s REAL,
+            status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending','ok','failed','missing')),
+            error TEXT, indexed_at REAL)""",
+        """CREATE TABLE captions (
+            id INTEGER PRIMARY KEY,
+            media_id INTEGER NOT NULL REFERENCES media(id) ON DELETE CASCADE,
+            text TEXT NOT NULL,
+            source TEXT NOT NULL CHECK (source IN ('user','imported','pseudo')),
+            created_at REAL NOT NULL, updated_at REAL NOT NULL)""",
+        """CREATE TABLE pairs (
+            id INTEGER PRIMARY KEY,
+            media_id INTEGER NOT NULL REFERENCES media(id) ON DELETE CASCADE,
+            query TEXT NOT NULL, label INTEGER NOT NULL CHECK (label IN (1, -1)),
+            source TEXT NOT NULL CHECK (source IN ('user','imported','pseudo')),
+            created_at REAL NOT NULL)""",
+        """CREATE TABLE models (
+            id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, method TEXT NOT NULL, path TEXT NOT NULL,
+            created_at REAL NOT NULL, metrics_json TEXT NOT NULL DEFAULT '{}',
+            is_active INTEGER NOT NULL DEFAULT 0 CHECK (is_active IN (0, 1)))""",
+        """CREATE TABLE embeddings (
+            media_id INTEGER NOT NULL REFERENCES media(id) ON DELETE CASCADE,
+            model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+            head INTEGER NOT NULL, vector BLOB NOT NULL,
+            PRIMARY KEY (media_id, model_id, head))""",
+        # the primary key serves per-media cascades; this one serves per-model reads and cascades
+        "CREATE INDEX embeddings_by_model ON embeddings (model_id, media_id, head)",
+        "CREATE INDEX media_by_root ON media (root_id)",
+        """CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY, kind TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('queued','running','done','failed','cancelled')),
+            payload_json TEXT NOT NULL DEFAULT '{}', done INTEGER NOT NULL DEFAULT 0,
+            total INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL, updated_at REAL NOT NULL)""",
+    ]
+    for sql in statements:
+        conn.execute(sql)
+
+
+def _schema_v2(conn: sqlite3.Connection) -> None:
+    """Backbone per media, per-item extra arrays, lookup indexes, one pseudo caption and one active model."""
+    conn.execute("ALTER TABLE media ADD COLUMN features_backbone TEXT")
+    conn.execute(
+        """CREATE TABLE embedding_extras (
+            media_id INTEGER NOT NULL REFERENCES media(id) ON DELETE CASCADE,
+            model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+            name TEXT NOT NULL, dtype TEXT NOT NULL, shape_json TEXT NOT NULL, data BLOB NOT NULL,
+            PRIMARY KEY (media_id, model_id, name))"""
+    )
+    conn.execute("CREATE INDEX embedding_extras_by_model ON embedding_extras (model_id, media_id)")
+    conn.execute("CREATE INDEX media_by_hash ON media (content_hash)")
+    conn.execute("CREATE INDEX media_by_status ON media (status)")
+    conn.execute("CREATE INDEX captions_by_media ON captions (media_id)")
+    conn.execute("CREATE INDEX pairs_by_media ON pairs (media_id)")
+    # v1 did not enforce these rules; keep the newest row so the unique indexes can be built
+    conn.execute(
+        "DELETE FROM captions WHERE source = 'pseudo' AND id NOT IN "
+        "(SELECT MAX(id) FROM captions WHERE source = 'pseudo' GROUP BY media_id)"
+    )
+    conn.execute("CREATE UNIQUE INDEX one_pseudo_caption ON captions (media_id) WHERE source = 'pseudo'")
+    conn.execute(
+        "UPDATE models SET is_active = 0 WHERE is_active = 1 AND id <> "
+        "(SELECT MAX(id) FROM models WHERE is_active = 1)"
+    )
+    conn.execute("CREATE UNIQUE INDEX one_active_model ON models (is_active) WHERE is_active = 1")
+
+
+_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2)
+LATEST_SCHEMA_VERSION = len(_MIGRATIONS)
+
+_MEDIA_COLUMNS = (
+    "id, root_id, path, size, mtime_ns, content_hash, kind, format, width, height, n_frames, duration_s, "
+    "status, error, indexed_at, features_backbone"
+)
+
+# a moved or returning row gets back the status it had before it went missing
+_RESTORED_STATUS = (
+    "CASE WHEN error IS NOT NULL THEN 'failed' WHEN indexed_at IS NOT NULL THEN 'ok' ELSE 'pending' END"
+)
+_MODEL_SELECT = "SELECT id, name, method, path, created_at, metrics_json, is_active FROM models"
+_JOB_SELECT = "SELECT id, kind, state, payload_json, done, total, message, created_at, updated_at FROM jobs"
+
+
+def _media_record(row: tuple[Any, ...]) -> MediaRecord:
+    values = list(row)
+    values[2] = Path(values[2])
+    values[6] = MediaKind(values[6]) if values[6] is not None else None
+    values[12] = MediaStatus(values[12])
+    return MediaRecord(*values)
+
+
+def _caption_record(row: tuple[Any, ...]) -> CaptionRecord:
+    id_, media_id, text, source, created, updated = row
+    return CaptionRecord(id_, media_id, text, CaptionSource(source), created, updated)
+
+
+def _model_record(row: tuple[Any, ...]) -> ModelRecord:
+    id_, name, method, path, created, metrics, active = row
+    return ModelRecord(id_, name, method, Path(path), created, json.loads(metrics), bool(active))
+
+
+def _job_record(row: tuple[Any, ...]) -> JobRecord:
+    id_, kind, state, payload, done, total, message, created, updated = row
+    return JobRecord(id_, kind, JobState(state), json.loads(payload), done, total, message, created, updated)
+
+
+def _metrics_json(model: str, metrics: dict[str, Any] | None) -> str:
+    def plain(value: Any) -> Any:  # trainers report numpy scalars and arrays
+        if isinstance(value, np.generic | np.ndarray):
+            return value.tolist()
+        raise TypeError(f"{type(value).__name__} is not JSON")
+
+    try:
+        return json.dumps(metrics or {}, default=plain)
+    except (TypeError, ValueError) as exc:
+        raise CatalogError(f"metrics of model {model!r} cannot be stored: {exc}") from exc
+
+
+def _absolute(path: Path | str, what: str) -> str:
+    if not Path(path).is_absolute():
+        raise CatalogError(f"{what} path {str(path)!r} is not absolute")
+    return str(Path(path))
+
+
+# ---------------------------------------------------------------------------------------------- catalog
+
+
+class Catalog(SQLiteStore):
+    """A library's catalog file. ``Catalog(path)`` creates or upgrades it; use as a context manager."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, _MIGRATIONS)
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    # -- roots ---------------------------------------------------------------------------------------------
+
+    def add_root(self, path: Path) -> int:
+        """Add a folder to the library (idempotent); returns its id."""
+        text = _absolute(path, "root")
+        with self.transaction(f"adding root {text}") as conn:
+            conn.execute(
+                "INSERT INTO roots (path, added_at) VALUES (?, ?) ON CONFLICT(path) DO NOTHING",
+                (text, time.time()),
+            )
+            return conn.execute("SELECT id FROM roots WHERE path = ?", (text,)).fetchone()[0]
+
+    def remove_root(self, path: Path) -> None:
+        """Remove a folder and, with it, every media row under it (and their captions, pairs, vectors)."""
+        text = str(Path(path))
+        with self.transaction(f"removing root {text}") as conn:
+            if conn.execute("DELETE FROM roots WHERE path = ?", (text,)).rowcount == 0:
+                raise NotFound(f"root {text} is not in {self.path}")
+
+    def roots(self) -> list[Path]:
+        """The library's folders, in the order they were added."""
+        return [Path(p) for (p,) in self._read("listing roots", "SELECT path FROM roots ORDER BY id")]
+
+    def root_id(self, path: Path) -> int | None:
+        """The id of a root folder, or None."""
+        rows = self._read("finding root", "SELECT id FROM roots WHERE path = ?", (str(Path(path)),))
+        return rows[0][0] if rows else None
+
+    # -- media: scanning -------------------------------------------------------------------------------------
+
+    def plan_scan(
+        self, found: Iterable[tuple[Path, int, int]], root_ids: Iterable[int] | None = None
+    ) -> ScanPlan:
+        """Compare what a scan found, ``(path, size, mtime_ns)`` for every present file, with the catalog.
+
+        ``new``: no row has the path. ``changed``: size or mtime differ from the row, or the row was marked
+        missing and has come back. ``unchanged``: the rest of the found files. ``missing``: rows whose path
+        was not found (only rows under ``root_ids`` when given). Moves are recognised later, by
+        :meth:`upsert_media`, from the content hash of new files.
+        """
+        rows = self._read("planning scan", "SELECT path, size, mtime_ns, status, root_id FROM media")
+        known = {path: (size, mtime, status) for path, size, mtime, status, _ in rows}
+        plan = ScanPlan()
+        seen: set[str] = set()
+        for path, size, mtime_ns in found:
+            entry = FoundFile(Path(path), int(size), int(mtime_ns))
+            key = str(entry.path)
+            seen.add(key)
+            row = known.get(key)
+            if row is None:
+                plan.new.append(entry)
+            elif row[:2] != (entry.size, entry.mtime_ns) or row[2] == MediaStatus.MISSING:
+                plan.changed.append(entry)
+            else:
+                plan.unchanged.append(entry)
+        scope = None if root_ids is None else set(root_ids)
+        plan.missing = [
+            Path(path) for path, *_, root in rows if path not in seen and (scope is None or root in scope)
+        ]
+        return plan
+
+    def upsert_media(
+        self, path: Path, size: int, mtime_ns: int, content_hash: str, root_id: int | None
+    ) -> tuple[int, str]:
+        """Record a present file; returns ``(media_id, outcome)``.
+
+        outcome is ``'unchanged'`` (same size, mtime and hash as the row at this path), ``'changed'`` (the
+        row goes back to pending, so a failed file is retried; its vectors are dropped when the content
+        hash differs), ``'moved'`` (a row marked missing, or whose path no longer exists, has this content
+        hash: its path is updated and its captions, pairs and vectors are kept) or ``'new'`` (pending row).
+        """
+        text = _absolute(path, "media")
+        with self.transaction(f"recording media {text}") as conn:
+            row = conn.execute(
+                "SELECT id, size, mtime_ns, content_hash, status FROM media WHERE path = ?", (text,)
+            ).fetchone()
+            if row is not None:
+                return row[0], self._update_existing(conn, row, size, mtime_ns, content_hash, root_id)
+            moved = self._find_moved(conn, size, content_hash)
+            if moved is not None:
+                conn.execute(
+                    f"UPDATE media SET path = ?, root_id = ?, mtime_ns = ?, status = {_RESTORED_STATUS} "
+                    "WHERE id = ?",
+                    (text, root_id, mtime_ns, moved),
+                )
+                return moved, "moved"
+            cursor = conn.execute(
+                "INSERT INTO media (root_id, path, size, mtime_ns, content_hash, status) "
+                "VALUES (?, ?, ?, ?, ?, 'pending')",
+                (root_id, text, size, mtime_ns, content_hash),
+            )
+            return int(cursor.lastrowid or 0), "new"
+
+    @staticmethod
+    def _update_existing(
+        conn: sqlite3.Connection,
+        row: tuple[Any, ...],
+        size: int,
+        mtime_ns: int,
+        content_hash: str,
+        root_id: int | None,
+    ) -> str:
+        media_id, old_size, old_mtime, old_hash, status = row
+        if (old_size, old_mtime, old_hash) == (size, mtime_ns, content_hash):
+            if status == MediaStatus.MISSING:  # the file came back where it was
+                conn.execute(f"UPDATE media SET status = {_RESTORED_STATUS} WHERE id = ?", (media_id,))
+            return "unchanged"
+        conn.execute(
+            "UPDATE media SET size = ?, mtime_ns = ?, content_hash = ?, root_id = ?, status = 'pending', "
+            "error = NULL, indexed_at = NULL WHERE id = ?",
+            (size, mtime_ns, content_hash, root_id, media_id),
+        )
+        if old_hash != content_hash:  # same hash means same content, so the vectors still hold
+            conn.execute("DELETE FROM embeddings WHERE media_id = ?", (media_id,))
+            conn.execute("DELETE FROM embedding_extras WHERE media_id = ?", (media_id,))
+        return "changed"
+
+    @staticmethod
+    def _find_moved(conn: sqlite3.Connection, size: int, content_hash: str) -> int | None:
+        candidates = conn.execute(
+            "SELECT id, path, status FROM media WHERE content_hash = ? AND size = ? "
+            "ORDER BY status = 'missing' DESC, id",
+            (content_hash, size),
+        ).fetchall()
+        for media_id, path, status in candidates:
+            # a copy whose original still exists is a new item, not a move
+            if status == MediaStatus.MISSING or not os.path.exists(path):
+                return media_id
+        return None
+
+    def mark_missing(self, paths: Iterable[Path]) -> int:
+        """Mark rows whose files are gone; returns how many rows were marked."""
+        params = [(str(Path(p)),) for p in paths]
+        with self.transaction("marking missing media") as conn:
+            before = conn.total_changes
+            conn.executemany("UPDATE media SET status = 'missing' WHERE path = ?", params)
+            return conn.total_changes - before
+
+    def delete_missing(self) -> int:
+        """Delete rows still marked missing (call after moves were matched); returns how many."""
+        with self.transaction("deleting missing media") as conn:
+            return conn.execute("DELETE FROM media WHERE status = 'missing'").rowcount
+
+    # -- media: indexing results -----------------------------------------------------------------------------
+
+    def set_media_ok(
+        self,
+        media_id: int,
+        kind: MediaKind | str,
+        format: str,
+        width: int,
+        height: int,
+        n_frames: int,
+        duration_s: float | None,
+        backbone: str,
+    ) -> None:
+        """Record a successfully indexed item and the backbone its features came from."""
+        self._update_media(
+            media_id,
+            "status = 'ok', error = NULL, kind = ?, format = ?, width = ?, height = ?, n_frames = ?, "
+            "duration_s = ?, features_backbone = ?, indexed_at = ?",
+            (MediaKind(kind).value, format, width, height, n_frames, duration_s, backbone, time.time()),
+        )
+
+    def set_media_failed(self, media_id: int, error: str) -> None:
+        """Record why an item could not be indexed; it is retried only when its size or mtime change."""
+        self._update_media(media_id, "status = 'failed', error = ?, indexed_at = ?", (error, time.time()))
+
+    def _update_media(self, media_id: int, assignments: str, params: tuple[Any, ...]) -> None:
+        with self.transaction(f"updating media {media_id}") as conn:
+            if (
+                conn.execute(f"UPDATE media SET {assignments} WHERE id = ?", (*params, media_id)).rowcount
+                == 0
+            ):
+                raise NotFound(f"media {media_id} is not in {self.path}")
+
+    def media(self, media_id: int) -> MediaRecord:
+        """One media row by id; raises :class:`NotFound`."""
+        rows = self._read("reading media", f"SELECT {_MEDIA_COLUMNS} FROM media WHERE id = ?", (media_id,))
+        if not rows:
+            raise NotFound(f"media {media_id} is not in {self.path}")
+        return _media_record(rows[0])
+
+    def media_by_path(self, path: Path) -> MediaRecord | None:
+        """The media row at a path, or None."""
+        rows = self._read("reading media", f"SELECT {_MEDIA_COLUMNS} FROM media WHERE path = ?", (str(path),))
+        return _media_record(rows[0]) if rows else None
+
+    def iter_media(self, status: MediaStatus | str | None = None) -> Iterator[MediaRecord]:
+        """Every media row (optionally of one status) in id order, read a page at a time."""
+        where = "" if status is None else "AND status = ?"
+        extra = () if status is None else (MediaStatus(status).value,)
+        last = 0
+        while True:
+            rows = self._read(
+                "listing media",
+                f"SELECT {_MEDIA_COLUMNS} FROM media WHERE id > ? {where} ORDER BY id LIMIT {_PAGE}",
+                (last, *extra),
+            )
+            yield from map(_media_record, rows)
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    def pending_media(self) -> list[MediaRecord]:
+        """Rows still to be indexed; an interrupted index resumes from these."""
+        return list(self.iter_media(MediaStatus.PENDING))
+
+    def failures(self) -> list[tuple[Path, str]]:
+        """``(path, error)`` of every file that could not be indexed."""
+        rows = self._read(
+            "listing failures", "SELECT path, error FROM media WHERE status = 'failed' ORDER BY id"
+        )
+        return [(Path(path), error or "") for path, error in rows]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{"status": {status: n}, "kind": {kind: n}}``; kinds count indexed (ok) items only."""
+        by_status = self._read("counting media", "SELECT status, COUNT(*) FROM media GROUP BY status")
+        by_kind = self._read(
+            "counting media", "SELECT kind, COUNT(*) FROM media WHERE status = 'ok' GROUP BY kind"
+        )
+        return {"status": dict(by_status), "kind": dict(by_kind)}
+
+    # -- captions ------------------------------------------------------------------------------------------
+
+    def add_caption(self, media_id: int, text: str, source: CaptionSource | str) -> int:
+        """Add a caption; returns its id. An item has at most one pseudo caption."""
+        now = time.time()
+        with self.transaction(f"adding caption to media {media_id}") as conn:
+            cursor = conn.execute(
+                "INSERT INTO captions (media_id, text, source, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (media_id, text, CaptionSource(source).value, now, now),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def update_caption(self, caption_id: int, text: str) -> None:
+        """Replace a caption's text."""
+        with self.transaction(f"updating caption {caption_id}") as conn:
+            cursor = conn.execute(
+                "UPDATE captions SET text = ?, updated_at = ? WHERE id = ?", (text, time.time(), caption_id)
+            )
+            if cursor.rowcount == 0:
+                raise NotFound(f"caption {caption_id} is not in {self.path}")
+
+    def delete_caption(self, caption_id: int) -> None:
+        """Delete a caption."""
+        with self.transaction(f"deleting caption {caption_id}") as conn:
+            if conn.execute("DELETE FROM captions WHERE id = ?", (caption_id,)).rowcount == 0:
+                raise NotFound(f"caption {caption_id} is not in {self.path}")
+
+    def captions(
+        self, media_id: int, sources: Iterable[CaptionSource | str] | None = None
+    ) -> list[CaptionRecord]:
+        """An item's captions (optionally only some sources), oldest first."""
+        rows = self._read(
+            "reading captions",
+            "SELECT id, media_id, text, source, created_at, updated_at FROM captions "
+            "WHERE media_id = ? ORDER BY id",
+            (media_id,),
+        )
+        records = map(_caption_record, rows)
+        if sources is None:
+            return list(records)
+        wanted = {CaptionSource(s) for s in sources}
+        return [r for r in records if r.source in wanted]
+
+    def set_pseudo_caption(self, media_id: int, text: str) -> int:
+        """Replace the item's one pseudo caption; returns the new caption's id."""
+        with self.transaction(f"setting pseudo caption of media {media_id}"):
+            self._live().execute("DELETE FROM captions WHERE media_id = ? AND source = 'pseudo'", (media_id,))
+            return self.add_caption(media_id, text, CaptionSource.PSEUDO)
+
+    def iter_captions(self, source: CaptionSource | str | None = None) -> Iterator[CaptionRecord]:
+        """Every caption (optionally of one source) in id order, read a page at a time."""
+        where = "" if source is None else "AND source = ?"
+        extra = () if source is None else (CaptionSource(source).value,)
+        last = 0
+        while True:
+            rows = self._read(
+                "listing captions",
+                "SELECT id, media_id, text, source, created_at, updated_at FROM captions "
+                f"WHERE id > ? {where} ORDER BY id LIMIT {_PAGE}",
+                (last, *extra),
+            )
+            yield from map(_caption_record, rows)
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    # -- pairs ---------------------------------------------------------------------------------------------
+
+    def add_pair(self, media_id: int, query: str, label: int, source: CaptionSource | str) -> int:
+        """Record that ``query`` matches (label +1) or does not match (-1) the item; returns the pair id."""
+        if label not in (1, -1):
+            raise CatalogError(f"pair label {label!r} for media {media_id} is not +1 or -1")
+        with self.transaction(f"adding pair to media {media_id}") as conn:
+            cursor = conn.execute(
+                "INSERT INTO pairs (media_id, query, label, source, created_at) VALUES (?, ?, ?, ?, ?)",
+                (media_id, query, label, CaptionSource(source).value, time.time()),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def delete_pair(self, pair_id: int) -> None:
+        """Delete a pair."""
+        with self.transaction(f"deleting pair {pair_id}") as conn:
+            if conn.execute("DELETE FROM pairs WHERE id = ?", (pair_id,)).rowcount == 0:
+                raise NotFound(f"pair {pair_id} is not in {self.path}")
+
+    def pairs(
+        self, media_id: int | None = None, source: CaptionSource | str | None = None
+    ) -> list[PairRecord]:
+        """Pairs, optionally of one item and/or one source, oldest first."""
+        clauses, params = ["1"], []
+        if media_id is not None:
+            clauses.append("media_id = ?")
+            params.append(media_id)
+        if source is not None:
+            clauses.append("source = ?")
+            params.append(CaptionSource(source).value)
+        rows = self._read(
+            "listing pairs",
+            "SELECT id, media_id, query, label, source, created_at FROM pairs "
+            f"WHERE {' AND '.join(clauses)} ORDER BY id",
+            params,
+        )
+        return [PairRecord(i, m, q, lab, CaptionSource(s), c) for i, m, q, lab, s, c in rows]
+
+    # -- models --------------------------------------------------------------------------------------------
+
+    def register_model(
+        self, name: str, method: str, path: Path, metrics: dict[str, Any] | None = None
+    ) -> int:
+        """Register a trained model (inactive); returns its id. Names are unique."""
+        with self.transaction(f"registering model {name!r}") as conn:
+            if conn.execute("SELECT 1 FROM models WHERE name = ?", (name,)).fetchone():
+                raise CatalogError(f"model {name!r} is already registered in {self.path}")
+            cursor = conn.execute(
+                "INSERT INTO models (name, method, path, created_at, metrics_json) VALUES (?, ?, ?, ?, ?)",
+                (name, method, str(path), time.time(), _metrics_json(name, metrics)),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def models(self) -> list[ModelRecord]:
+        """All registered models, oldest first."""
+        return [_model_record(r) for r in self._read("listing models", f"{_MODEL_SELECT} ORDER BY id")]
+
+    def model(self, name: str) -> ModelRecord:
+        """A model by name; raises :class:`NotFound`."""
+        rows = self._read("reading model", f"{_MODEL_SELECT} WHERE name = ?", (name,))
+        if not rows:
+            raise NotFound(f"model {name!r} is not registered in {self.path}")
+        return _model_record(rows[0])
+
+    def active_model(self) -> ModelRecord | None:
+        """The model searches use, or None."""
+        rows = self._read("reading active model", f"{_MODEL_SELECT} WHERE is_active = 1")
+        return _model_record(rows[0]) if rows else None
+
+    def set_active_model(self, name: str | None) -> None:
+        """Make ``name`` the one active model (None: no model). Deletes nothing."""
+        with self.transaction(f"activating model {name!r}") as conn:
+            conn.execute("UPDATE models SET is_active = 0 WHERE is_active = 1")
+            if name is not None:
+                if conn.execute("UPDATE models SET is_active = 1 WHERE name = ?", (name,)).rowcount == 0:
+                    raise NotFound(f"model {name!r} is not registered in {self.path}")
+
+    def delete_model(self, name: str) -> None:
+        """Unregister a model and delete its embeddings (the checkpoint file is the caller's to remove)."""
+        with self.transaction(f"deleting model {name!r}") as conn:
+            if conn.execute("DELETE FROM models WHERE name = ?", (name,)).rowcount == 0:
+                raise NotFound(f"model {name!r} is not registered in {self.path}")
+
+    # -- embeddings ----------------------------------------------------------------------------------------
+
+    def put_embeddings(
+        self,
+        model_id: int,
+        media_ids: Sequence[int],
+        vectors: np.ndarray,
+        extras: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """Store ``vectors`` (N, K, D) float32 and per-item ``extras`` (each (N, ...)) of ``media_ids``.
+
+        One transaction; it replaces whatever the model had for those items (vectors and extras).
+        """
+        ids = [int(i) for i in media_ids]
+        extras = extras or {}
+        self._check_embeddings(model_id, ids, vectors, extras)
+        vectors = np.ascontiguousarray(vectors, dtype="<f4")
+        n, k = vectors.shape[:2]
+        with self.transaction(f"storing {n} embeddings of model {model_id}") as conn:
+            self._delete_embedding_rows(conn, model_id, ids)
+            conn.executemany(
+                "INSERT INTO embeddings (media_id, model_id, head, vector) VALUES (?, ?, ?, ?)",
+                ((ids[i], model_id, h, vectors[i, h].tobytes()) for i in range(n) for h in range(k)),
+            )
+            for name, array in extras.items():
+                array = np.ascontiguousarray(array)
+                dtype, shape = array.dtype.newbyteorder("<").str, json.dumps(array.shape[1:])
+                conn.executemany(
+                    "INSERT INTO embedding_extras (media_id, model_id, name, dtype, shape_json, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        (ids[i], model_id, name, dtype, shape, array[i].astype(dtype).tobytes())
+                        for i in range(n)
+                    ),
+                )
+
+    @staticmethod
+    def _check_embeddings(
+        model_id: int, ids: list[int], vectors: np.ndarray, extras: dict[str, np.ndarray]
+    ) -> None:
+        if vectors.ndim != 3 or vectors.dtype != np.float32:
+            raise CatalogError(
+                f"embeddings of model {model_id} must be float32 (N, K, D), "
+                f"got {vectors.dtype} {vectors.shape}"
+            )
+        if len(ids) != vectors.shape[0] or len(set(ids)) != len(ids):
+            raise CatalogError(
+                f"model {model_id}: {len(ids)} media ids (unique: {len(set(ids))}) "
+                f"for {vectors.shape[0]} vectors"
+            )
+        for name, array in extras.items():
+            if array.shape[:1] != (len(ids),):
+                raise CatalogError(
+                    f"extra {name!r} of model {model_id} has shape {array.shape}, want ({len(ids)}, ...)"
+                )
+
+    @staticmethod
+    def _delete_embedding_rows(conn: sqlite3.Connection, model_id: int, ids: Sequence[int] | None) -> None:
+        for table in ("embeddings", "embedding_extras"):
+            if ids is None:
+                conn.execute(f"DELETE FROM {table} WHERE model_id = ?", (model_id,))
+            else:
+                conn.executemany(
+                    f"DELETE FROM {table} WHERE model_id = ? AND media_id = ?", ((model_id, i) for i in ids)
+                )
+
+    def get_embeddings(
+        self, model_id: int, media_ids: Sequence[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """``(ids, vectors (N, K, D) float32, extras)`` of a model, in ``media_ids`` order when given.
+
+        Requested items the model has no vectors for are left out (compare ``ids``); with none at all the
+        vectors have shape (0, 0, 0).
+        """
+        rows = self._embedding_rows(model_id, media_ids)
+        ids, vectors = self._stack_vectors(model_id, rows)
+        if media_ids is not None:
+            position = {int(m): i for i, m in enumerate(ids)}
+            order = np.array([position[int(m)] for m in media_ids if int(m) in position], dtype=np.int64)
+            ids, vectors = ids[order], vectors[order]
+        return ids, vectors, self._extras(model_id, ids, every_item=media_ids is None)
+
+    def _embedding_rows(self, model_id: int, media_ids: Sequence[int] | None) -> list[tuple[Any, ...]]:
+        what = f"reading embeddings of model {model_id}"
+        select = "SELECT media_id, head, vector FROM embeddings WHERE model_id = ?"
+        if media_ids is None:
+            return self._read(what, f"{select} ORDER BY media_id, head", (model_id,))
+        wanted = sorted({int(m) for m in media_ids})
+        rows = self._read_in(
+            what, f"{select} AND media_id IN ({{marks}}) ORDER BY media_id, head", (model_id,), wanted
+        )
+        return rows
+
+    def _stack_vectors(self, model_id: int, rows: list[tuple[Any, ...]]) -> tuple[np.ndarray, np.ndarray]:
+        if not rows:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 0, 0), dtype=np.float32)
+        media = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        heads = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        k = int(heads.max()) + 1
+        sizes = {len(r[2]) for r in rows}
+        # rows are sorted by (media, head): a well-formed model has heads 0..K-1 for every item
+        if (
+            len(rows) % k
+            or not np.array_equal(heads, np.tile(np.arange(k), len(rows) // k))
+            or len(sizes) != 1
+        ):
+            raise CatalogError(f"embeddings of model {model_id} in {self.path} have uneven heads or sizes")
+        vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").astype(np.float32)
+        return media[::k].copy(), vectors.reshape(len(rows) // k, k, sizes.pop() // 4)
+
+    def _extras(self, model_id: int, ids: np.ndarray, every_item: bool) -> dict[str, np.ndarray]:
+        what = f"reading extras of model {model_id}"
+        select = "SELECT media_id, name, dtype, shape_json, data FROM embedding_extras WHERE model_id = ?"
+        if every_item:  # one scan of the model's rows instead of thousands of IN lists
+            rows = self._read(what, select, (model_id,))
+        else:
+            rows = self._read_in(what, f"{select} AND media_id IN ({{marks}})", (model_id,), ids.tolist())
+        by_name: dict[str, dict[int, np.ndarray]] = {}
+        for media_id, name, dtype, shape, data in rows:
+            array = np.frombuffer(data, dtype=dtype).reshape(json.loads(shape))
+            by_name.setdefault(name, {})[media_id] = array
+        extras = {}
+        for name, items in by_name.items():
+            if any(int(i) not in items for i in ids):
+                raise CatalogError(
+                    f"extra {name!r} of model {model_id} is missing for some items in {self.path}"
+                )
+            stacked = np.stack([items[int(i)] for i in ids])
+            extras[name] = stacked.astype(stacked.dtype.newbyteorder("="))  # stored little-endian
+        return extras
+
+    def delete_embeddings(self, model_id: int, media_ids: Sequence[int] | None = None) -> None:
+        """Delete a model's vectors and extras (of some items, or all)."""
+        ids = None if media_ids is None else [int(i) for i in media_ids]
+        with self.transaction(f"deleting embeddings of model {model_id}") as conn:
+            self._delete_embedding_rows(conn, model_id, ids)
+
+    def embedded_ids(self, model_id: int) -> set[int]:
+        """Ids of the items the model has vectors for."""
+        rows = self._read(
+            f"listing embedded items of model {model_id}",
+            "SELECT DISTINCT media_id FROM embeddings WHERE model_id = ?",
+            (model_id,),
+        )
+        return {r[0] for r in rows}
+
+    # -- jobs ----------------------------------------------------------------------------------------------
+
+    def create_job(self, kind: str, payload: dict[str, Any] | None = None, total: int = 0) -> int:
+        """Record a queued job; returns its id."""
+        now = time.time()
+        with self.transaction(f"creating {kind} job") as conn:
+            cursor = conn.execute(
+                "INSERT INTO jobs (kind, state, payload_json, total, created_at, updated_at) "
+                "VALUES (?, 'queued', ?, ?, ?, ?)",
+                (kind, json.dumps(payload or {}), total, now, now),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def update_job(
+        self,
+        job_id: int,
+        state: JobState | str | None = None,
+        done: int | None = None,
+        total: int | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Update the fields given (None leaves a field as it is)."""
+        values = {
+            "state": None if state is None else JobState(state).value,
+            "done": done,
+            "total": total,
+            "message": message,
+        }
+        given = {k: v for k, v in values.items() if v is not None}
+        assignments = "".join(f"{column} = ?, " for column in given)
+        with self.transaction(f"updating job {job_id}") as conn:
+            cursor = conn.execute(
+                f"UPDATE jobs SET {assignments}updated_at = ? WHERE id = ?",
+                (*given.values(), time.time(), job_id),
+            )
+            if cursor.rowcount == 0:
+                raise NotFound(f"job {job_id} is not in {self.path}")
+
+    def job(self, job_id: int) -> JobRecord:
+        """A job by id; raises :class:`NotFound`."""
+        rows = self._read("reading job", f"{_JOB_SELECT} WHERE id = ?", (job_id,))
+        if not rows:
+            raise NotFound(f"job {job_id} is not in {self.path}")
+        return _job_record(rows[0])
+
+    def jobs(self, state: JobState | str | None = None) -> list[JobRecord]:
+        """Jobs (optionally in one state), newest first."""
+        if state is None:
+            rows = self._read("listing jobs", f"{_JOB_SELECT} ORDER BY id DESC")
+        else:
+            rows = self._read(
+                "listing jobs", f"{_JOB_SELECT} WHERE state = ? ORDER BY id DESC", (JobState(state).value,)
+            )
+        return [_job_record(r) for r in rows]

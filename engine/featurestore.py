@@ -1,0 +1,397 @@
+"""Cached backbone features, shared by every library and by the trainer.
+
+Features depend only on a file's content and on the backbone that computed them, so they are keyed by
+``(content_hash, backbone_id)`` (:func:`engine.catalog.content_hash`): the same photo in two libraries,
+or in a training caption folder, is run through the backbone once. The store is its own SQLite file
+(``features.sqlite``, beside the catalog), with the catalog's settings: WAL, ``synchronous=NORMAL``, one
+transaction per write, a lock around the one connection, and ``auto_vacuum=INCREMENTAL`` so deleting features
+gives the space back.
+
+What is kept per item, as float16 (features) or int16 (ImageNet class ids) blobs:
+
+- ``global``: the pooled feature, (D,) with D = 1280 for EfficientNet-Lite0. Always present; for an animation
+  or video it is whatever the extractor pools over frames.
+- ``local``: the 7x7 map as (49, D), still images only.
+- ``frames``: (T, D) pooled features of sampled frames, animations and videos only.
+- ``region_top_ids`` / ``region_top_probs``: (R, k) top-k ImageNet classes of each region (e.g. 49 x 3), and
+  ``image_top_ids`` / ``image_top_probs``: (k,) top classes of the whole image (e.g. 5) -- the compact
+  record of regional semantics that pseudo-pair mining reads, instead of 49 x 1000 logits.
+
+Policy for big libraries: a still image costs about 125 KB of local features (49 x 1280 x 2 bytes) against
+2.5 KB for its global feature. Local features are kept for at most ``max_local_items`` items (default 50,000,
+about 6 GB); past the cap an item is stored with its global feature, frames and region tops only, and whoever
+needs its local features (the trainer, for the items it samples) recomputes them. Replacing an item that
+already has local features keeps within the cap. :meth:`FeatureStore.stats` reports the sizes.
+
+Arrays come back as float16 / int16 in native byte order, writable; cast with ``.astype(np.float32)``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.catalog import CatalogError, SQLiteStore
+
+FEATURES_FILENAME = "features.sqlite"
+DEFAULT_MAX_LOCAL_ITEMS = 50_000
+_F16 = np.dtype("<f2")
+_I16 = np.dtype("<i2")
+_F16_MAX = float(np.finfo(np.float16).max)
+
+
+class FeatureStoreError(CatalogError):
+    """A feature store operation failed, or a record has the wrong shape; the message names the item."""
+
+
+@dataclass(eq=False, kw_only=True)
+class FeatureRecord:
+    """Backbone outputs of one media file; every field is optional (see the module docstring for shapes).
+
+    ``global_`` is the ``global`` field (``global`` is a Python keyword); :meth:`FeatureStore.put` needs it.
+    """
+
+    global_: np.ndarray | None = None
+    local: np.ndarray | None = None
+    frames: np.ndarray | None = None
+    region_top_ids: np.ndarray | None = None
+    region_top_probs: np.ndarray | None = None
+    image_top_ids: np.ndarray | None = None
+    image_top_probs: np.ndarray | None = None
+
+    def get(self, field: str) -> np.ndarray | None:
+        """A field by its store name (``'global'``, ``'local'``, ...)."""
+        if field not in FIELDS:
+            raise FeatureStoreError(f"unknown feature field {field!r}; known: {', '.join(FIELDS)}")
+        return getattr(self, "global_" if field == "global" else field)
+
+
+FIELDS = (
+    "global",
+    "local",
+    "frames",
+    "region_top_ids",
+    "region_top_probs",
+    "image_top_ids",
+    "image_top_probs",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureStoreStats:
+    """Counts and sizes in bytes (feature payloads, and the whole file)."""
+
+    items: int
+    local_items: int
+    frame_items: int
+    global_bytes: int
+    local_bytes: int
+    frame_bytes: int
+    file_bytes: int
+    max_local_items: int
+
+
+def top_k_classes(probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` most probable classes along the last axis: ``(ids int16, probs float16)``, best first.
+
+    ``probs`` is (C,) for a whole image or (R, C) for R regions (softmax of the ImageNet logits).
+    """
+    probs = np.asarray(probs, dtype=np.float32)
+    if not 0 < k <= probs.shape[-1]:
+        raise FeatureStoreError(f"top-k with k={k} over {probs.shape[-1]} classes")
+    part = np.argpartition(-probs, k - 1, axis=-1)[..., :k]
+    order = np.argsort(-np.take_along_axis(probs, part, axis=-1), axis=-1, kind="stable")
+    ids = np.take_along_axis(part, order, axis=-1)
+    return ids.astype(np.int16), np.take_along_axis(probs, ids, axis=-1).astype(np.float16)
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+def _schema_v1(conn: sqlite3.Connection) -> None:
+    """Small per-item fields in ``items``; the big ones in their own tables so reading globals stays fast."""
+    conn.execute(
+        """CREATE TABLE items (
+            id INTEGER PRIMARY KEY, content_hash TEXT NOT NULL, backbone TEXT NOT NULL, dim INTEGER NOT NULL,
+            global_feature BLOB NOT NULL, region_k INTEGER, region_top_ids BLOB, region_top_probs BLOB,
+            image_top_ids BLOB, image_top_probs BLOB, created_at REAL NOT NULL,
+            UNIQUE (content_hash, backbone))"""
+    )
+    for table, count in (("locals", "n_regions"), ("frames", "n_frames")):
+        conn.execute(
+            f"""CREATE TABLE {table} (
+                item_id INTEGER PRIMARY KEY REFERENCES items(id) ON DELETE CASCADE,
+                {count} INTEGER NOT NULL, data BLOB NOT NULL)"""
+        )
+
+
+_MIGRATIONS = (_schema_v1,)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    dim: int
+    global_feature: bytes
+    local: tuple[int, bytes] | None
+    frames: tuple[int, bytes] | None
+    region_k: int | None
+    region_top_ids: bytes | None
+    region_top_probs: bytes | None
+    image_top_ids: bytes | None
+    image_top_probs: bytes | None
+
+
+def _half(key: str, name: str, array: np.ndarray, ndim: int, dim: int | None = None) -> np.ndarray:
+    array = np.asarray(array)
+    if array.ndim != ndim or (dim is not None and array.shape[-1] != dim):
+        want = f"{ndim}-D" + ("" if dim is None else f" with last axis {dim}")
+        raise FeatureStoreError(f"{name} features of {key} have shape {array.shape}, want {want}")
+    # checked on the input (cheap min/max; NaN fails both comparisons) rather than on the float16 copy
+    if array.size and not (array.max() <= _F16_MAX and array.min() >= -_F16_MAX):
+        raise FeatureStoreError(f"{name} features of {key} are not finite in float16")
+    return array.astype(_F16)
+
+
+def _class_ids(key: str, name: str, array: np.ndarray, shape: tuple[int, ...]) -> bytes:
+    array = np.asarray(array)
+    if array.shape != shape or not np.issubdtype(array.dtype, np.integer):
+        raise FeatureStoreError(
+            f"{name} of {key} have shape {array.shape} {array.dtype}, want integers {shape}"
+        )
+    if array.size and (array.min() < 0 or array.max() > np.iinfo(np.int16).max):
+        raise FeatureStoreError(f"{name} of {key} fall outside 0..32767")
+    return array.astype(_I16).tobytes()
+
+
+def _encode(key: str, record: FeatureRecord) -> _Encoded:
+    if record.global_ is None:
+        raise FeatureStoreError(f"feature record of {key} has no global feature")
+    global_feature = _half(key, "global", record.global_, 1)
+    dim = global_feature.shape[0]
+    local = None if record.local is None else _half(key, "local", record.local, 2, dim)
+    frames = None if record.frames is None else _half(key, "frames", record.frames, 2, dim)
+    region = _encode_tops(key, "region", record.region_top_ids, record.region_top_probs, 2)
+    image = _encode_tops(key, "image", record.image_top_ids, record.image_top_probs, 1)
+    return _Encoded(
+        dim=dim,
+        global_feature=global_feature.tobytes(),
+        local=None if local is None else (local.shape[0], local.tobytes()),
+        frames=None if frames is None else (frames.shape[0], frames.tobytes()),
+        region_k=None if region is None else region[0],
+        region_top_ids=None if region is None else region[1],
+        region_top_probs=None if region is None else region[2],
+        image_top_ids=None if image is None else image[1],
+        image_top_probs=None if image is None else image[2],
+    )
+
+
+def _encode_tops(
+    key: str, name: str, ids: np.ndarray | None, probs: np.ndarray | None, ndim: int
+) -> tuple[int, bytes, bytes] | None:
+    if ids is None and probs is None:
+        return None
+    if ids is None or probs is None:
+        raise FeatureStoreError(f"{name} top classes of {key} need both ids and probabilities")
+    half = _half(key, f"{name} top probabilities", probs, ndim)
+    return half.shape[-1], _class_ids(key, f"{name} top ids", ids, half.shape), half.tobytes()
+
+
+def _floats(blob: bytes | None, *shape: int) -> np.ndarray | None:
+    return None if blob is None else np.frombuffer(blob, dtype=_F16).reshape(shape).astype(np.float16)
+
+
+def _ints(blob: bytes | None, *shape: int) -> np.ndarray | None:
+    return None if blob is None else np.frombuffer(blob, dtype=_I16).reshape(shape).astype(np.int16)
+
+
+# field -> (columns it reads after ``dim``, decoder of (dim, *columns))
+_DECODERS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray | None]]] = {
+    "global": (("i.global_feature",), lambda dim, blob: _floats(blob, dim)),
+    "local": (("l.n_regions", "l.data"), lambda dim, n, blob: _floats(blob, n, dim)),
+    "frames": (("f.n_frames", "f.data"), lambda dim, n, blob: _floats(blob, n, dim)),
+    "region_top_ids": (("i.region_k", "i.region_top_ids"), lambda dim, k, blob: _ints(blob, -1, k)),
+    "region_top_probs": (("i.region_k", "i.region_top_probs"), lambda dim, k, blob: _floats(blob, -1, k)),
+    "image_top_ids": (("i.image_top_ids",), lambda dim, blob: _ints(blob, -1)),
+    "image_top_probs": (("i.image_top_probs",), lambda dim, blob: _floats(blob, -1)),
+}
+
+
+def _select(fields: Sequence[str]) -> str:
+    unknown = [f for f in fields if f not in _DECODERS]
+    if unknown:
+        raise FeatureStoreError(f"unknown feature fields {unknown}; known: {', '.join(FIELDS)}")
+    columns = [column for f in fields for column in _DECODERS[f][0]]
+    joins = "".join(
+        f" LEFT JOIN {table} {alias} ON {alias}.item_id = i.id"
+        for field, table, alias in (("local", "locals", "l"), ("frames", "frames", "f"))
+        if field in fields
+    )
+    return f"SELECT i.content_hash, i.dim, {', '.join(columns)} FROM items i{joins}"
+
+
+def _decode(row: tuple, fields: Sequence[str]) -> FeatureRecord:
+    dim, values, record = row[1], row[2:], FeatureRecord()
+    for field in fields:
+        columns, decoder = _DECODERS[field]
+        array = decoder(dim, *values[: len(columns)])
+        values = values[len(columns) :]
+        setattr(record, "global_" if field == "global" else field, array)
+    return record
+
+
+# ---------------------------------------------------------------------------------------------- store
+
+
+class FeatureStore(SQLiteStore):
+    """The feature cache file. ``FeatureStore(path, max_local_items)``; use as a context manager."""
+
+    error = FeatureStoreError
+
+    def __init__(self, path: Path, max_local_items: int = DEFAULT_MAX_LOCAL_ITEMS) -> None:
+        if max_local_items < 0:
+            raise FeatureStoreError(f"max_local_items={max_local_items} is negative")
+        self.max_local_items = max_local_items
+        # auto_vacuum only takes effect before the first table exists
+        super().__init__(path, _MIGRATIONS, first_pragmas=("PRAGMA auto_vacuum=INCREMENTAL",))
+
+    def __enter__(self) -> FeatureStore:
+        return self
+
+    def put(self, content_hash: str, backbone: str, record: FeatureRecord) -> None:
+        """Store (replace) one item's features; local features are dropped past the cap."""
+        self.put_many([(content_hash, record)], backbone)
+
+    def put_many(self, items: Iterable[tuple[str, FeatureRecord]], backbone: str) -> int:
+        """Store (replace) many items in one transaction; returns how many lost local features to the cap.
+
+        A record with a bad shape rolls the whole batch back.
+        """
+        dropped = 0
+        with self.transaction(f"storing {backbone} features") as conn:
+            n_local = conn.execute("SELECT COUNT(*) FROM locals").fetchone()[0]
+            for content_hash, record in items:
+                encoded = _encode(f"{content_hash} ({backbone})", record)
+                item_id = self._upsert_item(conn, content_hash, backbone, encoded)
+                n_local -= conn.execute("DELETE FROM locals WHERE item_id = ?", (item_id,)).rowcount
+                conn.execute("DELETE FROM frames WHERE item_id = ?", (item_id,))
+                if encoded.local is not None and n_local >= self.max_local_items:
+                    dropped += 1
+                elif encoded.local is not None:
+                    conn.execute("INSERT INTO locals VALUES (?, ?, ?)", (item_id, *encoded.local))
+                    n_local += 1
+                if encoded.frames is not None:
+                    conn.execute("INSERT INTO frames VALUES (?, ?, ?)", (item_id, *encoded.frames))
+        return dropped
+
+    @staticmethod
+    def _upsert_item(conn: sqlite3.Connection, content_hash: str, backbone: str, e: _Encoded) -> int:
+        row = conn.execute(
+            """INSERT INTO items (content_hash, backbone, dim, global_feature, region_k, region_top_ids,
+                   region_top_probs, image_top_ids, image_top_probs, created_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (content_hash, backbone) DO UPDATE SET
+                   dim = excluded.dim, global_feature = excluded.global_feature, region_k = excluded.region_k,
+                   region_top_ids = excluded.region_top_ids, region_top_probs = excluded.region_top_probs,
+                   image_top_ids = excluded.image_top_ids, image_top_probs = excluded.image_top_probs,
+                   created_at = excluded.created_at
+               RETURNING id""",
+            (
+                content_hash,
+                backbone,
+                e.dim,
+                e.global_feature,
+                e.region_k,
+                e.region_top_ids,
+                e.region_top_probs,
+                e.image_top_ids,
+                e.image_top_probs,
+                time.time(),
+            ),
+        ).fetchone()
+        return int(row[0])
+
+    def get(self, content_hash: str, backbone: str) -> FeatureRecord | None:
+        """Every stored field of one item, or None."""
+        return self.get_many([content_hash], backbone, FIELDS).get(content_hash)
+
+    def get_many(
+        self, hashes: Sequence[str], backbone: str, fields: Sequence[str] = ("global",)
+    ) -> dict[str, FeatureRecord]:
+        """Records of the stored items among ``hashes``, only ``fields`` loaded; absent ones are left out."""
+        sql = f"{_select(fields)} WHERE i.backbone = ? AND i.content_hash IN ({{marks}})"
+        rows = self._read_in(f"reading {backbone} features", sql, (backbone,), list(dict.fromkeys(hashes)))
+        return {row[0]: _decode(row, fields) for row in rows}
+
+    def stack(self, hashes: Sequence[str], backbone: str, field: str = "global") -> np.ndarray:
+        """One field of many items stacked in ``hashes`` order, e.g. (N, D) globals; all must have it."""
+        records = self.get_many(hashes, backbone, (field,))
+        arrays = []
+        for content_hash in hashes:
+            array = records[content_hash].get(field) if content_hash in records else None
+            if array is None:
+                raise FeatureStoreError(f"no {field} features for {content_hash} ({backbone}) in {self.path}")
+            arrays.append(array)
+        if not arrays:
+            raise FeatureStoreError(f"nothing to stack: no hashes given for {field} ({backbone})")
+        return np.stack(arrays)
+
+    def has(self, content_hash: str, backbone: str) -> bool:
+        """Whether the item has features from this backbone."""
+        return not self.missing([content_hash], backbone)
+
+    def missing(self, hashes: Iterable[str], backbone: str) -> list[str]:
+        """The hashes (first occurrences, in order) that have no features from this backbone."""
+        unique = list(dict.fromkeys(hashes))
+        rows = self._read_in(
+            f"checking {backbone} features",
+            "SELECT content_hash FROM items WHERE backbone = ? AND content_hash IN ({marks})",
+            (backbone,),
+            unique,
+        )
+        present = {r[0] for r in rows}
+        return [h for h in unique if h not in present]
+
+    def delete_unreferenced(self, keep_hashes: Iterable[str]) -> int:
+        """Delete the features (of every backbone) of items not in ``keep_hashes``; returns how many items."""
+        with self.transaction("deleting unreferenced features") as conn:
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS keep_hashes (content_hash TEXT PRIMARY KEY)")
+            conn.execute("DELETE FROM keep_hashes")
+            conn.executemany("INSERT OR IGNORE INTO keep_hashes VALUES (?)", ((h,) for h in keep_hashes))
+            deleted = conn.execute(
+                "DELETE FROM items WHERE content_hash NOT IN (SELECT content_hash FROM keep_hashes)"
+            ).rowcount
+            conn.execute("DELETE FROM keep_hashes")
+        self._read("returning free pages", "PRAGMA incremental_vacuum")
+        return deleted
+
+    def stats(self) -> FeatureStoreStats:
+        """How many items have which features, and how many bytes they take."""
+        what = "measuring feature store"
+        items, global_bytes = self._read(
+            what, "SELECT COUNT(*), COALESCE(SUM(LENGTH(global_feature)), 0) FROM items"
+        )[0]
+        local_items, local_bytes = self._read(
+            what, "SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM locals"
+        )[0]
+        frame_items, frame_bytes = self._read(
+            what, "SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM frames"
+        )[0]
+        pages = self._read(what, "PRAGMA page_count")[0][0] * self._read(what, "PRAGMA page_size")[0][0]
+        return FeatureStoreStats(
+            items,
+            local_items,
+            frame_items,
+            global_bytes,
+            local_bytes,
+            frame_bytes,
+            pages,
+            self.max_local_items,
+        )

@@ -1,0 +1,141 @@
+"""Video frames through OpenCV (FFmpeg backend): seek by index, else read in order, always bounded.
+
+The container's frame count is trusted first and frames are fetched by seeking to their index. When
+seeking fails (a read after a seek returns nothing: the count was too high, or the stream cannot seek)
+or the count is missing or absurd, the frames are counted by reading them in order, at most
+:data:`limits.MAX_VIDEO_SEQUENTIAL_FRAMES`, and the sample is taken among those.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from engine.media import limits
+from engine.media.errors import MediaError, translated_errors
+from engine.media.sniff import CheckedFile
+from engine.media.stills import check_pixels
+
+T = TypeVar("T")
+_MAX_PLAUSIBLE_FPS = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class VideoStream:
+    """What the container says about a video; ``counted`` is True when ``n_frames`` came from reading
+    the frames in order (then seeking is not attempted)."""
+
+    width: int
+    height: int
+    n_frames: int
+    fps: float | None
+    counted: bool
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.n_frames / self.fps if self.fps else None
+
+
+@contextmanager
+def _capture(checked: CheckedFile) -> Iterator[cv2.VideoCapture]:
+    capture = cv2.VideoCapture(str(checked.path), cv2.CAP_FFMPEG)
+    try:
+        if not capture.isOpened():
+            if not checked.path.exists():
+                raise MediaError("file disappeared")
+            raise MediaError(f"corrupt or unsupported {checked.display}")
+        yield capture
+    finally:
+        capture.release()
+
+
+def inspect_video(checked: CheckedFile) -> VideoStream:
+    """Size, frame rate and frame count of a video; MediaError when it has no decodable frame."""
+    with translated_errors(checked.display), _capture(checked) as capture:
+        width = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+        height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        if width <= 0 or height <= 0:
+            raise MediaError(f"{checked.display} has no video stream")
+        check_pixels(width, height, what=checked.display)
+        fps = capture.get(cv2.CAP_PROP_FPS)
+        fps = fps if math.isfinite(fps) and 0 < fps <= _MAX_PLAUSIBLE_FPS else None
+        reported = capture.get(cv2.CAP_PROP_FRAME_COUNT)
+        if math.isfinite(reported) and 1 <= reported <= limits.MAX_VIDEO_REPORTED_FRAMES:
+            return VideoStream(width, height, int(reported), fps, counted=False)
+        n_frames = _count_frames(capture)
+    if n_frames == 0:
+        raise MediaError(f"{checked.display} has no frames")
+    return VideoStream(width, height, n_frames, fps, counted=True)
+
+
+def video_frames(
+    checked: CheckedFile,
+    stream: VideoStream,
+    choose: Callable[[int], list[int]],
+    finish: Callable[[Image.Image], T],
+) -> list[T]:
+    """``finish(frame)`` (RGB) for the frames ``choose(n_frames)``, in that order."""
+    with translated_errors(checked.display):
+        if not stream.counted:
+            frames = _read_by_seeking(checked, choose(stream.n_frames), finish)
+            if frames is not None:
+                return frames
+            with _capture(checked) as capture:
+                n_frames = _count_frames(capture)
+        else:
+            n_frames = stream.n_frames
+        if n_frames == 0:
+            raise MediaError(f"{checked.display} has no decodable frames")
+        return _read_in_order(checked, choose(n_frames), finish)
+
+
+def _count_frames(capture: cv2.VideoCapture) -> int:
+    count = 0
+    while count < limits.MAX_VIDEO_SEQUENTIAL_FRAMES and capture.grab():
+        count += 1
+    return count
+
+
+def _to_image(frame: np.ndarray | None, what: str) -> Image.Image:
+    if frame is None or frame.ndim != 3 or frame.shape[2] != 3:
+        raise MediaError(f"corrupt {what} (unexpected frame layout)")
+    return Image.fromarray(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+
+
+def _read_by_seeking(
+    checked: CheckedFile, indices: list[int], finish: Callable[[Image.Image], T]
+) -> list[T] | None:
+    """The frames at ``indices``, or None as soon as one cannot be read after seeking to it."""
+    kept: dict[int, T] = {}
+    with _capture(checked) as capture:
+        position = 0
+        for index in sorted(set(indices)):
+            if index != position:  # consecutive frames (a training window) need no seek
+                capture.set(cv2.CAP_PROP_POS_FRAMES, index)
+            ok, frame = capture.read()
+            if not ok:
+                return None
+            kept[index] = finish(_to_image(frame, checked.display))
+            position = index + 1
+    return [kept[index] for index in indices]
+
+
+def _read_in_order(checked: CheckedFile, indices: list[int], finish: Callable[[Image.Image], T]) -> list[T]:
+    wanted, kept = set(indices), {}
+    with _capture(checked) as capture:
+        for position in range(max(indices) + 1):
+            if not capture.grab():
+                raise MediaError(f"truncated {checked.display} (frame {position} cannot be read)")
+            if position in wanted:
+                ok, frame = capture.retrieve()
+                if not ok:
+                    raise MediaError(f"corrupt {checked.display} (frame {position} cannot be decoded)")
+                kept[position] = finish(_to_image(frame, checked.display))
+    return [kept[index] for index in indices]

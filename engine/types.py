@@ -1,0 +1,63 @@
+"""Plain data records shared by the engine, the CLI and the GUI (no Qt, no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+
+class MediaKind(StrEnum):
+    """What a media file is, decided from its content."""
+
+    IMAGE = "image"
+    ANIMATION = "animation"  # animated GIF / WebP / APNG
+    VIDEO = "video"
+
+
+class CaptionSource(StrEnum):
+    """Provenance of a caption or a pair."""
+
+    USER = "user"
+    IMPORTED = "imported"
+    PSEUDO = "pseudo"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One ranked result."""
+
+    media_id: int
+    path: str
+    kind: MediaKind
+    score: float
+    captions: tuple[str, ...] = ()
+    match_probability: float | None = None  # PCME models only
+    uncertainty: float | None = None  # PCME: geometric mean of sigma of the item
+    head_pair: tuple[int, int] | None = None  # PVSE: (query head, item head) that matched best
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Everything the inspector draws for one (query, item) pair.
+
+    ``item_attention`` is K x R: per head, weights over the item's regions (49 = 7x7 for a photo) or
+    frames (T for a GIF/video); ``query_attention`` is K x L over the query's tokens (or regions/frames
+    for a media query). Each row sums to 1. ``similarity`` is the K x K head-to-head matrix.
+    """
+
+    query_tokens: tuple[str, ...]
+    query_attention: np.ndarray
+    item_attention: np.ndarray
+    item_grid: tuple[int, int] | None  # (7, 7) for photos; None for frame attention
+    similarity: np.ndarray
+    head_pair: tuple[int, int]
+    query_uncertainty: float | None = None
+    item_uncertainty: float | None = None
+    match_probability: float | None = None
+    query_sigma: np.ndarray | None = None
+    item_sigma: np.ndarray | None = None
+    query_mu_2d: np.ndarray | None = None
+    item_mu_2d: np.ndarray | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,415 @@
+"""An in-memory stand-in for ``engine.service.SearchService`` for GUI tests and screenshots.
+
+It implements the same public API over a few media files it generates with Pillow (coloured shapes, animated
+GIFs, one tiny "video" and one broken file). It really reads those files while indexing (so a broken one
+really fails), scores deterministically (query words against the words of the file name and the captions),
+and invents K=2 attention maps and Gaussian embeddings shaped like a real model's, so the widgets can be
+driven without any model assets.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from engine.progress import CancelToken, Progress
+from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
+
+K = 2
+GRID = (7, 7)
+VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".mov", ".webm"}
+MEDIA_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp"} | VIDEO_SUFFIXES
+
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 70),
+    "blue": (40, 80, 220),
+    "yellow": (235, 200, 40),
+    "purple": (140, 60, 180),
+    "orange": (240, 130, 30),
+}
+SHAPES = ("circle", "square", "triangle")
+
+
+class FakeServiceError(Exception):
+    """A call named something the fake does not hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class FakeMedia:
+    """The fake's ``MediaRecord``."""
+
+    id: int
+    path: Path
+    kind: MediaKind
+    width: int
+    height: int
+    n_frames: int
+    duration_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FakeCaption:
+    """The fake's ``Caption``."""
+
+    id: int
+    media_id: int
+    text: str
+    source: CaptionSource
+
+
+@dataclass(frozen=True, slots=True)
+class FakeModel:
+    """The fake's ``ModelInfo``."""
+
+    name: str
+    method: str
+    path: Path | None
+    metrics: dict[str, Any]
+    active: bool
+
+
+@dataclass
+class _Entry:
+    media: FakeMedia
+    frames: list[Image.Image]
+    words: set[str] = field(default_factory=set)
+
+
+# ------------------------------------------------------------------------------------------ generation
+def _draw_shape(colour: tuple[int, int, int], shape: str, size: int = 96, shift: int = 0) -> Image.Image:
+    img = Image.new("RGB", (size, size), (245, 245, 240))
+    draw = ImageDraw.Draw(img)
+    box = (16 + shift, 16, size - 16 + shift, size - 16)
+    if shape == "circle":
+        draw.ellipse(box, fill=colour)
+    elif shape == "square":
+        draw.rectangle(box, fill=colour)
+    else:
+        draw.polygon([(size // 2 + shift, 12), (size - 12 + shift, size - 12), (12 + shift, size - 12)], fill=colour)
+    return img
+
+
+def make_media_folder(folder: Path, n_images: int = 8, n_gifs: int = 2, video: bool = True,
+                      broken: bool = True) -> Path:
+    """Write a small media folder: stills ``<colour>_<shape>.png``, GIFs, a video and a broken file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    colours = list(COLOURS)
+    for i in range(n_images):
+        colour, shape = colours[i % len(colours)], SHAPES[i % len(SHAPES)]
+        _draw_shape(COLOURS[colour], shape).save(folder / f"{colour}_{shape}_{i}.png")
+    for i in range(n_gifs):
+        colour = colours[(i + 2) % len(colours)]
+        frames = [_draw_shape(COLOURS[colour], "circle", shift=s) for s in range(-12, 13, 4)]
+        frames[0].save(folder / f"bouncing_{colour}_ball_{i}.gif", save_all=True,
+                       append_images=frames[1:], duration=80, loop=0)
+    if video:
+        frames = [_draw_shape(COLOURS["blue"], "square", shift=s) for s in range(-12, 13, 6)]
+        # A real video container is not needed: the fake decodes its own frames; the suffix sets the kind.
+        frames[0].save(folder / "sliding_blue_square.mp4", format="GIF", save_all=True,
+                       append_images=frames[1:], duration=120)
+    if broken:
+        (folder / "broken_photo.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    return folder
+
+
+def _words(path: Path) -> set[str]:
+    return {w for w in path.stem.lower().replace("-", "_").split("_") if w and not w.isdigit()}
+
+
+def _load(path: Path) -> tuple[MediaKind, list[Image.Image]]:
+    """Decode ``path`` into frames; raises ``OSError``-family errors for broken files."""
+    with Image.open(path) as img:
+        n = getattr(img, "n_frames", 1)
+        frames = []
+        for i in range(n):
+            img.seek(i)
+            frames.append(img.convert("RGB").copy())
+    if path.suffix.lower() in VIDEO_SUFFIXES:
+        return MediaKind.VIDEO, frames
+    return (MediaKind.ANIMATION if n > 1 else MediaKind.IMAGE), frames
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _blob(grid: tuple[int, int], centre: tuple[float, float], width: float = 1.5) -> np.ndarray:
+    rows, cols = np.mgrid[0: grid[0], 0: grid[1]]
+    d2 = (rows - centre[0]) ** 2 + (cols - centre[1]) ** 2
+    return (-d2 / (2 * width**2)).ravel()
+
+
+# ----------------------------------------------------------------------------------------------- service
+class FakeService:
+    """In-memory ``SearchService`` with the same public API (see the module docstring)."""
+
+    def __init__(self, workdir: Path, index_delay_s: float = 0.0, name: str = "fake") -> None:
+        self.name = name
+        self.workdir = Path(workdir)
+        self.thumb_dir = self.workdir / "thumbs"
+        self.thumb_dir.mkdir(parents=True, exist_ok=True)
+        self.index_delay_s = index_delay_s
+        self._lock = threading.RLock()
+        self._roots: list[Path] = []
+        self._entries: dict[int, _Entry] = {}
+        self._by_path: dict[Path, int] = {}
+        self._failures: dict[str, str] = {}
+        self._captions: dict[int, FakeCaption] = {}
+        self._pairs: dict[int, tuple[str, int, int]] = {}
+        self._next_id = 1
+        self._active: str | None = None
+        self._models = [("fake-pvse", "pvse", {"rsum": 301.5}), ("fake-pcme", "pcme", {"rsum": 288.0})]
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []  # what the GUI asked for, in order
+
+    @classmethod
+    def open(cls, library: str = "default") -> FakeService:
+        """Not meaningful for the fake: build it with a working folder instead."""
+        raise FakeServiceError(f"FakeService cannot open library {library!r}; construct it with a folder")
+
+    def _id(self) -> int:
+        with self._lock:
+            self._next_id += 1
+            return self._next_id - 1
+
+    def _entry(self, media_id: int) -> _Entry:
+        try:
+            return self._entries[media_id]
+        except KeyError:
+            raise FakeServiceError(f"no media with id {media_id}") from None
+
+    # --- roots and indexing
+    def roots(self) -> list[Path]:
+        return list(self._roots)
+
+    def add_root(self, path: Path) -> None:
+        path = Path(path).resolve()
+        if not path.is_dir():
+            raise FakeServiceError(f"root {path} is not a folder")
+        if path not in self._roots:
+            self._roots.append(path)
+
+    def remove_root(self, path: Path) -> None:
+        path = Path(path).resolve()
+        self._roots = [r for r in self._roots if r != path]
+        for file, media_id in list(self._by_path.items()):
+            if path in file.parents:
+                del self._by_path[file], self._entries[media_id]
+        self._failures = {p: r for p, r in self._failures.items() if path not in Path(p).parents}
+
+    def _files(self, paths: list[Path] | None) -> list[Path]:
+        files: list[Path] = []
+        for root in paths if paths is not None else self._roots:
+            root = Path(root).resolve()
+            if root.is_file():
+                files.append(root)
+            elif root.is_dir():
+                files += sorted(p for p in root.rglob("*") if p.suffix.lower() in MEDIA_SUFFIXES)
+        return files
+
+    def index_paths(self, paths: list[Path] | None = None, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Decode every new file under ``paths`` (all roots when None), yielding progress per file."""
+        files = [f for f in self._files(paths) if f not in self._by_path]
+        yield Progress(0, len(files), "scanning")
+        for done, file in enumerate(files, start=1):
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            if self.index_delay_s:
+                time.sleep(self.index_delay_s)
+            self._index_one(file)
+            yield Progress(done, len(files), file.name)
+
+    def _index_one(self, file: Path) -> None:
+        try:
+            kind, frames = _load(file)
+        except Exception as exc:  # noqa: BLE001 - a broken file is recorded, never fatal
+            self._failures[str(file)] = f"cannot decode: {exc}"
+            return
+        media_id = self._id()
+        w, h = frames[0].size
+        media = FakeMedia(media_id, file, kind, w, h, len(frames), None if kind is MediaKind.IMAGE else 0.1 * len(frames))
+        with self._lock:
+            self._entries[media_id] = _Entry(media, frames, _words(file))
+            self._by_path[file] = media_id
+
+    def counts(self) -> dict[str, int]:
+        kinds = [e.media.kind.value for e in self._entries.values()]
+        out = {k.value: kinds.count(k.value) for k in MediaKind}
+        out["failed"] = len(self._failures)
+        out["total"] = len(kinds) + len(self._failures)
+        return out
+
+    def failures(self) -> list[tuple[str, str]]:
+        return sorted(self._failures.items())
+
+    # --- search
+    def _is_probabilistic(self) -> bool:
+        return any(name == self._active and method == "pcme" for name, method, _ in self._models)
+
+    def _hit(self, entry: _Entry, score: float) -> SearchHit:
+        media_id = entry.media.id
+        caps = tuple(c.text for c in self.captions(media_id))
+        prob = unc = None
+        pair = None
+        if self._is_probabilistic():
+            prob = 1 / (1 + math.exp(-8 * (score - 0.4)))
+            unc = 0.2 + 0.1 * (media_id % 5)
+        if self._active is not None:
+            pair = (media_id % K, (media_id + 1) % K)
+        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair)
+
+    def search_text(self, text: str, top: int = 60, offset: int = 0,
+                    min_probability: float | None = None) -> list[SearchHit]:
+        """Rank by the share of query words found in the item's name and captions (ties: lower id first)."""
+        self.calls.append(("search_text", (text, top, offset, min_probability)))
+        query = {w for w in text.lower().split() if w}
+        scored = []
+        for entry in self._entries.values():
+            words = entry.words | {w for c in self.captions(entry.media.id) for w in c.text.lower().split()}
+            overlap = len(query & words) / max(1, len(query))
+            scored.append(self._hit(entry, round(overlap + 0.001 * (100 - entry.media.id) / 100, 4)))
+        scored.sort(key=lambda h: (-h.score, h.media_id))
+        if min_probability is not None and self._is_probabilistic():
+            scored = [h for h in scored if (h.match_probability or 0) >= min_probability]
+        return scored[offset: offset + top]
+
+    def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
+        """Rank by closeness of mean colour to the example file's mean colour."""
+        self.calls.append(("search_media", (str(path), top, offset)))
+        _, frames = _load(Path(path))
+        target = np.asarray(frames[0], dtype=np.float32).mean(axis=(0, 1))
+        scored = []
+        for entry in self._entries.values():
+            mean = np.asarray(entry.frames[0], dtype=np.float32).mean(axis=(0, 1))
+            scored.append(self._hit(entry, round(float(1 - np.linalg.norm(mean - target) / 442), 4)))
+        scored.sort(key=lambda h: (-h.score, h.media_id))
+        return scored[offset: offset + top]
+
+    def explain(self, query: str | Path, media_id: int) -> Explanation:
+        """K=2 invented maps: head 0 looks top-left and at the first words, head 1 bottom-right and the rest."""
+        entry = self._entry(media_id)
+        tokens = tuple(query.split()) if isinstance(query, str) else ()
+        if self._active is None:
+            empty = np.zeros((0, 0), dtype=np.float32)
+            return Explanation(tokens, empty, empty, None, empty, (0, 0),
+                               notes=("zero-shot ranking has no attention heads; train a PVSE or PCME model "
+                                      "to see per-head explanations",))
+        length = max(1, len(tokens)) if tokens else 49
+        pos = np.arange(length, dtype=np.float32)
+        query_att = _softmax(np.stack([-pos, pos - length]) * 0.8)
+        if entry.media.kind is MediaKind.IMAGE:
+            item_att = _softmax(np.stack([_blob(GRID, (1.5, 1.5)), _blob(GRID, (5, 4.5))]))
+            grid = GRID
+        else:
+            t = np.arange(len(entry.frames), dtype=np.float32)
+            item_att = _softmax(np.stack([-t, t - len(t)]) * 0.7)
+            grid = None
+        sim = np.array([[0.31, 0.12], [0.05, 0.44]], dtype=np.float32) + 0.01 * (media_id % 3)
+        pair = tuple(int(i) for i in np.unravel_index(int(sim.argmax()), sim.shape))
+        prob = unc_q = unc_i = None
+        mu_q = mu_i = sig_q = sig_i = None
+        if self._is_probabilistic():
+            unc_q, unc_i = 0.35, 0.2 + 0.1 * (media_id % 5)
+            prob = 1 / (1 + math.exp(-4 * float(sim.max())))
+            mu_q, mu_i = np.array([0.0, 0.2]), np.array([0.5, -0.1 * (media_id % 4)])
+            sig_q, sig_i = np.array([0.3, 0.2]), np.array([unc_i, unc_i * 0.6])
+        return Explanation(tokens, query_att.astype(np.float32), item_att.astype(np.float32), grid, sim,
+                           pair, unc_q, unc_i, prob, sig_q, sig_i, mu_q, mu_i, ())
+
+    # --- media
+    def media(self, media_id: int) -> FakeMedia:
+        return self._entry(media_id).media
+
+    def _save(self, img: Image.Image, size: int, name: str) -> Path:
+        out = self.thumb_dir / name
+        if not out.exists():
+            thumb = img.copy()
+            thumb.thumbnail((size, size))
+            thumb.save(out, "JPEG", quality=85)
+        return out
+
+    def thumbnail(self, media_id: int, size: int = 256) -> Path:
+        return self._save(self._entry(media_id).frames[0], size, f"{media_id}_{size}.jpg")
+
+    def preview_frames(self, media_id: int, n: int = 8) -> list[Path]:
+        frames = self._entry(media_id).frames
+        picks = sorted({round(i * (len(frames) - 1) / max(1, n - 1)) for i in range(n)})
+        return [self._save(frames[i], 256, f"{media_id}_f{i}.jpg") for i in picks]
+
+    # --- annotations
+    def captions(self, media_id: int) -> list[FakeCaption]:
+        return [c for c in self._captions.values() if c.media_id == media_id]
+
+    def add_caption(self, media_id: int, text: str) -> int:
+        self._entry(media_id)
+        self.calls.append(("add_caption", (media_id, text)))
+        caption_id = self._id()
+        self._captions[caption_id] = FakeCaption(caption_id, media_id, text, CaptionSource.USER)
+        return caption_id
+
+    def update_caption(self, caption_id: int, text: str) -> None:
+        self.calls.append(("update_caption", (caption_id, text)))
+        old = self._captions.get(caption_id)
+        if old is None:
+            raise FakeServiceError(f"no caption with id {caption_id}")
+        self._captions[caption_id] = FakeCaption(caption_id, old.media_id, text, old.source)
+
+    def delete_caption(self, caption_id: int) -> None:
+        self.calls.append(("delete_caption", (caption_id,)))
+        if self._captions.pop(caption_id, None) is None:
+            raise FakeServiceError(f"no caption with id {caption_id}")
+
+    def _pair(self, query: str, media_id: int, label: int) -> int:
+        self._entry(media_id)
+        pair_id = self._id()
+        self._pairs[pair_id] = (query, media_id, label)
+        return pair_id
+
+    def accept_pair(self, query: str, media_id: int) -> int:
+        self.calls.append(("accept_pair", (query, media_id)))
+        return self._pair(query, media_id, +1)
+
+    def reject_pair(self, query: str, media_id: int) -> int:
+        self.calls.append(("reject_pair", (query, media_id)))
+        return self._pair(query, media_id, -1)
+
+    def delete_pair(self, pair_id: int) -> None:
+        self.calls.append(("delete_pair", (pair_id,)))
+        if self._pairs.pop(pair_id, None) is None:
+            raise FakeServiceError(f"no pair with id {pair_id}")
+
+    def pairs(self) -> dict[int, tuple[str, int, int]]:
+        """Test helper: the stored (query, media_id, label) judgements by id."""
+        return dict(self._pairs)
+
+    # --- models
+    def models(self) -> list[FakeModel]:
+        out = [FakeModel("zero-shot", "zero-shot", None, {}, self._active is None)]
+        out += [FakeModel(n, m, self.workdir / n, metrics, n == self._active) for n, m, metrics in self._models]
+        return out
+
+    def set_active_model(self, name: str | None) -> None:
+        if name == "zero-shot":
+            name = None
+        if name is not None and name not in {n for n, _, _ in self._models}:
+            raise FakeServiceError(f"no model named {name!r}")
+        self.calls.append(("set_active_model", (name,)))
+        self._active = name
+
+    def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        ids = list(self._entries)
+        for done, _ in enumerate(ids, start=1):
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            if self.index_delay_s:
+                time.sleep(self.index_delay_s)
+            yield Progress(done, len(ids), "re-embedding")

@@ -1,0 +1,127 @@
+"""Searching fills the grid; selecting a result drives the inspector and the annotation panel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from app.widgets.results import HIT_ROLE
+from tests.gui.fakes import FakeService
+
+
+def search(qtbot, window, text: str) -> None:
+    window.search_bar.edit.setText(text)
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        qtbot.keyClick(window.search_bar.edit, Qt.Key.Key_Return)
+
+
+def wait_explained(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
+
+
+def test_text_search_fills_grid_in_rank_order(qtbot, window, service: FakeService) -> None:
+    search(qtbot, window, "red circle")
+    model = window.results_model
+    assert model.rowCount() == service.counts()["total"] - service.counts()["failed"]
+    first = model.data(model.index(0), HIT_ROLE)
+    assert Path(first.path).name.startswith("red_circle")
+    scores = [model.hit(r).score for r in range(model.rowCount())]
+    assert scores == sorted(scores, reverse=True)
+    assert ("search_text", ("red circle", 60, 0, None)) in service.calls
+
+
+def test_thumbnails_load_off_thread_into_the_model(qtbot, window) -> None:
+    search(qtbot, window, "blue")
+    model = window.results_model
+    index = model.index(0)
+    qtbot.waitUntil(lambda: model.data(index, Qt.ItemDataRole.DecorationRole) is not None, timeout=3000)
+    assert not model.data(index, Qt.ItemDataRole.DecorationRole).isNull()
+
+
+def test_first_result_is_selected_and_explained_with_k_heads(qtbot, window, service: FakeService) -> None:
+    service.set_active_model("fake-pcme")
+    search(qtbot, window, "red square")
+    wait_explained(qtbot, window)
+    inspector = window.inspector
+    assert inspector.hit is not None and inspector.hit.media_id == window.results.current_hit().media_id
+    assert len(inspector.head_views) == 2  # K = 2 attention maps side by side
+    assert len(inspector.token_strips) == 2
+    assert inspector.token_strips[0].tokens == ("red", "square")
+    q_unc, i_unc = inspector.uncertainty_values
+    assert q_unc == pytest.approx(0.35) and i_unc is not None
+    assert inspector.probability_bar is not None and inspector.probability_bar.value() > 0
+    assert inspector.ellipse_plot is not None and inspector.similarity_plot is not None
+
+
+def test_animation_shows_a_frame_strip_per_head(qtbot, window, service: FakeService) -> None:
+    service.set_active_model("fake-pvse")
+    search(qtbot, window, "bouncing ball")
+    hit = window.results.current_hit()
+    assert hit.kind.value == "animation"
+    wait_explained(qtbot, window)
+    strips = window.inspector.head_views
+    assert len(strips) == 2 and all(len(s.frames) > 1 for s in strips)
+    assert np.isclose(strips[0].weights.max(), 1.0)
+
+
+def test_zero_shot_shows_the_notes_instead_of_heads(qtbot, window) -> None:
+    search(qtbot, window, "green")
+    wait_explained(qtbot, window)
+    notes = window.inspector.notes_label
+    assert notes is not None and "zero-shot" in notes.text()
+    assert notes.textFormat() == Qt.TextFormat.PlainText
+    assert window.inspector.head_views == []
+
+
+def test_search_by_example_file(qtbot, window, media_folder: Path, service: FakeService) -> None:
+    example = next(media_folder.glob("orange_*.png"))
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        window.search_bar.search_example(example)
+    top = window.results_model.hit(0)
+    assert Path(top.path) == example.resolve()
+    assert service.calls[-1][0] == "search_media"
+    assert window.annotate.accept_button.isEnabled() is False  # judging needs a text query
+
+
+def test_pasting_a_file_url_searches_by_example(qtbot, window, media_folder: Path) -> None:
+    from PySide6.QtCore import QMimeData, QUrl
+
+    example = next(media_folder.glob("*.gif"))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(example))])
+    with qtbot.waitSignal(window.search_bar.media_search, timeout=1000) as blocker:
+        assert window.search_bar.edit.paste_media(mime)
+    assert blocker.args == [example]
+
+
+def test_infinite_scroll_fetches_pages_until_the_end(qtbot, window, service: FakeService) -> None:
+    window.results_model.page_size = 4
+    search(qtbot, window, "circle")
+    model = window.results_model
+    total = service.counts()["total"] - service.counts()["failed"]
+    for _ in range(4):  # the view asks for more while its viewport is not full / scrolled to the end
+        window.results.select_row(model.rowCount() - 1)
+        if model.rowCount() == total:
+            break
+        qtbot.waitUntil(lambda: not model.is_loading, timeout=3000)
+    qtbot.waitUntil(lambda: model.rowCount() == total, timeout=3000)
+    assert not model.canFetchMore()
+    offsets = [args[2] for name, args in service.calls if name == "search_text"]
+    assert offsets == [0, 4, 8]
+
+
+def test_cutoff_slider_only_for_probabilistic_models(qtbot, window, service: FakeService) -> None:
+    bar = window.search_bar
+    assert not bar.cutoff.isEnabled()
+    service.set_active_model("fake-pcme")
+    window.refresh_models()
+    qtbot.waitUntil(bar.cutoff.isEnabled, timeout=3000)
+    search(qtbot, window, "red circle")
+    all_rows = window.results_model.rowCount()
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        bar.cutoff.setValue(50)
+    assert 0 < window.results_model.rowCount() < all_rows
+    assert service.calls[-1] == ("search_text", ("red circle", 60, 0, 0.5))

@@ -1,0 +1,63 @@
+"""The worker helper: results, progress, errors and cancellation arrive as signals on the GUI thread."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QThreadPool
+
+from app.workers import Worker, run_in_background
+from engine.progress import CancelToken, Progress
+
+
+def test_function_result_arrives_on_the_gui_thread(qtbot) -> None:
+    seen: list[tuple[int, bool]] = []
+    with qtbot.waitSignal(
+        run_in_background(lambda a, b: a + b, 2, 3,
+                          on_result=lambda r: seen.append((r, threading.current_thread() is threading.main_thread()))
+                          ).signals.finished, timeout=3000):
+        pass
+    assert seen == [(5, True)]
+
+
+def test_generator_progress_and_return_value(qtbot) -> None:
+    def job():
+        for i in range(1, 4):
+            yield Progress(i, 3, f"item {i}")
+        return "all done"
+
+    worker = Worker(job)
+    records: list[Progress] = []
+    worker.signals.progress.connect(records.append)
+    with qtbot.waitSignal(worker.signals.returned, timeout=3000) as returned:
+        worker.start(QThreadPool.globalInstance())
+    assert returned.args == ["all done"]
+    assert records[-1] == Progress(3, 3, "item 3")  # the last record is never coalesced away
+
+
+def test_errors_become_signals(qtbot) -> None:
+    def job():
+        raise RuntimeError("no such media 7")
+
+    worker = Worker(job)
+    with qtbot.waitSignal(worker.signals.errored, timeout=3000) as errored:
+        worker.start()
+    assert str(errored.args[0]) == "no such media 7"
+
+
+def test_cancel_reaches_a_cooperative_job(qtbot) -> None:
+    started = threading.Event()
+
+    def job(cancel: CancelToken):
+        for i in range(10_000):
+            started.set()
+            cancel.raise_if_cancelled()
+            yield Progress(i, 10_000)
+            threading.Event().wait(0.001)
+
+    worker = Worker(job)
+    with qtbot.waitSignal(worker.signals.cancelled, timeout=5000):
+        worker.start()
+        started.wait(2)
+        worker.cancel()
+    assert worker.is_cancelled

@@ -1,0 +1,184 @@
+"""The feature cache: fp16 round trips, lookups by content hash, the local-features cap, clean-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.featurestore import FeatureRecord, FeatureStore, FeatureStoreError, top_k_classes
+
+D = 1280
+BACKBONE = "effnet-lite0@224"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FeatureStore:
+    with FeatureStore(tmp_path / "features.sqlite") as fs:
+        yield fs
+
+
+def _photo(seed: int, dim: int = D) -> FeatureRecord:
+    """What the extractor produces for a still image: pooled, 7x7 local map, region and image top classes."""
+    rng = np.random.default_rng(seed)
+    region_probs = rng.dirichlet(np.ones(1000), size=49)
+    region_ids, region_top = top_k_classes(region_probs, 3)
+    image_ids, image_top = top_k_classes(region_probs.mean(axis=0), 5)
+    return FeatureRecord(
+        global_=rng.random(dim, dtype=np.float32) * 6,
+        local=rng.random((49, dim), dtype=np.float32) * 6,
+        region_top_ids=region_ids,
+        region_top_probs=region_top,
+        image_top_ids=image_ids,
+        image_top_probs=image_top,
+    )
+
+
+def _clip(seed: int, n_frames: int) -> FeatureRecord:
+    """An animation or video: pooled plus per-frame features, no local map."""
+    rng = np.random.default_rng(seed)
+    frames = rng.random((n_frames, D), dtype=np.float32)
+    return FeatureRecord(global_=frames.mean(axis=0), frames=frames)
+
+
+def _close(got: np.ndarray | None, want: np.ndarray) -> bool:
+    return got is not None and got.shape == want.shape and np.allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_photo_record_round_trips_within_fp16_tolerance(store: FeatureStore) -> None:
+    record = _photo(0)
+    store.put("hash-a", BACKBONE, record)
+    got = store.get("hash-a", BACKBONE)
+    assert got.global_.dtype == np.float16 and got.local.dtype == np.float16
+    assert _close(got.global_, record.global_) and _close(got.local, record.local)
+    assert got.region_top_ids.dtype == np.int16 and np.array_equal(got.region_top_ids, record.region_top_ids)
+    assert np.array_equal(got.region_top_probs, record.region_top_probs)
+    assert np.array_equal(got.image_top_ids, record.image_top_ids) and got.image_top_ids.shape == (5,)
+    assert np.array_equal(got.image_top_probs, record.image_top_probs)
+    assert got.frames is None
+    got.global_[0] = 1.0  # callers get writable arrays
+
+
+def test_clip_record_round_trips(store: FeatureStore) -> None:
+    record = _clip(1, n_frames=7)
+    store.put("hash-gif", BACKBONE, record)
+    got = store.get("hash-gif", BACKBONE)
+    assert _close(got.frames, record.frames) and _close(got.global_, record.global_)
+    assert got.local is None and got.region_top_ids is None and got.image_top_probs is None
+
+
+def test_keys_are_content_hash_and_backbone(store: FeatureStore) -> None:
+    store.put("same", BACKBONE, _photo(0, dim=8))
+    store.put("same", "other-backbone", _photo(1, dim=16))
+    assert store.get("same", BACKBONE).global_.shape == (8,)
+    assert store.get("same", "other-backbone").global_.shape == (16,)
+    assert store.get("absent", BACKBONE) is None
+    assert store.has("same", BACKBONE) and not store.has("same", "third-backbone")
+
+
+def test_put_replaces_the_whole_record(store: FeatureStore) -> None:
+    store.put("h", BACKBONE, _photo(0, dim=8))
+    store.put("h", BACKBONE, FeatureRecord(global_=np.ones(8), frames=np.ones((3, 8))))
+    got = store.get("h", BACKBONE)
+    assert got.local is None and got.frames.shape == (3, 8) and got.region_top_ids is None
+    assert store.stats().items == 1
+
+
+def test_missing_keeps_request_order_and_drops_duplicates(store: FeatureStore) -> None:
+    store.put_many([(h, _photo(i, dim=8)) for i, h in enumerate(["b", "d"])], BACKBONE)
+    assert store.missing(["e", "b", "a", "e", "d", "c"], BACKBONE) == ["e", "a", "c"]
+    assert store.missing(["b"], "other-backbone") == ["b"]
+    assert store.missing([], BACKBONE) == []
+
+
+def test_get_many_and_stack_follow_the_requested_order(store: FeatureStore) -> None:
+    hashes = [f"h{i:04d}" for i in range(1200)]  # more than one IN-list chunk
+    records = {h: FeatureRecord(global_=np.full(8, i, np.float32)) for i, h in enumerate(hashes)}
+    store.put_many(records.items(), BACKBONE)
+    wanted = hashes[::-1][:700] + ["not-there"]
+    got = store.get_many(wanted, BACKBONE)
+    assert set(got) == set(wanted[:-1]) and got["h0600"].local is None
+    stacked = store.stack(wanted[:-1], BACKBONE)
+    assert stacked.shape == (700, 8) and stacked[:, 0].tolist() == [float(1199 - i) for i in range(700)]
+    with pytest.raises(FeatureStoreError, match="not-there"):
+        store.stack(wanted, BACKBONE)
+    with pytest.raises(FeatureStoreError, match="no local features"):
+        store.stack(["h0001"], BACKBONE, "local")
+    with pytest.raises(FeatureStoreError, match="unknown feature fields"):
+        store.get_many(["h0001"], BACKBONE, ("logits",))
+
+
+def test_get_many_loads_only_the_fields_asked_for(store: FeatureStore) -> None:
+    store.put("p", BACKBONE, _photo(3, dim=8))
+    got = store.get_many(["p"], BACKBONE, ("local", "image_top_ids"))["p"]
+    assert got.global_ is None and got.local.shape == (49, 8) and got.image_top_ids.shape == (5,)
+    assert got.region_top_probs is None
+
+
+def test_local_features_are_capped(tmp_path: Path) -> None:
+    with FeatureStore(tmp_path / "features.sqlite", max_local_items=2) as store:
+        dropped = store.put_many([(f"p{i}", _photo(i, dim=8)) for i in range(3)], BACKBONE)
+        assert dropped == 1
+        assert [store.get(f"p{i}", BACKBONE).local is not None for i in range(3)] == [True, True, False]
+        assert store.get("p2", BACKBONE).region_top_ids is not None  # the rest is still kept
+        assert store.put_many([("p0", _photo(10, dim=8))], BACKBONE) == 0  # replacing stays within the cap
+        store.put("p1", BACKBONE, FeatureRecord(global_=np.ones(8)))  # frees a slot
+        assert store.put_many([("p2", _photo(2, dim=8))], BACKBONE) == 0
+        stats = store.stats()
+        assert (stats.items, stats.local_items, stats.max_local_items) == (3, 2, 2)
+        assert stats.local_bytes == 2 * 49 * 8 * 2 and stats.global_bytes == 3 * 8 * 2
+        assert stats.file_bytes > 0
+
+
+def test_bad_record_rolls_back_the_whole_batch(store: FeatureStore) -> None:
+    good = _photo(0, dim=8)
+    bad_local = FeatureRecord(global_=np.ones(8), local=np.ones((49, 9)))
+    with pytest.raises(FeatureStoreError, match="local features of bad"):
+        store.put_many([("good", good), ("bad", bad_local)], BACKBONE)
+    assert store.missing(["good", "bad"], BACKBONE) == ["good", "bad"]
+    bad_records = [
+        ("no global", FeatureRecord(local=np.ones((49, 8)))),
+        ("not finite", FeatureRecord(global_=np.full(8, 1e6))),
+        ("not finite", FeatureRecord(global_=np.ones(8), frames=np.full((2, 8), np.nan))),
+        ("both ids and probabilities", FeatureRecord(global_=np.ones(8), image_top_ids=np.arange(5))),
+        (
+            "outside 0..32767",
+            FeatureRecord(
+                global_=np.ones(8), image_top_ids=np.array([40000]), image_top_probs=np.array([0.5])
+            ),
+        ),
+    ]
+    for message, record in bad_records:
+        with pytest.raises(FeatureStoreError, match=message):
+            store.put("x", BACKBONE, record)
+    assert store.stats().items == 0
+
+
+def test_delete_unreferenced_keeps_only_listed_hashes(store: FeatureStore) -> None:
+    store.put_many([(h, _photo(i, dim=8)) for i, h in enumerate("abc")], BACKBONE)
+    store.put("a", "other-backbone", _photo(9, dim=8))
+    assert store.delete_unreferenced(["a", "zzz"]) == 2
+    assert store.missing(["a", "b", "c"], BACKBONE) == ["b", "c"] and store.has("a", "other-backbone")
+    assert store.stats().local_items == 2 and store.integrity_ok()
+
+
+def test_features_survive_reopening(tmp_path: Path) -> None:
+    record = _clip(5, n_frames=4)
+    with FeatureStore(tmp_path / "f.sqlite") as store:
+        store.put("v", BACKBONE, record)
+    with FeatureStore(tmp_path / "f.sqlite") as store:
+        assert _close(store.get("v", BACKBONE).frames, record.frames)
+        assert store._live().execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+
+
+def test_top_k_classes_matches_a_full_sort() -> None:
+    probs = np.random.default_rng(0).dirichlet(np.ones(50), size=6)
+    ids, top = top_k_classes(probs, 4)
+    naive = np.argsort(-probs, axis=1)[:, :4]
+    assert ids.dtype == np.int16 and top.dtype == np.float16
+    assert np.array_equal(ids, naive)
+    assert np.allclose(top, np.take_along_axis(probs, naive, axis=1), atol=1e-3)
+    assert top_k_classes(probs[0], 2)[0].tolist() == naive[0, :2].tolist()
+    with pytest.raises(FeatureStoreError):
+        top_k_classes(probs, 51)

@@ -1,0 +1,144 @@
+"""A3VSE (Huang et al., ACM MM 2019): adversarial attentive alignment for sparsely annotated corpora.
+
+Feature extractors (§3.2): a trainable FC maps each region (photo) or frame (video) feature to H; an LSTM
+runs over caption token vectors. A K-head context-aware attention encoder (eq. 1) attends over them with
+a temperature; the instance embedding is the L2-normalised concatenation of the K attended vectors.
+Six domain discriminators (v-v^u, t-s, v-t, v^u-s, v-s, v^u-t; eq. 5-7) sit behind one gradient reversal
+layer whose gamma follows 2 / (1 + exp(-eta p)) - 1 (§4.3).
+
+Eq. 1 as printed is ambiguous; this module reads it as: per head k, a context vector
+``c_k = mean_i tanh(Q_k v_i)`` of the item's own entities, scores ``a_ik = tanh(c_k . tanh(P_k v_i))``,
+weights ``softmax_i(lambda * a_ik)`` and the attended vector ``sum_i alpha_ik v_i``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainer.methods.config import A3VSEConfig
+from trainer.methods.encoders import (
+    GradientReversal,
+    MaskedRNN,
+    check_frames,
+    check_local,
+    check_tokens,
+    grl_gamma,
+    masked_mean,
+    masked_softmax,
+)
+from trainer.methods.functional import cosine_matrix
+from trainer.methods.interface import EncoderOutput, PairBatch, PairOutput, RetrievalModel
+
+# Discriminator name -> (domain labelled 1, domain labelled 0). v: annotated visuals, t: their captions,
+# vu: un-annotated visuals, s: their regional-semantics pseudo captions.
+DOMAIN_PAIRS: dict[str, tuple[str, str]] = {
+    "v_vu": ("v", "vu"),  # intra-modal, eq. 5
+    "t_s": ("t", "s"),
+    "v_t": ("v", "t"),  # cross-modal, eq. 6
+    "vu_s": ("vu", "s"),
+    "v_s": ("v", "s"),  # transitive, eq. 7
+    "vu_t": ("vu", "t"),
+}
+
+
+class ContextAttention(nn.Module):
+    """K-head context-aware attention with temperature (A3VSE eq. 1, see the module docstring).
+
+    Takes entities (B, N, H) and a mask (B, N); returns the maps (B, K, N) and attended vectors (B, K, H).
+    """
+
+    def __init__(self, dim: int, context_dim: int, heads: int, temperature: float) -> None:
+        super().__init__()
+        self.heads, self.context_dim, self.temperature = heads, context_dim, temperature
+        self.p = nn.Linear(dim, heads * context_dim, bias=False)  # P_k for all k
+        self.q = nn.Linear(dim, heads * context_dim, bias=False)  # Q_k for all k
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        shape = (x.shape[0], x.shape[1], self.heads, self.context_dim)
+        context = masked_mean(torch.tanh(self.q(x)).flatten(2), mask).view(x.shape[0], 1, self.heads, -1)
+        scores = torch.tanh((torch.tanh(self.p(x)).view(shape) * context).sum(-1)).transpose(1, 2)
+        attn = masked_softmax(self.temperature * scores, None if mask is None else mask[:, None, :])
+        return attn, attn @ x
+
+
+def _discriminator(dim: int, hidden: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+
+class A3VSEModel(RetrievalModel):
+    """A3VSE's attentive encoders G^v, G^t and the six domain discriminators."""
+
+    method = "a3vse"
+
+    def __init__(self, config: A3VSEConfig) -> None:
+        super().__init__(config)
+        dim, heads = config.embed_dim, config.num_heads
+        self.region_fc = nn.Linear(config.image_dim, dim)
+        self.frame_fc = nn.Linear(config.image_dim, dim)
+        self.text_rnn = MaskedRNN(config.word_dim, dim, cell="lstm", bidirectional=False)
+        self.attention = nn.ModuleDict({
+            kind: ContextAttention(dim, config.context_dim, heads, config.temperature)
+            for kind in ("image", "video", "text")
+        })
+        self.grl = GradientReversal(0.0)
+        self.discriminators = nn.ModuleDict({
+            name: _discriminator(heads * dim, config.disc_hidden) for name in DOMAIN_PAIRS
+        })
+
+    def _attend(self, kind: str, entities: Tensor, mask: Tensor | None) -> EncoderOutput:
+        attn, heads = self.attention[kind](entities, mask)
+        return EncoderOutput(emb=F.normalize(heads.flatten(1), dim=-1).unsqueeze(1), attn=attn)
+
+    def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
+        return self._attend("image", self.region_fc(check_local(self.config, local)), None)
+
+    def encode_video(self, frames: Tensor, mask: Tensor) -> EncoderOutput:
+        check_frames(self.config, frames, mask)
+        return self._attend("video", self.frame_fc(frames), mask)
+
+    def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
+                    sentence: Tensor | None = None) -> EncoderOutput:
+        check_tokens(self.config, tokens, mask)
+        assert tokens is not None and mask is not None
+        return self._attend("text", self.text_rnn(tokens, mask)[0], mask)
+
+    def forward(self, batch: PairBatch) -> PairOutput:
+        """Encode annotated pairs and, when present, un-annotated visuals with their pseudo captions; run
+        every discriminator whose two domains are present. Extras: ``unlabelled_emb``, ``pseudo_emb``
+        (B', 1, D) and ``domain_<name>_pos`` / ``domain_<name>_neg`` logits of the two domains."""
+        self.grl.gamma = grl_gamma(batch.progress, self.config.grl_eta)
+        out = super().forward(batch)
+        domains = {"v": out.visual.emb[:, 0], "t": out.text.emb[:, 0]}
+        if batch.unlabelled_visual is not None and batch.pseudo_text is not None:
+            out.extras["unlabelled_emb"] = self.encode_visual(batch.unlabelled_visual).emb
+            out.extras["pseudo_emb"] = self.encode_caption(batch.pseudo_text).emb
+            domains["vu"] = out.extras["unlabelled_emb"][:, 0]
+            domains["s"] = out.extras["pseudo_emb"][:, 0]
+        for name, (first, second) in DOMAIN_PAIRS.items():
+            if first in domains and second in domains:
+                disc = self.discriminators[name]
+                out.extras[f"domain_{name}_pos"] = disc(self.grl(domains[first])).squeeze(-1)
+                out.extras[f"domain_{name}_neg"] = disc(self.grl(domains[second])).squeeze(-1)
+        return out
+
+    def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
+        """Cosine similarity S of eq. 2."""
+        return cosine_matrix(query.emb[:, 0], items.emb[:, 0])
+
+    @property
+    def image_inputs(self) -> tuple[str, ...]:
+        return ("local",)
+
+    @property
+    def text_inputs(self) -> tuple[str, ...]:
+        return ("tokens", "mask")
+
+    @property
+    def embed_size(self) -> int:
+        return self.config.num_heads * self.config.embed_dim
+
+    @property
+    def attention_heads(self) -> int:
+        return self.config.num_heads

@@ -1,0 +1,226 @@
+"""Export a trained model's encoders to ONNX with a manifest the engine reads.
+
+``export_model(model, out_dir)`` writes, atomically (a temporary folder renamed into place):
+
+- ``image.onnx``, ``video.onnx``, ``text.onnx``: one graph per encoder, inputs named as the model's
+  ``image_inputs`` / ``video_inputs`` / ``text_inputs`` (``local`` (B, R, C), ``pooled`` (B, C),
+  ``frames`` (B, T, C), ``mask`` (B, T) or (B, L) float32 1/0, ``tokens`` (B, L, W), ``sentence`` (B, S)),
+  with dynamic batch and sequence axes; outputs ``embeddings`` (B, K, D) and, where the method has them,
+  ``attention`` (B, H, R|T|L); PCME outputs ``mu`` (B, 1, D), ``log_sigma`` (B, 1, D) and ``attention``.
+- ``similarity.onnx`` for the two-branch similarity network: ``visual`` (N, D), ``text`` (N, D) ->
+  ``scores`` (N,), the score of each row pair.
+- ``manifest.json``: ``version`` (format version, 1), ``method``, ``feature_backbone``
+  ('efficientnet-lite0'), ``text_encoder``, ``num_embeddings`` (K), ``embed_dim`` (D),
+  ``attention_heads`` (H), ``similarity`` ('cosine' | 'max-cosine' | 'network'), ``probabilistic``,
+  ``max_frames``, PCME's ``match_scale``/``match_shift``/``num_samples``, ``encoders`` (per modality: file,
+  inputs and outputs with shapes, symbolic axes as strings) and the full ``config``.
+
+The legacy TorchScript exporter (``dynamo=False``) is used: it traces these small graphs predictably.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trainer.methods.config import FEATURE_BACKBONE
+from trainer.methods.interface import RetrievalModel
+
+log = logging.getLogger(__name__)
+
+MANIFEST_VERSION = 1
+MODALITIES = ("image", "video", "text")
+OPSET = 17
+
+
+class ExportError(RuntimeError):
+    """Export failed; the message names the encoder or path."""
+
+
+class _Encoder(nn.Module):
+    """Positional-input wrapper around one encoder of a model, returning its named outputs as a tuple."""
+
+    def __init__(self, model: RetrievalModel, modality: str, inputs: tuple[str, ...],
+                 outputs: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.modality, self.inputs, self.outputs = model, modality, inputs, outputs
+
+    def forward(self, *args: Tensor) -> tuple[Tensor, ...]:
+        given: dict[str, Tensor | None] = dict(zip(self.inputs, args, strict=True))
+        if self.modality == "image":
+            out = self.model.encode_image(given.get("local"), given.get("pooled"))
+        elif self.modality == "video":
+            out = self.model.encode_video(given["frames"], given["mask"])  # type: ignore[arg-type]
+        else:
+            out = self.model.encode_text(given.get("tokens"), given.get("mask"), given.get("sentence"))
+        named = {"embeddings": out.emb, "mu": out.emb, "log_sigma": out.logsigma, "attention": out.attn}
+        return tuple(named[name] for name in self.outputs)  # type: ignore[misc]
+
+
+class _PairScores(nn.Module):
+    def __init__(self, model: RetrievalModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, visual: Tensor, text: Tensor) -> Tensor:
+        return self.model.pair_scores(visual, text)  # type: ignore[operator]
+
+
+def output_names(model: RetrievalModel) -> tuple[str, ...]:
+    """The named outputs every encoder of ``model`` exports."""
+    if model.probabilistic:
+        return ("mu", "log_sigma", "attention")
+    return ("embeddings", "attention") if model.attention_heads else ("embeddings",)
+
+
+def _sequence_axis(modality: str) -> str:
+    return {"image": "regions", "video": "frames", "text": "tokens"}[modality]
+
+
+def _input_specs(model: RetrievalModel, modality: str) -> list[dict[str, Any]]:
+    c = model.config
+    seq = _sequence_axis(modality)
+    shapes: dict[str, list[Any]] = {
+        "local": ["batch", seq, c.image_dim], "pooled": ["batch", c.image_dim],
+        "frames": ["batch", seq, c.image_dim], "tokens": ["batch", seq, c.word_dim],
+        "mask": ["batch", seq], "sentence": ["batch", c.sentence_dim],
+    }
+    names = {"image": model.image_inputs, "video": model.video_inputs, "text": model.text_inputs}[modality]
+    return [{"name": n, "shape": shapes[n], "dtype": "float32"} for n in names]
+
+
+def _output_specs(model: RetrievalModel, modality: str) -> list[dict[str, Any]]:
+    k, d, h = model.num_embeds, model.embed_size, model.attention_heads
+    shapes = {"embeddings": ["batch", k, d], "mu": ["batch", 1, d], "log_sigma": ["batch", 1, d],
+              "attention": ["batch", h, _sequence_axis(modality)]}
+    return [{"name": n, "shape": shapes[n], "dtype": "float32"} for n in output_names(model)]
+
+
+def dummy_inputs(specs: list[dict[str, Any]], batch: int = 2, length: int = 5,
+                 regions: int = 4) -> tuple[Tensor, ...]:
+    """Random tensors for input ``specs``: symbolic axes get ``batch`` (also for ``pairs``) and ``length``
+    (``regions`` for image regions); masks mark every row valid except the last one's final position."""
+    sizes = {"batch": batch, "frames": length, "tokens": length, "regions": regions, "pairs": batch}
+    out = []
+    for spec in specs:
+        shape = [sizes[s] if isinstance(s, str) else s for s in spec["shape"]]
+        if spec["name"] == "mask":
+            mask = torch.ones(shape)
+            mask[-1, -1] = 0.0
+            out.append(mask)
+        else:
+            out.append(torch.randn(shape))
+    return tuple(out)
+
+
+def _export_graph(module: nn.Module, args: tuple[Tensor, ...], path: Path, inputs: list[dict[str, Any]],
+                  outputs: list[dict[str, Any]]) -> None:
+    dynamic = {spec["name"]: {i: s for i, s in enumerate(spec["shape"]) if isinstance(s, str)}
+               for spec in inputs + outputs}
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        try:
+            torch.onnx.export(module, args, str(path), input_names=[s["name"] for s in inputs],
+                              output_names=[s["name"] for s in outputs], dynamic_axes=dynamic,
+                              opset_version=OPSET, dynamo=False)
+        except Exception as exc:  # the exporter raises many types; report which graph failed
+            raise ExportError(f"{path.name}: ONNX export failed: {exc}") from exc
+    for warning in caught:
+        log.debug("onnx export %s: %s", path.name, warning.message)
+
+
+def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITIES) -> dict[str, Any]:
+    """The manifest describing ``model``'s exported encoders (see the module docstring)."""
+    c = model.config
+    similarity = {"pvse": "max-cosine", "twobranch-sim": "network"}.get(c.method, "cosine")
+    manifest: dict[str, Any] = {
+        "version": MANIFEST_VERSION, "method": c.method, "feature_backbone": FEATURE_BACKBONE,
+        "text_encoder": c.text_encoder, "num_embeddings": model.num_embeds, "embed_dim": model.embed_size,
+        "attention_heads": model.attention_heads, "similarity": similarity,
+        "probabilistic": model.probabilistic, "max_frames": c.max_frames,
+        "encoders": {m: {"file": f"{m}.onnx", "inputs": _input_specs(model, m),
+                         "outputs": _output_specs(model, m)} for m in modalities},
+        "config": c.to_dict(),
+    }
+    if model.probabilistic:
+        manifest.update(match_scale=float(model.match_scale), match_shift=float(model.match_shift),
+                        num_samples=c.num_samples)  # type: ignore[attr-defined]
+    if similarity == "network":
+        d = model.embed_size
+        manifest["similarity_model"] = {
+            "file": "similarity.onnx",
+            "inputs": [{"name": n, "shape": ["pairs", d], "dtype": "float32"} for n in ("visual", "text")],
+            "outputs": [{"name": "scores", "shape": ["pairs"], "dtype": "float32"}]}
+    return manifest
+
+
+def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
+                 modalities: tuple[str, ...] = MODALITIES) -> dict[str, Any]:
+    """Export ``model``'s encoders and manifest into ``out_dir`` (replaced atomically); returns the manifest.
+
+    The model is copied and put in eval mode, so the caller's model is left as it was.
+    """
+    unknown = [m for m in modalities if m not in MODALITIES]
+    if unknown:
+        raise ExportError(f"modalities: unknown {unknown}; expected a subset of {list(MODALITIES)}")
+    target = Path(out_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    frozen = copy.deepcopy(model).eval()
+    manifest = build_manifest(frozen, modalities)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        for modality in modalities:
+            spec = manifest["encoders"][modality]
+            names = tuple(s["name"] for s in spec["inputs"])
+            wrapper = _Encoder(frozen, modality, names, tuple(s["name"] for s in spec["outputs"]))
+            _export_graph(wrapper, dummy_inputs(spec["inputs"], regions=frozen.config.image_regions),
+                          staging / spec["file"], spec["inputs"], spec["outputs"])
+        if "similarity_model" in manifest:
+            spec = manifest["similarity_model"]
+            _export_graph(_PairScores(frozen), dummy_inputs(spec["inputs"]), staging / spec["file"],
+                          spec["inputs"], spec["outputs"])
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        _swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Rename ``staging`` to ``target``; an existing ``target`` is moved aside first and then deleted."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    try:
+        os.replace(staging, target)
+    except OSError as exc:
+        if old is not None:
+            os.replace(old, target)
+        raise ExportError(f"{target}: could not move the export into place: {exc}") from exc
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read ``manifest.json`` of an export; :class:`ExportError` if missing or of another version."""
+    path = Path(out_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ExportError(f"{path}: cannot read manifest: {exc}") from exc
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise ExportError(f"{path}: manifest version {manifest.get('version')!r}, "
+                          f"expected {MANIFEST_VERSION}")
+    return manifest

@@ -1,0 +1,48 @@
+"""Small pure functions shared by models and losses: similarities, distances, kernels, sampling."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) cosine similarities between the rows of ``a`` (N, D) and ``b`` (M, D)."""
+    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
+
+
+def max_cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) best head-to-head cosine similarity ``max_{p,q} cos(a[i,p], b[j,q])`` for multi-embeddings
+    ``a`` (N, K, D) and ``b`` (M, K', D): PVSE's K x K matching (§3.4, eq. 6 and inference)."""
+    pairs = torch.einsum("ipd,jqd->ijpq", F.normalize(a, dim=-1), F.normalize(b, dim=-1))
+    return pairs.flatten(2).amax(-1)
+
+
+def best_head_pair(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """For (N, K, D) and (M, K', D) embeddings, the (N, M) indices p and q of the best-matching heads."""
+    pairs = torch.einsum("ipd,jqd->ijpq", F.normalize(a, dim=-1), F.normalize(b, dim=-1))
+    flat = pairs.flatten(2).argmax(-1)
+    return flat // b.shape[1], flat % b.shape[1]
+
+
+def squared_distances(a: Tensor, b: Tensor) -> Tensor:
+    """(..., N, M) squared Euclidean distances between rows of ``a`` (..., N, D) and ``b`` (..., M, D)."""
+    diff = a.unsqueeze(-2) - b.unsqueeze(-3)
+    return (diff * diff).sum(-1)
+
+
+def euclidean_distances(a: Tensor, b: Tensor, eps: float = 1e-12) -> Tensor:
+    """(..., N, M) Euclidean distances; ``eps`` keeps the gradient finite at zero distance."""
+    return torch.sqrt(squared_distances(a, b) + eps)
+
+
+def rbf_kernel(a: Tensor, b: Tensor, sigma: float) -> Tensor:
+    """(N, M) Gaussian RBF kernel ``exp(-||a_i - b_j||^2 / (2 sigma^2))``."""
+    return torch.exp(-squared_distances(a, b) / (2.0 * sigma * sigma))
+
+
+def sample_gaussian(mu: Tensor, logsigma: Tensor, num_samples: int) -> Tensor:
+    """Reparametrised samples ``mu + exp(logsigma) * eps`` (PCME §3.1.2): (B, D) inputs -> (B, J, D)."""
+    eps = torch.randn(mu.shape[0], num_samples, mu.shape[-1], dtype=mu.dtype, device=mu.device)
+    return mu.unsqueeze(1) + torch.exp(logsigma).unsqueeze(1) * eps

