@@ -43,7 +43,8 @@ def setup_logging(level: int = logging.INFO) -> Path:
     log_file = folder / LOG_FILE
     file_handler = logging.handlers.RotatingFileHandler(log_file, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS,
                                                         encoding="utf-8")
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"))
+    file_handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"))
     console = logging.StreamHandler()
     console.setLevel(logging.WARNING)
     root = logging.getLogger()
@@ -59,8 +60,10 @@ ShowError = Callable[[str, str], None]
 def _show_dialog(title: str, text: str) -> None:
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from app.widgets.plaintext import show_message
+
     if QApplication.instance() is not None:
-        QMessageBox.critical(None, title, text)
+        show_message(None, QMessageBox.Icon.Critical, title, text)
 
 
 def install_excepthook(log_file: Path | None, show: ShowError = _show_dialog) -> None:
@@ -96,13 +99,13 @@ def install_excepthook(log_file: Path | None, show: ShowError = _show_dialog) ->
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="polyseek", description="Search your photos, GIFs and videos.")
     parser.add_argument("--library", default=None, help="library to open (default: the last one opened)")
-    parser.add_argument("--no-demo", action="store_true", help="do not set up the demo library on first start")
+    parser.add_argument("--no-demo", action="store_true", help="skip the first-start demo library")
     parser.add_argument("--debug", action="store_true", help="log debug messages")
     return parser.parse_args(list(argv) if argv is not None else None)
 
 
 def open_service(library: str) -> Any:
-    """Open the real engine service (runs on a worker; the engine import is deferred to keep start-up fast)."""
+    """Open the real engine service (on a worker; the engine is imported here to keep start-up fast)."""
     try:
         from engine.service import SearchService
     except ImportError as exc:
@@ -188,4 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     window.show()
     Startup(window, args.library or settings.library, offer_demo=not args.no_demo).start()
     log.info("window shown; opening library in the background")
-    return int(app.exec())
+    code = int(app.exec())
+    window.shutdown()  # app.quit() without a close event must still stop and wait for the workers
+    close = getattr(window.service, "close", None)
+    if callable(close):  # the workers are done (closeEvent waited): release the catalog cleanly
+        close()
+    return code

@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QThread, QThreadPool, QUrl
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from app.search import SearchSession
 from app.service_api import SearchServiceLike
@@ -23,6 +23,7 @@ from app.widgets.annotate import AnnotationPanel
 from app.widgets.inspector import Inspector
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
+from app.widgets.plaintext import plain_label, show_message
 from app.widgets.results import ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
@@ -67,8 +68,7 @@ class MainWindow(QMainWindow):
         self.results = ResultsView(self.results_model, self.thumbnails)
         self.inspector = Inspector(self.pool)
         self.annotate = AnnotationPanel(self.write_pool)
-        self.empty_label = QLabel("")
-        self.empty_label.setWordWrap(True)
+        self.empty_label = plain_label("", wrap=True)
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
         centre_layout.setContentsMargins(0, 0, 0, 0)
@@ -155,13 +155,13 @@ class MainWindow(QMainWindow):
             self.empty_label.setText("Opening the library…")
             return
         self.setWindowTitle(f"Polyseek — {service.name}")
-        self.empty_label.setText("Type what you are looking for and press Enter, or drop a file to search by it.")
+        self.empty_label.setText("Describe what you are looking for and press Enter, or drop a file here.")
         self.refresh_models()
 
     def show_error(self, title: str, message: str) -> None:
         """A modal error the user must see (e.g. the library could not be opened)."""
         self.empty_label.setText(f"{title}: {message}")
-        QMessageBox.critical(self, title, message)
+        show_message(self, QMessageBox.Icon.Critical, title, message)
 
     def refresh_models(self) -> None:
         service = self.service

@@ -191,3 +191,19 @@ class ZeroShotIndex:
                 per_word = self._sqrt @ np.sqrt(_softmax(word_sims / WORD_TAU, axis=1)).T  # (N, W)
                 total = total + _zscore(np.log(per_word + EPS) @ weights)
         return total.astype(np.float32)
+
+
+def pseudo_caption_from_record(record, names: list[str]) -> str:
+    """A pseudo caption rebuilt from stored top classes, for content indexed before under another path.
+
+    The colour attributes need the pixels, which the feature store does not keep, so this caption names the
+    classes only; re-indexing the file (when it changes) restores the full regional semantics.
+    """
+    ids = record.image_top_ids if record.image_top_ids is not None else np.zeros(0, np.int16)
+    basic = basic_names(names)
+    phrases: list[str] = []
+    for c in ids[:PHRASES]:
+        phrase = f"{basic[c]} ({names[c]})" if basic[c] else names[c]
+        if phrase not in phrases:
+            phrases.append(phrase)
+    return ", ".join(phrases)

@@ -35,7 +35,7 @@ from engine.paths import assets_dir
 
 log = logging.getLogger(__name__)
 
-ASSETS_VERSION = 1
+ASSETS_VERSION = 2
 BACKBONE_ID = "efficientnet-lite0"
 IMAGE_SIZE = 224
 # EfficientNet-Lite was trained on inputs scaled as (x - 127) / 128 (the TF-Lite recipe); measured on the
@@ -153,6 +153,19 @@ def _export_class_names(dest: Path) -> None:
     (dest / "imagenet_classes.json").write_text(json.dumps(names))
 
 
+def _embed_class_texts(root: Path) -> None:
+    """MiniLM embeddings of the class texts zero-shot search matches sentences against (engine.regional)."""
+    from engine.regional import class_texts
+    from engine.text import MiniLMEncoder
+
+    names = json.loads((root / "imagenet_classes.json").read_text())
+    (root / "manifest.json").write_text("{}")  # lets the engine's encoder open the half-written folder
+    embeddings = MiniLMEncoder(root).encode(class_texts(names)).sentence
+    (root / "manifest.json").unlink()
+    (root / "zeroshot").mkdir()
+    np.save(root / "zeroshot" / "class_embeddings.npy", embeddings.astype(np.float32))
+
+
 def is_prepared(root: Path | None = None) -> bool:
     """True when a complete asset set of the current version is present."""
     manifest = (root or assets_dir()) / "manifest.json"
@@ -176,9 +189,11 @@ def prepare(root: Path | None = None, force: bool = False) -> Path:
             (work / name).mkdir()
             step(work / name)
         _export_class_names(work)
+        _embed_class_texts(work)
         (work / "manifest.json").write_text(json.dumps({"version": ASSETS_VERSION, "backbone": BACKBONE_ID}))
         if root.exists():
             shutil.rmtree(root)
         os.replace(work, root)
+        root.chmod(0o755)
         work.mkdir()  # TemporaryDirectory wants to remove something
     return root

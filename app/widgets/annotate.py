@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import SearchServiceLike
+from app.widgets.plaintext import plain_tooltip
 from app.workers import Worker
 from engine.types import SearchHit
 
@@ -199,7 +200,8 @@ class AnnotationPanel(QWidget):
         self.undo_button.setEnabled(False)
         self.undo_button.clicked.connect(self.undo_stack.undo)
         self.undo_stack.canUndoChanged.connect(self.undo_button.setEnabled)
-        self.undo_stack.undoTextChanged.connect(lambda text: self.undo_button.setToolTip(f"Undo {text} (Ctrl+Z)"))
+        self.undo_stack.undoTextChanged.connect(
+            lambda text: self.undo_button.setToolTip(f"Undo {text} (Ctrl+Z)"))
         self.status = QLabel("")
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setWordWrap(True)
@@ -257,7 +259,7 @@ class AnnotationPanel(QWidget):
             source = str(getattr(caption, "source", ""))
             item = QListWidgetItem(caption.text)
             item.setData(CAPTION_ID_ROLE, int(caption.id))
-            item.setToolTip(f"source: {source}" if source else "")
+            item.setToolTip(plain_tooltip(f"source: {source}") if source else "")
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.captions_list.addItem(item)
         self._populating = False
@@ -275,7 +277,8 @@ class AnnotationPanel(QWidget):
         item = self.captions_list.currentItem()
         if item is None or self.hit is None:
             return
-        self.undo_stack.push(DeleteCaption(self, self.hit.media_id, int(item.data(CAPTION_ID_ROLE)), item.text()))
+        caption_id = int(item.data(CAPTION_ID_ROLE))
+        self.undo_stack.push(DeleteCaption(self, self.hit.media_id, caption_id, item.text()))
 
     def judge(self, label: int) -> None:
         """Accept (+1) or reject (-1) the current item for the current text query, then move on."""

@@ -1,10 +1,10 @@
 """The inspector: why one result matched one query.
 
-For the selected result it draws, from ``service.explain(query, media_id)``: each head's attention as a heatmap
-over the image (K heads side by side) or, for GIFs and videos, over a strip of frames; the query's words
-tinted by each head's attention; the K x K head-to-head similarity with the matched pair; the query's and
-the item's uncertainty; the match probability; and the 2-D means with their sigma as ellipses. When the
-active model has no heads (zero-shot), it shows the explanation's notes instead.
+For the selected result it draws, from ``service.explain(query, media_id)``: each head's attention as
+a heatmap over the image (K heads side by side) or, for GIFs and videos, over a strip of frames; the
+query's words tinted by each head's attention; the K x K head-to-head similarity with the matched pair;
+the query's and the item's uncertainty; the match probability; and the 2-D means with their sigma as
+ellipses. When the active model has no heads (zero-shot), it shows the explanation's notes instead.
 
 Queries and captions are user text: everything here paints them as plain text, never as markup.
 """
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import SearchServiceLike
+from app.widgets.plaintext import plain_label, plain_tooltip
 from app.widgets.results import read_image
 from app.workers import run_in_background
 from engine.types import Explanation, MediaKind, SearchHit
@@ -149,7 +150,8 @@ class TokenStrip(QWidget):
 class FrameStrip(QWidget):
     """Frames side by side, each with a bar under it as tall as one head's attention on that frame."""
 
-    BAR = 28
+    BAR = 24
+    GAP = 3
 
     def __init__(self, frames: list[QImage], weights: np.ndarray, colour: QColor,
                  parent: QWidget | None = None) -> None:
@@ -158,19 +160,31 @@ class FrameStrip(QWidget):
         w = bin_weights(weights, len(frames))
         self.weights = w / w.max() if w.size and w.max() > 0 else w
         self.colour = colour
-        self.setMinimumHeight(60 + self.BAR)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+        first = frames[0] if frames else None
+        self._aspect = first.height() / first.width() if first is not None and first.width() else 1.0
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    def _frame_height(self, width: int) -> int:
+        return int(width / max(1, len(self.frames)) * self._aspect)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self._frame_height(width) + self.GAP + self.BAR
 
     def sizeHint(self) -> QSize:
-        return QSize(80 * max(1, len(self.frames)), 80 + self.BAR)
+        return QSize(320, self.heightForWidth(320))
 
     def paintEvent(self, _event: object) -> None:
-        n = len(self.frames)
-        if n == 0:
+        if not self.frames:
             return
         painter = QPainter(self)
-        cell = self.width() / n
-        frame_h = self.height() - self.BAR - 4
+        cell = self.width() / len(self.frames)
+        frame_h = min(self._frame_height(self.width()), self.height() - self.GAP - self.BAR)
+        bar_bottom = frame_h + self.GAP + self.BAR
         for i, (frame, weight) in enumerate(zip(self.frames, self.weights, strict=False)):
             target = QRectF(i * cell + 1, 0, cell - 2, frame_h)
             scaled = frame.scaled(target.size().toSize(), Qt.AspectRatioMode.KeepAspectRatio,
@@ -178,8 +192,9 @@ class FrameStrip(QWidget):
             painter.setOpacity(0.35 + 0.65 * float(weight))  # frames the head ignores fade out
             painter.drawImage(int(target.center().x() - scaled.width() / 2), 0, scaled)
             painter.setOpacity(1.0)
-            bar_h = max(1.0, (self.BAR - 2) * float(weight))
-            painter.fillRect(QRectF(target.left() + 2, self.height() - bar_h, target.width() - 4, bar_h), self.colour)
+            bar_h = max(1.0, self.BAR * float(weight))
+            painter.fillRect(QRectF(target.left() + 2, bar_bottom - bar_h, target.width() - 4, bar_h),
+                             self.colour)
         painter.end()
 
 
@@ -203,11 +218,17 @@ def _image_label(pixmap: QPixmap, caption: str, colour: QColor, matched: bool, s
 
 
 def _plain_label(text: str = "", wrap: bool = True) -> QLabel:
-    label = QLabel(text)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(wrap)
+    label = plain_label(text, wrap)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label
+
+
+def _add_head_row(layout: QVBoxLayout, head: int, matched: bool, view: QWidget) -> None:
+    """A head's name in its colour ("(matched)" for the best pair's head), then its view."""
+    title = _plain_label(f"head {head}" + ("  (matched)" if matched else ""))
+    title.setStyleSheet(f"color: {head_colour(head).name()}; font-weight: bold;")
+    layout.addWidget(title)
+    layout.addWidget(view)
 
 
 def _plot(height: int) -> pg.PlotWidget:
@@ -260,13 +281,13 @@ class Inspector(QScrollArea):
 
     # --- building blocks (kept as attributes so tests and screenshots can find them)
     def _reset(self) -> None:
-        while self._layout.count():
-            item = self._layout.takeAt(0)
-            widget = item.widget()
-            if widget is not None and widget is not self.title:
+        if self._layout.count() == 0:
+            self._layout.addWidget(self.title)
+        while self._layout.count() > 1:  # everything below the title
+            widget = self._layout.takeAt(1).widget()
+            if widget is not None:
                 widget.hide()  # deleteLater waits for the event loop; the old view must go now
                 widget.deleteLater()
-        self._layout.addWidget(self.title)
         self.head_views: list[QWidget] = []
         self.token_strips: list[TokenStrip] = []
         self.notes_label: QLabel | None = None
@@ -303,10 +324,11 @@ class Inspector(QScrollArea):
         hit, ex = self.hit, loaded.explanation
         path = Path(hit.path)
         self.title.setText(f"{path.name}\n{hit.kind.value} in {path.parent.name or path.parent}")
-        self.title.setToolTip(str(path))
+        self.title.setToolTip(plain_tooltip(str(path)))
         if ex is None:
             self._add_notes((f"No explanation: {loaded.error}",))
-            self.explanation = Explanation((), np.zeros((0, 0)), np.zeros((0, 0)), None, np.zeros((0, 0)), (0, 0))
+            empty = np.zeros((0, 0), dtype=np.float32)
+            self.explanation = Explanation((), empty, empty, None, empty, (0, 0))
             return
         self.explanation = ex
         self._add_summary(ex)
@@ -315,7 +337,9 @@ class Inspector(QScrollArea):
         if ex.item_attention.size:
             self._add_item_attention(ex, loaded)
             self._add_query_attention(ex, loaded.query_image)
-        if ex.similarity.size:
+        elif loaded.image is not None:
+            self._add_preview(loaded.image)
+        if ex.similarity.size > 1:  # one head each: nothing to compare
             self._add_similarity(ex)
         if ex.query_uncertainty is not None or ex.item_uncertainty is not None:
             self._add_uncertainty(ex)
@@ -324,7 +348,7 @@ class Inspector(QScrollArea):
 
     def _cell_size(self) -> int:
         """Side of one head's picture: two per row across the panel's width."""
-        return max(100, min(240, (self.viewport().width() - 70) // 2))
+        return max(100, min(240, (self.viewport().width() - 110) // 2))  # room for a scroll bar
 
     def _group(self, title: str) -> QVBoxLayout:
         group = QGroupBox(title)
@@ -344,18 +368,26 @@ class Inspector(QScrollArea):
             self.probability_bar.setValue(round(1000 * ex.match_probability))
             self.probability_bar.setFormat(f"p(match) = {ex.match_probability:.3f}")
             layout.addWidget(self.probability_bar)
-        if ex.similarity.size:
+        if ex.similarity.size > 1:
             q, i = ex.head_pair
             layout.addWidget(_plain_label(f"Best head pair: query head {q} ↔ item head {i} "
                                           f"(similarity {float(ex.similarity[q, i]):.3f})"))
         if self.hit is not None:
             layout.addWidget(_plain_label(f"Rank score {self.hit.score:.4f}"))
 
+    def _add_preview(self, image: QImage) -> None:
+        picture = QLabel()
+        size = 2 * self._cell_size()
+        picture.setPixmap(QPixmap.fromImage(image).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio,
+                                                           Qt.TransformationMode.SmoothTransformation))
+        picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._group("Preview").addWidget(picture)
+
     def _add_item_attention(self, ex: Explanation, loaded: _Loaded) -> None:
         k = ex.item_attention.shape[0]
         matched_item_head = ex.head_pair[1]
         if ex.item_grid is not None and loaded.image is not None:
-            layout = self._group(f"Where each of the {k} heads looks")
+            layout = self._group(f"Where each of the {k} heads looks" if k > 1 else "Where the model looks")
             grid = QGridLayout()
             layout.addLayout(grid)
             for head in range(k):
@@ -365,13 +397,11 @@ class Inspector(QScrollArea):
                 grid.addWidget(view, head // 2, head % 2)
                 self.head_views.append(view)
         elif loaded.frames:
-            layout = self._group(f"Which frames each of the {k} heads attends to")
+            layout = self._group(f"Which frames each of the {k} heads attends to" if k > 1
+                                 else "Which frames the model attends to")
             for head in range(k):
-                label = _plain_label(f"head {head}" + ("  (matched)" if head == matched_item_head else ""))
-                label.setStyleSheet(f"color: {head_colour(head).name()}; font-weight: bold;")
                 strip = FrameStrip(loaded.frames, ex.item_attention[head], head_colour(head))
-                layout.addWidget(label)
-                layout.addWidget(strip)
+                _add_head_row(layout, head, head == matched_item_head, strip)
                 self.head_views.append(strip)
 
     def _add_query_attention(self, ex: Explanation, query_image: QImage | None) -> None:
@@ -381,11 +411,8 @@ class Inspector(QScrollArea):
         if ex.query_tokens:
             layout = self._group("Query words each head attends to")
             for head in range(ex.query_attention.shape[0]):
-                title = _plain_label(f"head {head}" + ("  (matched)" if head == matched else ""))
-                title.setStyleSheet(f"color: {head_colour(head).name()}; font-weight: bold;")
                 strip = TokenStrip(ex.query_tokens, ex.query_attention[head], head_colour(head))
-                layout.addWidget(title)
-                layout.addWidget(strip)
+                _add_head_row(layout, head, head == matched, strip)
                 self.token_strips.append(strip)
         elif query_image is not None and ex.query_attention.shape[1] == 49:
             layout = self._group("Where each head looks in the example")
@@ -406,7 +433,8 @@ class Inspector(QScrollArea):
         plot.invertY(True)
         plot.setAspectLocked(True)
         for (q, i), value in np.ndenumerate(sim):
-            text = pg.TextItem(f"{value:.2f}", anchor=(0.5, 0.5), color="w" if value < sim.max() * 0.7 else "k")
+            ink = "w" if value < sim.max() * 0.7 else "k"  # dark cells get white text
+            text = pg.TextItem(f"{value:.2f}", anchor=(0.5, 0.5), color=ink)
             text.setPos(i + 0.5, q + 0.5)
             plot.addItem(text)
         q, i = ex.head_pair
@@ -451,7 +479,8 @@ class Inspector(QScrollArea):
             ("query", ex.query_mu_2d, ex.query_sigma, ex.query_uncertainty, "#1f77b4"),
             ("item", ex.item_mu_2d, ex.item_sigma, ex.item_uncertainty, "#ff7f0e"),
         ):
-            _draw_gaussian(plot, name, np.asarray(mu, dtype=np.float64), ellipse_axes(sigma, unc), QColor(colour))
+            centre = np.asarray(mu, dtype=np.float64)
+            _draw_gaussian(plot, name, centre, ellipse_axes(sigma, unc), QColor(colour))
         self.ellipse_plot = plot
         layout.addWidget(plot)
 
@@ -479,7 +508,7 @@ def _load_explanation(service: SearchServiceLike, query: str | Path, hit: Search
     """Runs on a worker: the explanation and the pictures it is drawn over."""
     ex = service.explain(query, hit.media_id)
     image, frames = None, []
-    if ex.item_attention.size and ex.item_grid is not None:
+    if ex.item_grid is not None or not ex.item_attention.size:  # a heatmap's base, or a plain preview
         image = read_image(service.thumbnail(hit.media_id, 512))
     elif ex.item_attention.size and hit.kind is not MediaKind.IMAGE:
         n = min(MAX_FRAMES, ex.item_attention.shape[1])

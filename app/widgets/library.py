@@ -24,17 +24,22 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import SearchServiceLike
+from app.widgets.plaintext import ask, plain_label, plain_tooltip, show_message
 from app.workers import Worker, run_in_background
 from engine.progress import Progress
 
 log = logging.getLogger(__name__)
 
-_COUNT_LABELS = (("image", "images"), ("animation", "animations"), ("video", "videos"), ("failed", "failed"))
+_COUNT_LABELS = (  # key, one, many
+    ("image", "image", "images"), ("animation", "animation", "animations"), ("video", "video", "videos"),
+    ("pending", "pending", "pending"), ("failed", "failed", "failed"),
+)
 
 
 def format_counts(counts: dict[str, int]) -> str:
-    """``{"image": 10, "video": 1, ...}`` as "10 images · 1 videos · ..." (kinds with zero are left out)."""
-    parts = [f"{counts[key]} {label}" for key, label in _COUNT_LABELS if counts.get(key)]
+    """``{"image": 10, "video": 1, ...}`` as "10 images · 1 video · ..." (kinds with zero are left out)."""
+    parts = [f"{counts[key]} {one if counts[key] == 1 else many}"
+             for key, one, many in _COUNT_LABELS if counts.get(key)]
     return " · ".join(parts) if parts else "no media indexed yet"
 
 
@@ -61,6 +66,7 @@ class LibraryPanel(QWidget):
     def _build(self) -> None:
         self.title = QLabel("Library")
         self.title.setObjectName("libraryTitle")
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
         self.roots_list = QListWidget()
         self.roots_list.setToolTip("Folders this library indexes")
         self.roots_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # keep both ends of long paths
@@ -74,16 +80,16 @@ class LibraryPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setTextVisible(True)
         self.progress_label = QLabel("")
+        self.progress_label.setTextFormat(Qt.TextFormat.PlainText)  # messages carry file names
         self.progress_label.setWordWrap(True)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel_indexing)
-        self.counts_label = QLabel(format_counts({}))
-        self.counts_label.setWordWrap(True)
+        self.counts_label = plain_label(format_counts({}), wrap=True)
         self.failures = QTreeWidget()
         self.failures.setHeaderLabels(["File", "Reason"])
         self.failures.setRootIsDecorated(False)
         self.failures.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        self.failures_label = QLabel("Skipped files")
+        self.failures_label = plain_label("Skipped files")
         self._layout()
         self._show_progress(False)
 
@@ -103,7 +109,7 @@ class LibraryPanel(QWidget):
         layout.addWidget(self.progress_label)
         layout.addWidget(self.counts_label)
         layout.addWidget(self.failures_label)
-        layout.addWidget(self.failures, 1)
+        layout.addWidget(self.failures, 2)
 
     # --- service
     def set_service(self, service: SearchServiceLike | None) -> None:
@@ -131,13 +137,13 @@ class LibraryPanel(QWidget):
         self.roots_list.clear()
         for root in roots:
             self.roots_list.addItem(str(root))
-            self.roots_list.item(self.roots_list.count() - 1).setToolTip(str(root))
+            self.roots_list.item(self.roots_list.count() - 1).setToolTip(plain_tooltip(str(root)))
         self.counts_label.setText(format_counts(counts))
         self.failures.clear()
         for path, reason in failures:
             item = QTreeWidgetItem([Path(path).name, str(reason)])
-            item.setToolTip(0, str(path))
-            item.setToolTip(1, str(reason))
+            item.setToolTip(0, plain_tooltip(str(path)))
+            item.setToolTip(1, plain_tooltip(str(reason)))
             self.failures.addTopLevelItem(item)
         self.failures_label.setText(f"Skipped files ({len(failures)})" if failures else "Skipped files: none")
 
@@ -157,7 +163,7 @@ class LibraryPanel(QWidget):
         try:
             self._service.add_root(folder)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the app goes on
-            QMessageBox.warning(self, "Cannot add folder", str(exc))
+            show_message(self, QMessageBox.Icon.Warning, "Cannot add folder", str(exc))
             return
         self.refresh()
         self.index([folder])
@@ -166,11 +172,8 @@ class LibraryPanel(QWidget):
         item = self.roots_list.currentItem()
         if self._service is None or item is None:
             return
-        answer = QMessageBox.question(
-            self, "Remove folder",
-            f"Stop indexing {item.text()}?\nIts items leave the library; the files themselves are not touched.",
-        )
-        if answer == QMessageBox.StandardButton.Yes:
+        question = f"Stop indexing {item.text()}?\nIts items leave the library; the files are not touched."
+        if ask(self, "Remove folder", question):
             self._service.remove_root(Path(item.text()))
             self.refresh()
 

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import ZERO_SHOT
+from app.widgets.plaintext import plain_tooltip
 
 _SHOWN_METRICS = ("rsum", "r1", "r5", "r10", "medr")
 
@@ -80,12 +81,13 @@ class ModelsDialog(QDialog):
         self.table.setRowCount(len(models))
         for row, model in enumerate(models):
             active = getattr(model, "active", getattr(model, "is_active", False))
-            cells = [model.name, str(model.method), metrics_text(dict(model.metrics or {})), "●" if active else ""]
+            metrics = metrics_text(dict(model.metrics or {}))
+            cells = [model.name, str(model.method), metrics, "●" if active else ""]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, model.name)
                 if getattr(model, "path", None):
-                    item.setToolTip(str(model.path))
+                    item.setToolTip(plain_tooltip(str(model.path)))
                 self.table.setItem(row, column, item)
         self.table.resizeColumnsToContents()
 

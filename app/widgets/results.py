@@ -1,7 +1,8 @@
 """The results grid: a list model of search hits, lazily loaded thumbnails, hover previews, infinite scroll.
 
-Nothing here decodes media: thumbnails and preview frames are files the service writes (slow the first time),
-so they are asked for on worker threads, read into ``QImage`` there, and turned into pixmaps on the GUI thread.
+Nothing here decodes media: thumbnails and preview frames are files the service writes (slow the first
+time), so they are asked for on worker threads, read into ``QImage`` there, and turned into pixmaps on the
+GUI thread.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ def _trim(cache: OrderedDict[int, Any], capacity: int) -> None:
 
 def hit_tooltip(hit: SearchHit) -> str:
     """The hover text of a result; every user string is escaped (captions are never markup)."""
-    lines = [f"<b>{html.escape(Path(hit.path).name)}</b>", html.escape(str(hit.path)), html.escape(hit.kind.value)]
+    name = html.escape(Path(hit.path).name)
+    lines = [f"<b>{name}</b>", html.escape(str(hit.path)), html.escape(hit.kind.value)]
     lines.append(score_text(hit))
     if hit.uncertainty is not None:
         lines.append(f"uncertainty σ = {hit.uncertainty:.3f}")
@@ -232,7 +234,8 @@ class ResultsModel(QAbstractListModel):
     def row_of(self, media_id: int) -> int | None:
         return self._rows.get(media_id)
 
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: QModelIndex | QPersistentModelIndex,
+             role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._hits):
             return None
         hit = self._hits[index.row()]
@@ -299,7 +302,8 @@ class ResultDelegate(QStyledItemDelegate):
         icon_rect = QRect(rect.left() + 3, rect.top() + 3, rect.width() - 6, self.icon_size)
         self._paint_thumbnail(painter, icon_rect, index.data(Qt.ItemDataRole.DecorationRole), palette)
         self._paint_badges(painter, icon_rect, hit)
-        text_colour = palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
+        text_colour = palette.color(role)
         self._paint_text(painter, rect, icon_rect, hit, text_colour)
         painter.restore()
 
@@ -350,9 +354,10 @@ class ResultDelegate(QStyledItemDelegate):
         name = metrics.elidedText(Path(hit.path).name, Qt.TextElideMode.ElideMiddle, rect.width() - 8)
         top = icon_rect.bottom() + 4
         painter.setPen(colour)
-        painter.drawText(QRect(rect.left() + 4, top, rect.width() - 8, line), Qt.AlignmentFlag.AlignHCenter, name)
+        centred = Qt.AlignmentFlag.AlignHCenter
+        painter.drawText(QRect(rect.left() + 4, top, rect.width() - 8, line), centred, name)
         painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line),
-                         Qt.AlignmentFlag.AlignHCenter, score_text(hit))
+                         centred, score_text(hit))
 
 
 class ResultsView(QListView):

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import ZERO_SHOT, is_probabilistic
+from app.widgets.plaintext import plain_tooltip
 from engine import paths
 
 
@@ -65,12 +66,13 @@ class QueryEdit(QLineEdit):
         self.file_given.emit(path)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.matches(QKeySequence.StandardKey.Paste) and self.paste_media(QGuiApplication.clipboard().mimeData()):
+        pasting = event.matches(QKeySequence.StandardKey.Paste)
+        if pasting and self.paste_media(QGuiApplication.clipboard().mimeData()):
             return
         super().keyPressEvent(event)
 
     def paste_media(self, mime: QMimeData | None) -> bool:
-        """Search by the file or image in ``mime``; False when it holds neither (plain text pastes normally)."""
+        """Search by the file or image in ``mime``; False when it holds neither (text pastes as usual)."""
         if mime is None:
             return False
         path = local_file(mime) if mime.hasUrls() or _looks_like_path(mime) else None
@@ -168,13 +170,13 @@ class SearchBar(QWidget):
     def _show_example(self, path: Path | None) -> None:
         self._example = path
         self.example_label.setText(f"Example: {path.name}" if path else "")
-        self.example_label.setToolTip(str(path) if path else "")
+        self.example_label.setToolTip(plain_tooltip(str(path)) if path else "")
         self.example_label.setVisible(path is not None)
         self.example_clear.setVisible(path is not None)
 
     # --- models
     def set_models(self, models: list[Any]) -> None:
-        """Fill the picker from ``service.models()`` and enable the cutoff for a probabilistic active model."""
+        """Fill the picker from ``service.models()``; the cutoff is enabled for a probabilistic model."""
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
         active_index = 0

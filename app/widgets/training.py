@@ -4,7 +4,8 @@ The trainer runs as ``<command> train ... --json-progress`` through :class:`QPro
 process: torch stays out of it, and a crash in training never takes the window down). It prints one JSON
 object per line::
 
-    {"event": "step", "epoch": 1, "step": 10, "total": 100, "loss": {"total": 0.5, ...}, "lr": 2e-4, "eta_s": 12.3}
+    {"event": "step", "epoch": 1, "step": 10, "total": 100, "loss": {"total": 0.5, ...}, "lr": 2e-4,
+     "eta_s": 12.3}
     {"event": "epoch", "epoch": 1, "val": {"rsum": 123.4, ...}}
     {"event": "done", "model_dir": "..."}
 
@@ -28,7 +29,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
+from app.widgets.plaintext import plain_label
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class JsonLines:
         self._buffer = b""
 
     def feed(self, data: bytes) -> list[dict[str, Any] | str]:
-        """Every complete line in ``data`` (plus what was buffered): a dict for JSON objects, else the text."""
+        """Every complete line so far: a dict for each JSON event, the text for anything else."""
         self._buffer += data
         *lines, self._buffer = self._buffer.split(b"\n")
         return [_parse_line(line) for line in lines if line.strip()]
@@ -139,7 +140,7 @@ class TrainingDialog(QDialog):
         form.addRow("Epochs", self.epochs)
         form.addRow("Device", self.device)
         self.progress = QProgressBar(minimum=0, maximum=1, value=0)
-        self.status = QLabel("Not started")
+        self.status = plain_label("Not started")  # messages carry paths
         self.loss_plot = self._plot("training loss", "step")
         self.loss_curve = self.loss_plot.plot(pen=pg.mkPen("#1f77b4", width=2))
         self.val_plot = self._plot("validation rsum", "epoch")

@@ -94,7 +94,8 @@ def _draw_shape(colour: tuple[int, int, int], shape: str, size: int = 96, shift:
     elif shape == "square":
         draw.rectangle(box, fill=colour)
     else:
-        draw.polygon([(size // 2 + shift, 12), (size - 12 + shift, size - 12), (12 + shift, size - 12)], fill=colour)
+        corners = [(size // 2 + shift, 12), (size - 12 + shift, size - 12), (12 + shift, size - 12)]
+        draw.polygon(corners, fill=colour)
     return img
 
 
@@ -216,7 +217,8 @@ class FakeService:
                 files += sorted(p for p in root.rglob("*") if p.suffix.lower() in MEDIA_SUFFIXES)
         return files
 
-    def index_paths(self, paths: list[Path] | None = None, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    def index_paths(self, paths: list[Path] | None = None,
+                    cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Decode every new file under ``paths`` (all roots when None), yielding progress per file."""
         files = [f for f in self._files(paths) if f not in self._by_path]
         yield Progress(0, len(files), "scanning")
@@ -236,7 +238,8 @@ class FakeService:
             return
         media_id = self._id()
         w, h = frames[0].size
-        media = FakeMedia(media_id, file, kind, w, h, len(frames), None if kind is MediaKind.IMAGE else 0.1 * len(frames))
+        duration = None if kind is MediaKind.IMAGE else 0.1 * len(frames)
+        media = FakeMedia(media_id, file, kind, w, h, len(frames), duration)
         with self._lock:
             self._entries[media_id] = _Entry(media, frames, _words(file))
             self._by_path[file] = media_id
@@ -295,7 +298,7 @@ class FakeService:
         return scored[offset: offset + top]
 
     def explain(self, query: str | Path, media_id: int) -> Explanation:
-        """K=2 invented maps: head 0 looks top-left and at the first words, head 1 bottom-right and the rest."""
+        """K=2 invented maps: head 0 looks top-left and at the first words, head 1 bottom-right, the rest."""
         entry = self._entry(media_id)
         tokens = tuple(query.split()) if isinstance(query, str) else ()
         if self._active is None:
@@ -394,7 +397,8 @@ class FakeService:
     # --- models
     def models(self) -> list[FakeModel]:
         out = [FakeModel("zero-shot", "zero-shot", None, {}, self._active is None)]
-        out += [FakeModel(n, m, self.workdir / n, metrics, n == self._active) for n, m, metrics in self._models]
+        for name, method, metrics in self._models:
+            out.append(FakeModel(name, method, self.workdir / name, metrics, name == self._active))
         return out
 
     def set_active_model(self, name: str | None) -> None:

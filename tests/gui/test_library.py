@@ -24,7 +24,7 @@ def panel(qtbot, tmp_path: Path):
 
 def test_format_counts_names_each_kind() -> None:
     assert format_counts({"image": 3, "animation": 0, "video": 1, "failed": 2, "total": 6}) == (
-        "3 images · 1 videos · 2 failed")
+        "3 images · 1 video · 2 failed")
     assert format_counts({}) == "no media indexed yet"
 
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QMessageBox
 
 from app import main as app_main
 from app.mainwindow import MainWindow
@@ -35,7 +34,8 @@ def test_excepthook_logs_and_shows_the_error(tmp_path: Path, monkeypatch: pytest
     handler.emit = records.append  # type: ignore[method-assign]
     logging.getLogger("app").addHandler(handler)
     try:
-        app_main.install_excepthook(tmp_path / "gui.log", show=lambda title, text: shown.append((title, text)))
+        app_main.install_excepthook(tmp_path / "gui.log",
+                                    show=lambda title, text: shown.append((title, text)))
         try:
             raise ValueError("bad thing in a slot")
         except ValueError as exc:
@@ -86,7 +86,7 @@ def test_first_start_opens_the_library_and_indexes_the_demo(qtbot, tmp_path: Pat
 
 def test_failing_to_open_shows_the_reason(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
     shown: list[str] = []
-    monkeypatch.setattr(QMessageBox, "critical", lambda parent, title, text: shown.append(text))
+    monkeypatch.setattr("app.mainwindow.show_message", lambda parent, icon, title, text: shown.append(text))
     window = MainWindow(GuiSettings())
     qtbot.addWidget(window)
 

@@ -125,3 +125,47 @@ def test_cutoff_slider_only_for_probabilistic_models(qtbot, window, service: Fak
         bar.cutoff.setValue(50)
     assert 0 < window.results_model.rowCount() < all_rows
     assert service.calls[-1] == ("search_text", ("red circle", 60, 0, 0.5))
+
+
+def test_dropping_a_file_on_the_search_box_searches_by_it(qtbot, window, media_folder: Path) -> None:
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    example = next(media_folder.glob("green_*.png"))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(example))])
+    drop = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        window.search_bar.edit.dropEvent(drop)
+    assert window.session.query == example
+    assert window.search_bar.example_label.text() == f"Example: {example.name}"
+
+
+def test_pasting_an_image_saves_it_and_searches_by_it(qtbot, window, isolated_home: Path) -> None:
+    from PySide6.QtCore import QMimeData
+    from PySide6.QtGui import QColor, QImage
+
+    image = QImage(32, 32, QImage.Format.Format_RGB32)
+    image.fill(QColor(220, 40, 40))
+    mime = QMimeData()
+    mime.setImageData(image)
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        assert window.search_bar.edit.paste_media(mime)
+    pasted = window.session.query
+    assert isinstance(pasted, Path) and pasted.parent == isolated_home / "cache" / "pasted"
+    assert Path(window.results_model.hit(0).path).name.startswith("red_")
+
+
+def test_plain_text_paste_is_not_a_media_search(qtbot, window) -> None:
+    from PySide6.QtCore import QMimeData
+
+    mime = QMimeData()
+    mime.setText("a dog on a beach")
+    assert not window.search_bar.edit.paste_media(mime)
+
+
+def test_queries_are_shown_as_plain_text(qtbot, window) -> None:
+    search(qtbot, window, "<b>red</b> circle")
+    assert window.empty_label.textFormat() == Qt.TextFormat.PlainText
+    assert "<b>red</b>" in window.empty_label.text()

@@ -12,11 +12,12 @@ from engine.progress import CancelToken, Progress
 
 def test_function_result_arrives_on_the_gui_thread(qtbot) -> None:
     seen: list[tuple[int, bool]] = []
-    with qtbot.waitSignal(
-        run_in_background(lambda a, b: a + b, 2, 3,
-                          on_result=lambda r: seen.append((r, threading.current_thread() is threading.main_thread()))
-                          ).signals.finished, timeout=3000):
-        pass
+
+    def record(result: int) -> None:
+        seen.append((result, threading.current_thread() is threading.main_thread()))
+
+    run_in_background(lambda a, b: a + b, 2, 3, on_result=record)
+    qtbot.waitUntil(lambda: bool(seen), timeout=3000)
     assert seen == [(5, True)]
 
 

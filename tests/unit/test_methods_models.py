@@ -30,6 +30,7 @@ from trainer.methods.encoders import (
     position_shift_offsets,
 )
 from trainer.methods.losses import DomainAdversarialLoss
+from trainer.methods.pcme import PCMEBranch
 from trainer.methods.pvse import PIENet
 from trainer.methods.twobranch import balanced_pairs
 
@@ -176,6 +177,24 @@ def test_pie_net_implements_eq_2_to_4() -> None:
     assert torch.allclose(out.attn[0], alpha, atol=1e-6)
     assert torch.allclose(out.local[0], upsilon, atol=1e-6)
     assert torch.allclose(out.emb[0], F.normalize(z, dim=-1), atol=1e-6)
+
+
+def test_pcme_heads_follow_fig3() -> None:
+    """mu: L2(LayerNorm(global + sigmoid(fc(attended)))); sigma: global + fc(attended), no sigmoid/LN/L2."""
+    torch.manual_seed(13)
+    global_feature, local = torch.randn(2, 4), torch.randn(2, 3, 6)
+    for mean_head in (True, False):
+        branch = PCMEBranch(6, 4, heads=1, mean_head=mean_head)
+        out, attn = branch(global_feature, local, None)
+        attended = (attn @ local)[:, 0]
+        residual = attended @ branch.fc.weight.T + branch.fc.bias
+        if mean_head:
+            normed = F.layer_norm(global_feature + torch.sigmoid(residual), (4,), branch.norm.weight,
+                                  branch.norm.bias)
+            want = F.normalize(normed, dim=-1)
+        else:
+            want = global_feature + residual
+        assert torch.allclose(out, want, atol=1e-6), mean_head
 
 
 def test_pvse_similarity_is_the_best_head_pair() -> None:

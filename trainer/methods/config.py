@@ -61,8 +61,9 @@ class MethodConfig:
     embed_dim: int = _f(1024, 1)
 
     def __post_init__(self) -> None:
+        hints = self._hints()
         for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name), self._hints()[f.name]))
+            object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name), hints[f.name]))
         if self.text_word_dim is None:
             object.__setattr__(self, "text_word_dim", NATIVE_WORD_DIM[self.text_encoder])
         self.check()
@@ -94,6 +95,7 @@ class MethodConfig:
         return out
 
     def to_json(self) -> str:
+        """Indented JSON of :meth:`to_dict`; :func:`config_from_json` reads it back."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 

@@ -121,7 +121,7 @@ def place_on_canvas(tokens: Tensor, mask: Tensor, canvas: int, offsets: Tensor |
     if offsets is None:
         offsets = torch.zeros(batch, dtype=torch.long, device=tokens.device)
     source = torch.arange(canvas, device=tokens.device)[None, :] - offsets[:, None]
-    inside = (source >= 0) & (source < lengths_of(mask)[:, None]) & (source < tokens.shape[1])
+    inside = (source >= 0) & (source < lengths_of(mask)[:, None])  # lengths never exceed L
     gathered = torch.gather(tokens, 1, source.clamp(0, tokens.shape[1] - 1)[..., None].expand(
         -1, -1, tokens.shape[2]))
     # Rows whose mask is all zero still count one "valid" token in lengths_of; the mask drops it.

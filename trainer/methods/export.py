@@ -153,7 +153,7 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
         "config": c.to_dict(),
     }
     if model.probabilistic:
-        manifest.update(match_scale=float(model.match_scale), match_shift=float(model.match_shift),
+        manifest.update(match_scale=model.match_scale.item(), match_shift=model.match_shift.item(),
                         num_samples=c.num_samples)  # type: ignore[attr-defined]
     if similarity == "network":
         d = model.embed_size
@@ -168,14 +168,14 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
                  modalities: tuple[str, ...] = MODALITIES) -> dict[str, Any]:
     """Export ``model``'s encoders and manifest into ``out_dir`` (replaced atomically); returns the manifest.
 
-    The model is copied and put in eval mode, so the caller's model is left as it was.
+    The model is copied to the CPU and put in eval mode, so the caller's model is left as it was.
     """
     unknown = [m for m in modalities if m not in MODALITIES]
     if unknown:
         raise ExportError(f"modalities: unknown {unknown}; expected a subset of {list(MODALITIES)}")
     target = Path(out_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
-    frozen = copy.deepcopy(model).eval()
+    frozen = copy.deepcopy(model).cpu().eval()  # traced on CPU whatever device the model trained on
     manifest = build_manifest(frozen, modalities)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:

@@ -186,6 +186,7 @@ class RetrievalModel(nn.Module):
 
     @property
     def video_inputs(self) -> tuple[str, ...]:
+        """Names of the ``encode_video`` arguments (frames, mask)."""
         return ("frames", "mask")
 
     @property

@@ -79,14 +79,17 @@ class GlobalEncoders(nn.Module):
         self.config = config
 
     def encode_image(self, pooled: Tensor | None) -> Tensor:
+        """phi(x) of a photo: the pooled feature (B, C) through one FC layer."""
         c = self.config
         return self.image(check_shape("pooled", pooled, (None, c.image_dim)))
 
     def encode_video(self, frames: Tensor, mask: Tensor) -> Tensor:
+        """phi(x) of a clip: final states of the bi-GRU over its frame features."""
         check_frames(self.config, frames, mask)
         return self.video(frames, mask)
 
     def encode_text(self, tokens: Tensor | None, mask: Tensor | None, sentence: Tensor | None) -> Tensor:
+        """phi(x) of a caption: bi-GRU final states, text CNN, or FC of the sentence vector (per config)."""
         if self.config.uses_sentence_vector:
             check_shape("sentence", sentence, (None, self.config.sentence_dim))
         else:

@@ -1,0 +1,244 @@
+"""The ``polyseek`` command line (PRODUCT.md, "Command line contract").
+
+``polyseek`` alone starts the GUI. ``train``, ``evaluate`` of a trained model and ``export`` run the trainer in its
+own process (``python -m trainer``), so torch is only ever imported there. Errors are one line on stderr and a
+non-zero exit; ``--json`` output is documented in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from engine.progress import Progress
+
+log = logging.getLogger("polyseek")
+
+TRAINER_COMMANDS = ("train", "export")
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="polyseek", description="Search your media by meaning.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("index", help="index folders (or files) into a library")
+    p.add_argument("paths", nargs="+", type=Path)
+    _common(p)
+    p = sub.add_parser("search", help="search a library with a sentence or a media file")
+    p.add_argument("text", nargs="?", help="the sentence to search for")
+    p.add_argument("--media", type=Path, help="search by example: an image, GIF or video file")
+    p.add_argument("--top", type=int, default=10)
+    _common(p)
+    p = sub.add_parser("evaluate", help="retrieval metrics of a model on a caption folder")
+    p.add_argument("--model", required=True, help="'zero-shot' or a trained model directory")
+    p.add_argument("--data", required=True, type=Path)
+    p.add_argument("--split", default=None)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("models", help="the registered models and which one is active")
+    p.add_argument("--library", default="default")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("prepare", help="prepare the pretrained ONNX assets (run once by the installer)")
+    p.add_argument("--force", action="store_true")
+    for name in TRAINER_COMMANDS:
+        sub.add_parser(name, help=f"{name} (runs the trainer process; see `polyseek {name} --help`)", add_help=False)
+    return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--library", default="default", help="library name (default: 'default')")
+    p.add_argument("--model", default=None, help="registered model name or model directory")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        from app.main import main as gui_main
+
+        return gui_main([])
+    if argv[0] in TRAINER_COMMANDS or (argv[0] == "evaluate" and not _is_zero_shot(argv)):
+        return subprocess.call([sys.executable, "-m", "trainer", *argv])
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return _dispatch(args)
+    except CliError as error:
+        print(f"polyseek: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("polyseek: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # one clear line, details in the log with -v
+        log.debug("failed", exc_info=True)
+        print(f"polyseek: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _is_zero_shot(argv: list[str]) -> bool:
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            return argv[i + 1] == "zero-shot"
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1] == "zero-shot"
+    return False
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "prepare":
+        return subprocess.call([sys.executable, "-m", "trainer", "prepare", *(["--force"] if args.force else [])])
+    if args.command == "index":
+        return _index(args)
+    if args.command == "search":
+        return _search(args)
+    if args.command == "models":
+        return _models(args)
+    if args.command == "evaluate":
+        return _evaluate(args)
+    raise CliError(f"unknown command {args.command!r}")
+
+
+def _open(library: str):
+    from engine.backbone import AssetsMissing, require_assets
+    from engine.service import SearchService
+
+    try:
+        require_assets()
+    except AssetsMissing as error:
+        raise CliError(str(error)) from None
+    return SearchService.open(library)
+
+
+def _index(args: argparse.Namespace) -> int:
+    for path in args.paths:
+        if not path.exists():
+            raise CliError(f"no such file or folder: {path}")
+    service = _open(args.library)
+    try:
+        _drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
+        counts, failures = service.counts(), service.failures()
+    finally:
+        service.close()
+    if args.json:
+        print(json.dumps({"library": args.library, "counts": counts,
+                          "failures": [{"path": p, "error": e} for p, e in failures]}, indent=2))
+    else:
+        kinds = ", ".join(f"{counts.get(k, 0)} {k}s" for k in ("image", "animation", "video"))
+        print(f"{args.library}: {kinds}; {counts.get('failed', 0)} failed")
+        for path, error in failures[:20]:
+            print(f"  failed: {path}: {error}")
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    if bool(args.text) == bool(args.media):
+        raise CliError("give either a sentence or --media FILE")
+    if args.top < 1:
+        raise CliError("--top must be at least 1")
+    if args.media is not None and not args.media.is_file():
+        raise CliError(f"no such file: {args.media}")
+    service = _open(args.library)
+    try:
+        if args.model:
+            service.set_active_model(args.model)
+        hits = service.search_media(args.media, top=args.top) if args.media else service.search_text(args.text, top=args.top)
+    finally:
+        service.close()
+    if args.json:
+        print(json.dumps([{"path": h.path, "score": round(h.score, 4), "kind": str(h.kind),
+                           "captions": list(h.captions), "match_probability": h.match_probability,
+                           "uncertainty": h.uncertainty} for h in hits], indent=2))
+    else:
+        for rank, h in enumerate(hits, 1):
+            print(f"{rank:3d}. {h.score:7.3f}  {h.path}")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    service = _open(args.library)
+    try:
+        models = service.models()
+    finally:
+        service.close()
+    if args.json:
+        print(json.dumps([{"name": m.name, "method": m.method, "path": str(m.path) if m.path else None,
+                           "active": m.active, "metrics": m.metrics} for m in models], indent=2))
+    else:
+        for m in models:
+            print(f"{'*' if m.active else ' '} {m.name:24s} {m.method}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from engine import paths
+    from engine.evaluate import evaluate_zero_shot
+    from engine.featurestore import FeatureStore
+    from engine.service import Encoders
+
+    if not (args.data / "captions.tsv").is_file():
+        raise CliError(f"{args.data} is not a caption folder (no captions.tsv)")
+    from engine.backbone import AssetsMissing, require_assets
+
+    try:
+        require_assets()
+    except AssetsMissing as error:
+        raise CliError(str(error)) from None
+    paths.home().mkdir(parents=True, exist_ok=True)
+    store = FeatureStore(paths.home() / "features.sqlite")
+    bar = _Bar(quiet=args.json)
+    try:
+        report = evaluate_zero_shot(args.data, args.split, store, Encoders(), progress=bar)
+    finally:
+        bar.close()
+        store.close()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for way in ("i2t", "t2i"):
+            r = report[way]
+            print(f"{way}: R@1 {r['r1']:.1f}  R@5 {r['r5']:.1f}  R@10 {r['r10']:.1f}  medr {r['medr']}")
+        print(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions)")
+    return 0
+
+
+class _Bar:
+    """A one-line progress bar on stderr when it is a terminal; silent otherwise or when ``quiet``."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.live = not quiet and sys.stderr.isatty()
+        self.width = 30
+
+    def __call__(self, p: Progress) -> None:
+        if not self.live:
+            return
+        filled = int(self.width * p.fraction)
+        total = f"{p.done}/{p.total}" if p.total else ""
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {total} {p.message[:50]:50s}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.live:
+            sys.stderr.write("\n")
+
+
+def _drain(progress: Iterable[Progress], quiet: bool = False) -> None:
+    bar = _Bar(quiet)
+    try:
+        for p in progress:
+            bar(p)
+    finally:
+        bar.close()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+    sys.exit(main())

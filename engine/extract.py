@@ -1,0 +1,133 @@
+"""From media files to cached backbone features and regional semantics.
+
+One :class:`FeatureExtractor` decodes a batch of files (in a small thread pool, overlapping the backbone, which
+runs on ONNX Runtime), runs EfficientNet-Lite0 and turns its outputs into a :class:`FeatureRecord` for the
+feature store plus the item's regional semantics (:mod:`engine.regional`). Still images keep their 49 local
+features; animations and videos keep the pooled features of ``FRAMES_PER_ITEM`` frames sampled uniformly
+(PVSE §3.5) and their mean as the global feature.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.backbone import Backbone, class_names
+from engine.featurestore import FeatureRecord, top_k_classes
+from engine.media import FRAMES_PER_ITEM, MediaError, MediaInfo, decode_frames, decode_image, probe
+from engine.regional import Semantics, regional_semantics
+from engine.types import MediaKind
+
+log = logging.getLogger(__name__)
+
+REGION_TOP_K = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decoded file: its probe and its frames (1 for a still image) at the backbone's size."""
+
+    path: Path
+    info: MediaInfo
+    frames: np.ndarray  # (F, S, S, 3) uint8
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    """Everything indexing stores for one file."""
+
+    path: Path
+    info: MediaInfo
+    record: FeatureRecord
+    semantics: Semantics
+
+
+def decode_for_backbone(path: Path, size: int, n_frames: int = FRAMES_PER_ITEM) -> Decoded:
+    """Probe and decode one file for the backbone; raises MediaError."""
+    info = probe(path)
+    if info.kind is MediaKind.IMAGE:
+        frames = decode_image(path, size)[None]
+    else:
+        frames = decode_frames(path, n_frames, size)
+    return Decoded(path, info, frames)
+
+
+class FeatureExtractor:
+    """Backbone features and regional semantics for media files."""
+
+    def __init__(self, backbone: Backbone, names: list[str] | None = None, decode_threads: int = 2) -> None:
+        self.backbone = backbone
+        self.names = names or class_names()
+        self._pool = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="decode")
+
+    @property
+    def backbone_id(self) -> str:
+        return self.backbone.id
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def decode_async(self, paths: Sequence[Path]) -> list[Future]:
+        size = self.backbone.image_size
+        return [self._pool.submit(decode_for_backbone, p, size) for p in paths]
+
+    def extract(self, paths: Sequence[Path]) -> list[Extracted | MediaError]:
+        """Extract one batch; a file that cannot be decoded comes back as its MediaError."""
+        return self.run(self.decode_async(paths))
+
+    def iter_batches(self, batches: Sequence[Sequence[Path]]) -> Iterator[list[Extracted | MediaError]]:
+        """Extract batch after batch, decoding the next batch while the backbone runs on this one."""
+        pending = self.decode_async(batches[0]) if batches else []
+        for i in range(len(batches)):
+            current = pending
+            pending = self.decode_async(batches[i + 1]) if i + 1 < len(batches) else []
+            yield self.run(current)
+
+    def run(self, futures: Sequence[Future]) -> list[Extracted | MediaError]:
+        decoded: list[Decoded | MediaError] = []
+        for future in futures:
+            try:
+                decoded.append(future.result())
+            except MediaError as error:
+                decoded.append(error)
+            except Exception as error:  # a decoder bug must not stop indexing; report it as the file's error
+                log.exception("unexpected error decoding a file")
+                decoded.append(MediaError(f"could not decode: {type(error).__name__}: {error}"))
+        good = [d for d in decoded if isinstance(d, Decoded)]
+        if not good:
+            return list(decoded)  # type: ignore[arg-type]
+        out = self.backbone(np.concatenate([d.frames for d in good]))
+        results: dict[int, Extracted] = {}
+        start = 0
+        for d in good:
+            stop = start + len(d.frames)
+            results[id(d)] = self._finish(d, out, slice(start, stop))
+            start = stop
+        return [results[id(d)] if isinstance(d, Decoded) else d for d in decoded]
+
+    def _finish(self, d: Decoded, out, rows: slice) -> Extracted:
+        logits, region = out.logits[rows], out.region_logits[rows]
+        semantics = regional_semantics(logits, region, d.frames, self.names)
+        region_probs = _softmax(region.reshape(-1, region.shape[-1]))
+        region_ids, region_top = top_k_classes(region_probs, REGION_TOP_K)
+        record = FeatureRecord(
+            global_=out.pooled[rows].mean(axis=0),
+            local=out.local[rows][0] if d.info.kind is MediaKind.IMAGE else None,
+            frames=None if d.info.kind is MediaKind.IMAGE else out.pooled[rows],
+            region_top_ids=region_ids,
+            region_top_probs=region_top,
+            image_top_ids=semantics.class_ids,
+            image_top_probs=semantics.class_probs,
+        )
+        return Extracted(d.path, d.info, record, semantics)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32) - x.max(axis=-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)

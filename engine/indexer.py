@@ -1,0 +1,142 @@
+"""Incremental indexing of library folders: a generator of :class:`Progress` records, cancellable.
+
+Steps: (1) walk the roots (files recognised by content) and stat every file; (2) compare with the catalog —
+new, changed, unchanged and missing files; hash new and changed files so a moved file keeps its row, captions
+and vectors; (3) extract features for every *pending* item in batches, reusing the feature store when the same
+content was seen before (another library, a training folder, a move) — pending rows are also what an
+interrupted run left, so indexing resumes where it stopped; (4) drop rows whose files are gone.
+
+Every batch is committed in one transaction after its features are stored, so a kill loses at most the batch in
+flight, and an item is never marked indexed without its features. A file that fails is recorded with its reason
+and retried only when its size or mtime change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from engine.catalog import Catalog, MediaRecord, content_hash
+from engine.extract import Extracted, FeatureExtractor
+from engine.featurestore import FeatureStore
+from engine.media import MediaError, iter_media_files
+from engine.progress import CancelToken, Progress
+from engine.types import CaptionSource
+
+log = logging.getLogger(__name__)
+
+BATCH = 32
+
+
+class Indexer:
+    """Indexes folders into a catalog and the shared feature store."""
+
+    def __init__(self, catalog: Catalog, features: FeatureStore, extractor: Callable[[], FeatureExtractor]) -> None:
+        self.catalog = catalog
+        self.features = features
+        self._extractor_factory = extractor
+        self._extractor: FeatureExtractor | None = None
+
+    @property
+    def extractor(self) -> FeatureExtractor:
+        if self._extractor is None:
+            self._extractor = self._extractor_factory()
+        return self._extractor
+
+    def index(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Index ``roots`` (folders or single files), yielding progress; raises Cancelled when cancelled."""
+        cancel = cancel or CancelToken()
+        roots = [Path(os.path.abspath(r)) for r in roots]
+        root_ids = [self.catalog.add_root(r) for r in roots]
+        yield Progress(0, 0, "looking for media")
+        found = list(self._scan(roots, root_ids, cancel))
+        plan = self.catalog.plan_scan(((p, s, m) for p, s, m, _ in found), root_ids)
+        root_of = {p: rid for p, _, _, rid in found}
+        touched = plan.new + plan.changed
+        for i, entry in enumerate(touched):
+            cancel.raise_if_cancelled()
+            try:
+                digest = content_hash(entry.path)
+            except OSError as error:
+                log.info("cannot read %s: %s", entry.path, error)
+                continue
+            self.catalog.upsert_media(entry.path, entry.size, entry.mtime_ns, digest, root_of[entry.path])
+            if i % 200 == 0:
+                yield Progress(i, len(touched), f"checking {len(touched)} new or changed files")
+        self.catalog.mark_missing(plan.missing)
+        removed = self.catalog.delete_missing()
+        if removed:
+            log.info("%d files are gone from the library", removed)
+        yield from self._extract_pending(cancel)
+
+    def _scan(self, roots: list[Path], root_ids: list[int], cancel: CancelToken) -> Iterator[tuple[Path, int, int, int]]:
+        for root, root_id in zip(roots, root_ids, strict=True):
+            for path in iter_media_files([root], on_error=lambda p, why: log.info("skipped %s: %s", p, why)):
+                cancel.raise_if_cancelled()
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue  # vanished since it was listed
+                yield Path(os.path.abspath(path)), st.st_size, st.st_mtime_ns, root_id
+
+    def _extract_pending(self, cancel: CancelToken) -> Iterator[Progress]:
+        pending = self.catalog.pending_media()
+        total = len(pending)
+        if not total:
+            yield Progress(0, 0, "library is up to date")
+            return
+        done = 0
+        backbone = self.extractor.backbone_id
+        cached = {m.content_hash for m in pending} - set(self.features.missing({m.content_hash for m in pending}, backbone))
+        reuse = [m for m in pending if m.content_hash in cached]
+        fresh = [m for m in pending if m.content_hash not in cached]
+        for start in range(0, len(reuse), 256):
+            cancel.raise_if_cancelled()
+            done += self._finish_cached(reuse[start:start + 256], backbone)
+            yield Progress(done, total, f"indexed {done} of {total}")
+        batches = [fresh[i:i + BATCH] for i in range(0, len(fresh), BATCH)]
+        for batch, results in zip(batches, self.extractor.iter_batches([[m.path for m in b] for b in batches]),
+                                  strict=False):
+            cancel.raise_if_cancelled()
+            self._store(batch, results, backbone)
+            done += len(batch)
+            yield Progress(done, total, f"indexed {done} of {total}")
+
+    def _store(self, batch: list[MediaRecord], results: list[Extracted | MediaError], backbone: str) -> None:
+        ok = [(m, r) for m, r in zip(batch, results, strict=True) if isinstance(r, Extracted)]
+        self.features.put_many(((m.content_hash, r.record) for m, r in ok), backbone)
+        with self.catalog.transaction("storing an indexed batch"):
+            for media, result in zip(batch, results, strict=True):
+                if isinstance(result, MediaError):
+                    self.catalog.set_media_failed(media.id, str(result))
+                    continue
+                info = result.info
+                self.catalog.set_media_ok(media.id, info.kind, info.format, info.width, info.height,
+                                          info.n_frames, info.duration_s, backbone)
+                self.catalog.set_pseudo_caption(media.id, result.semantics.caption)
+
+    def _finish_cached(self, batch: list[MediaRecord], backbone: str) -> int:
+        """Items whose content already has features (moved, re-added, seen in another library)."""
+        from engine.media import probe
+
+        with self.catalog.transaction("reusing cached features"):
+            for media in batch:
+                try:
+                    info = probe(media.path)
+                except MediaError as error:
+                    self.catalog.set_media_failed(media.id, str(error))
+                    continue
+                self.catalog.set_media_ok(media.id, info.kind, info.format, info.width, info.height,
+                                          info.n_frames, info.duration_s, backbone)
+                if not self.catalog.captions(media.id, sources=[CaptionSource.PSEUDO]):
+                    self._restore_pseudo_caption(media, backbone)
+        return len(batch)
+
+    def _restore_pseudo_caption(self, media: MediaRecord, backbone: str) -> None:
+        from engine.regional import pseudo_caption_from_record
+
+        record = self.features.get(media.content_hash, backbone)
+        if record is not None:
+            self.catalog.set_pseudo_caption(media.id, pseudo_caption_from_record(record, self.extractor.names))

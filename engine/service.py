@@ -1,0 +1,343 @@
+"""``SearchService``: the one object the CLI and the GUI talk to.
+
+It is built from its parts (catalog, feature store, indexer, encoders: STYLE.md §4) by :meth:`SearchService.open`,
+or by a test from fakes. Everything here is synchronous and thread-safe enough for one GUI worker plus the GUI
+thread; slow calls (``index_paths``, ``reindex``, the first search, thumbnails) belong off the GUI thread.
+
+Ranking. Until a model is trained (or while the zero-shot model is active) a sentence is ranked by the regional
+semantics of every item (:mod:`engine.regional`), and a picture, GIF or video by the cosine of the backbone's
+global features.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import paths
+from engine.catalog import Catalog, CaptionRecord, MediaRecord, MediaStatus
+from engine.featurestore import FeatureStore
+from engine.indexer import Indexer
+from engine.progress import CancelToken, Progress
+from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
+
+log = logging.getLogger(__name__)
+
+ZERO_SHOT = "zero-shot"
+USER_PAIR_LABELS = {"accept": 1, "reject": -1}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A model the user can pick; ``zero-shot`` is always there."""
+
+    name: str
+    method: str
+    path: Path | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    active: bool = False
+
+
+class Encoders:
+    """The pretrained encoders, created on first use (opening ONNX sessions takes a moment)."""
+
+    def __init__(self, assets: Path | None = None) -> None:
+        self._assets = assets
+        self._lock = threading.RLock()  # class_embeddings needs minilm: nested creation
+        self._cache: dict[str, Any] = {}
+
+    def _get(self, key: str, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    @property
+    def backbone(self):
+        from engine.backbone import Backbone
+
+        return self._get("backbone", lambda: Backbone(self._assets))
+
+    @property
+    def class_names(self) -> list[str]:
+        from engine.backbone import class_names
+
+        return self._get("names", lambda: class_names(self._assets))
+
+    @property
+    def minilm(self):
+        from engine.text import MiniLMEncoder
+
+        return self._get("minilm", lambda: MiniLMEncoder(self._assets))
+
+    @property
+    def class_embeddings(self) -> np.ndarray:
+        from engine.backbone import require_assets
+        from engine.regional import class_texts
+
+        def make() -> np.ndarray:
+            cached = require_assets(self._assets) / "zeroshot" / "class_embeddings.npy"
+            if cached.is_file():
+                return np.load(cached)
+            return self.minilm.encode(class_texts(self.class_names)).sentence
+
+        return self._get("class_embeddings", make)
+
+    def extractor(self):
+        from engine.extract import FeatureExtractor
+
+        return FeatureExtractor(self.backbone, self.class_names)
+
+
+class SearchService:
+    """Index, search, explain and annotate one library."""
+
+    def __init__(self, name: str, catalog: Catalog, features: FeatureStore, encoders: Encoders,
+                 cache_dir: Path) -> None:
+        self.name = name
+        self.catalog = catalog
+        self.features = features
+        self.encoders = encoders
+        self.cache_dir = cache_dir
+        self.indexer = Indexer(catalog, features, encoders.extractor)
+        self._lock = threading.RLock()
+        self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
+        self._globals = None  # (ids, (N, D) normalised global features)
+
+    @classmethod
+    def open(cls, library: str = "default", assets: Path | None = None) -> SearchService:
+        """The service of a named library under ``engine.paths.home()``."""
+        folder = paths.library_dir(library)
+        folder.mkdir(parents=True, exist_ok=True)
+        catalog = Catalog(folder / "catalog.sqlite")
+        features = FeatureStore(paths.home() / "features.sqlite")
+        return cls(library, catalog, features, Encoders(assets), folder / "thumbnails")
+
+    def close(self) -> None:
+        self.catalog.close()
+        self.features.close()
+
+    # -- library ---------------------------------------------------------------------------------------------
+
+    def roots(self) -> list[Path]:
+        return self.catalog.roots()
+
+    def add_root(self, path: Path) -> None:
+        self.catalog.add_root(Path(path).resolve())
+
+    def remove_root(self, path: Path) -> None:
+        self.catalog.remove_root(Path(path).resolve())
+        self._invalidate()
+
+    def index_paths(self, paths_: list[Path] | None = None, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Index folders (default: every root of the library); a generator of progress records."""
+        targets = [Path(p) for p in paths_] if paths_ else self.roots()
+        missing = [p for p in targets if not p.exists()]
+        if missing:
+            raise FileNotFoundError(f"no such file or folder: {missing[0]}")
+        try:
+            yield from self.indexer.index(targets, cancel)
+        finally:
+            self._invalidate()
+
+    def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Re-index every root (new, changed, moved and deleted files; interrupted work resumes)."""
+        return self.index_paths(None, cancel)
+
+    def counts(self) -> dict[str, int]:
+        raw = self.catalog.counts()
+        out = {str(k): v for k, v in raw["kind"].items() if k}
+        out["failed"] = raw["status"].get(MediaStatus.FAILED, 0)
+        out["pending"] = raw["status"].get(MediaStatus.PENDING, 0)
+        out["total"] = sum(raw["status"].values())
+        return out
+
+    def failures(self) -> list[tuple[str, str]]:
+        return [(str(p), why) for p, why in self.catalog.failures()]
+
+    def media(self, media_id: int) -> MediaRecord:
+        return self.catalog.media(media_id)
+
+    def thumbnail(self, media_id: int, size: int = 256) -> Path:
+        from engine.media import thumbnail
+
+        return thumbnail(self.media(media_id).path, self.cache_dir, size=size)[0]
+
+    def preview_frames(self, media_id: int, n: int = 8) -> list[Path]:
+        from engine.media import thumbnail
+
+        return thumbnail(self.media(media_id).path, self.cache_dir, size=256, n_preview=n)[1:]
+
+    # -- search ----------------------------------------------------------------------------------------------
+
+    def search_text(self, text: str, top: int = 60, offset: int = 0,
+                    min_probability: float | None = None) -> list[SearchHit]:
+        """The items that best match a sentence, best first."""
+        text = text.strip()
+        if not text:
+            return []
+        ids, index = self._zero_shot_index()
+        if not len(ids):
+            return []
+        from engine.regional import content_words
+
+        words = content_words(text)
+        encoded = self.encoders.minilm.encode([text] + words).sentence
+        scores = index.score(encoded[0], encoded[1:])
+        return self._hits(ids, scores, top, offset)
+
+    def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
+        """The items that look most like a picture, GIF or video file (cosine of global features)."""
+        from engine.media import MediaError
+
+        result = self.encoders.extractor().extract([Path(path)])[0]
+        if isinstance(result, MediaError):
+            raise result
+        ids, matrix = self._global_matrix()
+        if not len(ids):
+            return []
+        query = result.record.global_.astype(np.float32)
+        query /= max(float(np.linalg.norm(query)), 1e-9)
+        return self._hits(ids, matrix @ query, top, offset)
+
+    def search_captions(self, media_id: int, top: int = 10) -> list[tuple[str, float]]:
+        """The library's captions that best describe an item (zero-shot: scored like a text query)."""
+        captions = [c for c in self.catalog.iter_captions() if c.source != CaptionSource.PSEUDO]
+        if not captions:
+            return []
+        ids, index = self._zero_shot_index()
+        where = np.flatnonzero(ids == media_id)
+        if not len(where):
+            return []
+        from engine.regional import content_words
+
+        scored = []
+        for caption in captions:
+            encoded = self.encoders.minilm.encode([caption.text] + content_words(caption.text)).sentence
+            scored.append((caption.text, float(index.score(encoded[0], encoded[1:])[where[0]])))
+        return sorted(scored, key=lambda s: -s[1])[:top]
+
+    def explain(self, query: str | Path, media_id: int) -> Explanation:
+        """Why an item matched: the zero-shot model has no attention heads, so it explains by regions."""
+        record = self.media(media_id)
+        feats = self.features.get(record.content_hash, self.encoders.backbone.id)
+        if feats is None:
+            raise LookupError(f"{record.path} has no features yet (index it first)")
+        return _zero_shot_explanation(str(query), record, feats, self.encoders)
+
+    def _hits(self, ids: np.ndarray, scores: np.ndarray, top: int, offset: int) -> list[SearchHit]:
+        stop = min(len(ids), offset + top)
+        if stop <= offset:
+            return []
+        part = np.argpartition(-scores, stop - 1)[:stop] if stop < len(ids) else np.arange(len(ids))
+        order = part[np.lexsort((ids[part], -scores[part]))][offset:stop]
+        hits = []
+        for i in order:
+            media = self.catalog.media(int(ids[i]))
+            captions = tuple(c.text for c in self.catalog.captions(media.id))
+            hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), float(scores[i]), captions))
+        return hits
+
+    def _ok_items(self) -> tuple[np.ndarray, list[str]]:
+        items = [(m.id, m.content_hash) for m in self.catalog.iter_media(MediaStatus.OK)]
+        return np.array([i for i, _ in items], dtype=np.int64), [h for _, h in items]
+
+    def _zero_shot_index(self):
+        with self._lock:
+            if self._zero_shot is None:
+                from engine.regional import ZeroShotIndex
+
+                ids, hashes = self._ok_items()
+                backbone = self.encoders.backbone.id
+                class_ids = self.features.stack(hashes, backbone, "image_top_ids") if hashes else np.zeros((0, 32))
+                probs = self.features.stack(hashes, backbone, "image_top_probs") if hashes else np.zeros((0, 32))
+                self._zero_shot = (ids, ZeroShotIndex(self.encoders.class_embeddings, class_ids, probs))
+            return self._zero_shot
+
+    def _global_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            if self._globals is None:
+                ids, hashes = self._ok_items()
+                matrix = (self.features.stack(hashes, self.encoders.backbone.id, "global").astype(np.float32)
+                          if hashes else np.zeros((0, 1), np.float32))
+                matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
+                self._globals = (ids, matrix)
+            return self._globals
+
+    def _invalidate(self) -> None:
+        with self._lock:
+            self._zero_shot = None
+            self._globals = None
+
+    # -- annotation ------------------------------------------------------------------------------------------
+
+    def captions(self, media_id: int) -> list[CaptionRecord]:
+        return self.catalog.captions(media_id)
+
+    def add_caption(self, media_id: int, text: str) -> int:
+        return self.catalog.add_caption(media_id, _clean(text), CaptionSource.USER)
+
+    def update_caption(self, caption_id: int, text: str) -> None:
+        self.catalog.update_caption(caption_id, _clean(text))
+
+    def delete_caption(self, caption_id: int) -> None:
+        self.catalog.delete_caption(caption_id)
+
+    def accept_pair(self, query: str, media_id: int) -> int:
+        return self.catalog.add_pair(media_id, _clean(query), USER_PAIR_LABELS["accept"], CaptionSource.USER)
+
+    def reject_pair(self, query: str, media_id: int) -> int:
+        return self.catalog.add_pair(media_id, _clean(query), USER_PAIR_LABELS["reject"], CaptionSource.USER)
+
+    def delete_pair(self, pair_id: int) -> None:
+        self.catalog.delete_pair(pair_id)
+
+    # -- models ----------------------------------------------------------------------------------------------
+
+    def models(self) -> list[ModelInfo]:
+        records = self.catalog.models()
+        active = any(r.is_active for r in records)
+        infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active)]
+        infos += [ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active) for r in records]
+        return infos
+
+    def set_active_model(self, name: str | None) -> None:
+        self.catalog.set_active_model(None if name in (None, ZERO_SHOT) else name)
+        self._invalidate()
+
+
+def _clean(text: str) -> str:
+    text = " ".join(str(text).split())
+    if not text:
+        raise ValueError("a caption or query cannot be empty")
+    return text
+
+
+def _zero_shot_explanation(query: str, record: MediaRecord, feats, encoders: Encoders) -> Explanation:
+    """Regions of the item that carry the classes the query names (one 'head': the class match)."""
+    from engine.regional import content_words
+
+    words = content_words(query) or [query]
+    names = encoders.class_names
+    class_emb = encoders.class_embeddings
+    word_emb = encoders.minilm.encode(words).sentence
+    ids = feats.region_top_ids.astype(np.int64)  # (R, k)
+    probs = feats.region_top_probs.astype(np.float32)
+    relevance = np.clip(word_emb @ class_emb.T, 0.0, None)  # (W, C)
+    per_region = (probs[None] * relevance[:, ids]).sum(-1)  # (W, R)
+    item_attention = per_region.max(0, keepdims=True)
+    item_attention = item_attention / max(float(item_attention.sum()), 1e-9)
+    query_attention = per_region.max(1)[None]
+    query_attention = query_attention / max(float(query_attention.sum()), 1e-9)
+    grid = (7, 7) if record.kind == MediaKind.IMAGE and ids.shape[0] == 49 else None
+    best = int(np.argmax(item_attention[0]))
+    notes = (f"zero-shot model: ranked by regional semantics; the best region shows "
+             f"'{names[ids[best, 0]]}'",)
+    return Explanation(tuple(words), query_attention.astype(np.float32), item_attention.astype(np.float32), grid,
+                       np.ones((1, 1), np.float32), (0, 0), notes=notes)

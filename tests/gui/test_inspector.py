@@ -1,0 +1,89 @@
+"""Inspector drawing helpers and the hover preview of animations."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QImage
+
+from app.widgets.inspector import TokenStrip, bin_weights, ellipse_axes, heatmap_image, overlay
+from tests.gui.fakes import FakeService
+from tests.gui.test_search import search
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_heatmap_is_brightest_and_most_opaque_where_the_head_looks(qapp) -> None:
+    weights = np.zeros((7, 7), dtype=np.float32)
+    weights[2, 5] = 1.0
+    image = heatmap_image(weights)
+    assert (image.width(), image.height()) == (7, 7)
+    hot, cold = image.pixelColor(5, 2), image.pixelColor(0, 0)  # pixelColor takes (x=col, y=row)
+    assert hot.alpha() > cold.alpha() and hot.lightness() > cold.lightness()
+
+
+def test_overlay_keeps_the_base_size(qapp) -> None:
+    base = QImage(64, 48, QImage.Format.Format_RGB32)
+    base.fill(QColor("white"))
+    assert overlay(base, np.eye(7)).size() == base.size()
+
+
+def test_bin_weights_sums_frames_into_bins() -> None:
+    np.testing.assert_allclose(bin_weights(np.array([1, 2, 3, 4]), 2), [3, 7])
+    np.testing.assert_allclose(bin_weights(np.array([1, 2]), 8), [1, 2])
+    assert bin_weights(np.zeros(0), 3).size == 0
+
+
+def test_ellipse_axes_from_2d_sigma_or_scalars() -> None:
+    assert ellipse_axes(np.array([0.3, 0.2]), None) == (0.3, 0.2)
+    g = ellipse_axes(np.array([0.1, 0.4, 1.6]), None)
+    assert g == pytest.approx((0.4, 0.4))  # geometric mean of a higher-dimensional sigma
+    assert ellipse_axes(None, 0.5) == (0.5, 0.5)
+    assert ellipse_axes(None, None) is None
+
+
+def test_token_strip_paints_markup_as_text(qtbot) -> None:
+    strip = TokenStrip(("<b>bold</b>", "&amp;"), np.array([0.9, 0.1]), QColor("red"))
+    qtbot.addWidget(strip)
+    strip.resize(300, 40)
+    assert strip.heightForWidth(300) > 0
+    assert strip.grab().width() == 300  # painting works; tokens are drawn with drawText (never parsed)
+
+
+def test_hovering_an_animation_cycles_its_preview_frames(qtbot, window, service: FakeService) -> None:
+    search(qtbot, window, "bouncing ball")
+    model, view = window.results_model, window.results
+    row = next(r for r in range(model.rowCount()) if model.hit(r).kind.value == "animation")
+    index = model.index(row)
+    qtbot.waitUntil(lambda: model.data(index, Qt.ItemDataRole.DecorationRole) is not None, timeout=3000)
+    thumbnail = model.data(index, Qt.ItemDataRole.DecorationRole).toImage()
+    view.entered.emit(index)
+    frames_seen: set[int] = set()
+
+    def cycled() -> bool:
+        shown = model.data(index, Qt.ItemDataRole.DecorationRole).toImage()
+        frames_seen.add(hash(bytes(shown.constBits())))
+        return len(frames_seen) >= 3
+
+    qtbot.waitUntil(cycled, timeout=3000)
+    view._stop_hover()
+    assert model.data(index, Qt.ItemDataRole.DecorationRole).toImage() == thumbnail
+
+
+def test_signal_emits_do_not_exhaust_true_refcount() -> None:
+    """PySide6 6.12.0 leaks a reference to True per emit(); app.qtcompat must keep the process alive."""
+    code = ("import app.qtcompat\n"
+            "from PySide6.QtCore import QObject, Signal\n"
+            "class O(QObject):\n    s = Signal(object)\n"
+            "o = O()\n"
+            "for _ in range(200_000):\n    o.s.emit(1)\n"
+            "print('alive')\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stdout.strip() == "alive"

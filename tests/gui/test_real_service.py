@@ -1,0 +1,50 @@
+"""The window over the real ``engine.service.SearchService`` (no prepared model assets needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.mainwindow import MainWindow
+from app.settings import GuiSettings
+from tests.gui.fakes import make_media_folder
+
+service_module = pytest.importorskip("engine.service")
+
+
+@pytest.fixture
+def real_window(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))  # never the developer's assets
+    service = service_module.SearchService.open("gui-test")
+    window = MainWindow(GuiSettings(), service)
+    qtbot.addWidget(window)
+    yield window, service
+    window.shutdown()
+    service.close()
+
+
+def test_library_and_models_come_from_the_real_service(qtbot, real_window, tmp_path: Path) -> None:
+    window, service = real_window
+    folder = make_media_folder(tmp_path / "media", n_images=2, n_gifs=0, video=False, broken=False)
+    service.add_root(folder)
+    window.library.refresh()
+    qtbot.waitUntil(lambda: window.library.roots_list.count() == 1, timeout=5000)
+    assert window.library.roots_list.item(0).text() == str(folder.resolve())
+    combo = window.search_bar.model_combo
+    qtbot.waitUntil(lambda: combo.count() >= 1, timeout=5000)
+    assert combo.currentData() == "zero-shot"
+    assert not window.search_bar.cutoff.isEnabled()
+
+
+def test_search_without_assets_fails_visibly_not_fatally(qtbot, real_window) -> None:
+    window, _ = real_window
+    messages: list[str] = []
+    window.results_model.search_failed.connect(messages.append)
+    window.results_model.page_loaded.connect(lambda n: messages.append(f"loaded {n}"))
+    window.search_bar.edit.setText("a dog")
+    qtbot.keyClick(window.search_bar.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: bool(messages), timeout=10000)
+    assert window.results_model.rowCount() == 0
+    assert messages[0] == "loaded 0" or "assets" in messages[0]
