@@ -101,6 +101,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--library", default=None, help="library to open (default: the last one opened)")
     parser.add_argument("--no-demo", action="store_true", help="skip the first-start demo library")
     parser.add_argument("--debug", action="store_true", help="log debug messages")
+    parser.add_argument("--quit-after", type=float, default=None, metavar="SECONDS",
+                        help="quit after this many seconds (smoke tests, screenshots)")
     return parser.parse_args(list(argv) if argv is not None else None)
 
 
@@ -191,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     window.show()
     Startup(window, args.library or settings.library, offer_demo=not args.no_demo).start()
     log.info("window shown; opening library in the background")
+    if args.quit_after is not None:
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(int(args.quit_after * 1000), app.quit)
     code = int(app.exec())
     window.shutdown()  # app.quit() without a close event must still stop and wait for the workers
     close = getattr(window.service, "close", None)

@@ -21,6 +21,7 @@ from engine.progress import Progress
 log = logging.getLogger("polyseek")
 
 TRAINER_COMMANDS = ("train", "export")
+GUI_OPTIONS = ("--library", "--no-demo", "--debug", "--quit-after")
 
 
 class CliError(Exception):
@@ -62,10 +63,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        from app.main import main as gui_main
-
-        return gui_main([])
+    if not argv or argv[0].split("=")[0] in GUI_OPTIONS:
+        # the GUI lives in the app package, which the engine never imports: become that process
+        os.execv(sys.executable, [sys.executable, "-m", "app", *argv])
     if argv[0] in TRAINER_COMMANDS or (argv[0] == "evaluate" and not _is_zero_shot(argv)):
         return subprocess.call([sys.executable, "-m", "trainer", *argv])
     args = _parser().parse_args(argv)
