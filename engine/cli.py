@@ -201,13 +201,24 @@ def _evaluate(args: argparse.Namespace) -> int:
         bar.close()
         store.close()
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(_rounded(report), indent=2))
     else:
         for way in ("i2t", "t2i"):
             r = report[way]
             print(f"{way}: R@1 {r['r1']:.1f}  R@5 {r['r5']:.1f}  R@10 {r['r10']:.1f}  medr {r['medr']}")
         print(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions)")
     return 0
+
+
+def _rounded(value):
+    """Floats to 4 decimals for stable, readable JSON."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 class _Bar:

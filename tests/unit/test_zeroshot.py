@@ -1,0 +1,98 @@
+"""Zero-shot ranking on real photos (scikit-image's public-domain samples) and its building blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from engine.regional import ZeroShotIndex, class_texts, colour_name, content_words, region_colours
+from engine.service import SearchService
+
+SAMPLES = {"chelsea": "cat.jpg", "coffee": "coffee.jpg", "astronaut": "astronaut.jpg", "rocket": "rocket.jpg",
+           "coins": "coins.jpg", "camera": "cameraman.jpg"}
+
+
+@pytest.fixture(scope="module")
+def sample_photos(tmp_path_factory) -> Path:
+    import skimage.data
+
+    folder = tmp_path_factory.mktemp("samples")
+    for name, filename in SAMPLES.items():
+        Image.fromarray(getattr(skimage.data, name)()).convert("RGB").save(folder / filename)
+    return folder
+
+
+@pytest.fixture
+def indexed(assets_dir: Path, sample_photos: Path) -> SearchService:
+    service = SearchService.open("samples", assets_dir)
+    list(service.index_paths([sample_photos]))
+    yield service
+    service.close()
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("a cat", "cat.jpg"),
+    ("a cup of coffee", "coffee.jpg"),
+    ("a rocket on the launch pad", "rocket.jpg"),
+    ("a pile of old coins", "coins.jpg"),
+])
+def test_a_sentence_ranks_the_matching_photo_first(indexed, query, expected):
+    hits = indexed.search_text(query, top=3)
+    assert Path(hits[0].path).name == expected, [Path(h.path).name for h in hits]
+
+
+def test_hits_carry_the_pseudo_caption_and_paging_is_consistent(indexed):
+    first = indexed.search_text("a cat", top=6)
+    assert len(first) == len(SAMPLES)
+    assert "cat" in first[0].captions[0].lower()
+    assert [h.media_id for h in indexed.search_text("a cat", top=2, offset=2)] == [h.media_id for h in first[2:4]]
+    assert indexed.search_text("   ") == []
+
+
+def test_explain_gives_a_normalised_7x7_map_on_the_cat(indexed):
+    cat = next(h for h in indexed.search_text("a cat", top=1))
+    explanation = indexed.explain("a cat", cat.media_id)
+    assert explanation.item_grid == (7, 7)
+    assert explanation.item_attention.shape == (1, 49)
+    assert np.isclose(explanation.item_attention.sum(), 1.0)
+    assert np.isclose(explanation.query_attention.sum(), 1.0)
+
+
+def test_colour_names():
+    assert colour_name(np.array([220, 20, 20])) == "red"
+    assert colour_name(np.array([10, 10, 10])) == "black"
+    assert colour_name(np.array([250, 250, 250])) == "white"
+    assert colour_name(np.array([30, 160, 40])) == "green"
+    assert colour_name(np.array([30, 60, 200])) == "blue"
+    image = np.zeros((224, 224, 3), np.uint8)
+    image[:, 112:] = (20, 40, 220)
+    colours = region_colours(image)
+    assert colours[0] == "black" and colours[6] == "blue" and len(colours) == 49
+
+
+def test_content_words_drop_stop_words():
+    assert content_words("A dog runs on the beach!") == ["dog", "runs", "beach"]
+
+
+def test_every_query_word_must_be_found():
+    """An item that has both named classes beats items that have only one of them (the concept term)."""
+    rng = np.random.default_rng(0)
+    classes = rng.normal(size=(6, 8)).astype(np.float32)
+    classes /= np.linalg.norm(classes, axis=1, keepdims=True)
+    ids = np.array([[0, 1, 2], [0, 2, 3], [1, 3, 4]])
+    probs = np.array([[0.5, 0.49, 0.01], [0.98, 0.01, 0.01], [0.98, 0.01, 0.01]], np.float32)
+    index = ZeroShotIndex(classes, ids, probs)
+    sentence = classes[0] + classes[1]
+    sentence /= np.linalg.norm(sentence)
+    scores = index.score(sentence, classes[[0, 1]])
+    assert int(np.argmax(scores)) == 0
+
+
+def test_class_texts_use_basic_level_names():
+    names = [f"class {i}" for i in range(1000)]
+    names[207] = "Golden Retriever"
+    assert class_texts(names)[207] == "dog, Golden Retriever"
+    assert class_texts(names)[500] == "class 500"
