@@ -111,10 +111,9 @@ class FeatureExtractor:
         return [results[id(d)] if isinstance(d, Decoded) else d for d in decoded]
 
     def _finish(self, d: Decoded, out, rows: slice) -> Extracted:
-        logits, region = out.logits[rows], out.region_logits[rows]
-        semantics = regional_semantics(logits, region, d.frames, self.names)
-        region_probs = _softmax(region.reshape(-1, region.shape[-1]))
-        region_ids, region_top = top_k_classes(region_probs, REGION_TOP_K)
+        region_probs = _softmax(out.region_logits[rows])  # (F, 49, C)
+        semantics = regional_semantics(out.logits[rows], region_probs, d.frames, self.names)
+        region_ids, region_top = top_k_classes(region_probs.reshape(-1, region_probs.shape[-1]), REGION_TOP_K)
         record = FeatureRecord(
             global_=out.pooled[rows].mean(axis=0),
             local=out.local[rows][0] if d.info.kind is MediaKind.IMAGE else None,

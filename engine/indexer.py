@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from engine.catalog import Catalog, MediaRecord, content_hash
@@ -97,12 +98,20 @@ class Indexer:
             done += self._finish_cached(reuse[start:start + 256], backbone)
             yield Progress(done, total, f"indexed {done} of {total}")
         batches = [fresh[i:i + BATCH] for i in range(0, len(fresh), BATCH)]
-        for batch, results in zip(batches, self.extractor.iter_batches([[m.path for m in b] for b in batches]),
-                                  strict=False):
-            cancel.raise_if_cancelled()
-            self._store(batch, results, backbone)
-            done += len(batch)
-            yield Progress(done, total, f"indexed {done} of {total}")
+        # Writes go to one writer thread so they overlap the backbone's next batch; at most one batch waits.
+        # Leaving the block (cancelled or not) waits for the write in flight, so every batch ends committed.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-writer") as writer:
+            written: Future | None = None
+            for batch, results in zip(batches, self.extractor.iter_batches([[m.path for m in b] for b in batches]),
+                                      strict=False):
+                if written is not None:
+                    written.result()
+                written = writer.submit(self._store, batch, results, backbone)
+                done += len(batch)
+                yield Progress(done, total, f"indexed {done} of {total}")
+                cancel.raise_if_cancelled()
+            if written is not None:
+                written.result()
 
     def _store(self, batch: list[MediaRecord], results: list[Extracted | MediaError], backbone: str) -> None:
         ok = [(m, r) for m, r in zip(batch, results, strict=True) if isinstance(r, Extracted)]

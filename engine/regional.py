@@ -92,6 +92,10 @@ def colour_name(rgb: np.ndarray) -> str:
 def region_colours(image: np.ndarray, grid: int = 7) -> list[str]:
     """The colour name of the median pixel of each cell of a ``grid`` x ``grid`` split, row-major."""
     h, w = image.shape[:2]
+    if h % grid == 0 and w % grid == 0:  # the backbone's 224 x 224 input: one vectorised median
+        cells = image.reshape(grid, h // grid, grid, w // grid, 3).transpose(0, 2, 1, 3, 4)
+        medians = np.median(cells.reshape(grid * grid, -1, 3), axis=1)
+        return [colour_name(m) for m in medians]
     ys = np.linspace(0, h, grid + 1).astype(int)
     xs = np.linspace(0, w, grid + 1).astype(int)
     return [colour_name(np.median(image[ys[r]:ys[r + 1], xs[c]:xs[c + 1]].reshape(-1, 3), axis=0))
@@ -113,15 +117,15 @@ class Semantics:
     class_probs: np.ndarray  # (TOP_CLASSES,) float32, renormalised to sum 1
 
 
-def regional_semantics(logits: np.ndarray, region_logits: np.ndarray, images: np.ndarray,
+def regional_semantics(logits: np.ndarray, region_probs: np.ndarray, images: np.ndarray,
                        names: list[str]) -> Semantics:
     """Regional semantics of one item from its backbone outputs.
 
-    ``logits`` is (F, 1000) and ``region_logits`` (F, 49, 1000) over F frames (F = 1 for a photo); ``images``
-    are the F decoded frames (F, S, S, 3) the colours are read from. Over frames, a class keeps its best region.
+    ``logits`` is (F, 1000) and ``region_probs`` (F, 49, 1000) the softmax of the region logits over F frames
+    (F = 1 for a photo); ``images`` are the F decoded frames (F, S, S, 3) the colours are read from. Over frames,
+    a class keeps its best region.
     """
     image_probs = _softmax(logits.astype(np.float32)).mean(axis=0)
-    region_probs = _softmax(region_logits.astype(np.float32))  # (F, 49, C)
     flat = region_probs.reshape(-1, region_probs.shape[-1])  # (F*49, C)
     best_region = flat.argmax(axis=0)
     region_max = flat.max(axis=0)

@@ -1,0 +1,674 @@
+"""Multi-vector index: K L2-normalised embeddings per item, searched by PVSE's K x K max-cosine (§3.4).
+
+PVSE represents every item by K embeddings and scores an item for a query with Kq embeddings by the best of
+the Kq x K cosine pairs ("Inference", §3.4). :func:`kxk_scores` is that rule in plain numpy.
+:class:`MultiVectorIndex` keeps, per item, its int64 id and its (K, D) vectors and answers queries two ways:
+
+- **exact** (up to ``AnnParams.exact_limit`` items): every item is scored with the K x K rule;
+- **approximate** (above it): each query head asks a faiss index over all item vectors for its nearest
+  ``(top + offset) * K * oversample`` vectors, the union of their items is the candidate set, and the
+  candidates are rescored exactly (K x K, stored float32 vectors), so the scores and head pairs returned are
+  always exact; only the candidate set is approximate.
+
+Which approximate index: measured by ``tests/bench/bench_search.py --compare`` on this 2-core box
+(faiss 1.15, 2 OpenMP threads), 200,000 items x K=3 x D=256 from 5,000 gaussian clusters on the sphere
+with per-head perturbations, 200 queries drawn from the same mixture, top 10, every row with exact
+K x K rescoring of the candidates (oversample 4); recall@10 against exact search:
+
+=========================  ==========  =========  ========  ==========  ==============
+index                      build (s)   p50 (ms)   p95 (ms)  recall@10   extra RAM (MB)
+=========================  ==========  =========  ========  ==========  ==============
+exact (numpy, reference)   0           27.5       33.2      1.000       0
+IVF-Flat  nlist=2048/16    10.1        1.5        1.8       0.996       620
+IVF-PQ    nlist=2048/16,   40.5        1.3        1.6       0.960       45
+          m=32 x 8 bit
+HNSW      M=32, ef=128     191.7       1.9        2.3       0.999       690
+=========================  ==========  =========  ========  ==========  ==============
+
+(nprobe 16 of 2048 lists; IVF-PQ codes are 32 bytes a vector instead of 1 KB). HNSW has the best recall
+but builds 20x slower than IVF-Flat, cannot delete (tombstones only) and costs the most memory; IVF-PQ
+saves memory but loses recall to code noise that the rescoring cannot repair (a missed candidate stays
+missed). **IVF-Flat** is the default: near-exact recall, fast incremental add and real deletion
+(``remove_ids``), and its extra copy of the vectors is affordable. At 1,000,000 items it meets the product
+target (p95 < 50 ms, recall@10 >= 0.95): see ``bench-results/search.md``.
+
+Lifecycle. Adding past ``exact_limit`` items builds the approximate index (k-means training on a sample);
+when the library grows ``rebuild_growth`` times past the size it was trained for, it is retrained with a
+larger ``nlist``; when it shrinks below half of ``exact_limit`` it goes back to exact search. Removal
+deletes from IVF lists directly; HNSW keeps tombstones and is rebuilt once a quarter of it is dead.
+Approximate labels are ``slot * K + head`` where ``slot`` is a per-item number that never changes, so
+compacting the stored arrays never touches the faiss index.
+
+Threads: any number of searches may run while one writer adds or removes. Searches and the short
+mutations share one lock; the long parts of a write (growing the arrays, training a new faiss index)
+run outside it, under a separate writer lock, and are swapped in under the shared lock. faiss uses at
+most :data:`FAISS_THREADS` OpenMP threads.
+
+Files (:meth:`MultiVectorIndex.save`): ``index.json`` (format version, model id, dims, parameters, which
+data folder is current) plus a data folder with ``ids.npy``, ``slots.npy``, ``vectors.npy`` and
+``ann.faiss``. A save writes a new data folder, then replaces ``index.json`` atomically, then deletes
+the old folder, so a crash leaves the previous index readable. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import faiss
+import numpy as np
+
+from engine.captionfolder import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+FORMAT = "polyseek-multivector-index"
+FORMAT_VERSION = 1
+FAISS_THREADS = 2
+INDEX_FILE = "index.json"
+AnnKind = Literal["ivf-flat", "ivf-pq", "hnsw"]
+_SCORE_BLOCK = 1 << 23  # floats per block of exact scores: bounds temporary memory to ~32 MB
+
+
+class VectorIndexError(Exception):
+    """Base class of the vector index's errors."""
+
+
+class IndexInputError(VectorIndexError, ValueError):
+    """Ids, vectors or a query have the wrong shape, type or values; the message names which."""
+
+
+class IndexFileError(VectorIndexError, OSError):
+    """A saved index is missing, unreadable or of another format; the message names the file."""
+
+
+class ModelMismatchError(VectorIndexError):
+    """A saved index was built with another model than the one asked for."""
+
+
+@dataclass(frozen=True)
+class AnnParams:
+    """How and when the approximate index is used.
+
+    ``nlist=0`` picks about ``nlist_per_sqrt * sqrt(vectors)`` lists (a power of two, 64..65536).
+    ``nprobe`` lists are scanned per query head; HNSW uses ``hnsw_m`` links and ``ef_search``;
+    IVF-PQ ``pq_m`` sub-quantisers of ``pq_bits`` bits. Each query head fetches
+    ``(top + offset) * K * oversample`` vectors.
+    """
+
+    kind: AnnKind = "ivf-flat"
+    exact_limit: int = 50_000
+    nlist: int = 0
+    nlist_per_sqrt: float = 1.0
+    nprobe: int = 16
+    pq_m: int = 32
+    pq_bits: int = 8
+    hnsw_m: int = 32
+    ef_construction: int = 80
+    ef_search: int = 128
+    oversample: int = 4
+    train_per_list: int = 40
+    rebuild_growth: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("ivf-flat", "ivf-pq", "hnsw"):
+            raise IndexInputError(f"kind: unknown approximate index {self.kind!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "kind" and (value < 0 or (value == 0 and f.name != "nlist")):
+                raise IndexInputError(f"{f.name}: must be positive, got {value!r}")
+        if self.rebuild_growth <= 1.0:
+            raise IndexInputError(f"rebuild_growth: must be > 1, got {self.rebuild_growth}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AnnParams:
+        """Inverse of ``dataclasses.asdict``; unknown keys raise :class:`IndexInputError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise IndexInputError(f"params: unknown fields {unknown}")
+        return cls(**data)
+
+
+def limit_faiss_threads(threads: int = FAISS_THREADS) -> None:
+    """Cap faiss's OpenMP threads (the app shares two cores with the GUI and the indexer)."""
+    faiss.omp_set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """float32 copy of ``vectors`` with unit L2 norm along the last axis (zero vectors stay zero)."""
+    out = np.array(vectors, dtype=np.float32, copy=True)
+    norms = np.linalg.norm(out, axis=-1, keepdims=True)
+    out /= np.maximum(norms, 1e-12)
+    return out
+
+
+def kxk_scores(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PVSE §3.4 inference: for a query (Kq, D) and items (N, K, D), the best cosine of the Kq x K pairs.
+
+    Returns ``scores`` (N,) float32 and ``pairs`` (N, 2) int64 with the (query head, item head) that
+    gave each score. Both sides are L2-normalised here, so any non-zero vectors may be passed.
+    """
+    query, items = np.asarray(query), np.asarray(items)
+    if query.ndim != 2 or items.ndim != 3 or query.shape[1] != items.shape[2]:
+        raise IndexInputError(f"kxk_scores: expected query (Kq, D) and items (N, K, D), got "
+                              f"{query.shape} and {items.shape}")
+    return _max_pairs(normalise(query), normalise(items))
+
+
+def _max_pairs(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`kxk_scores` on already-normalised float32 arrays (the hot path)."""
+    n, heads, dim = items.shape
+    sims = (items.reshape(n * heads, dim) @ query.T).reshape(n, heads, len(query))
+    flat = sims.transpose(0, 2, 1).reshape(n, len(query) * heads)  # column p * K + q
+    best = flat.argmax(axis=1)
+    scores = flat[np.arange(n), best]
+    return scores.astype(np.float32), np.stack([best // heads, best % heads], axis=1).astype(np.int64)
+
+
+def _top(ids: np.ndarray, scores: np.ndarray, pairs: np.ndarray, top: int, offset: int
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``offset .. offset + top`` of the ranking by score (ties: smaller id first)."""
+    stop = min(len(ids), offset + top)
+    if stop <= offset:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, 2), np.int64)
+    part = np.argpartition(-scores, stop - 1)[:stop] if stop < len(ids) else np.arange(len(ids))
+    order = part[np.lexsort((ids[part], -scores[part]))][offset:stop]
+    return ids[order], scores[order], pairs[order]
+
+
+def _auto_nlist(vectors: int, per_sqrt: float) -> int:
+    """A power of two near ``per_sqrt * sqrt(vectors)``, at least 64 and at most 65536."""
+    target = max(1.0, per_sqrt * np.sqrt(max(vectors, 1)))
+    return int(min(65536, max(64, 2 ** round(np.log2(target)))))
+
+
+class _Ann:
+    """One faiss index over item vectors labelled ``slot * K + head``."""
+
+    def __init__(self, index: faiss.Index, kind: AnnKind, trained_items: int, dead: int = 0) -> None:
+        self.index, self.kind, self.trained_items, self.dead = index, kind, trained_items, dead
+
+    @classmethod
+    def build(cls, params: AnnParams, vectors: np.ndarray, slots: np.ndarray, rng: np.random.Generator
+              ) -> _Ann:
+        """Train on a sample of ``vectors`` (N, K, D) and add them all."""
+        n, heads, dim = vectors.shape
+        if params.kind == "hnsw":
+            index = faiss.IndexIDMap(faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT))
+            faiss.downcast_index(index.index).hnsw.efConstruction = params.ef_construction
+        else:
+            index = cls._trained_ivf(params, vectors, rng)
+        ann = cls(index, params.kind, n)
+        ann.add(vectors, slots, chunk=max(1, 262_144 // heads))
+        return ann
+
+    @staticmethod
+    def _trained_ivf(params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
+        n, heads, dim = vectors.shape
+        nlist = params.nlist or _auto_nlist(n * heads, params.nlist_per_sqrt)
+        nlist = min(nlist, max(1, n * heads // 39))  # faiss wants ~39 training points per centroid
+        quantizer = faiss.IndexFlatIP(dim)
+        if params.kind == "ivf-pq":
+            if dim % params.pq_m:
+                raise IndexInputError(f"pq_m: {params.pq_m} does not divide the dimension {dim}")
+            index = faiss.IndexIVFPQ(quantizer, dim, nlist, params.pq_m, params.pq_bits,
+                                     faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        wanted = nlist * params.train_per_list
+        if params.kind == "ivf-pq":
+            wanted = max(wanted, 64 << params.pq_bits)  # each PQ codebook needs points of its own
+        rows = rng.choice(n * heads, size=min(n * heads, wanted), replace=False)
+        index.train(np.ascontiguousarray(vectors.reshape(-1, dim)[np.sort(rows)]))
+        return index  # faiss's Python wrapper keeps the quantizer referenced by the index
+
+    @property
+    def can_remove(self) -> bool:
+        return self.kind != "hnsw"
+
+    def add(self, vectors: np.ndarray, slots: np.ndarray, chunk: int = 65_536) -> None:
+        """Add items' vectors (N, K, D) under labels ``slot * K + head``."""
+        n, heads, dim = vectors.shape
+        for start in range(0, n, chunk):
+            part = np.ascontiguousarray(vectors[start:start + chunk].reshape(-1, dim))
+            labels = (slots[start:start + chunk, None] * heads + np.arange(heads)).reshape(-1)
+            self.index.add_with_ids(part, labels.astype(np.int64))
+
+    def remove(self, slots: np.ndarray, heads: int) -> None:
+        """Delete items (IVF) or count them as tombstones (HNSW: the caller filters dead slots)."""
+        if not self.can_remove:
+            self.dead += len(slots)
+            return
+        labels = (slots[:, None] * heads + np.arange(heads)).reshape(-1).astype(np.int64)
+        self.index.remove_ids(faiss.IDSelectorBatch(labels))
+
+    def search(self, queries: np.ndarray, k: int, params: AnnParams) -> np.ndarray:
+        """Labels (Q, k) of the nearest vectors of each query row; -1 where fewer exist."""
+        if self.kind == "hnsw":
+            search_params = faiss.SearchParametersHNSW(efSearch=max(params.ef_search, k))
+        else:
+            search_params = faiss.SearchParametersIVF(nprobe=params.nprobe)
+        _, labels = self.index.search(np.ascontiguousarray(queries), k, params=search_params)
+        return labels
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "trained_items": self.trained_items, "dead": self.dead}
+        if self.kind != "hnsw":
+            out["nlist"] = int(self.index.nlist)
+        return out
+
+
+@dataclass(frozen=True)
+class _Data:
+    """The stored items, swapped as a whole so searches always see a consistent view.
+
+    Rows ``[0, size)`` of the buffers are in use; ``alive`` marks the rows not removed. ``row_of_slot``
+    maps every slot ever given out to its row, or -1 once removed.
+    """
+
+    ids: np.ndarray  # (capacity,) int64
+    slots: np.ndarray  # (capacity,) int64
+    vectors: np.ndarray  # (capacity, K, D) float32, unit rows
+    alive: np.ndarray  # (capacity,) bool
+    row_of_slot: np.ndarray  # (next_slot,) int64
+    size: int
+    count: int  # alive rows
+
+
+class MultiVectorIndex:
+    """Items with K unit vectors each, searched by the K x K max-cosine rule (module docstring)."""
+
+    def __init__(self, dim: int, heads: int, metric: str = "ip", model_id: str = "",
+                 params: AnnParams | None = None, seed: int = 0) -> None:
+        if metric != "ip":
+            raise IndexInputError(f"metric: only 'ip' (cosine of unit vectors) is supported, got {metric!r}")
+        if dim < 1 or heads < 1:
+            raise IndexInputError(f"dim and heads must be >= 1, got dim={dim}, heads={heads}")
+        limit_faiss_threads()
+        self.dim, self.heads, self.metric, self.model_id = int(dim), int(heads), metric, str(model_id)
+        self.params = params or AnnParams()
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.RLock()  # searches and short mutations
+        self._write_lock = threading.RLock()  # one writer at a time; held through long rebuilds
+        self._data = self._empty_data()
+        self._ann: _Ann | None = None
+        self._row_of_id: dict[int, int] = {}
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._data.count
+
+    def __contains__(self, item_id: object) -> bool:
+        return isinstance(item_id, (int, np.integer)) and int(item_id) in self._row_of_id
+
+    @property
+    def approximate(self) -> bool:
+        """True while searches go through the faiss index rather than exact scoring."""
+        return self._ann is not None
+
+    def ids(self) -> np.ndarray:
+        """The ids of all items, in storage order."""
+        with self._lock:
+            data = self._data
+            return data.ids[:data.size][data.alive[:data.size]].copy()
+
+    def get(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """The stored unit vectors (N, K, D) of ``ids``; :class:`KeyError` names an unknown id."""
+        with self._lock:
+            rows = [self._row_of(int(i)) for i in np.asarray(ids, dtype=np.int64).reshape(-1)]
+            return self._data.vectors[rows].copy()
+
+    def describe(self) -> dict[str, Any]:
+        """Sizes and the state of the approximate index, for logs and the CLI."""
+        with self._lock:
+            return {"model_id": self.model_id, "dim": self.dim, "heads": self.heads, "items": len(self),
+                    "approximate": self._ann.describe() if self._ann else None}
+
+    def search(self, query: np.ndarray, top: int = 10, offset: int = 0
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The items ranked ``offset .. offset + top`` for a query of Kq vectors (Kq, D).
+
+        Returns ``ids`` (n,) int64, ``scores`` (n,) float32 (exact K x K max-cosine, best first, ties by
+        id) and ``head_pairs`` (n, 2) int64: (query head, item head) of each score.
+        """
+        return self.search_batch(np.asarray(query)[None], top, offset)[0]
+
+    def search_batch(self, queries: np.ndarray, top: int = 10, offset: int = 0
+                     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """:meth:`search` for B queries (B, Kq, D) at once (one faiss call for all their heads)."""
+        queries = self._check_queries(queries)
+        if top < 0 or offset < 0:
+            raise IndexInputError(f"top and offset must be >= 0, got top={top}, offset={offset}")
+        with self._lock:
+            if self._ann is None or offset + top == 0:
+                return self._exact_batch(queries, top, offset)
+            return self._approximate_batch(queries, top, offset)
+
+    def _check_queries(self, queries: np.ndarray) -> np.ndarray:
+        queries = np.asarray(queries)
+        if queries.ndim != 3 or queries.shape[2] != self.dim or queries.shape[1] < 1:
+            raise IndexInputError(f"query: expected (Kq, {self.dim}) vectors per query, got shape "
+                                  f"{queries.shape[1:] if queries.ndim == 3 else queries.shape}")
+        if not np.isfinite(queries).all():
+            raise IndexInputError("query: contains NaN or infinite values")
+        return normalise(queries)
+
+    def _exact_batch(self, queries: np.ndarray, top: int, offset: int
+                     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        data = self._data
+        rows = np.flatnonzero(data.alive[:data.size])
+        scores, pairs = self._score_rows(data, rows, queries)
+        return [_top(data.ids[rows], scores[b], pairs[b], top, offset) for b in range(len(queries))]
+
+    def _score_rows(self, data: _Data, rows: np.ndarray, queries: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact K x K scores (B, n) and head pairs (B, n, 2) of ``rows`` for every query, in blocks."""
+        batch, kq, _ = queries.shape
+        flat = queries.reshape(batch * kq, self.dim)
+        scores = np.empty((batch, len(rows)), np.float32)
+        pairs = np.empty((batch, len(rows), 2), np.int64)
+        block = max(1, _SCORE_BLOCK // (self.heads * batch * kq))
+        contiguous = len(rows) == 0 or rows[-1] - rows[0] == len(rows) - 1
+        for start in range(0, len(rows), block):
+            part = rows[start:start + block]
+            items = data.vectors[part[0]:part[-1] + 1] if contiguous else data.vectors[part]
+            sims = (items.reshape(-1, self.dim) @ flat.T).reshape(len(part), self.heads, batch, kq)
+            sims = sims.transpose(2, 0, 3, 1).reshape(batch, len(part), kq * self.heads)
+            best = sims.argmax(axis=2)
+            scores[:, start:start + block] = np.take_along_axis(sims, best[..., None], axis=2)[..., 0]
+            pairs[:, start:start + block, 0] = best // self.heads
+            pairs[:, start:start + block, 1] = best % self.heads
+        return scores, pairs
+
+    def _approximate_batch(self, queries: np.ndarray, top: int, offset: int
+                           ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        assert self._ann is not None
+        batch, kq, _ = queries.shape
+        need = offset + top
+        fetch = min(self._ann.size, max(need, 10) * self.heads * self.params.oversample)
+        labels = self._ann.search(queries.reshape(batch * kq, self.dim), fetch, self.params)
+        out = []
+        for b in range(batch):
+            rows = self._candidate_rows(labels[b * kq:(b + 1) * kq])
+            if len(rows) < min(need, len(self)):
+                rows = self._wider_candidates(queries[b], need, fetch)
+            scores, pairs = self._score_rows(self._data, rows, queries[b:b + 1])
+            out.append(_top(self._data.ids[rows], scores[0], pairs[0], top, offset))
+        return out
+
+    def _candidate_rows(self, labels: np.ndarray) -> np.ndarray:
+        """Unique live rows of the items behind faiss labels (-1 and removed slots dropped)."""
+        labels = labels[labels >= 0]
+        rows = self._data.row_of_slot[np.unique(labels // self.heads)]
+        return np.sort(rows[rows >= 0])
+
+    def _wider_candidates(self, query: np.ndarray, need: int, fetch: int) -> np.ndarray:
+        """Too few live candidates (deep page, tombstones): fetch 4x more, up to every row."""
+        assert self._ann is not None
+        while fetch < self._ann.size:
+            fetch = min(self._ann.size, fetch * 4)
+            rows = self._candidate_rows(self._ann.search(query, fetch, self.params))
+            if len(rows) >= min(need, len(self)):
+                return rows
+        data = self._data
+        return np.flatnonzero(data.alive[:data.size])
+
+    def _row_of(self, item_id: int) -> int:
+        try:
+            return self._row_of_id[item_id]
+        except KeyError:
+            raise KeyError(f"item id {item_id} is not in the index") from None
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def add(self, ids: np.ndarray | list[int], vectors: np.ndarray) -> None:
+        """Add items ``ids`` (N,) with vectors (N, K, D); an id already present is replaced.
+
+        Vectors are L2-normalised here. May build or retrain the approximate index (module docstring).
+        """
+        ids, vectors = self._check_items(ids, vectors)
+        with self._write_lock:
+            present = [i for i in ids.tolist() if i in self._row_of_id]
+            if present:
+                self._remove_known(np.array(present, np.int64))
+            grown = self._grown(self._data, len(ids))
+            with self._lock:
+                self._data = self._append(grown, ids, vectors)
+                if self._ann is not None:
+                    self._ann.add(vectors, self._data.slots[self._data.size - len(ids):self._data.size])
+            self._maintain()
+
+    def remove(self, ids: np.ndarray | list[int]) -> int:
+        """Remove items by id; ids not in the index are ignored. Returns how many were removed."""
+        ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
+        with self._write_lock:
+            known = np.array([i for i in ids.tolist() if i in self._row_of_id], np.int64)
+            if len(known):
+                self._remove_known(known)
+                self._maintain()
+            return len(known)
+
+    def rebuild(self) -> None:
+        """Compact the stored arrays and retrain the approximate index now (if the size calls for one)."""
+        with self._write_lock:
+            self._compact()
+            if self._data.count > self.params.exact_limit:
+                self._build_ann()
+            else:
+                with self._lock:
+                    self._ann = None
+
+    def _check_items(self, ids: np.ndarray | list[int], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids_array = np.asarray(ids)
+        integral = np.issubdtype(ids_array.dtype, np.integer) or ids_array.size == 0
+        if ids_array.ndim != 1 or not integral:
+            raise IndexInputError(f"ids: expected a 1-D integer array, got {ids_array.dtype} "
+                                  f"{ids_array.shape}")
+        ids_array = ids_array.astype(np.int64)
+        vectors = np.asarray(vectors)
+        expected = (len(ids_array), self.heads, self.dim)
+        if vectors.shape != expected:
+            raise IndexInputError(f"vectors: expected shape {expected} (N, K, D), got {vectors.shape}")
+        if len(np.unique(ids_array)) != len(ids_array):
+            raise IndexInputError("ids: the same id appears twice in one add")
+        if not np.isfinite(vectors).all():
+            raise IndexInputError("vectors: contain NaN or infinite values")
+        return ids_array, normalise(vectors)
+
+    def _remove_known(self, ids: np.ndarray) -> None:
+        rows = np.array([self._row_of_id[i] for i in ids.tolist()], np.int64)
+        with self._lock:
+            data = self._data
+            slots = data.slots[rows]
+            data.alive[rows] = False
+            data.row_of_slot[slots] = -1
+            for i in ids.tolist():
+                del self._row_of_id[i]
+            self._data = replace(data, count=data.count - len(rows))
+            if self._ann is not None:
+                self._ann.remove(slots, self.heads)
+
+    def _empty_data(self, capacity: int = 0) -> _Data:
+        return _Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
+                     np.zeros((capacity, self.heads, self.dim), np.float32), np.zeros(capacity, bool),
+                     np.zeros(0, np.int64), 0, 0)
+
+    def _grown(self, data: _Data, extra: int) -> _Data:
+        """``data`` with room for ``extra`` more rows; a bigger copy is made outside the search lock."""
+        if data.size + extra <= len(data.ids):
+            return data
+        capacity = max(data.size + extra, int(len(data.ids) * 1.5), 1024)
+        bigger = self._empty_data(capacity)
+        for name in ("ids", "slots", "vectors", "alive"):
+            getattr(bigger, name)[:data.size] = getattr(data, name)[:data.size]
+        return replace(bigger, row_of_slot=data.row_of_slot, size=data.size, count=data.count)
+
+    def _append(self, data: _Data, ids: np.ndarray, vectors: np.ndarray) -> _Data:
+        start, stop = data.size, data.size + len(ids)
+        first_slot = len(data.row_of_slot)
+        slots = np.arange(first_slot, first_slot + len(ids), dtype=np.int64)
+        data.ids[start:stop], data.slots[start:stop], data.vectors[start:stop] = ids, slots, vectors
+        data.alive[start:stop] = True
+        row_of_slot = np.concatenate([data.row_of_slot, np.arange(start, stop, dtype=np.int64)])
+        self._row_of_id.update(zip(ids.tolist(), range(start, stop), strict=True))
+        return replace(data, row_of_slot=row_of_slot, size=stop, count=data.count + len(ids))
+
+    def _maintain(self) -> None:
+        """Compact and build, retrain or drop the approximate index as the size calls for (writer only)."""
+        data, ann, params = self._data, self._ann, self.params
+        if data.size - data.count > max(1024, data.size // 4):
+            self._compact()
+        if ann is None and data.count > params.exact_limit:
+            self._build_ann()
+        elif ann is not None and data.count < params.exact_limit // 2:
+            with self._lock:
+                self._ann = None
+        elif ann is not None and (data.count > params.rebuild_growth * ann.trained_items
+                                  or ann.dead > max(1024, ann.size // (4 * self.heads))):
+            self._build_ann()
+
+    def _compact(self) -> None:
+        """Drop removed rows from the arrays (slots, hence faiss labels, are unchanged)."""
+        data = self._data
+        if data.count == data.size:
+            return
+        keep = np.flatnonzero(data.alive[:data.size])
+        compact = self._empty_data(len(keep))
+        for name in ("ids", "slots", "vectors"):
+            getattr(compact, name)[:] = getattr(data, name)[keep]
+        compact.alive[:] = True
+        row_of_slot = np.full(len(data.row_of_slot), -1, np.int64)
+        row_of_slot[compact.slots] = np.arange(len(keep))
+        with self._lock:
+            self._data = replace(compact, row_of_slot=row_of_slot, size=len(keep), count=len(keep))
+            self._row_of_id = dict(zip(compact.ids.tolist(), range(len(keep)), strict=True))
+
+    def _build_ann(self) -> None:
+        """Train a new faiss index on the live items (outside the search lock) and swap it in."""
+        started = time.perf_counter()
+        self._compact()  # searches keep reading the old view; only this writer changes data
+        data = self._data
+        ann = _Ann.build(self.params, data.vectors[:data.size], data.slots[:data.size], self._rng)
+        with self._lock:
+            self._ann = ann
+        log.info("built %s index over %d items in %.1f s", ann.kind, data.count,
+                 time.perf_counter() - started)
+
+    # -- files ---------------------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the index into the folder ``path`` (created if needed); see the module docstring."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._write_lock:
+            self._compact()
+            data, ann = self._data, self._ann
+            name = f"data-{time.time_ns():x}"
+            staging = folder / f".{name}.tmp"
+            staging.mkdir()
+            try:
+                self._write_data(staging, data, ann)
+                os.replace(staging, folder / name)
+                atomic_write_text(folder / INDEX_FILE, json.dumps(self._header(name, data, ann), indent=2))
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        for old in folder.glob("data-*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+
+    @staticmethod
+    def _write_data(staging: Path, data: _Data, ann: _Ann | None) -> None:
+        np.save(staging / "ids.npy", data.ids[:data.size])
+        np.save(staging / "slots.npy", data.slots[:data.size])
+        np.save(staging / "vectors.npy", data.vectors[:data.size])
+        if ann is not None:
+            faiss.write_index(ann.index, str(staging / "ann.faiss"))
+
+    def _header(self, name: str, data: _Data, ann: _Ann | None) -> dict[str, Any]:
+        return {"format": FORMAT, "version": FORMAT_VERSION, "model_id": self.model_id, "dim": self.dim,
+                "heads": self.heads, "metric": self.metric, "count": data.count, "data": name,
+                "next_slot": len(data.row_of_slot), "params": asdict(self.params),
+                "ann": ann.describe() if ann else None}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], model_id: str | None = None,
+             params: AnnParams | None = None) -> MultiVectorIndex:
+        """Read an index saved by :meth:`save`.
+
+        ``model_id``, when given, must equal the saved one (:class:`ModelMismatchError` otherwise: an index
+        is only valid for the model version that made its vectors). ``params`` overrides the saved
+        search parameters (the saved faiss index is kept).
+        """
+        folder = Path(path)
+        header = _read_header(folder / INDEX_FILE)
+        if model_id is not None and header["model_id"] != model_id:
+            raise ModelMismatchError(f"{folder / INDEX_FILE}: index built for model {header['model_id']!r}, "
+                                     f"not {model_id!r}; rebuild it")
+        index = cls(header["dim"], header["heads"], header["metric"], header["model_id"],
+                    params or AnnParams.from_dict(header["params"]))
+        index._restore(folder / header["data"], header)
+        return index
+
+    def _restore(self, data_dir: Path, header: dict[str, Any]) -> None:
+        ids = _load_array(data_dir / "ids.npy", np.int64, (header["count"],))
+        slots = _load_array(data_dir / "slots.npy", np.int64, (header["count"],))
+        vectors = _load_array(data_dir / "vectors.npy", np.float32, (header["count"], self.heads, self.dim))
+        if len(slots) and (slots.min() < 0 or slots.max() >= header["next_slot"]):
+            raise IndexFileError(f"{data_dir / 'slots.npy'}: slot numbers outside 0..{header['next_slot']}")
+        row_of_slot = np.full(header["next_slot"], -1, np.int64)
+        row_of_slot[slots] = np.arange(len(slots))
+        self._data = _Data(ids, slots, vectors, np.ones(len(ids), bool), row_of_slot, len(ids), len(ids))
+        self._row_of_id = dict(zip(ids.tolist(), range(len(ids)), strict=True))
+        if header["ann"] is not None:
+            self._ann = _read_ann(data_dir / "ann.faiss", header["ann"], self.dim)
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    try:
+        header = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise IndexFileError(f"{path}: cannot read the index header: {exc}") from exc
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise IndexFileError(f"{path}: not a {FORMAT} file")
+    if header.get("version") != FORMAT_VERSION:
+        raise IndexFileError(f"{path}: format version {header.get('version')!r}, expected {FORMAT_VERSION}")
+    required = ("model_id", "dim", "heads", "metric", "count", "data", "next_slot", "params", "ann")
+    missing = [k for k in required if k not in header]
+    if missing or "/" in str(header.get("data")) or ".." in str(header.get("data")):
+        raise IndexFileError(f"{path}: missing or invalid entries {missing or ['data']}")
+    return header
+
+
+def _load_array(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise IndexFileError(f"{path}: cannot read: {exc}") from exc
+    if array.dtype != dtype or array.shape != shape:
+        raise IndexFileError(f"{path}: expected {np.dtype(dtype).name} {shape}, "
+                             f"got {array.dtype} {array.shape}")
+    return array
+
+
+def _read_ann(path: Path, described: dict[str, Any], dim: int) -> _Ann:
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:  # faiss reports I/O and format errors as RuntimeError
+        raise IndexFileError(f"{path}: cannot read the faiss index: {exc}") from exc
+    if index.d != dim:
+        raise IndexFileError(f"{path}: faiss index of dimension {index.d}, expected {dim}")
+    return _Ann(index, described["kind"], int(described["trained_items"]), int(described.get("dead", 0)))

@@ -1,0 +1,100 @@
+"""The ``polyseek`` command line end to end, in subprocesses, with an isolated home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.mediagen import make_animated_gif
+
+
+def polyseek(*args: str, home: Path, assets: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "POLYSEEK_HOME": str(home), "POLYSEEK_ASSETS": str(assets)}
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+@pytest.fixture
+def media(tmp_path: Path) -> Path:
+    import skimage.data
+
+    folder = tmp_path / "media"
+    folder.mkdir()
+    Image.fromarray(skimage.data.chelsea()).save(folder / "cat.jpg")
+    Image.fromarray(skimage.data.coffee()).save(folder / "coffee.png")
+    make_animated_gif(folder / "blink.gif", [(200, 0, 0), (0, 0, 200)], size=(32, 32))
+    (folder / "fake.jpg").write_bytes(b"this is not a picture")
+    return folder
+
+
+def test_index_then_search_json(media, polyseek_home, assets_dir):
+    done = polyseek("index", str(media), "--json", home=polyseek_home, assets=assets_dir)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["counts"]["image"] == 2 and report["counts"]["animation"] == 1
+    assert report["failures"] == []  # fake.jpg is not media by content: skipped silently
+    found = polyseek("search", "a cup of coffee", "--top", "2", "--json", home=polyseek_home, assets=assets_dir)
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    assert [Path(h["path"]).name for h in hits][0] == "coffee.png"
+    assert set(hits[0]) == {"path", "score", "kind", "captions", "match_probability", "uncertainty"}
+    by_example = polyseek("search", "--media", str(media / "cat.jpg"), "--json", home=polyseek_home,
+                          assets=assets_dir)
+    assert Path(json.loads(by_example.stdout)[0]["path"]).name == "cat.jpg"
+
+
+def test_a_file_with_an_image_name_but_broken_content_is_reported(tmp_path, polyseek_home, assets_dir):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    Image.new("RGB", (30, 30), (0, 200, 0)).save(folder / "good.png")
+    data = (folder / "good.png").read_bytes()
+    (folder / "cut.png").write_bytes(data[: len(data) // 2])
+    done = polyseek("index", str(folder), "--json", home=polyseek_home, assets=assets_dir)
+    failures = json.loads(done.stdout)["failures"]
+    assert [Path(f["path"]).name for f in failures] == ["cut.png"] and failures[0]["error"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("index", "/no/such/folder"), "no such file or folder"),
+    (("search",), "give either a sentence or --media"),
+    (("search", "x", "--top", "0"), "--top must be at least 1"),
+    (("search", "--media", "/no/such.gif"), "no such file"),
+])
+def test_bad_arguments_are_one_clear_line_and_a_failure_exit(args, message, polyseek_home, assets_dir):
+    done = polyseek(*args, home=polyseek_home, assets=assets_dir)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_missing_assets_say_how_to_fix_it(polyseek_home, tmp_path):
+    done = polyseek("search", "a cat", home=polyseek_home, assets=tmp_path / "nothing")
+    assert done.returncode == 2 and "polyseek prepare" in done.stderr
+
+
+def test_models_lists_zero_shot_as_active(polyseek_home, assets_dir):
+    done = polyseek("models", "--json", home=polyseek_home, assets=assets_dir)
+    assert json.loads(done.stdout)[0] == {"name": "zero-shot", "method": "zero-shot", "path": None,
+                                          "active": True, "metrics": {}}
+
+
+def test_evaluate_zero_shot_on_a_caption_folder(tmp_path, polyseek_home, assets_dir):
+    import skimage.data
+
+    folder = tmp_path / "captions"
+    (folder / "images").mkdir(parents=True)
+    Image.fromarray(skimage.data.chelsea()).save(folder / "images" / "cat.jpg")
+    Image.fromarray(skimage.data.coffee()).save(folder / "images" / "coffee.jpg")
+    (folder / "captions.tsv").write_text("file\tcaption\ncat.jpg\ta cat looks at the camera\n"
+                                         "coffee.jpg\ta cup of coffee on a saucer\n")
+    done = polyseek("evaluate", "--model", "zero-shot", "--data", str(folder), "--json", home=polyseek_home,
+                    assets=assets_dir)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["t2i"]["r1"] == 100.0 and report["n_media"] == 2 and report["n_captions"] == 2

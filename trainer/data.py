@@ -1,0 +1,537 @@
+"""Feature-backed training data: a caption folder's split becomes cached backbone and text features.
+
+Nothing here runs a network on pixels twice. Media features come from the shared feature store
+(:mod:`engine.featurestore`, keyed by content hash and backbone), filled on demand by
+:func:`engine.evaluate.ensure_features`; photos give ``global`` (C,) and ``local`` (R, C), GIFs and videos
+``global`` and ``frames`` (T, C). Caption features come from the configured text encoder (MiniLM token
+vectors and sentence vector, or GloVe token vectors) and are cached as ``.npz`` files under
+``engine.paths.home()/cache/text``, keyed by a hash of the encoder, its weights and the captions.
+
+Features stay float16 in memory (a Flickr8k train split's local features are ~750 MB that way) and become
+float32 tensors one batch at a time (:meth:`VisualFeatures.batch`, :meth:`TextFeatures.batch`). Token
+vectors are kept ragged (one flat array plus offsets) and padded per batch.
+
+A folder may mix photos and clips; a batch never does (photos and clips have different encoders), so
+:class:`PairSet` records which items are clips and the trainer groups its batches by kind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from engine import paths
+from engine.backbone import require_assets
+from engine.captionfolder import CaptionFolder, Item, load_caption_folder
+from engine.catalog import content_hash
+from engine.featurestore import FeatureStore
+from engine.progress import Progress
+from trainer.methods import ImageInput, MethodConfig, RetrievalModel, TextInput, VideoInput
+from trainer.sparse import SparseConfig, sparse_split_folder
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[Progress], None]
+TEXT_CHUNK = 256  # captions per MiniLM call: bounds the padded (chunk, L, 384) float32 block
+STORE_CHUNK = 256  # items read from the feature store at once
+VAL_FRACTION = 0.1  # share of the training items held out when a folder has no validation split
+
+
+class DataError(RuntimeError):
+    """A caption folder cannot give training or evaluation data; the message names the folder or split."""
+
+
+# ------------------------------------------------------------------------------------------ features
+
+
+@dataclass(frozen=True)
+class FeatureNeeds:
+    """Which cached features a model reads: photo ``local`` features, caption ``tokens`` and/or ``sentence``
+    vectors from ``text_encoder`` ('glove' or 'minilm'), and at most ``max_frames`` frames per clip."""
+
+    local: bool
+    tokens: bool
+    sentence: bool
+    text_encoder: str
+    max_frames: int
+
+    @classmethod
+    def of(cls, model: RetrievalModel) -> FeatureNeeds:
+        """What ``model``'s encoders read (its ``image_inputs`` / ``text_inputs``)."""
+        config = model.config
+        return cls(local="local" in model.image_inputs, tokens="tokens" in model.text_inputs,
+                   sentence="sentence" in model.text_inputs,
+                   text_encoder="glove" if config.text_encoder == "glove" else "minilm",
+                   max_frames=config.max_frames)
+
+
+def feature_dims(assets: Path | None = None) -> dict[str, int]:
+    """The sizes the cached features have (backbone dim and regions, MiniLM sentence size), as config fields."""
+    meta = json.loads((require_assets(assets) / "backbone" / "backbone.json").read_text())
+    rows, cols = meta.get("local_grid", (7, 7))
+    return {"image_dim": int(meta["dim"]), "image_regions": int(rows) * int(cols), "sentence_dim": 384}
+
+
+def backbone_id(assets: Path | None = None) -> str:
+    """The id the feature store files this backbone's features under (read without opening the model)."""
+    return str(json.loads((require_assets(assets) / "backbone" / "backbone.json").read_text())["id"])
+
+
+@dataclass
+class TextFeatures:
+    """Features of N captions: ``sentence`` (N, S) float32, and ragged ``tokens`` (total, W) float16 where
+    caption i owns rows ``offsets[i]:offsets[i + 1]``. Either part may be None when no model reads it."""
+
+    count: int
+    width: int
+    sentence: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def batch(self, rows: Sequence[int] | np.ndarray, device: torch.device) -> TextInput:
+        """A :class:`TextInput` of the captions ``rows``: tokens right-padded with a 0/1 mask.
+
+        Without token vectors the model reads only ``sentence``; tokens are then a (B, 1, W) zero block
+        so the batch still has its size and device.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        sentence = None if self.sentence is None else _tensor(self.sentence[rows], device)
+        if self.tokens is None or self.offsets is None:
+            tokens = torch.zeros(len(rows), 1, self.width, device=device)
+            return TextInput(tokens, torch.ones(len(rows), 1, device=device), sentence)
+        starts, stops = self.offsets[rows], self.offsets[rows + 1]
+        lengths = stops - starts
+        block = np.zeros((len(rows), max(1, int(lengths.max(initial=1))), self.width), np.float32)
+        mask = np.zeros(block.shape[:2], np.float32)
+        for i, (start, stop) in enumerate(zip(starts, stops, strict=True)):
+            block[i, : stop - start] = self.tokens[start:stop]
+            mask[i, : stop - start] = 1.0
+        return TextInput(_tensor(block, device), _tensor(mask, device), sentence)
+
+
+@dataclass
+class VisualFeatures:
+    """Features of N media items. ``pooled`` (N, C) is there for every item; photos have ``local`` and
+    clips ``frames`` in compact arrays indexed by ``kind_row`` (row of item i among its kind)."""
+
+    is_clip: np.ndarray  # (N,) bool
+    kind_row: np.ndarray  # (N,) int64
+    pooled: np.ndarray  # (N, C) float16
+    local: np.ndarray | None  # (n_photos, R, C) float16, or None when no model reads it
+    frames: np.ndarray  # (n_clips, T, C) float16
+    frame_mask: np.ndarray  # (n_clips, T) bool, a prefix of each row
+
+    def __len__(self) -> int:
+        return len(self.is_clip)
+
+    def batch(self, rows: Sequence[int] | np.ndarray, device: torch.device,
+              shuffle_frames: np.random.Generator | None = None) -> ImageInput | VideoInput:
+        """The inputs of items ``rows``, which must all be photos or all clips.
+
+        ``shuffle_frames`` (a generator) permutes each clip's valid frames: an ablation that removes
+        temporal order while keeping the frame content.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        clips = self.is_clip[rows]
+        if clips.any() and not clips.all():
+            raise DataError("a batch mixes photos and clips; group rows by kind first")
+        kind_rows = self.kind_row[rows]
+        if clips.all() and len(rows):
+            frames, mask = self.frames[kind_rows].astype(np.float32), self.frame_mask[kind_rows]
+            if shuffle_frames is not None:
+                frames = _shuffle_valid(frames, mask, shuffle_frames)
+            return VideoInput(_tensor(frames, device), _tensor(mask.astype(np.float32), device))
+        pooled = _tensor(self.pooled[rows], device)
+        if self.local is None:  # the model reads only the pooled feature
+            return ImageInput(pooled.new_zeros(len(rows), 0, pooled.shape[1]), pooled)
+        return ImageInput(_tensor(self.local[kind_rows], device), pooled)
+
+
+def _shuffle_valid(frames: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    out = frames.copy()
+    for i, length in enumerate(mask.sum(1)):
+        out[i, :length] = frames[i, rng.permutation(int(length))]
+    return out
+
+
+def _tensor(array: np.ndarray, device: torch.device) -> Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
+
+
+@dataclass
+class PairSet:
+    """Media items with their features and the captions that describe them.
+
+    ``caption_item[c]`` is the item of caption c (the metrics' ``caption_to_media``). Items may have no
+    caption (evaluation candidates only).
+    """
+
+    files: list[str]
+    visual: VisualFeatures
+    captions: list[str]
+    caption_item: np.ndarray
+    text: TextFeatures
+
+    @property
+    def n_items(self) -> int:
+        return len(self.files)
+
+    def subset(self, items: Sequence[int]) -> PairSet:
+        """The given items (in that order) and their captions."""
+        items = np.asarray(items, dtype=np.int64)
+        new_index = np.full(self.n_items, -1, np.int64)
+        new_index[items] = np.arange(len(items))
+        keep = np.flatnonzero(new_index[self.caption_item] >= 0)
+        return PairSet([self.files[i] for i in items], _visual_subset(self.visual, items),
+                       [self.captions[c] for c in keep], new_index[self.caption_item[keep]],
+                       _text_subset(self.text, keep))
+
+
+def _visual_subset(v: VisualFeatures, items: np.ndarray) -> VisualFeatures:
+    clips = v.is_clip[items]
+    photo_rows, clip_rows = v.kind_row[items[~clips]], v.kind_row[items[clips]]
+    kind_row = np.zeros(len(items), np.int64)
+    kind_row[~clips] = np.arange(len(photo_rows))
+    kind_row[clips] = np.arange(len(clip_rows))
+    return VisualFeatures(clips, kind_row, v.pooled[items], None if v.local is None else v.local[photo_rows],
+                          v.frames[clip_rows], v.frame_mask[clip_rows])
+
+
+def _text_subset(t: TextFeatures, rows: np.ndarray) -> TextFeatures:
+    sentence = None if t.sentence is None else t.sentence[rows]
+    if t.tokens is None or t.offsets is None:
+        return TextFeatures(len(rows), t.width, sentence)
+    pieces = [t.tokens[t.offsets[r]:t.offsets[r + 1]] for r in rows]
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(p) for p in pieces])
+    tokens = np.concatenate(pieces) if pieces else t.tokens[:0]
+    return TextFeatures(len(rows), t.width, sentence, tokens, offsets)
+
+
+# ------------------------------------------------------------------------------------------ sources
+
+
+class FeatureSource:
+    """Where features come from: the shared feature store, the pretrained encoders and the text cache.
+
+    ``encoders`` is an :class:`engine.service.Encoders` (or a fake with the same attributes); it is only
+    touched when something is missing from the store or the cache.
+    """
+
+    def __init__(self, store: FeatureStore, encoders: Any, text_cache: Path, assets: Path | None = None,
+                 progress: ProgressFn | None = None) -> None:
+        self.store, self.encoders, self.text_cache, self.assets = store, encoders, text_cache, assets
+        self.progress = progress or (lambda _p: None)
+        self._text_encoders: dict[str, Any] = {}
+
+    @classmethod
+    def open(cls, assets: Path | None = None, progress: ProgressFn | None = None) -> FeatureSource:
+        """The source under ``engine.paths.home()``: the feature store every library shares."""
+        from engine.service import Encoders
+
+        home = paths.home()
+        home.mkdir(parents=True, exist_ok=True)
+        return cls(FeatureStore(home / "features.sqlite"), Encoders(assets), home / "cache" / "text", assets,
+                   progress)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- media ------------------------------------------------------------------------------------------
+    def visual(self, items: Sequence[Item], needs: FeatureNeeds) -> tuple[VisualFeatures, list[int]]:
+        """Features of ``items`` (computed where the store lacks them) and the indices of the items kept:
+        a file the decoder rejects is left out, with a warning."""
+        hashes = [content_hash(item.path) for item in items]
+        self._ensure([item.path for item in items], hashes)
+        backbone = backbone_id(self.assets)
+        present = set(hashes) - set(self.store.missing(hashes, backbone))
+        kept = [i for i, h in enumerate(hashes) if h in present]
+        if len(kept) < len(items):
+            bad = [items[i].file for i, h in enumerate(hashes) if h not in present]
+            log.warning("%d files have no features (could not be decoded) and are left out, e.g. %s",
+                        len(bad), bad[0])
+        features = self._read_visual([hashes[i] for i in kept], [items[i] for i in kept], needs, backbone)
+        return features, kept
+
+    def _ensure(self, files: list[Path], hashes: list[str]) -> None:
+        from engine.evaluate import ensure_features
+
+        if not self.store.missing(hashes, backbone_id(self.assets)):
+            return  # do not open the backbone when everything is cached
+        for step in ensure_features(files, self.store, self.encoders):
+            self.progress(step)
+
+    def _read_visual(self, hashes: list[str], items: list[Item], needs: FeatureNeeds,
+                     backbone: str) -> VisualFeatures:
+        fields = ["global", "frames"] + (["local"] if needs.local else [])
+        pooled: list[np.ndarray] = []
+        local: list[np.ndarray] = []
+        frames: list[np.ndarray] = []
+        is_clip = np.zeros(len(hashes), bool)
+        missing_local: list[int] = []
+        for start in range(0, len(hashes), STORE_CHUNK):
+            chunk = hashes[start:start + STORE_CHUNK]
+            records = self.store.get_many(chunk, backbone, fields)
+            for offset, h in enumerate(chunk):
+                record = records[h]
+                pooled.append(record.global_)
+                if record.frames is not None:
+                    is_clip[start + offset] = True
+                    frames.append(_even_frames(record.frames, needs.max_frames))
+                elif needs.local:
+                    if record.local is None:  # past the store's local-feature cap: recompute below
+                        missing_local.append(len(local))
+                    local.append(record.local)
+        if missing_local:
+            photos = [item for item, clip in zip(items, is_clip, strict=True) if not clip]
+            self._recompute_local(local, missing_local, [photos[i] for i in missing_local])
+        return _assemble_visual(is_clip, pooled, local if needs.local else None, frames, needs.max_frames)
+
+    def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
+        """Local features the store dropped past its cap are recomputed, not stored (module docstring of
+        :mod:`engine.featurestore`)."""
+        from engine.extract import Extracted
+
+        results = self.encoders.extractor().extract([item.path for item in items])
+        for position, item, result in zip(where, items, results, strict=True):
+            if not isinstance(result, Extracted) or result.record.local is None:
+                raise DataError(f"{item.path}: local features could not be recomputed")
+            local[position] = result.record.local.astype(np.float16)
+
+    def pseudo_captions(self, items: Sequence[Item]) -> list[str]:
+        """Regional-semantics pseudo captions (A3VSE §3.2) of items already in the store, rebuilt from their
+        stored top ImageNet classes (:func:`engine.regional.pseudo_caption_from_record`)."""
+        from engine.regional import pseudo_caption_from_record
+
+        hashes = [content_hash(item.path) for item in items]
+        records = self.store.get_many(hashes, backbone_id(self.assets), ("image_top_ids",))
+        names = self.encoders.class_names
+        return [pseudo_caption_from_record(records[h], names) or "a picture" for h in hashes]
+
+    # -- text -------------------------------------------------------------------------------------------
+    def text(self, captions: Sequence[str], needs: FeatureNeeds) -> TextFeatures:
+        """Token and/or sentence features of ``captions`` from the cache, or encoded and cached."""
+        width = 50 if needs.text_encoder == "glove" else 384
+        if not needs.tokens and not needs.sentence:
+            return TextFeatures(len(captions), width)
+        encoder = self._text_encoder(needs.text_encoder)
+        key = _text_key(needs, _encoder_fingerprint(needs.text_encoder, self.assets), captions)
+        path = self.text_cache / f"{needs.text_encoder}-{key}.npz"
+        cached = _load_text(path, len(captions), width)
+        if cached is not None:
+            return cached
+        features = _encode_text(encoder, list(captions), needs, width, self.progress)
+        _save_text(path, features)
+        return features
+
+    def _text_encoder(self, name: str) -> Any:
+        if name not in self._text_encoders:
+            if name == "minilm":
+                self._text_encoders[name] = self.encoders.minilm
+            else:
+                from engine.text import GloveEncoder
+
+                self._text_encoders[name] = GloveEncoder(self.assets)
+        return self._text_encoders[name]
+
+    # -- pairs ------------------------------------------------------------------------------------------
+    def pairs(self, items_with_captions: Sequence[tuple[Item, Sequence[str]]], needs: FeatureNeeds) -> PairSet:
+        """A :class:`PairSet` of items and their captions (items the decoder rejects are dropped)."""
+        items = [item for item, _ in items_with_captions]
+        visual, kept = self.visual(items, needs)
+        captions, caption_item = [], []
+        for row, index in enumerate(kept):
+            for text in items_with_captions[index][1]:
+                captions.append(text)
+                caption_item.append(row)
+        return PairSet([items[i].file for i in kept], visual, captions, np.asarray(caption_item, np.int64),
+                       self.text(captions, needs))
+
+
+def _even_frames(frames: np.ndarray, limit: int) -> np.ndarray:
+    """At most ``limit`` frames evenly spread over the clip (PVSE §3.5's inference sampling)."""
+    if len(frames) <= limit:
+        return frames
+    return frames[np.linspace(0, len(frames) - 1, limit).round().astype(np.int64)]
+
+
+def _assemble_visual(is_clip: np.ndarray, pooled: list[np.ndarray], local: list[np.ndarray] | None,
+                     frames: list[np.ndarray], max_frames: int) -> VisualFeatures:
+    dim = pooled[0].shape[-1] if pooled else 0
+    kind_row = np.zeros(len(is_clip), np.int64)
+    kind_row[is_clip] = np.arange(int(is_clip.sum()))
+    kind_row[~is_clip] = np.arange(int((~is_clip).sum()))
+    length = max([len(f) for f in frames], default=1)
+    frame_block = np.zeros((len(frames), min(length, max_frames), dim), np.float16)
+    frame_mask = np.zeros(frame_block.shape[:2], bool)
+    for i, clip in enumerate(frames):
+        frame_block[i, : len(clip)] = clip
+        frame_mask[i, : len(clip)] = True
+    local_block = np.stack(local).astype(np.float16) if local else None
+    if local is not None and local_block is None:
+        local_block = np.zeros((0, 1, dim), np.float16)
+    pooled_block = np.stack(pooled).astype(np.float16) if pooled else np.zeros((0, dim), np.float16)
+    return VisualFeatures(is_clip, kind_row, pooled_block, local_block, frame_block, frame_mask)
+
+
+def _encoder_fingerprint(name: str, assets: Path | None) -> str:
+    """Size and modification time of the encoder's weights: a re-prepared encoder invalidates the cache."""
+    root = require_assets(assets)
+    weights = root / ("glove/vectors.npy" if name == "glove" else "minilm/model.onnx")
+    stat = weights.stat()
+    return f"{name}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _text_key(needs: FeatureNeeds, fingerprint: str, captions: Sequence[str]) -> str:
+    digest = hashlib.sha256(json.dumps([fingerprint, needs.tokens, needs.sentence]).encode())
+    for text in captions:
+        digest.update(text.encode("utf-8") + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _encode_text(encoder: Any, captions: list[str], needs: FeatureNeeds, width: int,
+                 progress: ProgressFn) -> TextFeatures:
+    """Encode in chunks of similar lengths (less padding), then store the rows back in caption order."""
+    order = sorted(range(len(captions)), key=lambda i: len(captions[i]))
+    sentence = np.zeros((len(captions), 384), np.float32) if needs.sentence else None
+    pieces: list[np.ndarray | None] = [None] * len(captions)
+    for start in range(0, len(order), TEXT_CHUNK):
+        rows = order[start:start + TEXT_CHUNK]
+        encoded = encoder.encode([captions[i] for i in rows])
+        for j, i in enumerate(rows):
+            if needs.tokens:
+                pieces[i] = encoded.vectors[j, encoded.mask[j]].astype(np.float16)
+            if sentence is not None:
+                sentence[i] = encoded.sentence[j]
+        progress(Progress(min(len(order), start + TEXT_CHUNK), len(order), "encoding captions"))
+    if not needs.tokens:
+        return TextFeatures(len(captions), width, sentence)
+    offsets = np.zeros(len(captions) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(p) for p in pieces])  # type: ignore[arg-type]
+    tokens = (np.concatenate(pieces) if pieces else np.zeros((0, width), np.float16))  # type: ignore[arg-type]
+    return TextFeatures(len(captions), width, sentence, tokens, offsets)
+
+
+def _load_text(path: Path, count: int, width: int) -> TextFeatures | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            parts = {name: data[name] for name in data.files}
+    except (OSError, ValueError) as exc:  # a damaged cache file is recomputed, never fatal
+        log.warning("text feature cache %s is unreadable (%s); recomputing", path, exc)
+        return None
+    return TextFeatures(count, width, parts.get("sentence"), parts.get("tokens"), parts.get("offsets"))
+
+
+def _save_text(path: Path, features: TextFeatures) -> None:
+    """Write atomically (temporary file, then ``os.replace``); a cache that cannot be written is skipped."""
+    parts = {name: value for name, value in (("sentence", features.sentence), ("tokens", features.tokens),
+                                             ("offsets", features.offsets)) if value is not None}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **parts)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not cache text features in %s: %s", path, exc)
+
+
+# ------------------------------------------------------------------------------------------ splits
+
+
+@dataclass
+class TrainingData:
+    """Everything one training run reads: annotated ``train`` pairs, ``val`` pairs, and for A3VSE the
+    un-annotated training items with their pseudo captions (``pseudo``, one caption per item)."""
+
+    train: PairSet
+    val: PairSet
+    pseudo: PairSet | None = None
+
+
+def resolve_splits(folder: CaptionFolder, train_split: str, val_split: str,
+                   seed: int = 0) -> tuple[CaptionFolder, CaptionFolder]:
+    """The train and validation views of ``folder``.
+
+    A folder without ``splits.tsv`` (one split, ``all``) trains on it; a folder without the validation
+    split holds out a seeded 10% of the training items (at least one) for validation, with a warning.
+    """
+    names = folder.splits()
+    if train_split not in names:
+        if names != ["all"]:
+            raise DataError(f"{folder.root}: no split {train_split!r} (splits: {', '.join(names)})")
+        train_split = "all"
+    train = folder.split(train_split)
+    if val_split in names and val_split != train_split:
+        return train, folder.split(val_split)
+    captioned = [i for i, (_, caps) in enumerate(train.item_captions()) if caps]
+    if len(captioned) < 2:
+        raise DataError(f"{folder.root}: split {train_split!r} needs at least 2 captioned items to hold "
+                        "some out for validation")
+    held = set(random.Random(seed).sample(captioned, max(1, int(VAL_FRACTION * len(captioned) + 0.5))))
+    log.warning("%s has no %r split: holding out %d of %d training items for validation",
+                folder.root, val_split, len(held), len(captioned))
+    return _view(train, [i for i in range(len(train.items)) if i not in held]), _view(train, sorted(held))
+
+
+def _view(folder: CaptionFolder, keep: list[int]) -> CaptionFolder:
+    new_index = {old: new for new, old in enumerate(keep)}
+    captions = [(new_index[i], text) for i, text in folder.captions if i in new_index]
+    return CaptionFolder(folder.root, folder.media_dir, [folder.items[i] for i in keep], captions,
+                         list(folder.warnings))
+
+
+def split_view(root: Path, split: str | None) -> CaptionFolder:
+    """One split of the caption folder at ``root`` (the whole folder for None)."""
+    folder = load_caption_folder(root)
+    if split is None:
+        return folder
+    if split not in folder.splits():
+        raise DataError(f"{folder.root}: no split {split!r} (splits: {', '.join(folder.splits())})")
+    return folder.split(split)
+
+
+def load_training_data(root: Path, train_split: str, val_split: str, sparse: SparseConfig,
+                       needs: FeatureNeeds, source: FeatureSource, with_pseudo: bool) -> TrainingData:
+    """Train / validation pairs of a caption folder; ``sparse`` keeps a fraction of the training captions
+    (A3VSE's sparse corpus) and ``with_pseudo`` pairs the rest of the training items with pseudo captions."""
+    train_view, val_view = resolve_splits(load_caption_folder(root), train_split, val_split, sparse.seed)
+    split = sparse_split_folder(train_view, sparse)
+    if not split.annotated:
+        raise DataError(f"{root}: no annotated training pairs (annotated fraction {sparse.annotated_fraction})")
+    train = source.pairs(split.annotated, needs)
+    val = source.pairs(val_view.item_captions(), needs)
+    if not val.captions:
+        raise DataError(f"{root}: the validation split has no captions")
+    pseudo = None
+    if with_pseudo and split.unannotated:
+        visual, kept = source.visual(split.unannotated, needs)
+        items = [split.unannotated[i] for i in kept]
+        texts = source.pseudo_captions(items)
+        pseudo = PairSet([item.file for item in items], visual, texts, np.arange(len(items), dtype=np.int64),
+                         source.text(texts, needs))
+    return TrainingData(train, val, pseudo)
+
+
+def check_config_dims(config: MethodConfig, dims: dict[str, int]) -> None:
+    """Raise :class:`DataError` when a config's feature sizes differ from the cached features'."""
+    for name, value in dims.items():
+        if getattr(config, name) != value:
+            raise DataError(f"{name}: the model expects {getattr(config, name)}, the features have {value}")
