@@ -1,0 +1,232 @@
+"""ModelRunner: ONNX exports of tiny trainer models encode like torch; manifests are validated; PCME maths."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.modelrunner import (
+    ModelInputError,
+    ModelLoadError,
+    ModelRunner,
+    csd,
+    match_probability,
+    match_probability_from_samples,
+    sample_embeddings,
+    uncertainty,
+)
+from trainer.methods import build_config, build_model, export_model
+
+torch.set_num_threads(1)
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[torch.nn.Module, Path]]:
+    """A tiny exported model per method (export takes a second; share it across tests)."""
+    out = {}
+    for method in ("pvse", "pcme", "vse", "twobranch-sim"):
+        torch.manual_seed(1)
+        model = build_model(build_config(method, preset="test")).eval()
+        with torch.no_grad():  # make the match scalars differ from their inits so a mix-up shows
+            for name, value in (("match_scale", 7.5), ("match_shift", -2.25)):
+                if hasattr(model, name):
+                    getattr(model, name).fill_(value)
+        folder = tmp_path_factory.mktemp(method) / "export"
+        export_model(model, folder)
+        out[method] = (model, folder)
+    return out
+
+
+def _features(model: torch.nn.Module, batch: int = 3, length: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    c = model.config
+    mask = np.ones((batch, length), np.float32)
+    mask[0, 4:] = 0.0  # a shorter sequence, padded on the right
+    mask[-1, 2:] = 0.0
+    return {
+        "local": rng.standard_normal((batch, c.image_regions, c.image_dim)).astype(np.float32),
+        "pooled": rng.standard_normal((batch, c.image_dim)).astype(np.float32),
+        "frames": rng.standard_normal((batch, length, c.image_dim)).astype(np.float32),
+        "tokens": rng.standard_normal((batch, length, c.word_dim)).astype(np.float32) * mask[..., None],
+        "mask": mask,
+    }
+
+
+def _assert_close(got: np.ndarray | None, want: torch.Tensor | None, what: str) -> None:
+    assert (got is None) == (want is None), what
+    if want is not None:
+        assert got is not None and got.shape == tuple(want.shape), what
+        assert np.abs(got - want.numpy()).max() < TOLERANCE, what
+
+
+@pytest.mark.parametrize("method", ["pvse", "pcme", "vse"])
+def test_runner_encodes_like_torch(exports: dict, method: str) -> None:
+    model, folder = exports[method]
+    runner = ModelRunner.load(folder, threads=1)
+    f = _features(model)
+    t = {k: torch.from_numpy(v) for k, v in f.items()}
+    with torch.no_grad():
+        wanted = {"image": model.encode_image(t["local"], t["pooled"]),
+                  "video": model.encode_video(t["frames"], t["mask"]),
+                  "text": model.encode_text(t["tokens"], t["mask"])}
+    got = {"image": runner.encode_image(f["local"], f["pooled"]),
+           "video": runner.encode_video(f["frames"], f["mask"]),
+           "text": runner.encode_text(f["tokens"], f["mask"], batch_size=2)}  # two ONNX calls
+    for modality, want in wanted.items():
+        out = got[modality]
+        _assert_close(out.emb, want.emb, f"{modality} emb")
+        _assert_close(out.attention, want.attn, f"{modality} attention")
+        _assert_close(out.mu, None if want.logsigma is None else want.emb[:, 0], f"{modality} mu")
+        sigma = None if want.logsigma is None else want.logsigma[:, 0]
+        _assert_close(out.log_sigma, sigma, f"{modality} log sigma")
+    assert got["image"].emb.shape[1:] == (runner.num_embeddings, runner.embed_dim)
+
+
+def test_pcme_manifest_carries_the_match_scalars(exports: dict) -> None:
+    model, folder = exports["pcme"]
+    manifest = ModelRunner.load(folder, threads=1).manifest
+    assert manifest.probabilistic
+    assert manifest.match_scale == pytest.approx(7.5) and manifest.match_shift == pytest.approx(-2.25)
+    assert manifest.num_samples == model.config.num_samples
+
+
+def test_similarity_network_scores_like_torch(exports: dict) -> None:
+    model, folder = exports["twobranch-sim"]
+    runner = ModelRunner.load(folder, threads=1)
+    visual, text = torch.randn(4, runner.embed_dim), torch.randn(4, runner.embed_dim)
+    with torch.no_grad():
+        want = model.pair_scores(visual, text).numpy()
+    assert np.abs(runner.pair_scores(visual.numpy(), text.numpy()) - want).max() < TOLERANCE
+    with pytest.raises(ModelInputError, match="similarity network"):
+        ModelRunner.load(exports["vse"][1], threads=1).pair_scores(visual.numpy(), text.numpy())
+
+
+def test_model_id_follows_the_weights(exports: dict, tmp_path: Path) -> None:
+    model, folder = exports["vse"]
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    assert ModelRunner.load(copy, threads=1).model_id == ModelRunner.load(folder, threads=1).model_id
+    with torch.no_grad():
+        retrained = build_model(model.config).eval()
+    export_model(retrained, tmp_path / "retrained")
+    other = ModelRunner.load(tmp_path / "retrained", threads=1).model_id
+    assert other != ModelRunner.load(folder, threads=1).model_id and other.startswith("vse-")
+
+
+Edit = Callable[[dict, Path], object]
+
+
+def _broken_copy(folder: Path, tmp_path: Path, edit: Edit) -> Path:
+    target = tmp_path / "broken"
+    shutil.copytree(folder, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    edit(manifest, target)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+@pytest.mark.parametrize(("edit", "names"), [
+    (lambda m, _: m.update(version=2), "manifest.json"),
+    (lambda m, _: m.pop("embed_dim"), "manifest.json"),
+    (lambda m, _: m["encoders"]["text"]["outputs"][1].update(name="weights"), "text.onnx"),
+    (lambda m, _: m["encoders"]["image"].update(file="../image.onnx"), "manifest.json"),
+    (lambda m, t: (t / "video.onnx").unlink(), "video.onnx"),
+    (lambda m, t: (t / "image.onnx").write_bytes(b"not a graph"), "image.onnx"),
+])
+def test_load_rejects_a_mismatch_naming_the_file(exports: dict, tmp_path: Path, edit: Edit,
+                                                 names: str) -> None:
+    folder = _broken_copy(exports["pvse"][1], tmp_path, edit)
+    with pytest.raises(ModelLoadError, match=names.replace(".", r"\.")):
+        ModelRunner.load(folder, threads=1)
+
+
+def test_load_checks_the_backbone_and_the_folder(exports: dict, tmp_path: Path) -> None:
+    folder = exports["vse"][1]
+    assert ModelRunner.load(folder, threads=1, backbone_id="efficientnet-lite0").method == "vse"
+    with pytest.raises(ModelLoadError, match="feature_backbone"):
+        ModelRunner.load(folder, threads=1, backbone_id="resnet50")
+    with pytest.raises(ModelLoadError, match="manifest.json"):
+        ModelRunner.load(tmp_path, threads=1)
+
+
+def test_inputs_are_checked_by_name(exports: dict) -> None:
+    model, folder = exports["pvse"]
+    runner = ModelRunner.load(folder, threads=1)
+    f = _features(model)
+    with pytest.raises(ModelInputError, match="pooled"):
+        runner.encode_image(f["local"], f["pooled"][:, :5])
+    with pytest.raises(ModelInputError, match="local"):
+        runner.encode_image(None, f["pooled"])
+    holes = f["mask"].copy()
+    holes[1, 0] = 0.0  # padding before a valid token
+    with pytest.raises(ModelInputError, match="mask"):
+        runner.encode_text(f["tokens"], holes)
+    with pytest.raises(ModelInputError, match="axis 'batch'"):
+        runner.encode_video(f["frames"], f["mask"][:2])
+
+
+# -- PCME maths -----------------------------------------------------------------------------------------
+
+
+def test_uncertainty_is_the_geometric_mean_of_sigma() -> None:
+    log_sigma = np.log(np.array([[1.0, 4.0], [0.5, 0.5], [2.0, 8.0]]))
+    assert np.allclose(uncertainty(log_sigma), [2.0, 0.5, 4.0])
+    assert np.allclose(uncertainty(log_sigma[:, None, :]), [2.0, 0.5, 4.0])
+
+
+def _loop_match_probability(zq: np.ndarray, zi: np.ndarray, a: float, b: float) -> np.ndarray:
+    out = np.zeros((len(zq), len(zi)))
+    for q in range(len(zq)):
+        for n in range(len(zi)):
+            terms = [1.0 / (1.0 + math.exp(a * np.linalg.norm(zq[q, j] - zi[n, k]) - b))
+                     for j in range(zq.shape[1]) for k in range(zi.shape[1])]
+            out[q, n] = sum(terms) / len(terms)
+    return out
+
+
+def test_match_probability_equals_a_loop_over_fixed_samples() -> None:
+    rng = np.random.default_rng(3)
+    zq, zi = rng.standard_normal((2, 4, 5)), rng.standard_normal((6, 3, 5))
+    got = match_probability_from_samples(zq, zi, a=3.0, b=1.5)
+    assert np.allclose(got, _loop_match_probability(zq, zi, 3.0, 1.5), atol=1e-12)
+
+
+def test_match_probability_draws_query_samples_then_item_samples() -> None:
+    rng = np.random.default_rng(4)
+    mu_q, ls_q = rng.standard_normal((2, 5)), rng.standard_normal((2, 5)) - 1.0
+    mu_i, ls_i = rng.standard_normal((3, 5)), rng.standard_normal((3, 5)) - 1.0
+    got = match_probability(mu_q, ls_q, mu_i, ls_i, a=2.0, b=0.5, samples=4, rng=np.random.default_rng(9))
+    replay = np.random.default_rng(9)
+    zq, zi = sample_embeddings(mu_q, ls_q, 4, replay), sample_embeddings(mu_i, ls_i, 4, replay)
+    assert np.allclose(got, _loop_match_probability(zq, zi, 2.0, 0.5), atol=1e-12)
+    single = match_probability(mu_q[0], ls_q[0], mu_i, ls_i, 2.0, 0.5, 4, np.random.default_rng(9))
+    replay = np.random.default_rng(9)
+    zq, zi = sample_embeddings(mu_q[:1], ls_q[:1], 4, replay), sample_embeddings(mu_i, ls_i, 4, replay)
+    assert single.shape == (3,) and np.allclose(single, _loop_match_probability(zq, zi, 2.0, 0.5)[0])
+
+
+def test_match_probability_without_uncertainty_is_eq_3_on_the_means() -> None:
+    rng = np.random.default_rng(5)
+    mu_q, mu_i = rng.standard_normal((1, 6)), rng.standard_normal((4, 6))
+    tiny = np.full((1, 6), -30.0)
+    got = match_probability(mu_q, tiny, mu_i, np.full((4, 6), -30.0), a=5.0, b=2.0, samples=3, rng=rng)
+    dist = np.linalg.norm(mu_q - mu_i, axis=1)
+    assert np.allclose(got[0], 1.0 / (1.0 + np.exp(5.0 * dist - 2.0)))
+
+
+def test_csd_equals_its_definition() -> None:
+    rng = np.random.default_rng(6)
+    mu_q, sig_q = rng.standard_normal((2, 5)), rng.random((2, 5))
+    mu_i, sig_i = rng.standard_normal((3, 5)), rng.random((3, 5))
+    want = np.array([[np.sum((mu_q[q] - mu_i[n]) ** 2) + np.abs(sig_q[q] ** 2 + sig_i[n] ** 2).sum()
+                      for n in range(3)] for q in range(2)])
+    assert np.allclose(csd(mu_q, sig_q, mu_i, sig_i), want)
+    assert np.allclose(csd(mu_q[1], sig_q[1], mu_i, sig_i), want[1])

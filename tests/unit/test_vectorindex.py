@@ -1,0 +1,229 @@
+"""MultiVectorIndex: K x K max-cosine scoring, exact and approximate search, add/remove, files, threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.vectorindex import (
+    AnnParams,
+    IndexFileError,
+    IndexInputError,
+    ModelMismatchError,
+    MultiVectorIndex,
+    kxk_scores,
+)
+
+DIM, HEADS = 24, 3
+SMALL = AnnParams(exact_limit=400, nprobe=8, nlist_per_sqrt=0.5, train_per_list=20)
+KINDS = {"ivf-flat": SMALL,
+         "ivf-pq": AnnParams(kind="ivf-pq", exact_limit=400, nprobe=8, pq_m=8, pq_bits=5, oversample=8,
+                             nlist_per_sqrt=0.5, train_per_list=20),
+         "hnsw": AnnParams(kind="hnsw", exact_limit=400, hnsw_m=12, ef_construction=40, ef_search=64)}
+
+
+def clustered(n: int, seed: int = 0, clusters: int = 40, heads: int = HEADS) -> np.ndarray:
+    """(n, heads, DIM) item vectors: gaussian clusters on the sphere, each head a perturbation of its item."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, DIM))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    base = centres[rng.integers(0, clusters, n)] + 0.35 * rng.standard_normal((n, DIM))
+    return (base[:, None, :] + 0.2 * rng.standard_normal((n, heads, DIM))).astype(np.float32)
+
+
+def ids_for(n: int, start: int = 0) -> np.ndarray:
+    return (np.arange(start, start + n, dtype=np.int64) * 7 + 1000)  # ids unlike row numbers
+
+
+def loop_kxk(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force reference of PVSE's K x K rule: every (query head, item head) cosine, keep the best."""
+    scores, pairs = [], []
+    for item in items:
+        best, pair = -np.inf, (-1, -1)
+        for p, q_vec in enumerate(query):
+            for q, i_vec in enumerate(item):
+                cos = float(q_vec @ i_vec / (np.linalg.norm(q_vec) * np.linalg.norm(i_vec)))
+                if cos > best:
+                    best, pair = cos, (p, q)
+        scores.append(best)
+        pairs.append(pair)
+    return np.array(scores), np.array(pairs)
+
+
+def test_kxk_scores_equal_a_loop_over_head_pairs() -> None:
+    rng = np.random.default_rng(1)
+    query, items = rng.standard_normal((2, DIM)) * 3.0, rng.standard_normal((9, HEADS, DIM))
+    scores, pairs = kxk_scores(query, items)
+    want_scores, want_pairs = loop_kxk(query, items)
+    assert np.allclose(scores, want_scores, atol=1e-5)
+    assert (pairs == want_pairs).all()
+    with pytest.raises(IndexInputError, match="kxk_scores"):
+        kxk_scores(query[:, :5], items)
+
+
+def test_exact_search_ranks_by_kxk_score_with_pages() -> None:
+    vectors, ids = clustered(150), ids_for(150)
+    index = MultiVectorIndex(DIM, HEADS, params=SMALL)
+    index.add(ids, vectors)
+    query = clustered(1, seed=9, heads=2)[0]  # a query may have another number of heads
+    got_ids, got_scores, got_pairs = index.search(query, top=12)
+    want_scores, want_pairs = loop_kxk(query, vectors)
+    order = np.lexsort((ids, -want_scores))[:12]
+    assert not index.approximate and len(index) == 150
+    assert (got_ids == ids[order]).all()
+    assert np.allclose(got_scores, want_scores[order], atol=1e-5) and (got_pairs == want_pairs[order]).all()
+    page = index.search(query, top=5, offset=5)
+    assert (page[0] == got_ids[5:10]).all()
+    assert len(index.search(query, top=10, offset=148)[0]) == 2
+
+
+def recall_at_10(index: MultiVectorIndex, exact: MultiVectorIndex, queries: np.ndarray) -> float:
+    hits = [len(set(index.search(q, 10)[0]) & set(exact.search(q, 10)[0])) for q in queries]
+    return sum(hits) / (10 * len(queries))
+
+
+@pytest.fixture(scope="module")
+def library() -> tuple[np.ndarray, np.ndarray, np.ndarray, MultiVectorIndex]:
+    vectors, ids = clustered(3000), ids_for(3000)
+    exact = MultiVectorIndex(DIM, HEADS, params=AnnParams(exact_limit=10**9))
+    exact.add(ids, vectors)
+    return vectors, ids, clustered(40, seed=5), exact
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_approximate_search_recalls_exact_top_10(library: tuple, kind: str) -> None:
+    vectors, ids, queries, exact = library
+    index = MultiVectorIndex(DIM, HEADS, params=KINDS[kind])
+    index.add(ids, vectors)
+    assert index.approximate and index.describe()["approximate"]["kind"] == kind
+    assert recall_at_10(index, exact, queries) >= 0.9
+    got_ids, got_scores, got_pairs = index.search(queries[0], 10)
+    rows = (got_ids - 1000) // 7
+    want_scores, want_pairs = kxk_scores(queries[0], vectors[rows])  # candidates are rescored exactly
+    assert np.allclose(got_scores, want_scores, atol=1e-5) and (got_pairs == want_pairs).all()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_remove_and_replace_in_both_modes(library: tuple, kind: str) -> None:
+    vectors, ids, queries, _ = library
+    index = MultiVectorIndex(DIM, HEADS, params=KINDS[kind])
+    index.add(ids[:300], vectors[:300])
+    index.add(ids[300:], vectors[300:])  # crosses exact_limit: the faiss index is built
+    assert index.approximate and len(index) == 3000
+    top = index.search(queries[1], 10)[0]
+    assert index.remove(np.append(top[:4], 123456)) == 4 and len(index) == 2996
+    after = index.search(queries[1], 10)[0]
+    assert not set(top[:4]) & set(after) and set(top[4:]) <= set(after)
+    moved = top[4]  # re-adding an id replaces its vectors: now it matches the query's own vectors
+    index.add([moved], queries[1][None])
+    best_ids, best_scores, _ = index.search(queries[1], 1)
+    assert best_ids[0] == moved and best_scores[0] == pytest.approx(1.0, abs=1e-5)
+    assert np.allclose(index.get([moved])[0], queries[1] / np.linalg.norm(queries[1], axis=1, keepdims=True))
+    assert moved in index and top[0] not in index and len(index) == 2996
+
+
+def test_size_changes_switch_between_exact_and_approximate(library: tuple) -> None:
+    vectors, ids, queries, exact = library
+    index = MultiVectorIndex(DIM, HEADS, params=SMALL)
+    index.add(ids[:1000], vectors[:1000])
+    first = index.describe()["approximate"]
+    index.add(ids[1000:], vectors[1000:])  # grew past rebuild_growth x the trained size: retrained
+    second = index.describe()["approximate"]
+    assert first["trained_items"] == 1000 and second["trained_items"] == 3000
+    assert second["nlist"] > first["nlist"]
+    assert recall_at_10(index, exact, queries[:10]) >= 0.9
+    index.remove(ids[150:])
+    assert not index.approximate and set(index.ids()) == set(ids[:150])
+    with pytest.raises(KeyError, match=str(ids[200])):
+        index.get([ids[200]])
+
+
+@pytest.mark.parametrize("kind", [None, "ivf-flat", "hnsw"])
+def test_save_and_load_keep_results(library: tuple, tmp_path: Path, kind: str | None) -> None:
+    vectors, ids, queries, _ = library
+    count = 300 if kind is None else 3000
+    index = MultiVectorIndex(DIM, HEADS, model_id="pvse-abc", params=KINDS[kind] if kind else SMALL)
+    index.add(ids[:count], vectors[:count])
+    index.remove(ids[:20])  # HNSW keeps tombstones: they must stay dead after a reload
+    index.save(tmp_path / "index")
+    loaded = MultiVectorIndex.load(tmp_path / "index", model_id="pvse-abc")
+    assert len(loaded) == count - 20 and loaded.approximate == (kind is not None)
+    for query in queries[:5]:
+        for a, b in zip(index.search(query, 15), loaded.search(query, 15), strict=True):
+            assert np.array_equal(a, b)
+    loaded.add(ids[:20], vectors[:20])  # slots keep counting after a reload: no clash with dead labels
+    assert set(loaded.search(vectors[3], 1)[0]) == {ids[3]}
+    loaded.save(tmp_path / "index")
+    names = sorted(p.name for p in (tmp_path / "index").iterdir())
+    assert len(names) == 2 and names[1] == "index.json" and names[0].startswith("data-")
+    assert len(MultiVectorIndex.load(tmp_path / "index")) == count
+
+
+def test_load_refuses_another_model_or_a_damaged_folder(tmp_path: Path) -> None:
+    index = MultiVectorIndex(DIM, HEADS, model_id="pvse-1")
+    index.add(ids_for(5), clustered(5))
+    index.save(tmp_path / "i")
+    with pytest.raises(ModelMismatchError, match="pvse-1"):
+        MultiVectorIndex.load(tmp_path / "i", model_id="pvse-2")
+    header = json.loads((tmp_path / "i" / "index.json").read_text())
+    data = tmp_path / "i" / header["data"]
+    np.save(data / "ids.npy", np.array([{"a": 1}] * 5, dtype=object))  # pickled content is never loaded
+    with pytest.raises(IndexFileError, match="ids.npy"):
+        MultiVectorIndex.load(tmp_path / "i")
+    (tmp_path / "i" / "index.json").write_text(json.dumps({**header, "version": 99}))
+    with pytest.raises(IndexFileError, match="version"):
+        MultiVectorIndex.load(tmp_path / "i")
+    with pytest.raises(IndexFileError, match="index.json"):
+        MultiVectorIndex.load(tmp_path / "missing")
+
+
+def test_bad_input_is_named() -> None:
+    index = MultiVectorIndex(DIM, HEADS)
+    with pytest.raises(IndexInputError, match="vectors"):
+        index.add(ids_for(2), np.zeros((2, HEADS, DIM + 1)))
+    with pytest.raises(IndexInputError, match="twice"):
+        index.add([1, 1], clustered(2))
+    with pytest.raises(IndexInputError, match="NaN"):
+        index.add([1], np.full((1, HEADS, DIM), np.nan))
+    with pytest.raises(IndexInputError, match="query"):
+        index.search(np.zeros((2, DIM - 1)), 3)
+    with pytest.raises(IndexInputError, match="metric"):
+        MultiVectorIndex(DIM, HEADS, metric="l2")
+    with pytest.raises(IndexInputError, match="nprobe"):
+        AnnParams(nprobe=0)
+    assert [len(r[0]) for r in index.search_batch(clustered(2), 5)] == [0, 0]
+
+
+def test_searches_run_while_one_writer_adds_and_removes(library: tuple) -> None:
+    vectors, ids, queries, _ = library
+    index = MultiVectorIndex(DIM, HEADS, params=SMALL)
+    index.add(ids[:500], vectors[:500])
+    errors: list[BaseException] = []
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def search() -> None:
+        try:
+            while not done.is_set():
+                for result in index.search_batch(queries[:4], 10):
+                    seen.update(result[0].tolist())
+                    assert len(result[0]) == 10 and (np.diff(result[1]) <= 1e-6).all()
+        except BaseException as exc:  # surfaced by the main thread's assert
+            errors.append(exc)
+            done.set()
+
+    readers = [threading.Thread(target=search) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for start in range(500, 3000, 250):  # growth, retraining, removal, compaction under readers
+        index.add(ids[start:start + 250], vectors[start:start + 250])
+        index.remove(ids[start - 400:start - 200])
+    done.set()
+    for reader in readers:
+        reader.join()
+    assert not errors, errors
+    assert seen <= set(ids.tolist()) and len(index) == 3000 - 10 * 200  # ten disjoint removals

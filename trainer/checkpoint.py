@@ -1,0 +1,224 @@
+"""What a training run leaves in its output folder, written so that a crash never leaves a broken one.
+
+``OUT/`` holds:
+
+- ``config.json``: the resolved method config (:meth:`MethodConfig.to_json`, ``method`` included);
+- ``model.safetensors``: the weights of the best epoch so far (what ``evaluate`` and ``export`` read);
+- ``trainer_state.json``: epochs done, steps done in the current epoch, best validation rsum, per-epoch
+  history, the learning-rate schedule's state and the names of the resume files below; it is written last,
+  so it always names files that are complete;
+- ``last-<step>.safetensors`` and ``optimizer-<step>.pt``: the weights and the optimizer / gradient-scaler /
+  RNG state at the last checkpoint, for ``--resume``. They carry the global step in their names, so a new
+  checkpoint never overwrites the one ``trainer_state.json`` still names; older ones are deleted after the
+  state file points at the new ones. ``optimizer-*.pt`` holds tensors, numbers and strings only and is read
+  with ``torch.load(weights_only=True)``;
+- ``metrics.json`` and ``onnx/`` (the export) once training has finished.
+
+Every file is written to a temporary name in the same folder and moved into place with ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+
+from trainer.methods import ConfigError, MethodConfig, RetrievalModel, build_model, config_from_json
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+STATE_FILE = "trainer_state.json"
+METRICS_FILE = "metrics.json"
+ONNX_DIR = "onnx"
+STATE_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A model folder or checkpoint is missing, unreadable or does not fit the model; names the file."""
+
+
+@dataclass
+class TrainerState:
+    """Progress of a run (``trainer_state.json``).
+
+    ``epoch`` counts finished epochs; ``step`` the steps already done in the next one (non-zero only after an
+    interruption mid-epoch). ``lr_scale`` and ``plateau_epochs`` are the halving-on-plateau schedule's state,
+    ``bad_epochs`` the early-stopping counter. ``history`` has one record per finished epoch.
+    """
+
+    method: str
+    epoch: int = 0
+    step: int = 0
+    global_step: int = 0
+    best_rsum: float | None = None
+    best_epoch: int | None = None
+    bad_epochs: int = 0
+    lr_scale: float = 1.0
+    plateau_epochs: int = 0
+    finished: bool = False
+    stopped_early: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    resume: dict[str, str] | None = None
+    version: int = STATE_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = STATE_FILE) -> TrainerState:
+        try:
+            data = json.loads(text)
+            if data.get("version") != STATE_VERSION:
+                raise CheckpointError(f"{where}: state version {data.get('version')!r}, expected {STATE_VERSION}")
+            known = {f.name for f in dataclasses.fields(cls)}
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except (json.JSONDecodeError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"{where}: not a trainer state: {exc}") from exc
+
+
+# ------------------------------------------------------------------------------------------ atomic files
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """UTF-8 text, atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Indented JSON, atomically; NaN and infinities are refused (they are not JSON)."""
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+# ------------------------------------------------------------------------------------------ weights
+
+
+def weights_bytes(model: nn.Module, metadata: dict[str, str] | None = None) -> bytes:
+    """The model's state dict as safetensors bytes (CPU, contiguous copies)."""
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in _unwrap(model).state_dict().items()}
+    return save_safetensors(tensors, metadata=metadata)
+
+
+def save_weights(path: Path, model: nn.Module, metadata: dict[str, str] | None = None) -> None:
+    """Write the model's weights to ``path`` atomically."""
+    atomic_write_bytes(path, weights_bytes(model, metadata))
+
+
+def load_weights(path: Path, model: nn.Module) -> None:
+    """Load safetensors weights into ``model`` (strict: every tensor must fit)."""
+    try:
+        tensors = load_safetensors(path.read_bytes())
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"{path}: cannot read weights: {exc}") from exc
+    target = _unwrap(model)
+    device = next(iter(target.state_dict().values())).device if target.state_dict() else torch.device("cpu")
+    try:
+        target.load_state_dict({k: v.to(device) for k, v in tensors.items()}, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path}: weights do not fit the model: {exc}") from exc
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a DistributedDataParallel wrapper (or the module itself)."""
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+# ------------------------------------------------------------------------------------------ model folders
+
+
+def save_config(out: Path, config: MethodConfig) -> None:
+    """``config.json`` of a model folder."""
+    atomic_write_text(out / CONFIG_FILE, config.to_json() + "\n")
+
+
+def load_config(model_dir: Path) -> MethodConfig:
+    """The resolved config of a model folder."""
+    path = Path(model_dir) / CONFIG_FILE
+    try:
+        return config_from_json(path.read_text())
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the model config: {exc}") from exc
+    except ConfigError as exc:
+        raise CheckpointError(f"{path}: {exc}") from exc
+
+
+def load_model(model_dir: Path, device: torch.device | str = "cpu") -> RetrievalModel:
+    """The best model of a training folder (``config.json`` + ``model.safetensors``), in eval mode."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir}: no such model folder")
+    model = build_model(load_config(model_dir)).to(device)
+    weights = model_dir / WEIGHTS_FILE
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing (has this model finished an epoch?)")
+    load_weights(weights, model)
+    return model.eval()
+
+
+def load_state(out: Path) -> TrainerState | None:
+    """``trainer_state.json`` of a run, or None when the folder has none."""
+    path = Path(out) / STATE_FILE
+    if not path.is_file():
+        return None
+    return TrainerState.from_json(path.read_text(), str(path))
+
+
+# ------------------------------------------------------------------------------------------ resume
+
+
+def save_checkpoint(out: Path, model: nn.Module, training: dict[str, Any], state: TrainerState) -> None:
+    """Write a resumable checkpoint: versioned weights and optimizer files, then ``trainer_state.json``
+    naming them (the commit point), then delete the files of older checkpoints."""
+    tag = f"{state.global_step:08d}-{state.step:06d}"
+    weights, optimizer = f"last-{tag}.safetensors", f"optimizer-{tag}.pt"
+    save_weights(out / weights, model, {"global_step": str(state.global_step)})
+    buffer = io.BytesIO()
+    torch.save(training, buffer)
+    atomic_write_bytes(out / optimizer, buffer.getvalue())
+    state.resume = {"weights": weights, "optimizer": optimizer}
+    atomic_write_text(out / STATE_FILE, state.to_json() + "\n")
+    for stale in [*out.glob("last-*.safetensors"), *out.glob("optimizer-*.pt")]:
+        if stale.name not in (weights, optimizer):
+            stale.unlink(missing_ok=True)
+
+
+def load_checkpoint(out: Path, model: nn.Module) -> tuple[TrainerState, dict[str, Any]]:
+    """Load the resumable checkpoint of ``out`` into ``model``; returns the state and the optimizer record
+    (read with ``weights_only=True``)."""
+    state = load_state(out)
+    if state is None or not state.resume:
+        raise CheckpointError(f"{Path(out) / STATE_FILE}: no resumable checkpoint in {out}")
+    load_weights(Path(out) / state.resume["weights"], model)
+    path = Path(out) / state.resume["optimizer"]
+    try:
+        training = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise CheckpointError(f"{path}: cannot read the optimizer state: {exc}") from exc
+    return state, training

@@ -1,0 +1,678 @@
+"""The training loop: cached features in, a checkpointed, validated, exported model folder out.
+
+One run (``python -m trainer train``) resolves a recipe (:data:`RECIPES`: the method's config overrides,
+optimizer, learning rate, schedule, epochs, batch size) plus the user's ``--set`` overrides, loads the
+caption folder's features (:mod:`trainer.data`), and trains with gradient clipping (2.0), AMP on CUDA,
+early stopping on the validation rsum and a checkpoint after every epoch (:mod:`trainer.checkpoint`).
+At the end the best epoch's weights are evaluated on the whole validation split (``metrics.json``) and
+exported to ONNX (``onnx/``) for the engine.
+
+Every method trains on frozen backbone features (the backbone is never fine-tuned here) and, by default,
+MiniLM text features: the sentence vector gives the global text feature and, where a method attends over
+words, MiniLM's token vectors are the words. A3VSE reads token vectors only (MiniLM's).
+
+Interruption: SIGINT / SIGTERM set a :class:`StopRequest`; the loop finishes its current step, writes a
+resumable checkpoint (including how far into the epoch it got) and raises :class:`Interrupted`, which the
+CLI turns into exit status 130 / 143. ``--resume`` continues from the last checkpoint, mid-epoch included.
+
+Distributed data parallel: started by ``torchrun`` (``WORLD_SIZE`` > 1) the loop joins a process group
+(gloo on CPU, NCCL on CUDA); every rank walks the same seeded batch order and takes every WORLD_SIZE-th
+batch; rank 0 validates, checkpoints and reports, and broadcasts its decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from engine.progress import Progress
+from trainer import checkpoint as ckpt
+from trainer.data import FeatureNeeds, FeatureSource, PairSet, TrainingData, feature_dims, load_training_data
+from trainer.evaluation import evaluate_pairs, nan_to_none, quick_rsum
+from trainer.methods import (
+    ConfigError,
+    MethodConfig,
+    PairBatch,
+    RetrievalModel,
+    build_config,
+    build_loss,
+    build_model,
+    export_model,
+    get_method,
+)
+from trainer.sparse import SparseConfig
+
+log = logging.getLogger(__name__)
+
+GRAD_CLIP = 2.0
+STEP_EVENT_INTERVAL_S = 0.25  # at most ~4 step events a second (plus every epoch's last step)
+FEATURE_DIM_FIELDS = ("image_dim", "image_regions", "sentence_dim", "text_word_dim")
+
+
+class TrainingError(RuntimeError):
+    """Training cannot start or go on (bad option, empty data, a loss that is not finite)."""
+
+
+class Interrupted(Exception):
+    """Training stopped on a signal after writing a resumable checkpoint; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class StopRequest:
+    """Set from a signal handler; the loop polls it between steps."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def request(self, signum: int) -> None:
+        self.signum = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+# ------------------------------------------------------------------------------------------ recipes
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a method trains by default on cached features.
+
+    ``schedule``: 'plateau' multiplies the learning rate by ``schedule_factor`` after ``schedule_patience``
+    epochs without a better validation rsum; 'cosine' anneals it to 0 over the run; 'step' multiplies it by
+    ``schedule_factor`` from epoch ``step_epoch`` on. ``patience`` epochs without improvement stop the run.
+    ``group`` > 1 puts that many captions of one item into the same batch (neighbourhood sampling).
+    ``val_items`` caps the items of the per-epoch validation (the final report uses them all).
+    """
+
+    overrides: dict[str, Any]
+    optimizer: str = "adam"
+    lr: float = 2e-4
+    weight_decay: float = 0.0
+    schedule: str = "plateau"
+    schedule_factor: float = 0.5
+    schedule_patience: int = 1
+    step_epoch: int = 0
+    epochs: int = 15
+    patience: int = 3
+    batch_size: int = 128
+    group: int = 1
+    val_items: int = 1000
+
+
+_SENTENCE = {"text_encoder": "minilm-sentence"}
+RECIPES: dict[str, Recipe] = {
+    # VSE++: Adam 2e-4 (Faghri et al.), halved on plateau; linear maps overfit after ~10 epochs.
+    "vse": Recipe(dict(_SENTENCE), "adam", 2e-4, epochs=15, patience=3),
+    # PVSE §3.5 / §4: AMSGrad, lr 2e-4 halved when validation stagnates, batch 128.
+    "pvse": Recipe(dict(_SENTENCE), "amsgrad", 2e-4, epochs=10, patience=3),
+    # PCME uses AdamP with a cosine schedule; AdamP is not installed, AdamW (decoupled weight decay, the
+    # part of AdamP that matters for un-normalised heads) stands in for it.
+    "pcme": Recipe(dict(_SENTENCE), "adamw", 2e-4, weight_decay=1e-4, schedule="cosine", epochs=10,
+                   patience=4),
+    # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16;
+    # the paper's lambdas are the config defaults. Its attention reads MiniLM token vectors.
+    "a3vse": Recipe({"text_encoder": "minilm"}, "adam", 2e-4, weight_decay=1e-6, schedule="step",
+                    schedule_factor=0.1, step_epoch=16, epochs=24, patience=4),
+    # Two-branch networks §5: two captions per image in a batch so the neighbourhood term has pairs.
+    "twobranch-embed": Recipe(dict(_SENTENCE), "adam", 2e-4, weight_decay=1e-5, epochs=15, patience=3,
+                              group=2),
+    # The similarity network scores every (item, caption) pair of the validation matrix: fewer items.
+    "twobranch-sim": Recipe(dict(_SENTENCE), "adam", 2e-4, weight_decay=1e-5, epochs=15, patience=3,
+                            val_items=250),
+    # Zheng et al. stage II (ranking + instance loss) directly on frozen image features.
+    "instance": Recipe(dict(_SENTENCE), "adam", 2e-4, epochs=15, patience=3),
+}
+
+
+@dataclass
+class TrainOptions:
+    """One ``train`` command. ``None`` fields take the method's recipe value."""
+
+    method: str
+    data: Path
+    out: Path
+    train_split: str = "train"
+    val_split: str = "dev"
+    epochs: int | None = None
+    device: str = "auto"
+    sparse: SparseConfig = field(default_factory=SparseConfig)
+    json_progress: bool = False
+    resume: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+    preset: str = "paper"
+    seed: int = 0
+    batch_size: int | None = None
+    lr: float | None = None
+    patience: int | None = None
+    pseudo_pairs: bool = True
+    val_items: int | None = None
+    assets: Path | None = None
+
+
+def resolve_config(method: str, overrides: dict[str, Any], preset: str = "paper",
+                   assets: Path | None = None) -> MethodConfig:
+    """The config a run trains: paper defaults, ``preset``, the recipe's overrides, the user's overrides,
+    then the cached features' sizes. :class:`ConfigError` names a bad field."""
+    recipe = RECIPES.get(method)
+    get_method(method)  # unknown method -> ConfigError naming 'method'
+    for name in FEATURE_DIM_FIELDS:
+        if name in overrides:
+            raise ConfigError(f"{name}: fixed by the cached features; it cannot be set")
+    dims: dict[str, Any] = {**feature_dims(assets), "text_word_dim": None}
+    return build_config(method, {**(recipe.overrides if recipe else {}), **overrides, **dims}, preset)
+
+
+# ------------------------------------------------------------------------------------------ reporting
+
+
+class Reporter:
+    """Progress events: JSON lines on stdout (``--json-progress``), or readable log lines on stderr.
+    Only rank 0 reports."""
+
+    def __init__(self, json_lines: bool, enabled: bool = True,
+                 write: Callable[[str], None] | None = None) -> None:
+        self.json_lines, self.enabled = json_lines, enabled
+        self._write = write or (lambda line: print(line, flush=True))
+        self._last_step = 0.0
+
+    def emit(self, event: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if self.json_lines:
+            import json
+
+            self._write(json.dumps(nan_to_none(event), allow_nan=False))
+        else:
+            log.info("%s", _describe(event))
+
+    def step(self, event: dict[str, Any], last: bool) -> None:
+        """A step event, throttled to :data:`STEP_EVENT_INTERVAL_S` except for an epoch's last step."""
+        now = time.monotonic()
+        interval = STEP_EVENT_INTERVAL_S if self.json_lines else 5.0
+        if last or now - self._last_step >= interval:
+            self._last_step = now
+            self.emit(event)
+
+    def progress(self, stage: str) -> Callable[[Progress], None]:
+        """A :class:`Progress` callback that reports ``{"event": "progress", ...}``."""
+        last = {"t": 0.0}
+
+        def report(p: Progress) -> None:
+            now = time.monotonic()
+            if p.done >= p.total or now - last["t"] >= 1.0:
+                last["t"] = now
+                self.emit({"event": "progress", "stage": stage, "done": p.done, "total": p.total,
+                           "message": p.message})
+
+        return report
+
+
+def _describe(event: dict[str, Any]) -> str:
+    kind = event["event"]
+    if kind == "step":
+        return (f"epoch {event['epoch']} step {event['step']}/{event['total']} loss "
+                f"{event['loss'].get('total', float('nan')):.4f} lr {event['lr']:.2e} eta {event['eta_s']:.0f}s")
+    if kind == "epoch":
+        val = event["val"]
+        return (f"epoch {event['epoch']}: validation rsum {val['rsum']:.1f} (i2t R@1 {val['i2t']['r1']:.1f}, "
+                f"t2i R@1 {val['t2i']['r1']:.1f}){' best' if event.get('best') else ''}")
+    if kind == "done":
+        return f"done: {event['model_dir']} (validation rsum {event['val']['rsum']:.1f})"
+    if kind == "progress":
+        return f"{event['stage']}: {event['message']}"
+    return str(event)
+
+
+# ------------------------------------------------------------------------------------------ distributed
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in a (possibly single-process) data-parallel run."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+
+def init_distributed(device: torch.device) -> Dist:
+    """Join the process group torchrun describes (``WORLD_SIZE`` > 1), else a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' is CUDA when available, else the CPU; 'cuda' without CUDA is an error naming --device."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise TrainingError(f"--device: expected auto, cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("--device cuda: CUDA is not available on this machine")
+    if name == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return torch.device("cuda", local)
+
+
+# ------------------------------------------------------------------------------------------ batches
+
+
+def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group: int = 1) -> list[np.ndarray]:
+    """Caption indices of each batch of one epoch: every caption once, photos and clips never mixed,
+    ``group`` captions of one item side by side, the order seeded by (seed, epoch) so a resumed run
+    replays it. Batches of fewer than 2 captions are dropped (no negatives, and batch norm needs 2)."""
+    rng = np.random.default_rng([seed, epoch])
+    clip_of_caption = pairs.visual.is_clip[pairs.caption_item]
+    batches: list[np.ndarray] = []
+    for kind in (False, True):
+        units = _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, rng)
+        per_batch = max(1, batch_size // max(1, group))
+        n_batches = math.ceil(len(units) / per_batch)
+        for part in np.array_split(np.arange(len(units)), n_batches) if n_batches else []:
+            rows = np.concatenate([units[i] for i in part])
+            if len(rows) >= 2:
+                batches.append(rows)
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, rng: np.random.Generator
+           ) -> list[np.ndarray]:
+    """Shuffled groups of up to ``group`` captions of the same item."""
+    if group <= 1:
+        return [np.array([c]) for c in rng.permutation(captions)]
+    by_item: dict[int, list[int]] = {}
+    for c in captions:
+        by_item.setdefault(int(caption_item[c]), []).append(int(c))
+    units = []
+    for item in sorted(by_item):
+        own = rng.permutation(by_item[item])
+        units += [own[i:i + group] for i in range(0, len(own), group)]
+    return [units[i] for i in rng.permutation(len(units))]
+
+
+def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progress: float,
+               pseudo_rng: np.random.Generator | None) -> PairBatch:
+    """The :class:`PairBatch` of caption ``rows``; for A3VSE also as many pseudo pairs of the same kind."""
+    train = data.train
+    items = train.caption_item[rows]
+    batch = PairBatch(train.visual.batch(items, device), train.text.batch(rows, device),
+                      visual_ids=torch.as_tensor(items, device=device), progress=min(1.0, max(0.0, progress)))
+    pseudo = data.pseudo
+    if pseudo is not None and pseudo_rng is not None:
+        kind = bool(train.visual.is_clip[items[0]])
+        same = np.flatnonzero(pseudo.visual.is_clip == kind)
+        if len(same) >= 2:
+            chosen = pseudo_rng.choice(same, size=len(rows), replace=len(same) < len(rows))
+            batch.unlabelled_visual = pseudo.visual.batch(chosen, device)
+            batch.pseudo_text = pseudo.text.batch(chosen, device)
+    return batch
+
+
+# ------------------------------------------------------------------------------------------ optimisation
+
+
+def make_optimizer(recipe: Recipe, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Adam, AMSGrad (PVSE) or AdamW (PCME's AdamP stand-in) with the recipe's weight decay."""
+    if recipe.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=recipe.weight_decay)
+    if recipe.optimizer in ("adam", "amsgrad"):
+        return torch.optim.Adam(params, lr=lr, weight_decay=recipe.weight_decay,
+                                amsgrad=recipe.optimizer == "amsgrad")
+    raise TrainingError(f"optimizer: unknown {recipe.optimizer!r}")
+
+
+def learning_rate(recipe: Recipe, base: float, epoch: int, epochs: int, state: ckpt.TrainerState) -> float:
+    """The rate of (0-based) ``epoch`` under the recipe's schedule (see :class:`Recipe`)."""
+    if recipe.schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * epoch / max(1, epochs)))
+    if recipe.schedule == "step":
+        return base * (recipe.schedule_factor if recipe.step_epoch and epoch >= recipe.step_epoch else 1.0)
+    if recipe.schedule == "plateau":
+        return base * state.lr_scale
+    return base
+
+
+def update_after_validation(recipe: Recipe, state: ckpt.TrainerState, rsum: float, patience: int) -> bool:
+    """Record a validation rsum; returns True when it is the best so far. Updates the plateau schedule and
+    the early-stopping counter."""
+    improved = state.best_rsum is None or rsum > state.best_rsum
+    if improved:
+        state.best_rsum, state.best_epoch, state.bad_epochs, state.plateau_epochs = rsum, state.epoch, 0, 0
+    else:
+        state.bad_epochs += 1
+        state.plateau_epochs += 1
+        if recipe.schedule == "plateau" and state.plateau_epochs >= recipe.schedule_patience:
+            state.lr_scale *= recipe.schedule_factor
+            state.plateau_epochs = 0
+    state.stopped_early = state.bad_epochs >= patience
+    return improved
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+@dataclass
+class Run:
+    """Everything one training process holds."""
+
+    options: TrainOptions
+    recipe: Recipe
+    settings: dict[str, Any]  # resolved lr, batch_size, epochs, patience, seed, group, val_items
+    config: MethodConfig
+    model: RetrievalModel
+    wrapped: nn.Module  # the model, or its DDP wrapper
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    data: TrainingData
+    state: ckpt.TrainerState
+    device: torch.device
+    dist: Dist
+    reporter: Reporter
+    stop: StopRequest
+    val_subset: PairSet
+
+
+def train(options: TrainOptions, stop: StopRequest | None = None, source: FeatureSource | None = None,
+          reporter: Reporter | None = None) -> dict[str, Any]:
+    """Run a training job end to end; returns the final validation report of the best epoch.
+
+    Raises :class:`Interrupted` after a signal (a resumable checkpoint is written), :class:`TrainingError`,
+    :class:`ConfigError` or :class:`trainer.data.DataError` for bad options or data.
+    """
+    stop = stop or StopRequest()
+    device = resolve_device(options.device)
+    world = init_distributed(device)
+    reporter = reporter or Reporter(options.json_progress)
+    reporter.enabled = reporter.enabled and world.main
+    own_source = source is None
+    source = source or FeatureSource.open(options.assets, reporter.progress("features"))
+    try:
+        run = _setup(options, device, world, reporter, stop, source)
+        _loop(run)
+        return _finish(run) if world.main else {}
+    finally:
+        if own_source:
+            source.close()
+        if world.active and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: Reporter, stop: StopRequest,
+           source: FeatureSource) -> Run:
+    out = Path(options.out)
+    saved = ckpt.load_state(out)
+    if saved is not None and not options.resume:
+        raise TrainingError(f"--out: {out} already holds a training run; pass --resume to continue it or "
+                            "choose another folder")
+    resuming = options.resume and saved is not None and saved.resume is not None
+    if resuming:
+        assert saved is not None
+        if saved.method != options.method:
+            raise TrainingError(f"--method: {out} was trained with {saved.method!r}, not {options.method!r}")
+        config = ckpt.load_config(out)
+        if options.overrides:
+            log.warning("--set is ignored when resuming: %s keeps its saved config", out)
+    else:
+        config = resolve_config(options.method, options.overrides, options.preset, options.assets)
+    recipe = RECIPES[options.method]
+    settings = _settings(options, recipe, saved if resuming else None)
+    torch.manual_seed(settings["seed"])
+    data = _load_data(options, config, settings, world, source, stop)
+    if config.method == "instance" and not resuming:
+        config = dataclasses.replace(config, num_classes=data.train.n_items)  # type: ignore[call-arg]
+    model = build_model(config).to(device)
+    optimizer = make_optimizer(recipe, list(model.parameters()), settings["lr"])
+    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
+    state = ckpt.TrainerState(method=config.method, options=_jsonable(settings, options))
+    if resuming:
+        state, training = ckpt.load_checkpoint(out, model)
+        optimizer.load_state_dict(training["optimizer"])
+        scaler.load_state_dict(training["scaler"])
+        torch.set_rng_state(training["torch_rng"])
+        state.finished = False
+        reporter.emit({"event": "resumed", "epoch": state.epoch, "step": state.step})
+    elif world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt.save_config(out, config)
+    wrapped: nn.Module = model
+    if world.active:
+        wrapped = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
+    val_subset = _validation_subset(data.val, settings["val_items"], settings["seed"])
+    return Run(options, recipe, settings, config, model, wrapped, build_loss(config).to(device), optimizer,
+               scaler, data, state, device, world, reporter, stop, val_subset)
+
+
+def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | None) -> dict[str, Any]:
+    """Resolved hyper-parameters; a resumed run keeps its saved ones (only the epoch budget may change)."""
+    fresh = {"lr": options.lr or recipe.lr, "batch_size": options.batch_size or recipe.batch_size,
+             "epochs": options.epochs or recipe.epochs, "patience": options.patience or recipe.patience,
+             "seed": options.seed, "group": recipe.group, "val_items": options.val_items or recipe.val_items}
+    for name in ("lr", "batch_size", "epochs", "patience", "val_items"):
+        if fresh[name] <= 0:
+            raise TrainingError(f"--{name.replace('_', '-')}: must be positive, got {fresh[name]}")
+    if fresh["batch_size"] < 2:
+        raise TrainingError(f"--batch-size: must be at least 2, got {fresh['batch_size']}")
+    if saved is None:
+        return fresh
+    kept = {k: saved.options.get(k, v) for k, v in fresh.items()}
+    kept["epochs"] = options.epochs or kept["epochs"]
+    return kept
+
+
+def _jsonable(settings: dict[str, Any], options: TrainOptions) -> dict[str, Any]:
+    return {**settings, "data": str(options.data), "train_split": options.train_split,
+            "val_split": options.val_split, "annotated_fraction": options.sparse.annotated_fraction,
+            "captions_per_image": options.sparse.captions_per_image, "sparse_seed": options.sparse.seed,
+            "preset": options.preset, "pseudo_pairs": options.pseudo_pairs}
+
+
+def _load_data(options: TrainOptions, config: MethodConfig, settings: dict[str, Any], world: Dist,
+               source: FeatureSource, stop: StopRequest) -> TrainingData:
+    """Rank 0 loads first (it may have to compute features); the other ranks then read the caches."""
+    probe = build_model(dataclasses.replace(config, num_classes=1) if config.method == "instance" else config)
+    needs = FeatureNeeds.of(probe)
+    del probe
+    user_progress = source.progress
+
+    def progress(p: Progress) -> None:
+        if stop.requested:
+            raise Interrupted(stop.signum or signal.SIGTERM)
+        user_progress(p)
+
+    source.progress = progress
+    if world.active and not world.main:
+        dist.barrier()
+    try:
+        data = load_training_data(options.data, options.train_split, options.val_split, options.sparse, needs,
+                                  source, with_pseudo=options.pseudo_pairs and config.method == "a3vse")
+    finally:
+        source.progress = user_progress
+        if world.active and world.main:
+            dist.barrier()
+    log.info("training on %d items / %d captions, validating on %d items / %d captions%s",
+             data.train.n_items, len(data.train.captions), data.val.n_items, len(data.val.captions),
+             f", {data.pseudo.n_items} pseudo pairs" if data.pseudo else "")
+    return data
+
+
+def _validation_subset(val: PairSet, limit: int, seed: int) -> PairSet:
+    if val.n_items <= limit:
+        return val
+    chosen = np.sort(np.random.default_rng(seed).choice(val.n_items, size=limit, replace=False))
+    return val.subset(chosen)
+
+
+def _loop(run: Run) -> None:
+    state, settings = run.state, run.settings
+    epochs = settings["epochs"]
+    timer = _Eta()
+    while state.epoch < epochs and not state.stopped_early:
+        batches = epoch_batches(run.data.train, state.epoch, settings["seed"], settings["batch_size"],
+                                settings["group"])
+        mine = _shard(batches, run.dist)
+        lr = learning_rate(run.recipe, settings["lr"], state.epoch, epochs, state)
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
+        sums: dict[str, float] = {}
+        done_here = 0
+        run.model.train()
+        for index, rows in enumerate(mine):
+            if index < state.step:
+                continue  # done before the interruption this run resumes from
+            progress = (state.epoch * len(mine) + index) / max(1, epochs * len(mine))
+            pseudo_rng = np.random.default_rng([settings["seed"], state.epoch, index, 1])
+            terms = _train_step(run, make_batch(run.data, rows, run.device, progress, pseudo_rng))
+            for name, value in terms.items():
+                sums[name] = sums.get(name, 0.0) + value
+            done_here += 1
+            state.step, state.global_step = index + 1, state.global_step + 1
+            timer.tick()
+            run.reporter.step({"event": "step", "epoch": state.epoch + 1, "step": index + 1, "total": len(mine),
+                               "loss": terms, "lr": lr,
+                               "eta_s": timer.eta(epochs * len(mine) - (state.epoch * len(mine) + index + 1),
+                                                  epochs - state.epoch)},
+                              last=index + 1 == len(mine))
+            if _should_stop(run):
+                _checkpoint(run)
+                raise Interrupted(run.stop.signum or signal.SIGTERM)
+        _end_epoch(run, {k: v / max(1, done_here) for k, v in sums.items()}, lr, timer)
+
+
+def _shard(batches: list[np.ndarray], world: Dist) -> list[np.ndarray]:
+    if not world.active:
+        return batches
+    usable = len(batches) // world.world * world.world
+    if usable == 0:
+        raise TrainingError(f"--batch-size: {len(batches)} batches cannot be shared by {world.world} processes")
+    return batches[:usable][world.rank::world.world]
+
+
+def _train_step(run: Run, batch: PairBatch) -> dict[str, float]:
+    """Forward, loss, backward, clip at :data:`GRAD_CLIP`, step; returns the loss terms as floats."""
+    run.optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=run.device.type, dtype=torch.float16, enabled=run.device.type == "cuda"):
+        terms = run.criterion(run.wrapped(batch), batch)
+    total = terms["total"]
+    if not torch.isfinite(total):
+        raise TrainingError(f"the loss is not finite at epoch {run.state.epoch + 1}, step {run.state.step + 1}: "
+                            f"{ {k: float(v) for k, v in terms.items()} }; try a lower --lr")
+    run.scaler.scale(total).backward()
+    run.scaler.unscale_(run.optimizer)
+    nn.utils.clip_grad_norm_(run.model.parameters(), GRAD_CLIP)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    return {k: float(v.detach()) for k, v in terms.items()}
+
+
+def _should_stop(run: Run) -> bool:
+    """Whether any rank was asked to stop (all ranks agree, so they stop after the same step)."""
+    if not run.dist.active:
+        return run.stop.requested
+    flag = torch.tensor([1.0 if run.stop.requested else 0.0], device=run.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item() and run.stop.signum is None:
+        run.stop.request(signal.SIGTERM)
+    return bool(flag.item())
+
+
+def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta) -> None:
+    """Validate (rank 0), keep the best weights, update the schedule, checkpoint, report."""
+    state = run.state
+    started = time.monotonic()
+    decision = torch.zeros(2, device=run.device)
+    if run.dist.main:
+        report = quick_rsum(run.model, run.val_subset, run.device)
+        state.epoch += 1
+        state.step = 0
+        best = update_after_validation(run.recipe, state, report["rsum"], run.settings["patience"])
+        state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best})
+        if best:
+            ckpt.save_weights(Path(run.options.out) / ckpt.WEIGHTS_FILE, run.model)
+        _checkpoint(run)
+        run.reporter.emit({"event": "epoch", "epoch": state.epoch, "val": report, "best": best, "loss": losses,
+                           "lr": lr})
+        decision = torch.tensor([float(state.stopped_early), state.lr_scale], device=run.device)
+    if run.dist.active:
+        dist.broadcast(decision, 0)
+        if not run.dist.main:
+            state.epoch, state.step = state.epoch + 1, 0
+            state.stopped_early, state.lr_scale = bool(decision[0].item()), float(decision[1].item())
+    timer.validation(time.monotonic() - started)
+
+
+def _checkpoint(run: Run) -> None:
+    if not run.dist.main:
+        return
+    training = {"optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
+                "torch_rng": torch.get_rng_state()}
+    ckpt.save_checkpoint(Path(run.options.out), run.model, training, run.state)
+
+
+def _finish(run: Run) -> dict[str, Any]:
+    """Evaluate the best epoch on the whole validation split, write metrics.json, export ONNX, report."""
+    out = Path(run.options.out)
+    ckpt.load_weights(out / ckpt.WEIGHTS_FILE, run.model)
+    report = evaluate_pairs(run.model, run.data.val, run.device)
+    report.update(method=run.config.method, split=run.options.val_split, best_epoch=run.state.best_epoch,
+                  epochs=run.state.epoch)
+    report = nan_to_none(report)
+    ckpt.write_json(out / ckpt.METRICS_FILE, report)
+    export_model(run.model, out / ckpt.ONNX_DIR)
+    run.state.finished = True
+    ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
+    run.reporter.emit({"event": "done", "model_dir": str(out), "val": report})
+    return report
+
+
+class _Eta:
+    """Seconds left: the mean step time of this process so far times the steps left, plus validations."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.steps = 0
+        self.val_s = 0.0
+        self.val_count = 0
+
+    def tick(self) -> None:
+        self.steps += 1
+
+    def validation(self, seconds: float) -> None:
+        self.val_s += seconds
+        self.val_count += 1
+
+    def eta(self, steps_left: int, validations_left: int) -> float:
+        train_s = time.monotonic() - self.start - self.val_s
+        per_step = train_s / max(1, self.steps)
+        per_validation = self.val_s / self.val_count if self.val_count else 0.0
+        return round(per_step * steps_left + per_validation * validations_left, 1)
