@@ -466,7 +466,7 @@ _JOB_SELECT = "SELECT id, kind, state, payload_json, done, total, message, creat
 
 def _media_record(row: tuple[Any, ...]) -> MediaRecord:
     values = list(row)
-    values[2] = Path(values[2])
+    values[2] = Path(_path_text(values[2]))
     values[6] = MediaKind(values[6]) if values[6] is not None else None
     values[12] = MediaStatus(values[12])
     return MediaRecord(*values)
@@ -499,10 +499,33 @@ def _metrics_json(model: str, metrics: dict[str, Any] | None) -> str:
         raise CatalogError(f"metrics of model {model!r} cannot be stored: {exc}") from exc
 
 
-def _absolute(path: Path | str, what: str) -> str:
+def _absolute(path: Path | str, what: str) -> str | bytes:
     if not Path(path).is_absolute():
         raise CatalogError(f"{what} path {str(path)!r} is not absolute")
-    return str(Path(path))
+    return _path_value(path)
+
+
+def _path_value(path: Path | str) -> str | bytes:
+    """A path as it is stored: its text, or its raw bytes when the name is not valid UTF-8.
+
+    POSIX file names are bytes; Python shows an undecodable name with lone surrogates (PEP 383), which
+    SQLite's UTF-8 text cannot hold (sqlite3 raises UnicodeEncodeError). Such a path is stored as a BLOB of
+    its ``os.fsencode`` bytes -- TEXT affinity leaves BLOBs alone -- so every name round-trips and equality
+    lookups and the UNIQUE constraint still work (one path always has the same stored form).
+    """
+    text = str(Path(path))
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(text)
+    return text
+
+
+def _path_text(value: str | bytes) -> str:
+    """The inverse of :func:`_path_value`, as text (with surrogates for an undecodable name)."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
 # ---------------------------------------------------------------------------------------------- catalog
@@ -522,7 +545,7 @@ class Catalog(SQLiteStore):
     def add_root(self, path: Path) -> int:
         """Add a folder to the library (idempotent); returns its id."""
         text = _absolute(path, "root")
-        with self.transaction(f"adding root {text}") as conn:
+        with self.transaction(f"adding root {path}") as conn:
             conn.execute(
                 "INSERT INTO roots (path, added_at) VALUES (?, ?) ON CONFLICT(path) DO NOTHING",
                 (text, time.time()),
@@ -533,16 +556,17 @@ class Catalog(SQLiteStore):
         """Remove a folder and, with it, every media row under it (and their captions, pairs, vectors)."""
         text = str(Path(path))
         with self.transaction(f"removing root {text}") as conn:
-            if conn.execute("DELETE FROM roots WHERE path = ?", (text,)).rowcount == 0:
+            if conn.execute("DELETE FROM roots WHERE path = ?", (_path_value(text),)).rowcount == 0:
                 raise NotFound(f"root {text} is not in {self.path}")
 
     def roots(self) -> list[Path]:
         """The library's folders, in the order they were added."""
-        return [Path(p) for (p,) in self._read("listing roots", "SELECT path FROM roots ORDER BY id")]
+        rows = self._read("listing roots", "SELECT path FROM roots ORDER BY id")
+        return [Path(_path_text(p)) for (p,) in rows]
 
     def root_id(self, path: Path) -> int | None:
         """The id of a root folder, or None."""
-        rows = self._read("finding root", "SELECT id FROM roots WHERE path = ?", (str(Path(path)),))
+        rows = self._read("finding root", "SELECT id FROM roots WHERE path = ?", (_path_value(path),))
         return rows[0][0] if rows else None
 
     # -- media: scanning -------------------------------------------------------------------------------------
@@ -558,6 +582,7 @@ class Catalog(SQLiteStore):
         :meth:`upsert_media`, from the content hash of new files.
         """
         rows = self._read("planning scan", "SELECT path, size, mtime_ns, status, root_id FROM media")
+        rows = [(_path_text(path), *rest) for path, *rest in rows]
         known = {path: (size, mtime, status) for path, size, mtime, status, _ in rows}
         plan = ScanPlan()
         seen: set[str] = set()
@@ -589,7 +614,7 @@ class Catalog(SQLiteStore):
         hash: its path is updated and its captions, pairs and vectors are kept) or ``'new'`` (pending row).
         """
         text = _absolute(path, "media")
-        with self.transaction(f"recording media {text}") as conn:
+        with self.transaction(f"recording media {path}") as conn:
             row = conn.execute(
                 "SELECT id, size, mtime_ns, content_hash, status FROM media WHERE path = ?", (text,)
             ).fetchone()
@@ -649,7 +674,7 @@ class Catalog(SQLiteStore):
 
     def mark_missing(self, paths: Iterable[Path]) -> int:
         """Mark rows whose files are gone; returns how many rows were marked."""
-        params = [(str(Path(p)),) for p in paths]
+        params = [(_path_value(p),) for p in paths]
         with self.transaction("marking missing media") as conn:
             before = conn.total_changes
             conn.executemany("UPDATE media SET status = 'missing' WHERE path = ?", params)
@@ -702,7 +727,9 @@ class Catalog(SQLiteStore):
 
     def media_by_path(self, path: Path) -> MediaRecord | None:
         """The media row at a path, or None."""
-        rows = self._read("reading media", f"SELECT {_MEDIA_COLUMNS} FROM media WHERE path = ?", (str(path),))
+        rows = self._read(
+            "reading media", f"SELECT {_MEDIA_COLUMNS} FROM media WHERE path = ?", (_path_value(path),)
+        )
         return _media_record(rows[0]) if rows else None
 
     def iter_media(self, status: MediaStatus | str | None = None) -> Iterator[MediaRecord]:
@@ -730,7 +757,7 @@ class Catalog(SQLiteStore):
         rows = self._read(
             "listing failures", "SELECT path, error FROM media WHERE status = 'failed' ORDER BY id"
         )
-        return [(Path(path), error or "") for path, error in rows]
+        return [(Path(_path_text(path)), error or "") for path, error in rows]
 
     def counts(self) -> dict[str, dict[str, int]]:
         """``{"status": {status: n}, "kind": {kind: n}}``; kinds count indexed (ok) items only."""

@@ -6,9 +6,13 @@ and vectors; (3) extract features for every *pending* item in batches, reusing t
 content was seen before (another library, a training folder, a move) — pending rows are also what an
 interrupted run left, so indexing resumes where it stopped; (4) drop rows whose files are gone.
 
-Every batch is committed in one transaction after its features are stored, so a kill loses at most the batch in
-flight, and an item is never marked indexed without its features. A file that fails is recorded with its reason
-and retried only when its size or mtime change.
+Every batch is committed in one transaction after its features are stored, so a kill loses at most the batch
+in flight, and an item is never marked indexed without its features. A file that fails is recorded with its
+reason and retried only when its size or mtime change. A file edited between hashing and decoding is not
+stored (its features would sit under the old content's hash); it is recorded as changed and retried at the
+next scan.
+A folder or file that exists but cannot be read keeps its rows: a permission or I/O problem is not a deletion,
+and treating it as one would delete the user's captions with the rows.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ BATCH = 32
 class Indexer:
     """Indexes folders into a catalog and the shared feature store."""
 
-    def __init__(self, catalog: Catalog, features: FeatureStore, extractor: Callable[[], FeatureExtractor]) -> None:
+    def __init__(self, catalog: Catalog, features: FeatureStore,
+                 extractor: Callable[[], FeatureExtractor]) -> None:
         self.catalog = catalog
         self.features = features
         self._extractor_factory = extractor
@@ -52,8 +57,10 @@ class Indexer:
         roots = [Path(os.path.abspath(r)) for r in roots]
         root_ids = [self.catalog.add_root(r) for r in roots]
         yield Progress(0, 0, "looking for media")
-        found = list(self._scan(roots, root_ids, cancel))
+        unreadable: set[str] = set()
+        found = list(self._scan(roots, root_ids, cancel, unreadable))
         plan = self.catalog.plan_scan(((p, s, m) for p, s, m, _ in found), root_ids)
+        plan.missing = [p for p in plan.missing if not _inside(p, unreadable)]
         root_of = {p: rid for p, _, _, rid in found}
         touched = plan.new + plan.changed
         for i, entry in enumerate(touched):
@@ -72,9 +79,18 @@ class Indexer:
             log.info("%d files are gone from the library", removed)
         yield from self._extract_pending(cancel)
 
-    def _scan(self, roots: list[Path], root_ids: list[int], cancel: CancelToken) -> Iterator[tuple[Path, int, int, int]]:
+    def _scan(self, roots: list[Path], root_ids: list[int], cancel: CancelToken,
+              unreadable: set[str]) -> Iterator[tuple[Path, int, int, int]]:
+        """Every media file under ``roots`` with its size and mtime; ``unreadable`` collects the folders and
+        files that exist but could not be listed or read (a vanished file or a broken link is not one)."""
+
+        def report(path: Path, why: str) -> None:
+            log.info("skipped %s: %s", path, why)
+            if os.path.exists(path):
+                unreadable.add(os.path.abspath(path))
+
         for root, root_id in zip(roots, root_ids, strict=True):
-            for path in iter_media_files([root], on_error=lambda p, why: log.info("skipped %s: %s", p, why)):
+            for path in iter_media_files([root], on_error=report):
                 cancel.raise_if_cancelled()
                 try:
                     st = path.stat()
@@ -90,7 +106,8 @@ class Indexer:
             return
         done = 0
         backbone = self.extractor.backbone_id
-        cached = {m.content_hash for m in pending} - set(self.features.missing({m.content_hash for m in pending}, backbone))
+        hashes = {m.content_hash for m in pending}
+        cached = hashes - set(self.features.missing(hashes, backbone))
         reuse = [m for m in pending if m.content_hash in cached]
         fresh = [m for m in pending if m.content_hash not in cached]
         for start in range(0, len(reuse), 256):
@@ -102,8 +119,8 @@ class Indexer:
         # Leaving the block (cancelled or not) waits for the write in flight, so every batch ends committed.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-writer") as writer:
             written: Future | None = None
-            for batch, results in zip(batches, self.extractor.iter_batches([[m.path for m in b] for b in batches]),
-                                      strict=False):
+            extracted = self.extractor.iter_batches([[m.path for m in b] for b in batches])
+            for batch, results in zip(batches, extracted, strict=False):
                 if written is not None:
                     written.result()
                 written = writer.submit(self._store, batch, results, backbone)
@@ -114,6 +131,7 @@ class Indexer:
                 written.result()
 
     def _store(self, batch: list[MediaRecord], results: list[Extracted | MediaError], backbone: str) -> None:
+        results = [_unless_changed(m, r) for m, r in zip(batch, results, strict=True)]
         ok = [(m, r) for m, r in zip(batch, results, strict=True) if isinstance(r, Extracted)]
         self.features.put_many(((m.content_hash, r.record) for m, r in ok), backbone)
         with self.catalog.transaction("storing an indexed batch"):
@@ -148,4 +166,28 @@ class Indexer:
 
         record = self.features.get(media.content_hash, backbone)
         if record is not None:
-            self.catalog.set_pseudo_caption(media.id, pseudo_caption_from_record(record, self.extractor.names))
+            caption = pseudo_caption_from_record(record, self.extractor.names)
+            self.catalog.set_pseudo_caption(media.id, caption)
+
+
+def _inside(path: Path, folders: set[str]) -> bool:
+    """True when ``path`` or one of its parents is in ``folders`` (absolute path strings)."""
+    return bool(folders) and any(str(p) in folders for p in (path, *path.parents))
+
+
+def _unless_changed(media: MediaRecord, result: Extracted | MediaError) -> Extracted | MediaError:
+    """The result, or a MediaError when the file is no longer the one that was hashed.
+
+    A file replaced or still being written after the scan would otherwise have the new content's features
+    stored under the old content's hash (and reused for any file with that hash). The row keeps the scanned
+    size and mtime, so the next scan sees the change and retries the file.
+    """
+    if isinstance(result, MediaError):
+        return result
+    try:
+        st = os.stat(media.path)
+    except OSError:
+        return MediaError("file disappeared while it was being indexed")
+    if (st.st_size, st.st_mtime_ns) != (media.size, media.mtime_ns):
+        return MediaError("file changed while it was being indexed (retried at the next scan)")
+    return result

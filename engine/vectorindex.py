@@ -75,6 +75,7 @@ FAISS_THREADS = 2
 INDEX_FILE = "index.json"
 AnnKind = Literal["ivf-flat", "ivf-pq", "hnsw"]
 _SCORE_BLOCK = 1 << 23  # floats per block of exact scores: bounds temporary memory to ~32 MB
+EXACT_FLOATS = 1 << 24  # stored floats up to which exact search is the default (64 MB read per query)
 
 
 class VectorIndexError(Exception):
@@ -97,14 +98,16 @@ class ModelMismatchError(VectorIndexError):
 class AnnParams:
     """How and when the approximate index is used.
 
-    ``nlist=0`` picks about ``nlist_per_sqrt * sqrt(vectors)`` lists (a power of two, 64..65536).
+    Exact search reads every stored float per query, so it is used up to ``exact_limit`` items, by default
+    (0) as many as fit :data:`EXACT_FLOATS` floats (about 22,000 items at K=3, D=256, ~10 ms here).
+    ``nlist=0`` picks about ``nlist_per_sqrt * sqrt(vectors)`` lists (a power of two, 16..65536).
     ``nprobe`` lists are scanned per query head; HNSW uses ``hnsw_m`` links and ``ef_search``;
     IVF-PQ ``pq_m`` sub-quantisers of ``pq_bits`` bits. Each query head fetches
     ``(top + offset) * K * oversample`` vectors.
     """
 
     kind: AnnKind = "ivf-flat"
-    exact_limit: int = 50_000
+    exact_limit: int = 0
     nlist: int = 0
     nlist_per_sqrt: float = 1.0
     nprobe: int = 16
@@ -122,7 +125,7 @@ class AnnParams:
             raise IndexInputError(f"kind: unknown approximate index {self.kind!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "kind" and (value < 0 or (value == 0 and f.name != "nlist")):
+            if f.name != "kind" and (value < 0 or (value == 0 and f.name not in ("nlist", "exact_limit"))):
                 raise IndexInputError(f"{f.name}: must be positive, got {value!r}")
         if self.rebuild_growth <= 1.0:
             raise IndexInputError(f"rebuild_growth: must be > 1, got {self.rebuild_growth}")
@@ -185,9 +188,9 @@ def _top(ids: np.ndarray, scores: np.ndarray, pairs: np.ndarray, top: int, offse
 
 
 def _auto_nlist(vectors: int, per_sqrt: float) -> int:
-    """A power of two near ``per_sqrt * sqrt(vectors)``, at least 64 and at most 65536."""
+    """A power of two near ``per_sqrt * sqrt(vectors)``, at least 16 and at most 65536."""
     target = max(1.0, per_sqrt * np.sqrt(max(vectors, 1)))
-    return int(min(65536, max(64, 2 ** round(np.log2(target)))))
+    return int(min(65536, max(16, 2 ** round(np.log2(target)))))
 
 
 class _Ann:
@@ -313,6 +316,11 @@ class MultiVectorIndex:
 
     def __contains__(self, item_id: object) -> bool:
         return isinstance(item_id, (int, np.integer)) and int(item_id) in self._row_of_id
+
+    @property
+    def exact_limit(self) -> int:
+        """The size above which searches go through the approximate index."""
+        return self.params.exact_limit or max(1, EXACT_FLOATS // (self.heads * self.dim))
 
     @property
     def approximate(self) -> bool:
@@ -465,7 +473,7 @@ class MultiVectorIndex:
         """Compact the stored arrays and retrain the approximate index now (if the size calls for one)."""
         with self._write_lock:
             self._compact()
-            if self._data.count > self.params.exact_limit:
+            if self._data.count > self.exact_limit:
                 self._build_ann()
             else:
                 with self._lock:
@@ -531,9 +539,9 @@ class MultiVectorIndex:
         data, ann, params = self._data, self._ann, self.params
         if data.size - data.count > max(1024, data.size // 4):
             self._compact()
-        if ann is None and data.count > params.exact_limit:
+        if ann is None and data.count > self.exact_limit:
             self._build_ann()
-        elif ann is not None and data.count < params.exact_limit // 2:
+        elif ann is not None and data.count < self.exact_limit // 2:
             with self._lock:
                 self._ann = None
         elif ann is not None and (data.count > params.rebuild_growth * ann.trained_items

@@ -101,6 +101,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a model folder is ordinary user data
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,25 +1,305 @@
-"""Command line of the trainer process: ``python -m trainer {prepare,train,evaluate,export}``."""
+"""Command line of the trainer process: ``python -m trainer {prepare,train,evaluate,export}``.
+
+``polyseek train|evaluate|export`` forward their arguments here unchanged. User errors (a bad option, a
+``--set`` naming an unknown field, a missing folder) print one line on stderr and exit with status 2; with
+``--json-progress`` they are also reported as ``{"event": "error", "message": ...}`` on stdout. A training
+run stopped by SIGINT / SIGTERM writes a resumable checkpoint and exits with 130 / 143.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import logging.handlers
+import signal
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("trainer")
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    from trainer.evaluation import SIMILARITIES
+    from trainer.methods import list_methods
+    from trainer.methods.registry import PRESETS
+    from trainer.sparse import add_sparse_arguments
+
+    parser = argparse.ArgumentParser(prog="polyseek", description="Polyseek trainer process")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="export the pretrained backbone and text encoder to ONNX")
+    p.add_argument("--force", action="store_true")
+
+    p = sub.add_parser("train", help="train a model on a caption folder")
+    p.add_argument("--method", required=True, choices=list_methods())
+    p.add_argument("--data", required=True, type=Path, help="caption folder")
+    p.add_argument("--train-split", default="train")
+    p.add_argument("--val-split", default="dev")
+    p.add_argument("--out", type=Path, default=None, help="model folder (default: a new one under models/)")
+    p.add_argument("--epochs", type=int, default=None, help="default: the method's recipe")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    add_sparse_arguments(p)
+    p.add_argument("--json-progress", action="store_true", help="one JSON event per line on stdout")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (JSON value or plain string); repeatable")
+    p.add_argument("--preset", default="paper", choices=list(PRESETS),
+                   help="'test' shrinks every layer (smoke tests)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--patience", type=int, default=None, help="epochs without a better rsum before stopping")
+    p.add_argument("--val-items", type=int, default=None, help="items in the per-epoch validation")
+    p.add_argument("--no-pseudo-pairs", action="store_true",
+                   help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
+
+    p = sub.add_parser("evaluate", help="retrieval metrics of a trained model on a caption folder")
+    p.add_argument("--model", required=True, type=Path, help="a model folder written by train --out")
+    p.add_argument("--data", required=True, type=Path)
+    p.add_argument("--split", default=None, help="default: the whole folder")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--similarity", default="default", choices=list(SIMILARITIES),
+                   help="PCME test-time similarity (default: match probability)")
+    p.add_argument("--rerank", type=int, default=None, metavar="N",
+                   help="twobranch-sim: re-score the top N candidates of a first-stage ranking")
+    p.add_argument("--candidates", type=Path, default=None,
+                   help="model folder whose ranking --rerank re-scores (default: the model's own branches)")
+    p.add_argument("--shuffle-frames", action="store_true",
+                   help="ablation: shuffle each clip's frames (removes temporal order)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--seed", type=int, default=0, help="seed of --shuffle-frames")
+
+    p = sub.add_parser("export", help="export a trained model's encoders to ONNX with a manifest")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="polyseek", description="Polyseek trainer process")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="export the pretrained backbone and text encoder to ONNX")
-    p.add_argument("--force", action="store_true")
-    args, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    args = _parser().parse_args(argv)
+    _configure_logging(args.verbose)
     if args.command == "prepare":
         from trainer.prepare import prepare
 
         root = prepare(force=args.force)
         print(f"assets ready in {root}")
         return 0
-    parser.error(f"unknown command {args.command}")
-    return 2
+    command: Callable[[argparse.Namespace], int] = {"train": _train, "evaluate": _evaluate,
+                                                    "export": _export}[args.command]
+    emit_error = _json_printer() if getattr(args, "json_progress", False) else None
+    try:
+        return command(args)
+    except _user_errors() as exc:
+        return _fail(str(exc), EXIT_USAGE, emit_error)
+    except Exception as exc:  # noqa: BLE001 - the process boundary: report, never a silent death
+        log.exception("%s failed", args.command)
+        return _fail(f"{type(exc).__name__}: {exc}", EXIT_FAILURE, emit_error)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from engine.backbone import AssetsMissing
+    from engine.captionfolder import CaptionFolderError
+    from trainer.checkpoint import CheckpointError
+    from trainer.data import DataError
+    from trainer.evaluation import EvaluationError
+    from trainer.methods import ConfigError, ExportError
+    from trainer.sparse import SparseSplitError
+    from trainer.train import TrainingError
+
+    return (AssetsMissing, CaptionFolderError, CheckpointError, ConfigError, DataError, EvaluationError,
+            ExportError, SparseSplitError, TrainingError, FileNotFoundError)
+
+
+def _fail(message: str, status: int, emit: Callable[[dict[str, Any]], None] | None) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if emit is not None:
+        emit({"event": "error", "message": message})
+    return status
+
+
+def _json_printer() -> Callable[[dict[str, Any]], None]:
+    return lambda event: print(json.dumps(event), flush=True)
+
+
+def _configure_logging(verbose: bool) -> None:
+    """stderr for the person (or the GUI's log pane), plus a rotating file in the user log folder."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(message)s",
+                        stream=sys.stderr)
+    from engine import paths
+
+    try:
+        paths.log_dir().mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(paths.log_dir() / "trainer.log", maxBytes=2_000_000,
+                                                       backupCount=2, encoding="utf-8")
+    except OSError:
+        return  # a read-only home must not stop training
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+
+# ------------------------------------------------------------------------------------------ train
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs: the value is read as JSON (numbers, true/false, lists), else as a string."""
+    from trainer.methods import ConfigError
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    from engine import paths
+    from trainer.sparse import sparse_config_from_args
+    from trainer.train import Interrupted, StopRequest, TrainOptions, train
+
+    out = args.out or paths.models_dir() / f"{args.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    options = TrainOptions(
+        method=args.method, data=args.data, out=out, train_split=args.train_split, val_split=args.val_split,
+        epochs=args.epochs, device=args.device, sparse=sparse_config_from_args(args),
+        json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
+        preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
+        pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items)
+    if not (args.data / "captions.tsv").is_file():
+        from trainer.data import DataError
+
+        raise DataError(f"--data: {args.data} is not a caption folder (no captions.tsv)")
+    stop = StopRequest()
+    previous = _install_stop_handlers(stop)
+    try:
+        report = train(options, stop)
+    except Interrupted as exc:
+        name = signal.Signals(exc.signum).name
+        log.warning("training %s: a resumable checkpoint is in %s (continue with --resume)", exc, out)
+        if args.json_progress:
+            _json_printer()({"event": "stopped", "signal": name, "model_dir": str(out), "resumable": True})
+        return 128 + exc.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if not args.json_progress:
+        print(f"model written to {out} (validation rsum {report.get('rsum', float('nan')):.1f})")
+    return 0
+
+
+def _install_stop_handlers(stop: Any) -> dict[int, Any]:
+    """SIGINT / SIGTERM ask the loop to stop after its current step; a second signal acts at once."""
+    previous = {}
+
+    def handler(signum: int, _frame: object) -> None:
+        stop.request(signum)
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, handler)
+    return previous
+
+
+# ------------------------------------------------------------------------------------------ evaluate
+
+
+def _model_dir(path: Path) -> Path:
+    """A model folder, or the name of one under the models folder."""
+    from engine import paths
+    from trainer.checkpoint import CheckpointError
+
+    if path.is_dir():
+        return path
+    named = paths.models_dir() / str(path)
+    if not path.is_absolute() and named.is_dir():
+        return named
+    raise CheckpointError(f"--model: {path} is not a model folder")
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from trainer.evaluation import nan_to_none
+    from trainer.train import resolve_device
+
+    device = resolve_device(args.device)
+    rng = np.random.default_rng(args.seed) if args.shuffle_frames else None
+    report = evaluate_folder(_model_dir(args.model), args.data, args.split, device, args.similarity,
+                             args.rerank, _model_dir(args.candidates) if args.candidates else None, rng)
+    report = nan_to_none(report)
+    if args.json:
+        print(json.dumps(_rounded(report), indent=2))
+    else:
+        for way in ("i2t", "t2i"):
+            r = report[way]
+            print(f"{way}: R@1 {r['r1']:.1f}  R@5 {r['r5']:.1f}  R@10 {r['r10']:.1f}  medr {r['medr']}")
+        print(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions, "
+              f"similarity: {report['similarity']})")
+    return 0
+
+
+def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any, similarity: str = "default",
+                    rerank: int | None = None, candidates: Path | None = None, shuffle_frames: Any = None
+                    ) -> dict[str, Any]:
+    """The ``evaluate`` report of a model folder on one split of a caption folder."""
+    from trainer.checkpoint import load_model
+    from trainer.data import DataError, FeatureNeeds, FeatureSource, split_view
+    from trainer.evaluation import encode_pairs, evaluate_pairs, rerank_report, similarity_matrix
+
+    model = load_model(model_dir, device)
+    view = split_view(data, split)
+    source = FeatureSource.open()
+    try:
+        pairs = source.pairs(view.item_captions(), FeatureNeeds.of(model))
+        if not pairs.captions:
+            raise DataError(f"--data: {data} has no captions in split {split or 'all'!r}")
+        if rerank is not None:
+            first = None
+            if candidates is not None:
+                first_model = load_model(candidates, device)
+                first_pairs = source.pairs(view.item_captions(), FeatureNeeds.of(first_model))
+                first = similarity_matrix(first_model, encode_pairs(first_model, first_pairs, device))
+            report = rerank_report(model, pairs, device, rerank, first)
+        else:
+            report = evaluate_pairs(model, pairs, device, similarity, shuffle_frames)
+    finally:
+        source.close()
+    report.update(model=str(model_dir), method=model.config.method, split=split or "all",
+                  n_failed=len(view.items) - pairs.n_items)
+    return report
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 4 decimals for stable, readable JSON."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------ export
+
+
+def _export(args: argparse.Namespace) -> int:
+    from trainer.checkpoint import load_model
+    from trainer.methods import export_model
+
+    model = load_model(_model_dir(args.model))
+    manifest = export_model(model, args.out)
+    print(f"exported {manifest['method']} encoders ({', '.join(manifest['encoders'])}) to {args.out}")
+    return 0

@@ -479,7 +479,9 @@ def resolve_splits(folder: CaptionFolder, train_split: str, val_split: str,
             raise DataError(f"{folder.root}: no split {train_split!r} (splits: {', '.join(names)})")
         train_split = "all"
     train = folder.split(train_split)
-    if val_split in names and val_split != train_split:
+    if val_split in names:
+        if val_split == train_split:
+            log.warning("validating on the training split %r: the validation rsum will be optimistic", val_split)
         return train, folder.split(val_split)
     captioned = [i for i, (_, caps) in enumerate(train.item_captions()) if caps]
     if len(captioned) < 2:

@@ -19,10 +19,10 @@ from engine.vectorindex import (
 )
 
 DIM, HEADS = 24, 3
-SMALL = AnnParams(exact_limit=400, nprobe=8, nlist_per_sqrt=0.5, train_per_list=20)
+SMALL = AnnParams(exact_limit=400, nprobe=16, nlist_per_sqrt=0.5, rebuild_growth=2.5)
 KINDS = {"ivf-flat": SMALL,
-         "ivf-pq": AnnParams(kind="ivf-pq", exact_limit=400, nprobe=8, pq_m=8, pq_bits=5, oversample=8,
-                             nlist_per_sqrt=0.5, train_per_list=20),
+         "ivf-pq": AnnParams(kind="ivf-pq", exact_limit=400, nprobe=16, pq_m=8, pq_bits=5, oversample=8,
+                             nlist_per_sqrt=0.5),
          "hnsw": AnnParams(kind="hnsw", exact_limit=400, hnsw_m=12, ef_construction=40, ef_search=64)}
 
 
