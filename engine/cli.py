@@ -150,7 +150,10 @@ def _search(args: argparse.Namespace) -> int:
     try:
         if args.model:
             service.set_active_model(args.model)
-        hits = service.search_media(args.media, top=args.top) if args.media else service.search_text(args.text, top=args.top)
+        if args.media:
+            hits = service.search_media(args.media, top=args.top)
+        else:
+            hits = service.search_text(args.text, top=args.top)
     finally:
         service.close()
     if args.json:

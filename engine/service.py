@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine import paths
-from engine.catalog import Catalog, CaptionRecord, MediaRecord, MediaStatus
+from engine.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
 from engine.featurestore import FeatureStore
 from engine.indexer import Indexer
 from engine.progress import CancelToken, Progress
@@ -77,6 +77,12 @@ class Encoders:
         return self._get("minilm", lambda: MiniLMEncoder(self._assets))
 
     @property
+    def glove(self):
+        from engine.text import GloveEncoder
+
+        return self._get("glove", lambda: GloveEncoder(self._assets))
+
+    @property
     def class_embeddings(self) -> np.ndarray:
         from engine.backbone import require_assets
         from engine.regional import class_texts
@@ -109,6 +115,8 @@ class SearchService:
         self._lock = threading.RLock()
         self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
         self._globals = None  # (ids, (N, D) normalised global features)
+        self._trained = None  # TrainedSearch of the active model, opened lazily
+        self.library_dir = cache_dir.parent
 
     @classmethod
     def open(cls, library: str = "default", assets: Path | None = None) -> SearchService:
@@ -145,10 +153,19 @@ class SearchService:
             yield from self.indexer.index(targets, cancel)
         finally:
             self._invalidate()
+        trained = self._active_trained()
+        if trained is not None:
+            yield from trained.sync(cancel)
 
     def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Re-index every root (new, changed, moved and deleted files; interrupted work resumes)."""
-        return self.index_paths(None, cancel)
+        """Re-index every root (new, changed, moved and deleted files; interrupted work resumes), then embed
+        every item with the active model."""
+        if self.roots():
+            yield from self.index_paths(None, cancel)
+        else:
+            trained = self._active_trained()
+            if trained is not None:
+                yield from trained.sync(cancel)
 
     def counts(self) -> dict[str, int]:
         raw = self.catalog.counts()
@@ -182,6 +199,10 @@ class SearchService:
         text = text.strip()
         if not text:
             return []
+        trained = self._active_trained()
+        if trained is not None:
+            encoded, _ = trained.encode_text([text])
+            return self._trained_hits(trained.rank(encoded, top, offset, min_probability))
         ids, index = self._zero_shot_index()
         if not len(ids):
             return []
@@ -199,6 +220,9 @@ class SearchService:
         result = self.encoders.extractor().extract([Path(path)])[0]
         if isinstance(result, MediaError):
             raise result
+        trained = self._active_trained()
+        if trained is not None:
+            return self._trained_hits(trained.rank(trained.encode_media_features(result.record), top, offset, None))
         ids, matrix = self._global_matrix()
         if not len(ids):
             return []
@@ -226,10 +250,51 @@ class SearchService:
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the zero-shot model has no attention heads, so it explains by regions."""
         record = self.media(media_id)
+        trained = self._active_trained()
+        if trained is not None:
+            if isinstance(query, Path):
+                from engine.media import MediaError
+
+                result = self.encoders.extractor().extract([query])[0]
+                if isinstance(result, MediaError):
+                    raise result
+                encoded = trained.encode_media_features(result.record)
+                tokens = tuple(f"region {i}" for i in range(encoded.attention.shape[-1])) \
+                    if encoded.attention is not None else ("example",)
+            else:
+                encoded, token_lists = trained.encode_text([str(query)])
+                tokens = tuple(token_lists[0])
+            return trained.explain(encoded, tokens, record)
         feats = self.features.get(record.content_hash, self.encoders.backbone.id)
         if feats is None:
             raise LookupError(f"{record.path} has no features yet (index it first)")
         return _zero_shot_explanation(str(query), record, feats, self.encoders)
+
+    def _trained_hits(self, ranked) -> list[SearchHit]:
+        hits = []
+        for r in ranked:
+            media = self.catalog.media(r.media_id)
+            captions = tuple(c.text for c in self.catalog.captions(media.id))
+            hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), r.score, captions,
+                                  r.match_probability, r.uncertainty, r.head_pair))
+        return hits
+
+    def _active_trained(self):
+        """The TrainedSearch of the active model, or None while zero-shot ranking is active."""
+        with self._lock:
+            record = self.catalog.active_model()
+            if record is None:
+                self._trained = None
+                return None
+            if self._trained is None or self._trained.record.id != record.id:
+                from engine.trained import TrainedSearch
+
+                self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,
+                                                   self.library_dir)
+                if len(self._trained.index) < self.counts().get("total", 0) - self.counts().get("failed", 0):
+                    for _ in self._trained.sync():
+                        pass
+            return self._trained
 
     def _hits(self, ids: np.ndarray, scores: np.ndarray, top: int, offset: int) -> list[SearchHit]:
         stop = min(len(ids), offset + top)
@@ -274,6 +339,7 @@ class SearchService:
         with self._lock:
             self._zero_shot = None
             self._globals = None
+            self._trained = None
 
     # -- annotation ------------------------------------------------------------------------------------------
 
@@ -308,7 +374,40 @@ class SearchService:
         return infos
 
     def set_active_model(self, name: str | None) -> None:
+        """Activate a registered model by name, a model directory (registered on the way), or zero-shot."""
+        if name not in (None, ZERO_SHOT) and name not in {m.name for m in self.catalog.models()}:
+            candidate = Path(str(name)).expanduser()
+            if not candidate.is_dir():
+                raise LookupError(f"no model named {name!r} (see `polyseek models`) and no such model directory")
+            name = self.register_model(candidate)
         self.catalog.set_active_model(None if name in (None, ZERO_SHOT) else name)
+        self._invalidate()
+
+    def register_model(self, model_dir: Path, name: str | None = None) -> str:
+        """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
+        import json
+
+        from engine.modelrunner import ModelRunner
+        from engine.trained import model_export_dir
+
+        model_dir = Path(model_dir).resolve()
+        runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=self.encoders.backbone.id)
+        metrics_file = model_dir / "metrics.json"
+        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        name = name or model_dir.name
+        existing = {m.name: m for m in self.catalog.models()}
+        if name in existing and Path(existing[name].path) != model_dir:
+            raise ValueError(f"a different model is already registered as {name!r}")
+        if name not in existing:
+            self.catalog.register_model(name, runner.method, model_dir, metrics)
+        return name
+
+    def delete_model(self, name: str) -> None:
+        """Forget a registered model (its vectors and index; the model directory itself is left alone)."""
+        import shutil
+
+        self.catalog.delete_model(name)
+        shutil.rmtree(self.library_dir / "index" / name, ignore_errors=True)
         self._invalidate()
 
 

@@ -45,9 +45,10 @@ run outside it, under a separate writer lock, and are swapped in under the share
 most :data:`FAISS_THREADS` OpenMP threads.
 
 Files (:meth:`MultiVectorIndex.save`): ``index.json`` (format version, model id, dims, parameters, which
-data folder is current) plus a data folder with ``ids.npy``, ``slots.npy``, ``vectors.npy`` and
-``ann.faiss``. A save writes a new data folder, then replaces ``index.json`` atomically, then deletes
-the old folder, so a crash leaves the previous index readable. Nothing is pickled.
+data folder is current) plus a data folder with ``ids.npy``, ``slots.npy``, ``vectors.npy``,
+``payload.npy`` and ``ann.faiss``. A save writes a new data folder, then replaces ``index.json``
+atomically, then deletes the old folder, so a crash leaves the previous index readable. Nothing is
+pickled.
 """
 
 from __future__ import annotations
@@ -193,6 +194,11 @@ def _auto_nlist(vectors: int, per_sqrt: float) -> int:
     return int(min(65536, max(16, 2 ** round(np.log2(target)))))
 
 
+def _labels(slots: np.ndarray, heads: int) -> np.ndarray:
+    """faiss labels ``slot * K + head`` of every vector of the items in ``slots``, item-major."""
+    return (slots[:, None] * heads + np.arange(heads)).reshape(-1).astype(np.int64)
+
+
 class _Ann:
     """One faiss index over item vectors labelled ``slot * K + head``."""
 
@@ -237,21 +243,36 @@ class _Ann:
     def can_remove(self) -> bool:
         return self.kind != "hnsw"
 
-    def add(self, vectors: np.ndarray, slots: np.ndarray, chunk: int = 65_536) -> None:
-        """Add items' vectors (N, K, D) under labels ``slot * K + head``."""
+    def assign(self, vectors: np.ndarray) -> np.ndarray | None:
+        """IVF list of every vector of (N, K, D) items, as (N * K,), or None for HNSW.
+
+        The slow part of an IVF add; the trained quantizer is read-only, so this runs while searches do.
+        """
+        if self.kind == "hnsw":
+            return None
+        _, lists = self.index.quantizer.search(np.ascontiguousarray(vectors.reshape(-1, vectors.shape[2])), 1)
+        return lists.reshape(-1)
+
+    def add(self, vectors: np.ndarray, slots: np.ndarray, lists: np.ndarray | None = None,
+            chunk: int = 65_536) -> None:
+        """Add items' vectors (N, K, D) under labels ``slot * K + head`` (into ``lists`` from :meth:`assign`
+        when given)."""
         n, heads, dim = vectors.shape
         for start in range(0, n, chunk):
             part = np.ascontiguousarray(vectors[start:start + chunk].reshape(-1, dim))
-            labels = (slots[start:start + chunk, None] * heads + np.arange(heads)).reshape(-1)
-            self.index.add_with_ids(part, labels.astype(np.int64))
+            labels = _labels(slots[start:start + chunk], heads)
+            if lists is None:
+                self.index.add_with_ids(part, labels)
+                continue
+            where = np.ascontiguousarray(lists[start * heads:(start + chunk) * heads], dtype=np.int64)
+            self.index.add_core(len(part), *(faiss.swig_ptr(a) for a in (part, labels, where)))
 
     def remove(self, slots: np.ndarray, heads: int) -> None:
         """Delete items (IVF) or count them as tombstones (HNSW: the caller filters dead slots)."""
         if not self.can_remove:
             self.dead += len(slots)
             return
-        labels = (slots[:, None] * heads + np.arange(heads)).reshape(-1).astype(np.int64)
-        self.index.remove_ids(faiss.IDSelectorBatch(labels))
+        self.index.remove_ids(faiss.IDSelectorBatch(_labels(slots, heads)))
 
     def search(self, queries: np.ndarray, k: int, params: AnnParams) -> np.ndarray:
         """Labels (Q, k) of the nearest vectors of each query row; -1 where fewer exist."""
@@ -285,22 +306,29 @@ class _Data:
     slots: np.ndarray  # (capacity,) int64
     vectors: np.ndarray  # (capacity, K, D) float32, unit rows
     alive: np.ndarray  # (capacity,) bool
+    payload: np.ndarray  # (capacity, P) float32, P = 0 unless the index carries per-item values
     row_of_slot: np.ndarray  # (next_slot,) int64
     size: int
     count: int  # alive rows
 
 
 class MultiVectorIndex:
-    """Items with K unit vectors each, searched by the K x K max-cosine rule (module docstring)."""
+    """Items with K unit vectors each, searched by the K x K max-cosine rule (module docstring).
+
+    ``payload_dim`` > 0 keeps P float32 values per item beside its vectors (e.g. PCME's log sigma, for
+    uncertainty and match probability), stored and saved with it but never searched.
+    """
 
     def __init__(self, dim: int, heads: int, metric: str = "ip", model_id: str = "",
-                 params: AnnParams | None = None, seed: int = 0) -> None:
+                 params: AnnParams | None = None, seed: int = 0, payload_dim: int = 0) -> None:
         if metric != "ip":
             raise IndexInputError(f"metric: only 'ip' (cosine of unit vectors) is supported, got {metric!r}")
-        if dim < 1 or heads < 1:
-            raise IndexInputError(f"dim and heads must be >= 1, got dim={dim}, heads={heads}")
+        if dim < 1 or heads < 1 or payload_dim < 0:
+            raise IndexInputError(f"dim and heads must be >= 1 and payload_dim >= 0, got dim={dim}, "
+                                  f"heads={heads}, payload_dim={payload_dim}")
         limit_faiss_threads()
         self.dim, self.heads, self.metric, self.model_id = int(dim), int(heads), metric, str(model_id)
+        self.payload_dim = int(payload_dim)
         self.params = params or AnnParams()
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()  # searches and short mutations
@@ -336,8 +364,15 @@ class MultiVectorIndex:
     def get(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """The stored unit vectors (N, K, D) of ``ids``; :class:`KeyError` names an unknown id."""
         with self._lock:
-            rows = [self._row_of(int(i)) for i in np.asarray(ids, dtype=np.int64).reshape(-1)]
-            return self._data.vectors[rows].copy()
+            return self._data.vectors[self._rows_of(ids)]
+
+    def payload(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """The stored payload (N, P) of ``ids``; :class:`KeyError` names an unknown id."""
+        with self._lock:
+            return self._data.payload[self._rows_of(ids)]
+
+    def _rows_of(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        return np.array([self._row_of(int(i)) for i in np.asarray(ids, dtype=np.int64).reshape(-1)], np.int64)
 
     def describe(self) -> dict[str, Any]:
         """Sizes and the state of the approximate index, for logs and the CLI."""
@@ -442,21 +477,26 @@ class MultiVectorIndex:
 
     # -- writing -------------------------------------------------------------------------------------
 
-    def add(self, ids: np.ndarray | list[int], vectors: np.ndarray) -> None:
-        """Add items ``ids`` (N,) with vectors (N, K, D); an id already present is replaced.
+    def add(self, ids: np.ndarray | list[int], vectors: np.ndarray,
+            payload: np.ndarray | None = None) -> None:
+        """Add items ``ids`` (N,) with vectors (N, K, D) (and payload (N, P)); an id already present is
+        replaced.
 
         Vectors are L2-normalised here. May build or retrain the approximate index (module docstring).
         """
         ids, vectors = self._check_items(ids, vectors)
+        payload = self._check_payload(len(ids), payload)
         with self._write_lock:
             present = [i for i in ids.tolist() if i in self._row_of_id]
             if present:
                 self._remove_known(np.array(present, np.int64))
             grown = self._grown(self._data, len(ids))
+            ann = self._ann
+            lists = ann.assign(vectors) if ann is not None else None  # outside the lock: searches go on
             with self._lock:
-                self._data = self._append(grown, ids, vectors)
-                if self._ann is not None:
-                    self._ann.add(vectors, self._data.slots[self._data.size - len(ids):self._data.size])
+                self._data = self._append(grown, ids, vectors, payload)
+                if ann is not None:
+                    ann.add(vectors, self._data.slots[self._data.size - len(ids):self._data.size], lists)
             self._maintain()
 
     def remove(self, ids: np.ndarray | list[int]) -> int:
@@ -496,6 +536,17 @@ class MultiVectorIndex:
             raise IndexInputError("vectors: contain NaN or infinite values")
         return ids_array, normalise(vectors)
 
+    def _check_payload(self, count: int, payload: np.ndarray | None) -> np.ndarray:
+        if payload is None and self.payload_dim == 0:
+            return np.zeros((count, 0), np.float32)
+        expected = (count, self.payload_dim)
+        if payload is None or np.shape(payload) != expected:
+            raise IndexInputError(f"payload: expected shape {expected}, got "
+                                  f"{None if payload is None else np.shape(payload)}")
+        if not np.isfinite(payload).all():
+            raise IndexInputError("payload: contains NaN or infinite values")
+        return np.asarray(payload, np.float32)
+
     def _remove_known(self, ids: np.ndarray) -> None:
         rows = np.array([self._row_of_id[i] for i in ids.tolist()], np.int64)
         with self._lock:
@@ -512,7 +563,7 @@ class MultiVectorIndex:
     def _empty_data(self, capacity: int = 0) -> _Data:
         return _Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
                      np.zeros((capacity, self.heads, self.dim), np.float32), np.zeros(capacity, bool),
-                     np.zeros(0, np.int64), 0, 0)
+                     np.zeros((capacity, self.payload_dim), np.float32), np.zeros(0, np.int64), 0, 0)
 
     def _grown(self, data: _Data, extra: int) -> _Data:
         """``data`` with room for ``extra`` more rows; a bigger copy is made outside the search lock."""
@@ -520,16 +571,16 @@ class MultiVectorIndex:
             return data
         capacity = max(data.size + extra, int(len(data.ids) * 1.5), 1024)
         bigger = self._empty_data(capacity)
-        for name in ("ids", "slots", "vectors", "alive"):
+        for name in ("ids", "slots", "vectors", "alive", "payload"):
             getattr(bigger, name)[:data.size] = getattr(data, name)[:data.size]
         return replace(bigger, row_of_slot=data.row_of_slot, size=data.size, count=data.count)
 
-    def _append(self, data: _Data, ids: np.ndarray, vectors: np.ndarray) -> _Data:
+    def _append(self, data: _Data, ids: np.ndarray, vectors: np.ndarray, payload: np.ndarray) -> _Data:
         start, stop = data.size, data.size + len(ids)
         first_slot = len(data.row_of_slot)
         slots = np.arange(first_slot, first_slot + len(ids), dtype=np.int64)
         data.ids[start:stop], data.slots[start:stop], data.vectors[start:stop] = ids, slots, vectors
-        data.alive[start:stop] = True
+        data.alive[start:stop], data.payload[start:stop] = True, payload
         row_of_slot = np.concatenate([data.row_of_slot, np.arange(start, stop, dtype=np.int64)])
         self._row_of_id.update(zip(ids.tolist(), range(start, stop), strict=True))
         return replace(data, row_of_slot=row_of_slot, size=stop, count=data.count + len(ids))
@@ -555,7 +606,7 @@ class MultiVectorIndex:
             return
         keep = np.flatnonzero(data.alive[:data.size])
         compact = self._empty_data(len(keep))
-        for name in ("ids", "slots", "vectors"):
+        for name in ("ids", "slots", "vectors", "payload"):
             getattr(compact, name)[:] = getattr(data, name)[keep]
         compact.alive[:] = True
         row_of_slot = np.full(len(data.row_of_slot), -1, np.int64)
@@ -603,12 +654,14 @@ class MultiVectorIndex:
         np.save(staging / "ids.npy", data.ids[:data.size])
         np.save(staging / "slots.npy", data.slots[:data.size])
         np.save(staging / "vectors.npy", data.vectors[:data.size])
+        np.save(staging / "payload.npy", data.payload[:data.size])
         if ann is not None:
             faiss.write_index(ann.index, str(staging / "ann.faiss"))
 
     def _header(self, name: str, data: _Data, ann: _Ann | None) -> dict[str, Any]:
         return {"format": FORMAT, "version": FORMAT_VERSION, "model_id": self.model_id, "dim": self.dim,
-                "heads": self.heads, "metric": self.metric, "count": data.count, "data": name,
+                "heads": self.heads, "metric": self.metric, "payload_dim": self.payload_dim,
+                "count": data.count, "data": name,
                 "next_slot": len(data.row_of_slot), "params": asdict(self.params),
                 "ann": ann.describe() if ann else None}
 
@@ -627,7 +680,7 @@ class MultiVectorIndex:
             raise ModelMismatchError(f"{folder / INDEX_FILE}: index built for model {header['model_id']!r}, "
                                      f"not {model_id!r}; rebuild it")
         index = cls(header["dim"], header["heads"], header["metric"], header["model_id"],
-                    params or AnnParams.from_dict(header["params"]))
+                    params or AnnParams.from_dict(header["params"]), payload_dim=header["payload_dim"])
         index._restore(folder / header["data"], header)
         return index
 
@@ -635,11 +688,13 @@ class MultiVectorIndex:
         ids = _load_array(data_dir / "ids.npy", np.int64, (header["count"],))
         slots = _load_array(data_dir / "slots.npy", np.int64, (header["count"],))
         vectors = _load_array(data_dir / "vectors.npy", np.float32, (header["count"], self.heads, self.dim))
+        payload = _load_array(data_dir / "payload.npy", np.float32, (header["count"], self.payload_dim))
         if len(slots) and (slots.min() < 0 or slots.max() >= header["next_slot"]):
             raise IndexFileError(f"{data_dir / 'slots.npy'}: slot numbers outside 0..{header['next_slot']}")
         row_of_slot = np.full(header["next_slot"], -1, np.int64)
         row_of_slot[slots] = np.arange(len(slots))
-        self._data = _Data(ids, slots, vectors, np.ones(len(ids), bool), row_of_slot, len(ids), len(ids))
+        count = len(ids)
+        self._data = _Data(ids, slots, vectors, np.ones(count, bool), payload, row_of_slot, count, count)
         self._row_of_id = dict(zip(ids.tolist(), range(len(ids)), strict=True))
         if header["ann"] is not None:
             self._ann = _read_ann(data_dir / "ann.faiss", header["ann"], self.dim)
@@ -654,7 +709,8 @@ def _read_header(path: Path) -> dict[str, Any]:
         raise IndexFileError(f"{path}: not a {FORMAT} file")
     if header.get("version") != FORMAT_VERSION:
         raise IndexFileError(f"{path}: format version {header.get('version')!r}, expected {FORMAT_VERSION}")
-    required = ("model_id", "dim", "heads", "metric", "count", "data", "next_slot", "params", "ann")
+    required = ("model_id", "dim", "heads", "metric", "payload_dim", "count", "data", "next_slot", "params",
+                "ann")
     missing = [k for k in required if k not in header]
     if missing or "/" in str(header.get("data")) or ".." in str(header.get("data")):
         raise IndexFileError(f"{path}: missing or invalid entries {missing or ['data']}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.progress import CancelToken, Cancelled
+from engine.progress import Cancelled, CancelToken
 from engine.service import SearchService
 from tests.mediagen import make_animated_gif, make_jpeg, make_mp4, make_png
 

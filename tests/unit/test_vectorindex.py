@@ -163,6 +163,20 @@ def test_save_and_load_keep_results(library: tuple, tmp_path: Path, kind: str | 
     assert len(MultiVectorIndex.load(tmp_path / "index")) == count
 
 
+def test_payload_travels_with_its_item(tmp_path: Path) -> None:
+    index = MultiVectorIndex(DIM, HEADS, model_id="pcme-1", payload_dim=2)
+    sigma = np.arange(20, dtype=np.float32).reshape(10, 2)
+    index.add(ids_for(10), clustered(10), payload=sigma)
+    index.remove(ids_for(3))  # compaction on save moves rows: payload must move with them
+    index.save(tmp_path / "p")
+    loaded = MultiVectorIndex.load(tmp_path / "p")
+    assert np.array_equal(loaded.payload(ids_for(2, start=7)[::-1]), sigma[[8, 7]])
+    with pytest.raises(IndexInputError, match="payload"):
+        loaded.add([1], clustered(1))
+    with pytest.raises(IndexInputError, match="payload"):
+        MultiVectorIndex(DIM, HEADS).add([1], clustered(1), payload=np.zeros((1, 2)))
+
+
 def test_load_refuses_another_model_or_a_damaged_folder(tmp_path: Path) -> None:
     index = MultiVectorIndex(DIM, HEADS, model_id="pvse-1")
     index.add(ids_for(5), clustered(5))

@@ -1,0 +1,223 @@
+"""Search with a trained model (ONNX export of the trainer): item embeddings, the vector index, explanations.
+
+The active model's encoders turn the cached backbone features into K embeddings per item (PVSE) or a Gaussian
+(PCME); they are kept in the catalog (one set per model, never mixed) and in a multi-vector index saved under
+``<library>/index/<model>/``, rebuilt whenever the model version differs. Ranking:
+
+- K x K max-cosine of unit embeddings (PVSE §3.4 inference; K = 1 is VSE++);
+- PCME: candidates by the cosine of the means, re-ranked by the Monte-Carlo match probability (PCME eq. 2) with
+  the model's own a, b and J; ``min_probability`` drops results the model does not believe in, so a query with
+  no good answer returns nothing instead of a padded list.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
+from engine.featurestore import FeatureStore
+from engine.modelrunner import Encoded, ModelRunner, match_probability, uncertainty
+from engine.progress import CancelToken, Progress
+from engine.types import Explanation, MediaKind
+from engine.vectorindex import IndexFileError, ModelMismatchError, MultiVectorIndex
+
+log = logging.getLogger(__name__)
+
+BATCH = 256
+RERANK_EXTRA = 50  # PCME: candidates beyond the page that are re-ranked by match probability
+MATCH_SEED = 0  # fixed Monte-Carlo samples: the same query ranks the same way every time
+
+
+@dataclass(frozen=True, slots=True)
+class RankedItem:
+    media_id: int
+    score: float
+    head_pair: tuple[int, int]
+    match_probability: float | None = None
+    uncertainty: float | None = None
+
+
+class TrainedSearch:
+    """One trained model applied to one library."""
+
+    def __init__(self, record: ModelRecord, runner: ModelRunner, catalog: Catalog, features: FeatureStore,
+                 encoders, index_dir: Path) -> None:
+        self.record, self.runner = record, runner
+        self.catalog, self.features, self.encoders = catalog, features, encoders
+        self.index_dir = index_dir
+        self.index = self._load_index()
+
+    @classmethod
+    def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
+             library_dir: Path) -> TrainedSearch:
+        folder = model_export_dir(record.path)
+        runner = ModelRunner.load(folder, backbone_id=encoders.backbone.id)
+        return cls(record, runner, catalog, features, encoders, library_dir / "index" / record.name)
+
+    # -- embeddings and index -----------------------------------------------------------------------------
+
+    def _load_index(self) -> MultiVectorIndex:
+        try:
+            return MultiVectorIndex.load(self.index_dir, model_id=self.runner.model_id)
+        except (ModelMismatchError, IndexFileError, FileNotFoundError, OSError):
+            log.info("no index for %s yet: built from the catalog's embeddings", self.runner.model_id)
+        index = MultiVectorIndex(self.runner.embed_dim, self.runner.num_embeddings, model_id=self.runner.model_id)
+        ids, vectors, _ = self.catalog.get_embeddings(self.record.id)
+        if len(ids):
+            index.add(ids, vectors)
+        return index
+
+    def sync(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Embed every indexed item the model has not embedded yet; drop vectors of items that are gone."""
+        cancel = cancel or CancelToken()
+        ok = {m.id: m for m in self.catalog.iter_media(MediaStatus.OK)}
+        done_ids = self.catalog.embedded_ids(self.record.id)
+        stale = [i for i in done_ids if i not in ok]
+        if stale:
+            self.catalog.delete_embeddings(self.record.id, stale)
+            self.index.remove([i for i in stale if i in self.index])
+        todo = [m for i, m in ok.items() if i not in done_ids or i not in self.index]
+        for start in range(0, len(todo), BATCH):
+            cancel.raise_if_cancelled()
+            batch = todo[start:start + BATCH]
+            ids, encoded = self.encode_items(batch)
+            extras = {"log_sigma": encoded.log_sigma} if encoded.log_sigma is not None else None
+            self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
+            present = [i for i in ids if i in self.index]
+            if present:
+                self.index.remove(present)
+            self.index.add(ids, encoded.emb)
+            yield Progress(start + len(batch), len(todo), f"embedding with {self.record.name}")
+        if todo or stale:
+            self.index.save(self.index_dir)
+
+    def encode_items(self, media: list[MediaRecord]) -> tuple[list[int], Encoded]:
+        """Encodings of items from their cached features (photos and animations/videos batched apart)."""
+        backbone = self.encoders.backbone.id
+        photos = [m for m in media if m.kind == MediaKind.IMAGE]
+        moving = [m for m in media if m.kind != MediaKind.IMAGE]
+        parts: list[tuple[list[int], Encoded]] = []
+        if photos:
+            records = [self.features.get(m.content_hash, backbone) for m in photos]
+            keep = [(m, r) for m, r in zip(photos, records, strict=True) if r is not None]
+            pooled = np.stack([r.global_ for _, r in keep]).astype(np.float32)
+            local = np.stack([r.local if r.local is not None else np.repeat(r.global_[None], 49, 0)
+                              for _, r in keep]).astype(np.float32)
+            parts.append(([m.id for m, _ in keep], self.runner.encode_image(local, pooled)))
+        if moving:
+            records = [self.features.get(m.content_hash, backbone) for m in moving]
+            keep = [(m, r) for m, r in zip(moving, records, strict=True) if r is not None and r.frames is not None]
+            if keep:
+                frames = np.stack([r.frames for _, r in keep]).astype(np.float32)
+                mask = np.ones(frames.shape[:2], np.float32)
+                parts.append(([m.id for m, _ in keep], self.runner.encode_video(frames, mask)))
+        ids = [i for p in parts for i in p[0]]
+        return ids, _concat([p[1] for p in parts])
+
+    # -- queries --------------------------------------------------------------------------------------------
+
+    def encode_text(self, texts: list[str]) -> tuple[Encoded, list[list[str]]]:
+        kind = self.runner.manifest.text_encoder
+        encoder = self.encoders.glove if kind == "glove" else self.encoders.minilm
+        text = encoder.encode(texts)
+        sentence = text.sentence if kind == "minilm-sentence" else None
+        encoded = self.runner.encode_text(text.vectors, text.mask.astype(np.float32), sentence)
+        return encoded, text.tokens
+
+    def encode_media_features(self, record) -> Encoded:
+        if record.local is not None:
+            return self.runner.encode_image(record.local[None].astype(np.float32),
+                                            record.global_[None].astype(np.float32))
+        frames = record.frames[None].astype(np.float32)
+        return self.runner.encode_video(frames, np.ones(frames.shape[:2], np.float32))
+
+    def rank(self, query: Encoded, top: int, offset: int, min_probability: float | None) -> list[RankedItem]:
+        """Rank the library for one encoded query (row 0 of ``query``)."""
+        if len(self.index) == 0:
+            return []
+        if not self.runner.probabilistic:
+            ids, scores, pairs = self.index.search(query.emb[0], top=top, offset=offset)
+            return [RankedItem(int(i), float(s), (int(p[0]), int(p[1]))) for i, s, p in zip(ids, scores, pairs,
+                                                                                             strict=True)]
+        want = offset + top + RERANK_EXTRA
+        ids, scores, pairs = self.index.search(query.emb[0], top=want)
+        _, _, extras = self.catalog.get_embeddings(self.record.id, [int(i) for i in ids])
+        item_mu = self.index.get(ids)[:, 0]
+        item_logsig = extras["log_sigma"]
+        m = self.runner.manifest
+        prob = match_probability(query.mu[0], query.log_sigma[0], item_mu, item_logsig, m.match_scale,
+                                 m.match_shift, m.num_samples or 7, np.random.default_rng(MATCH_SEED))
+        unc = uncertainty(item_logsig)
+        order = np.lexsort((ids, -prob))
+        ranked = [RankedItem(int(ids[k]), float(prob[k]), (0, 0), float(prob[k]), float(unc[k])) for k in order]
+        if min_probability is not None:
+            ranked = [r for r in ranked if r.match_probability >= min_probability]
+        return ranked[offset:offset + top]
+
+    def explain(self, query_encoded: Encoded, query_tokens: tuple[str, ...], item: MediaRecord) -> Explanation:
+        feats = self.features.get(item.content_hash, self.encoders.backbone.id)
+        if feats is None:
+            raise LookupError(f"{item.path} has no features yet (index it first)")
+        enc = self.encode_media_features(feats)
+        q, v = query_encoded.emb[0], enc.emb[0]
+        similarity = (q @ v.T).astype(np.float32)
+        pair = np.unravel_index(int(np.argmax(similarity)), similarity.shape)
+        k = self.runner.num_embeddings
+        query_att = _attention_or_uniform(query_encoded.attention, len(query_tokens), k)
+        item_att = _attention_or_uniform(enc.attention, 49 if feats.local is not None else len(feats.frames), k)
+        grid = (7, 7) if feats.local is not None and item_att.shape[1] == 49 else None
+        prob = q_unc = i_unc = None
+        q_sig = i_sig = q2 = i2 = None
+        if self.runner.probabilistic:
+            m = self.runner.manifest
+            prob = float(match_probability(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu, enc.log_sigma,
+                                           m.match_scale, m.match_shift, m.num_samples or 7,
+                                           np.random.default_rng(MATCH_SEED))[0])
+            q_unc, i_unc = float(uncertainty(query_encoded.log_sigma)[0]), float(uncertainty(enc.log_sigma)[0])
+            q2, i2, q_sig, i_sig = _project_pair(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu[0],
+                                                 enc.log_sigma[0])
+        return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
+                           q_unc, i_unc, prob, q_sig, i_sig, q2, i2,
+                           notes=(f"model {self.record.name} ({self.runner.method}, K={k})",))
+
+
+def model_export_dir(path: Path) -> Path:
+    """The folder holding ``manifest.json``: the model directory itself or its ``onnx/`` sub-folder."""
+    path = Path(path)
+    return path / "onnx" if (path / "onnx" / "manifest.json").is_file() else path
+
+
+def _concat(parts: list[Encoded]) -> Encoded:
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(name: str):
+        arrays = [getattr(p, name) for p in parts]
+        return None if any(a is None for a in arrays) or name == "attention" else np.concatenate(arrays)
+
+    return Encoded(cat("emb"), None, cat("mu"), cat("log_sigma"))
+
+
+def _attention_or_uniform(attention: np.ndarray | None, length: int, heads: int) -> np.ndarray:
+    """Per-head attention (H, R), or uniform weights when the method has none; rows sum to 1."""
+    if attention is None:
+        return np.full((max(1, heads), max(1, length)), 1.0 / max(1, length), np.float32)
+    att = attention[0, :, :length].astype(np.float32) if length else attention[0].astype(np.float32)
+    return att / np.maximum(att.sum(axis=1, keepdims=True), 1e-9)
+
+
+def _project_pair(mu_q, logsig_q, mu_i, logsig_i):
+    """2-D view of two Gaussians for the inspector: the plane through both means and the origin."""
+    a = mu_q / max(np.linalg.norm(mu_q), 1e-9)
+    b = mu_i - (mu_i @ a) * a
+    b = b / max(np.linalg.norm(b), 1e-9) if np.linalg.norm(b) > 1e-6 else np.roll(a, 1)
+    basis = np.stack([a, b])  # (2, D)
+    sig_q, sig_i = np.exp(logsig_q), np.exp(logsig_i)
+    spread = lambda s: np.sqrt((basis ** 2) @ (s ** 2))  # noqa: E731 - per-axis std of the projection
+    return (basis @ mu_q).astype(np.float32), (basis @ mu_i).astype(np.float32), \
+        spread(sig_q).astype(np.float32), spread(sig_i).astype(np.float32)

@@ -1,0 +1,102 @@
+"""Search with exported trained models: embeddings per model, K x K ranking, PCME probabilities, explain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.service import SearchService
+from engine.vectorindex import kxk_scores
+from tests.mediagen import make_animated_gif, make_jpeg
+
+COLOURS = [(220, 30, 30), (30, 200, 30), (30, 30, 220), (240, 240, 240), (20, 20, 20), (250, 200, 0)]
+
+
+def export_untrained(method: str, dest: Path, **overrides) -> Path:
+    """A real export of a freshly initialised model over the engine's real feature sizes."""
+    from trainer.methods import build_config, build_model, export_model
+
+    torch.manual_seed(0)
+    config = build_config(method, {"image_dim": 1280, "image_regions": 49, "text_encoder": "glove",
+                                   "text_word_dim": 50, **overrides}, preset="test")
+    model = build_model(config).eval()
+    export_model(model, dest / "onnx")
+    return dest
+
+
+@pytest.fixture
+def service(assets_dir: Path, tmp_path: Path) -> SearchService:
+    folder = tmp_path / "media"
+    folder.mkdir()
+    for i, colour in enumerate(COLOURS):
+        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
+    make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
+    svc = SearchService.open("trained", assets_dir)
+    list(svc.index_paths([folder]))
+    yield svc
+    svc.close()
+
+
+def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service, tmp_path):
+    model_dir = export_untrained("pvse", tmp_path / "pvse-model", num_embeds=3)
+    service.set_active_model(str(model_dir))
+    assert [m.name for m in service.models() if m.active] == ["pvse-model"]
+    hits = service.search_text("a red square", top=10)
+    assert len(hits) == 7
+    record = service.catalog.model("pvse-model")
+    ids, vectors, _ = service.catalog.get_embeddings(record.id)
+    assert vectors.shape[1:] == (3, 8)
+    trained = service._active_trained()
+    query, _ = trained.encode_text(["a red square"])
+    expected, _ = kxk_scores(query.emb[0], vectors)
+    by_id = dict(zip(ids.tolist(), expected.tolist(), strict=True))
+    assert [h.media_id for h in hits] == sorted(by_id, key=lambda i: (-by_id[i], i))
+    assert all(h.head_pair is not None for h in hits)
+
+    other = export_untrained("vse", tmp_path / "vse-model")
+    service.set_active_model(str(other))
+    service.search_text("anything")
+    vse_id = service.catalog.model("vse-model").id
+    assert service.catalog.get_embeddings(vse_id)[1].shape[1] == 1
+    assert service.catalog.get_embeddings(record.id)[1].shape == vectors.shape  # untouched by the switch
+    service.set_active_model("zero-shot")
+    assert service.search_text("a red square")[0].match_probability is None
+
+
+def test_explain_with_a_trained_model_gives_normalised_maps_of_the_right_shapes(service, tmp_path):
+    service.set_active_model(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
+    photo = next(h for h in service.search_text("a green picture", top=10) if h.path.endswith(".jpg"))
+    explanation = service.explain("a green picture", photo.media_id)
+    assert explanation.item_attention.shape == (2, 49) and explanation.item_grid == (7, 7)
+    assert np.allclose(explanation.item_attention.sum(axis=1), 1.0, atol=1e-5)
+    assert explanation.query_attention.shape[0] == 2
+    assert np.allclose(explanation.query_attention.sum(axis=1), 1.0, atol=1e-5)
+    assert explanation.similarity.shape == (2, 2)
+    assert explanation.head_pair == tuple(np.unravel_index(explanation.similarity.argmax(), (2, 2)))
+    gif = next(h for h in service.search_text("a green picture", top=10) if h.path.endswith(".gif"))
+    frames = service.explain("a green picture", gif.media_id)
+    assert frames.item_grid is None and frames.item_attention.shape == (2, 8)
+
+
+def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff(service, tmp_path):
+    service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme")))
+    hits = service.search_text("a blue picture", top=10)
+    probabilities = [h.match_probability for h in hits]
+    assert all(0.0 <= p <= 1.0 for p in probabilities)
+    assert probabilities == sorted(probabilities, reverse=True)
+    assert all(h.uncertainty is not None and h.uncertainty > 0 for h in hits)
+    cut = sorted(probabilities)[len(probabilities) // 2]
+    kept = service.search_text("a blue picture", top=10, min_probability=cut)
+    assert all(h.match_probability >= cut for h in kept) and len(kept) < len(hits) + 1
+    assert service.search_text("a blue picture", top=10, min_probability=1.01) == []
+    explanation = service.explain("a blue picture", hits[0].media_id)
+    assert explanation.match_probability is not None and explanation.item_uncertainty > 0
+    assert explanation.query_mu_2d.shape == (2,) and explanation.item_sigma.shape == (2,)
+
+
+def test_an_unknown_model_name_is_a_clear_error(service):
+    with pytest.raises(LookupError, match="no model named"):
+        service.set_active_model("does-not-exist")
