@@ -236,10 +236,19 @@ class MainWindow(QMainWindow):
         return self.training_dialog
 
     def _model_trained(self, model_dir: str) -> None:
-        self._status(f"New model in {model_dir}; pick it in the model list to use it.")
+        """Register the new model with the library, then offer it in the model list (and the models dialog)."""
         if self.training_dialog is not None:
             self.settings.last_data_folder = self.training_dialog.data.text()
-        self.refresh_models()
+        service = self.service
+        if service is None:
+            return
+
+        def registered(name: object) -> None:
+            self._status(f"New model {name} registered; activate it in Models… to re-index with it.")
+            self.refresh_models()
+
+        run_in_background(service.register_model, Path(model_dir), on_result=registered, pool=self.pool,
+                          priority=5, on_error=lambda exc: self._status(f"Cannot register the new model: {exc}"))
 
     def open_models(self) -> ModelsDialog:
         if self.models_dialog is None:

@@ -401,6 +401,13 @@ class FakeService:
             out.append(FakeModel(name, method, self.workdir / name, metrics, name == self._active))
         return out
 
+    def register_model(self, model_dir: Path, name: str | None = None) -> str:
+        name = name or Path(model_dir).name
+        if name not in {n for n, _, _ in self._models}:
+            self._models.append((name, "vse", {}))
+        self.calls.append(("register_model", (name,)))
+        return name
+
     def set_active_model(self, name: str | None) -> None:
         if name == "zero-shot":
             name = None
