@@ -657,6 +657,9 @@ class Catalog(SQLiteStore):
         if old_hash != content_hash:  # same hash means same content, so the vectors still hold
             conn.execute("DELETE FROM embeddings WHERE media_id = ?", (media_id,))
             conn.execute("DELETE FROM embedding_extras WHERE media_id = ?", (media_id,))
+            # the pseudo caption described the old content; indexing writes the new one, and an item whose
+            # new content is already in the feature store gets it only when it has none
+            conn.execute("DELETE FROM captions WHERE media_id = ? AND source = 'pseudo'", (media_id,))
         return "changed"
 
     @staticmethod

@@ -63,6 +63,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 file name must never end a command
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     if not argv or argv[0].split("=")[0] in GUI_OPTIONS:
         # the GUI lives in the app package, which the engine never imports: become that process
         os.execv(sys.executable, [sys.executable, "-m", "app", *argv])

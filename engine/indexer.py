@@ -6,13 +6,14 @@ and vectors; (3) extract features for every *pending* item in batches, reusing t
 content was seen before (another library, a training folder, a move) — pending rows are also what an
 interrupted run left, so indexing resumes where it stopped; (4) drop rows whose files are gone.
 
-Every batch is committed in one transaction after its features are stored, so a kill loses at most the batch
-in flight, and an item is never marked indexed without its features. A file that fails is recorded with its
-reason and retried only when its size or mtime change. A file edited between hashing and decoding is not
-stored (its features would sit under the old content's hash); it is recorded as changed and retried at the
-next scan.
-A folder or file that exists but cannot be read keeps its rows: a permission or I/O problem is not a deletion,
-and treating it as one would delete the user's captions with the rows.
+Every batch is committed as it is finished: its failures and pseudo captions, then its features, then its
+rows marked indexed (see ``Indexer._store`` for why in that order), so a kill loses at most the batch in
+flight, an item is never marked indexed without its features, and a resumed run ends where an uninterrupted
+one would. A file that fails is recorded with its reason and retried only when its size or mtime change. A
+file edited between hashing and decoding is not stored (its features would sit under the old content's
+hash); it is recorded as changed and retried at the next scan. A folder or file that exists but cannot be
+read keeps its rows: a permission or I/O problem is not a deletion, and treating it as one would delete the
+user's captions with the rows.
 """
 
 from __future__ import annotations
@@ -131,18 +132,25 @@ class Indexer:
                 written.result()
 
     def _store(self, batch: list[MediaRecord], results: list[Extracted | MediaError], backbone: str) -> None:
+        # Three commits, in this order, because the catalog and the feature store are two files that cannot
+        # commit together: (1) failures and pseudo captions, rows still pending; (2) the features; (3) the
+        # rows marked ok. A kill after (2) leaves pending rows whose features and full pseudo captions (with
+        # the colours, which need the pixels) are both stored, so the next run finishes them from the store
+        # exactly as this run would have; a kill before (2) leaves them pending, to be extracted again.
         results = [_unless_changed(m, r) for m, r in zip(batch, results, strict=True)]
         ok = [(m, r) for m, r in zip(batch, results, strict=True) if isinstance(r, Extracted)]
-        self.features.put_many(((m.content_hash, r.record) for m, r in ok), backbone)
-        with self.catalog.transaction("storing an indexed batch"):
+        with self.catalog.transaction("storing failures and pseudo captions"):
             for media, result in zip(batch, results, strict=True):
                 if isinstance(result, MediaError):
                     self.catalog.set_media_failed(media.id, str(result))
-                    continue
+                else:
+                    self.catalog.set_pseudo_caption(media.id, result.semantics.caption)
+        self.features.put_many(((m.content_hash, r.record) for m, r in ok), backbone)
+        with self.catalog.transaction("marking an indexed batch"):
+            for media, result in ok:
                 info = result.info
                 self.catalog.set_media_ok(media.id, info.kind, info.format, info.width, info.height,
                                           info.n_frames, info.duration_s, backbone)
-                self.catalog.set_pseudo_caption(media.id, result.semantics.caption)
 
     def _finish_cached(self, batch: list[MediaRecord], backbone: str) -> int:
         """Items whose content already has features (moved, re-added, seen in another library)."""

@@ -59,6 +59,7 @@ import os
 import shutil
 import threading
 import time
+import typing
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -72,11 +73,14 @@ log = logging.getLogger(__name__)
 
 FORMAT = "polyseek-multivector-index"
 FORMAT_VERSION = 1
-FAISS_THREADS = 2
+BUILD_THREADS = 2  # OpenMP threads for training and adding (the box has two cores)
+SEARCH_THREADS = 1  # per query: see "Threads" in the module docstring
 INDEX_FILE = "index.json"
-AnnKind = Literal["ivf-flat", "ivf-pq", "hnsw"]
+AnnKind = Literal["ivf-flat", "ivf-sq8", "ivf-pq", "hnsw", "hnsw-sq8"]
 _SCORE_BLOCK = 1 << 23  # floats per block of exact scores: bounds temporary memory to ~32 MB
 EXACT_FLOATS = 1 << 24  # stored floats up to which exact search is the default (64 MB read per query)
+_HNSW_ADD_ITEMS = 128  # items added to HNSW per lock hold (~0.2 s on two busy cores)
+_IVF_ADD_ITEMS = 16_384  # items added to IVF lists per lock hold (their lists are assigned before)
 
 
 class VectorIndexError(Exception):
@@ -122,7 +126,7 @@ class AnnParams:
     rebuild_growth: float = 4.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("ivf-flat", "ivf-pq", "hnsw"):
+        if self.kind not in typing.get_args(AnnKind):
             raise IndexInputError(f"kind: unknown approximate index {self.kind!r}")
         for f in fields(self):
             value = getattr(self, f.name)
@@ -141,8 +145,9 @@ class AnnParams:
         return cls(**data)
 
 
-def limit_faiss_threads(threads: int = FAISS_THREADS) -> None:
-    """Cap faiss's OpenMP threads (the app shares two cores with the GUI and the indexer)."""
+def set_faiss_threads(threads: int) -> None:
+    """Cap faiss's OpenMP threads for work started from the calling thread (libgomp keeps the setting per
+    thread, so a search thread and a build thread can use different counts)."""
     faiss.omp_set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
 
 
@@ -167,10 +172,19 @@ def kxk_scores(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.nda
     return _max_pairs(normalise(query), normalise(items))
 
 
+def _dot(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """(N, Q) inner products of (N, D) rows with (Q, D) queries.
+
+    ``np.einsum`` rather than ``@``: a matrix with a handful of columns is memory-bound, and OpenBLAS's
+    threads made it 10-100x slower whenever the two cores were busy (12 ms instead of 0.1 ms for 900 rows).
+    """
+    return np.einsum("nd,qd->nq", rows, queries)
+
+
 def _max_pairs(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`kxk_scores` on already-normalised float32 arrays (the hot path)."""
     n, heads, dim = items.shape
-    sims = (items.reshape(n * heads, dim) @ query.T).reshape(n, heads, len(query))
+    sims = _dot(items.reshape(n * heads, dim), query).reshape(n, heads, len(query))
     flat = sims.transpose(0, 2, 1).reshape(n, len(query) * heads)  # column p * K + q
     best = flat.argmax(axis=1)
     scores = flat[np.arange(n), best]
@@ -194,33 +208,58 @@ def _auto_nlist(vectors: int, per_sqrt: float) -> int:
     return int(min(65536, max(16, 2 ** round(np.log2(target)))))
 
 
+def _tail_start(data: _Data, ann: _Ann) -> int:
+    """First row whose slot the approximate index has not been given yet."""
+    return int(np.searchsorted(data.slots[:data.size], ann.indexed_upto))
+
+
 def _labels(slots: np.ndarray, heads: int) -> np.ndarray:
     """faiss labels ``slot * K + head`` of every vector of the items in ``slots``, item-major."""
     return (slots[:, None] * heads + np.arange(heads)).reshape(-1).astype(np.int64)
 
 
 class _Ann:
-    """One faiss index over item vectors labelled ``slot * K + head``."""
+    """One faiss index over item vectors labelled ``slot * K + head``.
 
-    def __init__(self, index: faiss.Index, kind: AnnKind, trained_items: int, dead: int = 0) -> None:
-        self.index, self.kind, self.trained_items, self.dead = index, kind, trained_items, dead
+    It holds the items of every live slot below ``indexed_upto``; later slots (a tail of the stored rows)
+    are waiting to be added and are scored exactly by searches meanwhile.
+    """
+
+    def __init__(self, index: faiss.Index, kind: AnnKind, trained_items: int, indexed_upto: int,
+                 dead: int = 0) -> None:
+        self.index, self.kind, self.trained_items = index, kind, trained_items
+        self.indexed_upto, self.dead = indexed_upto, dead
 
     @classmethod
-    def build(cls, params: AnnParams, vectors: np.ndarray, slots: np.ndarray, rng: np.random.Generator
-              ) -> _Ann:
+    def build(cls, params: AnnParams, vectors: np.ndarray, slots: np.ndarray, next_slot: int,
+              rng: np.random.Generator) -> _Ann:
         """Train on a sample of ``vectors`` (N, K, D) and add them all."""
         n, heads, dim = vectors.shape
-        if params.kind == "hnsw":
-            index = faiss.IndexIDMap(faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT))
-            faiss.downcast_index(index.index).hnsw.efConstruction = params.ef_construction
-        else:
-            index = cls._trained_ivf(params, vectors, rng)
-        ann = cls(index, params.kind, n)
-        ann.add(vectors, slots, chunk=max(1, 262_144 // heads))
+        index = cls._trained_hnsw(params, vectors, rng) if params.kind.startswith("hnsw") else \
+            cls._trained_ivf(params, vectors, rng)
+        ann = cls(index, params.kind, n, next_slot)
+        ann.add(vectors, slots, ann.assign(vectors))
         return ann
 
     @staticmethod
-    def _trained_ivf(params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
+    def _sample(vectors: np.ndarray, wanted: int, rng: np.random.Generator) -> np.ndarray:
+        flat = vectors.reshape(-1, vectors.shape[2])
+        rows = rng.choice(len(flat), size=min(len(flat), wanted), replace=False)
+        return np.ascontiguousarray(flat[np.sort(rows)])
+
+    @classmethod
+    def _trained_hnsw(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
+        dim = vectors.shape[2]
+        if params.kind == "hnsw-sq8":
+            inner = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            inner.train(cls._sample(vectors, 65_536, rng))  # the per-dimension ranges of the 8-bit codes
+        else:
+            inner = faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        inner.hnsw.efConstruction = params.ef_construction
+        return faiss.IndexIDMap(inner)  # HNSW numbers vectors 0..n-1; the map keeps our labels
+
+    @classmethod
+    def _trained_ivf(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
         n, heads, dim = vectors.shape
         nlist = params.nlist or _auto_nlist(n * heads, params.nlist_per_sqrt)
         nlist = min(nlist, max(1, n * heads // 39))  # faiss wants ~39 training points per centroid
@@ -230,53 +269,54 @@ class _Ann:
                 raise IndexInputError(f"pq_m: {params.pq_m} does not divide the dimension {dim}")
             index = faiss.IndexIVFPQ(quantizer, dim, nlist, params.pq_m, params.pq_bits,
                                      faiss.METRIC_INNER_PRODUCT)
+        elif params.kind == "ivf-sq8":
+            index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit,
+                                                  faiss.METRIC_INNER_PRODUCT)
         else:
             index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
         wanted = nlist * params.train_per_list
         if params.kind == "ivf-pq":
             wanted = max(wanted, 64 << params.pq_bits)  # each PQ codebook needs points of its own
-        rows = rng.choice(n * heads, size=min(n * heads, wanted), replace=False)
-        index.train(np.ascontiguousarray(vectors.reshape(-1, dim)[np.sort(rows)]))
+        index.train(cls._sample(vectors, wanted, rng))
         return index  # faiss's Python wrapper keeps the quantizer referenced by the index
 
     @property
-    def can_remove(self) -> bool:
-        return self.kind != "hnsw"
+    def is_hnsw(self) -> bool:
+        return self.kind.startswith("hnsw")
 
     def assign(self, vectors: np.ndarray) -> np.ndarray | None:
         """IVF list of every vector of (N, K, D) items, as (N * K,), or None for HNSW.
 
         The slow part of an IVF add; the trained quantizer is read-only, so this runs while searches do.
         """
-        if self.kind == "hnsw":
+        if self.is_hnsw:
             return None
         _, lists = self.index.quantizer.search(np.ascontiguousarray(vectors.reshape(-1, vectors.shape[2])), 1)
         return lists.reshape(-1)
 
-    def add(self, vectors: np.ndarray, slots: np.ndarray, lists: np.ndarray | None = None,
-            chunk: int = 65_536) -> None:
-        """Add items' vectors (N, K, D) under labels ``slot * K + head`` (into ``lists`` from :meth:`assign`
-        when given)."""
-        n, heads, dim = vectors.shape
-        for start in range(0, n, chunk):
-            part = np.ascontiguousarray(vectors[start:start + chunk].reshape(-1, dim))
-            labels = _labels(slots[start:start + chunk], heads)
-            if lists is None:
-                self.index.add_with_ids(part, labels)
-                continue
-            where = np.ascontiguousarray(lists[start * heads:(start + chunk) * heads], dtype=np.int64)
+    def add(self, vectors: np.ndarray, slots: np.ndarray, lists: np.ndarray | None) -> None:
+        """Add items' vectors (N, K, D) under labels ``slot * K + head`` (IVF: into ``lists`` from
+        :meth:`assign`)."""
+        heads, dim = vectors.shape[1:]
+        part = np.ascontiguousarray(vectors.reshape(-1, dim))
+        labels = _labels(slots, heads)
+        if lists is None:
+            self.index.add_with_ids(part, labels)
+        else:
+            where = np.ascontiguousarray(lists, dtype=np.int64)
             self.index.add_core(len(part), *(faiss.swig_ptr(a) for a in (part, labels, where)))
 
     def remove(self, slots: np.ndarray, heads: int) -> None:
-        """Delete items (IVF) or count them as tombstones (HNSW: the caller filters dead slots)."""
-        if not self.can_remove:
+        """Delete items (IVF) or count them as tombstones (HNSW cannot delete; dead slots are filtered)."""
+        slots = slots[slots < self.indexed_upto]  # the rest were never added
+        if self.is_hnsw:
             self.dead += len(slots)
-            return
-        self.index.remove_ids(faiss.IDSelectorBatch(_labels(slots, heads)))
+        elif len(slots):
+            self.index.remove_ids(faiss.IDSelectorBatch(_labels(slots, heads)))
 
     def search(self, queries: np.ndarray, k: int, params: AnnParams) -> np.ndarray:
         """Labels (Q, k) of the nearest vectors of each query row; -1 where fewer exist."""
-        if self.kind == "hnsw":
+        if self.is_hnsw:
             search_params = faiss.SearchParametersHNSW(efSearch=max(params.ef_search, k))
         else:
             search_params = faiss.SearchParametersIVF(nprobe=params.nprobe)
@@ -288,8 +328,9 @@ class _Ann:
         return int(self.index.ntotal)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "trained_items": self.trained_items, "dead": self.dead}
-        if self.kind != "hnsw":
+        out: dict[str, Any] = {"kind": self.kind, "trained_items": self.trained_items, "dead": self.dead,
+                               "indexed_upto": self.indexed_upto}
+        if not self.is_hnsw:
             out["nlist"] = int(self.index.nlist)
         return out
 
@@ -299,7 +340,8 @@ class _Data:
     """The stored items, swapped as a whole so searches always see a consistent view.
 
     Rows ``[0, size)`` of the buffers are in use; ``alive`` marks the rows not removed. ``row_of_slot``
-    maps every slot ever given out to its row, or -1 once removed.
+    maps every slot ever given out to its row, or -1 once removed. Slots increase with the row (appends
+    take new slots, compaction keeps the order), so the rows not yet in the faiss index are a tail.
     """
 
     ids: np.ndarray  # (capacity,) int64
@@ -326,7 +368,6 @@ class MultiVectorIndex:
         if dim < 1 or heads < 1 or payload_dim < 0:
             raise IndexInputError(f"dim and heads must be >= 1 and payload_dim >= 0, got dim={dim}, "
                                   f"heads={heads}, payload_dim={payload_dim}")
-        limit_faiss_threads()
         self.dim, self.heads, self.metric, self.model_id = int(dim), int(heads), metric, str(model_id)
         self.payload_dim = int(payload_dim)
         self.params = params or AnnParams()
@@ -395,8 +436,12 @@ class MultiVectorIndex:
         queries = self._check_queries(queries)
         if top < 0 or offset < 0:
             raise IndexInputError(f"top and offset must be >= 0, got top={top}, offset={offset}")
+        if top == 0:
+            return [_top(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros((0, 2), np.int64), 0, 0)
+                    for _ in range(len(queries))]
+        set_faiss_threads(SEARCH_THREADS)
         with self._lock:
-            if self._ann is None or offset + top == 0:
+            if self._ann is None:
                 return self._exact_batch(queries, top, offset)
             return self._approximate_batch(queries, top, offset)
 
@@ -428,7 +473,7 @@ class MultiVectorIndex:
         for start in range(0, len(rows), block):
             part = rows[start:start + block]
             items = data.vectors[part[0]:part[-1] + 1] if contiguous else data.vectors[part]
-            sims = (items.reshape(-1, self.dim) @ flat.T).reshape(len(part), self.heads, batch, kq)
+            sims = _dot(items.reshape(-1, self.dim), flat).reshape(len(part), self.heads, batch, kq)
             sims = sims.transpose(2, 0, 3, 1).reshape(batch, len(part), kq * self.heads)
             best = sims.argmax(axis=2)
             scores[:, start:start + block] = np.take_along_axis(sims, best[..., None], axis=2)[..., 0]
@@ -441,15 +486,18 @@ class MultiVectorIndex:
         assert self._ann is not None
         batch, kq, _ = queries.shape
         need = offset + top
-        fetch = min(self._ann.size, max(need, 10) * self.heads * self.params.oversample)
+        fetch = max(1, min(self._ann.size, max(need, 10) * self.heads * self.params.oversample))
         labels = self._ann.search(queries.reshape(batch * kq, self.dim), fetch, self.params)
+        data = self._data
+        tail = np.arange(_tail_start(data, self._ann), data.size)
+        tail = tail[data.alive[tail]]  # added but not yet in the faiss index: scored exactly
         out = []
         for b in range(batch):
-            rows = self._candidate_rows(labels[b * kq:(b + 1) * kq])
+            rows = np.union1d(self._candidate_rows(labels[b * kq:(b + 1) * kq]), tail)
             if len(rows) < min(need, len(self)):
-                rows = self._wider_candidates(queries[b], need, fetch)
-            scores, pairs = self._score_rows(self._data, rows, queries[b:b + 1])
-            out.append(_top(self._data.ids[rows], scores[0], pairs[0], top, offset))
+                rows = self._wider_candidates(queries[b], need, fetch, tail)
+            scores, pairs = self._score_rows(data, rows, queries[b:b + 1])
+            out.append(_top(data.ids[rows], scores[0], pairs[0], top, offset))
         return out
 
     def _candidate_rows(self, labels: np.ndarray) -> np.ndarray:
@@ -458,12 +506,12 @@ class MultiVectorIndex:
         rows = self._data.row_of_slot[np.unique(labels // self.heads)]
         return np.sort(rows[rows >= 0])
 
-    def _wider_candidates(self, query: np.ndarray, need: int, fetch: int) -> np.ndarray:
+    def _wider_candidates(self, query: np.ndarray, need: int, fetch: int, tail: np.ndarray) -> np.ndarray:
         """Too few live candidates (deep page, tombstones): fetch 4x more, up to every row."""
         assert self._ann is not None
         while fetch < self._ann.size:
             fetch = min(self._ann.size, fetch * 4)
-            rows = self._candidate_rows(self._ann.search(query, fetch, self.params))
+            rows = np.union1d(self._candidate_rows(self._ann.search(query, fetch, self.params)), tail)
             if len(rows) >= min(need, len(self)):
                 return rows
         data = self._data
@@ -486,18 +534,33 @@ class MultiVectorIndex:
         """
         ids, vectors = self._check_items(ids, vectors)
         payload = self._check_payload(len(ids), payload)
+        set_faiss_threads(BUILD_THREADS)
         with self._write_lock:
             present = [i for i in ids.tolist() if i in self._row_of_id]
             if present:
                 self._remove_known(np.array(present, np.int64))
             grown = self._grown(self._data, len(ids))
-            ann = self._ann
-            lists = ann.assign(vectors) if ann is not None else None  # outside the lock: searches go on
             with self._lock:
                 self._data = self._append(grown, ids, vectors, payload)
-                if ann is not None:
-                    ann.add(vectors, self._data.slots[self._data.size - len(ids):self._data.size], lists)
             self._maintain()
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Add the rows appended since the approximate index last grew, a short chunk per lock hold, so
+        searches (which score the waiting tail exactly) are never held up for long."""
+        ann, data = self._ann, self._data
+        if ann is None:
+            return
+        chunk = _HNSW_ADD_ITEMS if ann.is_hnsw else _IVF_ADD_ITEMS
+        for start in range(_tail_start(data, ann), data.size, chunk):
+            stop = min(start + chunk, data.size)
+            rows = np.arange(start, stop)[data.alive[start:stop]]
+            vectors, slots = data.vectors[rows], data.slots[rows]
+            lists = ann.assign(vectors)  # IVF's slow part, outside the lock
+            with self._lock:
+                ann.add(vectors, slots, lists)
+                ann.indexed_upto = int(data.slots[stop - 1]) + 1
+        ann.indexed_upto = len(data.row_of_slot)
 
     def remove(self, ids: np.ndarray | list[int]) -> int:
         """Remove items by id; ids not in the index are ignored. Returns how many were removed."""
@@ -511,6 +574,7 @@ class MultiVectorIndex:
 
     def rebuild(self) -> None:
         """Compact the stored arrays and retrain the approximate index now (if the size calls for one)."""
+        set_faiss_threads(BUILD_THREADS)
         with self._write_lock:
             self._compact()
             if self._data.count > self.exact_limit:
@@ -595,9 +659,10 @@ class MultiVectorIndex:
         elif ann is not None and data.count < self.exact_limit // 2:
             with self._lock:
                 self._ann = None
-        elif ann is not None and (data.count > params.rebuild_growth * ann.trained_items
-                                  or ann.dead > max(1024, ann.size // (4 * self.heads))):
-            self._build_ann()
+        elif ann is not None and ann.is_hnsw and ann.dead > max(1024, ann.size // (4 * self.heads)):
+            self._build_ann()  # a quarter of the graph is tombstones
+        elif ann is not None and not ann.is_hnsw and data.count > params.rebuild_growth * ann.trained_items:
+            self._build_ann()  # the IVF lists were trained for a much smaller library
 
     def _compact(self) -> None:
         """Drop removed rows from the arrays (slots, hence faiss labels, are unchanged)."""
@@ -620,7 +685,8 @@ class MultiVectorIndex:
         started = time.perf_counter()
         self._compact()  # searches keep reading the old view; only this writer changes data
         data = self._data
-        ann = _Ann.build(self.params, data.vectors[:data.size], data.slots[:data.size], self._rng)
+        ann = _Ann.build(self.params, data.vectors[:data.size], data.slots[:data.size],
+                         len(data.row_of_slot), self._rng)
         with self._lock:
             self._ann = ann
         log.info("built %s index over %d items in %.1f s", ann.kind, data.count,
@@ -735,4 +801,5 @@ def _read_ann(path: Path, described: dict[str, Any], dim: int) -> _Ann:
         raise IndexFileError(f"{path}: cannot read the faiss index: {exc}") from exc
     if index.d != dim:
         raise IndexFileError(f"{path}: faiss index of dimension {index.d}, expected {dim}")
-    return _Ann(index, described["kind"], int(described["trained_items"]), int(described.get("dead", 0)))
+    return _Ann(index, described["kind"], int(described["trained_items"]), int(described["indexed_upto"]),
+                int(described["dead"]))

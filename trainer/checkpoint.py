@@ -210,6 +210,14 @@ def save_checkpoint(out: Path, model: nn.Module, training: dict[str, Any], state
             stale.unlink(missing_ok=True)
 
 
+def remove_temporaries(out: Path) -> int:
+    """Delete the temporary files a killed writer left behind in ``out``; returns how many."""
+    stale = [p for p in Path(out).glob(".*.tmp") if p.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def load_checkpoint(out: Path, model: nn.Module) -> tuple[TrainerState, dict[str, Any]]:
     """Load the resumable checkpoint of ``out`` into ``model``; returns the state and the optimizer record
     (read with ``weights_only=True``)."""

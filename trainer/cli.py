@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--patience", type=int, default=None, help="epochs without a better rsum before stopping")
     p.add_argument("--val-items", type=int, default=None, help="items in the per-epoch validation")
+    p.add_argument("--epoch-captions", type=int, default=None, metavar="N",
+                   help="captions of each item an epoch shows (0: all; default: the method's recipe, 1)")
+    p.add_argument("--schedule", default=None, choices=["plateau", "cosine", "step", "constant"],
+                   help="learning-rate schedule (default: the method's recipe)")
     p.add_argument("--no-pseudo-pairs", action="store_true",
                    help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
 
@@ -176,7 +180,8 @@ def _train(args: argparse.Namespace) -> int:
         epochs=args.epochs, device=args.device, sparse=sparse_config_from_args(args),
         json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
-        pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items)
+        pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
+        epoch_captions=args.epoch_captions)
     if not (args.data / "captions.tsv").is_file():
         from trainer.data import DataError
 
@@ -257,10 +262,11 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
     from trainer.checkpoint import load_model
     from trainer.data import DataError, FeatureNeeds, FeatureSource, split_view
     from trainer.evaluation import encode_pairs, evaluate_pairs, rerank_report, similarity_matrix
+    from trainer.train import Reporter
 
     model = load_model(model_dir, device)
     view = split_view(data, split)
-    source = FeatureSource.open()
+    source = FeatureSource.open(progress=Reporter(False).progress("features"))  # log lines on stderr
     try:
         pairs = source.pairs(view.item_captions(), FeatureNeeds.of(model))
         if not pairs.captions:

@@ -325,19 +325,27 @@ class FeatureSource:
 
     # -- text -------------------------------------------------------------------------------------------
     def text(self, captions: Sequence[str], needs: FeatureNeeds) -> TextFeatures:
-        """Token and/or sentence features of ``captions`` from the cache, or encoded and cached."""
+        """Token and/or sentence features of ``captions`` from the cache, or encoded and cached.
+
+        Token vectors and sentence vectors are cached in separate files: one MiniLM pass computes both, and a
+        model that reads only sentence vectors never loads the (much larger) token vectors.
+        """
         width = 50 if needs.text_encoder == "glove" else 384
-        if not needs.tokens and not needs.sentence:
+        wanted = [part for part in ("tokens", "sentence") if getattr(needs, part)]
+        if not wanted:
             return TextFeatures(len(captions), width)
-        encoder = self._text_encoder(needs.text_encoder)
-        key = _text_key(needs, _encoder_fingerprint(needs.text_encoder, self.assets), captions)
-        path = self.text_cache / f"{needs.text_encoder}-{key}.npz"
-        cached = _load_text(path, len(captions), width)
-        if cached is not None:
-            return cached
-        features = _encode_text(encoder, list(captions), needs, width, self.progress)
-        _save_text(path, features)
-        return features
+        if needs.text_encoder == "glove" and "sentence" in wanted:
+            raise DataError("text_encoder: GloVe has no sentence vector; use 'minilm-sentence'")
+        key = _text_key(_encoder_fingerprint(needs.text_encoder, self.assets), captions)
+        files = {part: self.text_cache / f"{needs.text_encoder}-{part}-{key}.npz" for part in wanted}
+        loaded = {part: _load_text(path, part) for part, path in files.items()}
+        if any(value is None for value in loaded.values()):
+            features = _encode_text(self._text_encoder(needs.text_encoder), list(captions), width, self.progress)
+            _save_text(self.text_cache, needs.text_encoder, key, features)
+            loaded = {"tokens": (features.tokens, features.offsets), "sentence": (features.sentence,)}
+        tokens, offsets = loaded["tokens"] if needs.tokens else (None, None)  # type: ignore[misc]
+        sentence = loaded["sentence"][0] if needs.sentence else None  # type: ignore[index]
+        return TextFeatures(len(captions), width, sentence, tokens, offsets)
 
     def _text_encoder(self, name: str) -> Any:
         if name not in self._text_encoders:
@@ -397,60 +405,65 @@ def _encoder_fingerprint(name: str, assets: Path | None) -> str:
     return f"{name}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def _text_key(needs: FeatureNeeds, fingerprint: str, captions: Sequence[str]) -> str:
-    digest = hashlib.sha256(json.dumps([fingerprint, needs.tokens, needs.sentence]).encode())
+def _text_key(fingerprint: str, captions: Sequence[str]) -> str:
+    digest = hashlib.sha256(fingerprint.encode())
     for text in captions:
         digest.update(text.encode("utf-8") + b"\0")
     return digest.hexdigest()[:32]
 
 
-def _encode_text(encoder: Any, captions: list[str], needs: FeatureNeeds, width: int,
-                 progress: ProgressFn) -> TextFeatures:
-    """Encode in chunks of similar lengths (less padding), then store the rows back in caption order."""
+def _encode_text(encoder: Any, captions: list[str], width: int, progress: ProgressFn) -> TextFeatures:
+    """Token vectors (and MiniLM's sentence vectors) of every caption. Captions are encoded in chunks of
+    similar lengths (less padding) and stored back in caption order."""
     order = sorted(range(len(captions)), key=lambda i: len(captions[i]))
-    sentence = np.zeros((len(captions), 384), np.float32) if needs.sentence else None
-    pieces: list[np.ndarray | None] = [None] * len(captions)
+    sentence: np.ndarray | None = None
+    pieces: list[np.ndarray] = [np.zeros((0, width), np.float16)] * len(captions)
     for start in range(0, len(order), TEXT_CHUNK):
         rows = order[start:start + TEXT_CHUNK]
         encoded = encoder.encode([captions[i] for i in rows])
+        if encoded.sentence is not None and sentence is None:
+            sentence = np.zeros((len(captions), encoded.sentence.shape[1]), np.float32)
         for j, i in enumerate(rows):
-            if needs.tokens:
-                pieces[i] = encoded.vectors[j, encoded.mask[j]].astype(np.float16)
+            pieces[i] = encoded.vectors[j, encoded.mask[j]].astype(np.float16)
             if sentence is not None:
                 sentence[i] = encoded.sentence[j]
         progress(Progress(min(len(order), start + TEXT_CHUNK), len(order), "encoding captions"))
-    if not needs.tokens:
-        return TextFeatures(len(captions), width, sentence)
     offsets = np.zeros(len(captions) + 1, np.int64)
-    offsets[1:] = np.cumsum([len(p) for p in pieces])  # type: ignore[arg-type]
-    tokens = (np.concatenate(pieces) if pieces else np.zeros((0, width), np.float16))  # type: ignore[arg-type]
+    offsets[1:] = np.cumsum([len(p) for p in pieces])
+    tokens = np.concatenate(pieces) if pieces else np.zeros((0, width), np.float16)
     return TextFeatures(len(captions), width, sentence, tokens, offsets)
 
 
-def _load_text(path: Path, count: int, width: int) -> TextFeatures | None:
+def _load_text(path: Path, part: str) -> tuple[np.ndarray, ...] | None:
+    """The cached arrays of one part: (tokens, offsets) or (sentence,); None when absent or damaged."""
     if not path.is_file():
         return None
+    names = ("tokens", "offsets") if part == "tokens" else ("sentence",)
     try:
         with np.load(path, allow_pickle=False) as data:
-            parts = {name: data[name] for name in data.files}
-    except (OSError, ValueError) as exc:  # a damaged cache file is recomputed, never fatal
+            return tuple(data[name] for name in names)
+    except (OSError, ValueError, KeyError) as exc:  # a damaged cache file is recomputed, never fatal
         log.warning("text feature cache %s is unreadable (%s); recomputing", path, exc)
         return None
-    return TextFeatures(count, width, parts.get("sentence"), parts.get("tokens"), parts.get("offsets"))
 
 
-def _save_text(path: Path, features: TextFeatures) -> None:
-    """Write atomically (temporary file, then ``os.replace``); a cache that cannot be written is skipped."""
-    parts = {name: value for name, value in (("sentence", features.sentence), ("tokens", features.tokens),
-                                             ("offsets", features.offsets)) if value is not None}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **parts)
-        os.replace(tmp, path)
-    except OSError as exc:
-        log.warning("could not cache text features in %s: %s", path, exc)
+def _save_text(folder: Path, encoder: str, key: str, features: TextFeatures) -> None:
+    """One file per part, each written atomically; a cache that cannot be written is skipped."""
+    parts = {"tokens": {"tokens": features.tokens, "offsets": features.offsets},
+             "sentence": {"sentence": features.sentence}}
+    for part, arrays in parts.items():
+        if any(value is None for value in arrays.values()):
+            continue
+        path = folder / f"{encoder}-{part}-{key}.npz"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=folder)
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("could not cache text features in %s: %s", path, exc)
 
 
 # ------------------------------------------------------------------------------------------ splits

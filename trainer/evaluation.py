@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from engine.metrics import (
@@ -149,7 +148,11 @@ def similarity_matrix(model: RetrievalModel, encoded: Encoded, similarity: str =
     n_items, n_caps = visual.emb.shape[0], text.emb.shape[0]
     if similarity == "default":
         score = model.similarity
-        width = n_caps * visual.emb.shape[1] * text.emb.shape[1] * max(visual.emb.shape[-1], 1)
+        # floats per query row: the K x K' head pairs, or the similarity network's hidden layers per pair
+        per_pair = visual.emb.shape[1] * text.emb.shape[1]
+        if hasattr(model, "pair_scores"):
+            per_pair = max([visual.emb.shape[-1], *getattr(model.config, "sim_hidden", ())])
+        width = n_caps * per_pair
     else:
         score = _pcme_scorer(model, similarity, visual, text)
         sampled = similarity in ("avg-l2", "match-prob")
@@ -259,7 +262,7 @@ def report_from_scores(scores: np.ndarray, caption_item: np.ndarray) -> dict:
     report["r_precision"] = r_precision(scores, caption_item)
     n_media = scores.shape[0]
     if n_media >= 5 * FOLD and n_media % FOLD == 0:
-        report["five_fold_1k"] = five_fold_1k(scores, caption_item)
+        report["five_fold_1k"] = five_fold_1k(scores, caption_item, fold_size=FOLD)
     return report
 
 

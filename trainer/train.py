@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 GRAD_CLIP = 2.0
 STEP_EVENT_INTERVAL_S = 0.25  # at most ~4 step events a second (plus every epoch's last step)
+SCHEDULES = ("plateau", "cosine", "step", "constant")
 FEATURE_DIM_FIELDS = ("image_dim", "image_regions", "sentence_dim", "text_word_dim")
 
 
@@ -97,8 +98,10 @@ class Recipe:
 
     ``schedule``: 'plateau' multiplies the learning rate by ``schedule_factor`` after ``schedule_patience``
     epochs without a better validation rsum; 'cosine' anneals it to 0 over the run; 'step' multiplies it by
-    ``schedule_factor`` from epoch ``step_epoch`` on. ``patience`` epochs without improvement stop the run.
-    ``group`` > 1 puts that many captions of one item into the same batch (neighbourhood sampling).
+    ``schedule_factor`` from epoch ``step_epoch`` on; 'constant' keeps it. ``patience`` epochs without
+    improvement stop the run.
+    ``per_item`` captions of every item make an epoch (None: all of them); ``group`` > 1 puts that many
+    captions of one item into the same batch (neighbourhood sampling).
     ``val_items`` caps the items of the per-epoch validation (the final report uses them all).
     """
 
@@ -114,31 +117,37 @@ class Recipe:
     patience: int = 3
     batch_size: int = 128
     group: int = 1
+    per_item: int | None = 1
     val_items: int = 1000
 
 
 _SENTENCE = {"text_encoder": "minilm-sentence"}
+# An epoch shows every item once with one of its captions (``per_item=1``): on cached features five caption
+# passes cost five times as much and overfit as soon (linear VSE++ on Flickr8k peaks after ~15 such epochs).
+# The methods that attend over the 49 local features of a photo cost 10-100x more per step than the global
+# ones on a CPU, so their budgets are 12 epochs (A3VSE keeps its schedule's proportions: decay after 2/3).
 RECIPES: dict[str, Recipe] = {
-    # VSE++: Adam 2e-4 (Faghri et al.), halved on plateau; linear maps overfit after ~10 epochs.
-    "vse": Recipe(dict(_SENTENCE), "adam", 2e-4, epochs=15, patience=3),
+    # VSE++: Adam 2e-4 (Faghri et al.), halved when the validation rsum stalls.
+    "vse": Recipe(dict(_SENTENCE), "adam", 2e-4, epochs=30, patience=5, schedule_patience=2),
     # PVSE §3.5 / §4: AMSGrad, lr 2e-4 halved when validation stagnates, batch 128.
-    "pvse": Recipe(dict(_SENTENCE), "amsgrad", 2e-4, epochs=10, patience=3),
+    "pvse": Recipe(dict(_SENTENCE), "amsgrad", 2e-4, epochs=12, patience=4, schedule_patience=2),
     # PCME uses AdamP with a cosine schedule; AdamP is not installed, AdamW (decoupled weight decay, the
-    # part of AdamP that matters for un-normalised heads) stands in for it.
-    "pcme": Recipe(dict(_SENTENCE), "adamw", 2e-4, weight_decay=1e-4, schedule="cosine", epochs=10,
-                   patience=4),
-    # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16;
-    # the paper's lambdas are the config defaults. Its attention reads MiniLM token vectors.
+    # part of AdamP that matters for un-normalised heads) stands in for it. D=512 (PCME's CUB size) halves
+    # the J x J sample distances of the loss.
+    "pcme": Recipe({**_SENTENCE, "embed_dim": 512}, "adamw", 2e-4, weight_decay=1e-4, schedule="cosine",
+                   epochs=12, patience=4),
+    # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16 (here
+    # 12 and 8); the paper's lambdas are the config defaults. Its attention reads MiniLM token vectors.
     "a3vse": Recipe({"text_encoder": "minilm"}, "adam", 2e-4, weight_decay=1e-6, schedule="step",
-                    schedule_factor=0.1, step_epoch=16, epochs=24, patience=4),
-    # Two-branch networks §5: two captions per image in a batch so the neighbourhood term has pairs.
-    "twobranch-embed": Recipe(dict(_SENTENCE), "adam", 2e-4, weight_decay=1e-5, epochs=15, patience=3,
-                              group=2),
+                    schedule_factor=0.1, step_epoch=8, epochs=12, patience=4),
+    # Two-branch networks §5: two captions of each image side by side so the neighbourhood term has pairs.
+    "twobranch-embed": Recipe(dict(_SENTENCE), "adam", 2e-4, weight_decay=1e-5, epochs=30, patience=5,
+                              schedule_patience=2, group=2, per_item=2),
     # The similarity network scores every (item, caption) pair of the validation matrix: fewer items.
-    "twobranch-sim": Recipe(dict(_SENTENCE), "adam", 2e-4, weight_decay=1e-5, epochs=15, patience=3,
-                            val_items=250),
+    "twobranch-sim": Recipe(dict(_SENTENCE), "adam", 2e-4, weight_decay=1e-5, epochs=30, patience=5,
+                            schedule_patience=2, val_items=250),
     # Zheng et al. stage II (ranking + instance loss) directly on frozen image features.
-    "instance": Recipe(dict(_SENTENCE), "adam", 2e-4, epochs=15, patience=3),
+    "instance": Recipe(dict(_SENTENCE), "adam", 2e-4, epochs=30, patience=5, schedule_patience=2),
 }
 
 
@@ -164,6 +173,8 @@ class TrainOptions:
     patience: int | None = None
     pseudo_pairs: bool = True
     val_items: int | None = None
+    schedule: str | None = None
+    epoch_captions: int | None = None  # captions of each item per epoch; 0 = all (default: the recipe's)
     assets: Path | None = None
 
 
@@ -237,7 +248,7 @@ def _describe(event: dict[str, Any]) -> str:
     if kind == "done":
         return f"done: {event['model_dir']} (validation rsum {event['val']['rsum']:.1f})"
     if kind == "progress":
-        return f"{event['stage']}: {event['message']}"
+        return f"{event['stage']}: {event['message']} ({event['done']}/{event['total']})"
     return str(event)
 
 
@@ -266,6 +277,8 @@ def init_distributed(device: torch.device) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Dist()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL binds each rank to its own GPU
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
@@ -286,15 +299,17 @@ def resolve_device(name: str) -> torch.device:
 # ------------------------------------------------------------------------------------------ batches
 
 
-def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group: int = 1) -> list[np.ndarray]:
-    """Caption indices of each batch of one epoch: every caption once, photos and clips never mixed,
-    ``group`` captions of one item side by side, the order seeded by (seed, epoch) so a resumed run
-    replays it. Batches of fewer than 2 captions are dropped (no negatives, and batch norm needs 2)."""
+def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group: int = 1,
+                  per_item: int | None = None) -> list[np.ndarray]:
+    """Caption indices of each batch of one epoch, the order seeded by (seed, epoch) so that a resumed run
+    replays it. An epoch takes ``per_item`` random captions of every item (None: every caption once);
+    ``group`` captions of one item sit side by side in a batch; photos and clips are never mixed. Batches of
+    fewer than 2 captions are dropped (no negatives, and batch norm needs 2)."""
     rng = np.random.default_rng([seed, epoch])
     clip_of_caption = pairs.visual.is_clip[pairs.caption_item]
     batches: list[np.ndarray] = []
     for kind in (False, True):
-        units = _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, rng)
+        units = _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, per_item, rng)
         per_batch = max(1, batch_size // max(1, group))
         n_batches = math.ceil(len(units) / per_batch)
         for part in np.array_split(np.arange(len(units)), n_batches) if n_batches else []:
@@ -304,18 +319,18 @@ def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group:
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, rng: np.random.Generator
-           ) -> list[np.ndarray]:
-    """Shuffled groups of up to ``group`` captions of the same item."""
-    if group <= 1:
+def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item: int | None,
+           rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled groups of up to ``group`` captions of one item, ``per_item`` captions drawn per item."""
+    if group <= 1 and per_item is None:
         return [np.array([c]) for c in rng.permutation(captions)]
     by_item: dict[int, list[int]] = {}
     for c in captions:
         by_item.setdefault(int(caption_item[c]), []).append(int(c))
     units = []
     for item in sorted(by_item):
-        own = rng.permutation(by_item[item])
-        units += [own[i:i + group] for i in range(0, len(own), group)]
+        own = rng.permutation(by_item[item])[:per_item]
+        units += [own[i:i + max(1, group)] for i in range(0, len(own), max(1, group))]
     return [units[i] for i in rng.permutation(len(units))]
 
 
@@ -430,36 +445,23 @@ def train(options: TrainOptions, stop: StopRequest | None = None, source: Featur
 def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: Reporter, stop: StopRequest,
            source: FeatureSource) -> Run:
     out = Path(options.out)
-    saved = ckpt.load_state(out)
-    if saved is not None and not options.resume:
-        raise TrainingError(f"--out: {out} already holds a training run; pass --resume to continue it or "
-                            "choose another folder")
-    resuming = options.resume and saved is not None and saved.resume is not None
-    if resuming:
-        assert saved is not None
-        if saved.method != options.method:
-            raise TrainingError(f"--method: {out} was trained with {saved.method!r}, not {options.method!r}")
-        config = ckpt.load_config(out)
-        if options.overrides:
-            log.warning("--set is ignored when resuming: %s keeps its saved config", out)
-    else:
-        config = resolve_config(options.method, options.overrides, options.preset, options.assets)
-    recipe = RECIPES[options.method]
-    settings = _settings(options, recipe, saved if resuming else None)
+    if world.main and out.is_dir():
+        ckpt.remove_temporaries(out)  # left by a run killed while writing
+    saved = _resumable(options, out)
+    config = ckpt.load_config(out) if saved else resolve_config(options.method, options.overrides,
+                                                                  options.preset, options.assets)
+    settings = _settings(options, RECIPES[options.method], saved)
+    recipe = dataclasses.replace(RECIPES[options.method], schedule=settings["schedule"])
     torch.manual_seed(settings["seed"])
-    data = _load_data(options, config, settings, world, source, stop)
-    if config.method == "instance" and not resuming:
+    data = _load_data(options, config, world, source, stop)
+    if config.method == "instance" and not saved:
         config = dataclasses.replace(config, num_classes=data.train.n_items)  # type: ignore[call-arg]
     model = build_model(config).to(device)
     optimizer = make_optimizer(recipe, list(model.parameters()), settings["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     state = ckpt.TrainerState(method=config.method, options=_jsonable(settings, options))
-    if resuming:
-        state, training = ckpt.load_checkpoint(out, model)
-        optimizer.load_state_dict(training["optimizer"])
-        scaler.load_state_dict(training["scaler"])
-        torch.set_rng_state(training["torch_rng"])
-        state.finished = False
+    if saved:
+        state = _restore(out, model, optimizer, scaler, settings)
         reporter.emit({"event": "resumed", "epoch": state.epoch, "step": state.step})
     elif world.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -473,11 +475,47 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
                scaler, data, state, device, world, reporter, stop, val_subset)
 
 
+def _resumable(options: TrainOptions, out: Path) -> ckpt.TrainerState | None:
+    """The saved state ``--resume`` continues from (None: start afresh); refuses to overwrite a run."""
+    saved = ckpt.load_state(out)
+    if saved is None:
+        return None
+    if not options.resume:
+        raise TrainingError(f"--out: {out} already holds a training run; pass --resume to continue it or "
+                            "choose another folder")
+    if saved.method != options.method:
+        raise TrainingError(f"--method: {out} was trained with {saved.method!r}, not {options.method!r}")
+    if saved.resume is None:
+        return None
+    if options.overrides:
+        log.warning("--set is ignored when resuming: %s keeps its saved config", out)
+    return saved
+
+
+def _restore(out: Path, model: RetrievalModel, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+             settings: dict[str, Any]) -> ckpt.TrainerState:
+    """Load the checkpoint: weights, optimizer, gradient scaler, RNG; the epoch budget may have changed."""
+    state, training = ckpt.load_checkpoint(out, model)
+    optimizer.load_state_dict(training["optimizer"])
+    scaler.load_state_dict(training["scaler"])
+    torch.set_rng_state(training["torch_rng"])
+    state.finished = False
+    state.options = {**state.options, "epochs": settings["epochs"]}
+    return state
+
+
 def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | None) -> dict[str, Any]:
     """Resolved hyper-parameters; a resumed run keeps its saved ones (only the epoch budget may change)."""
-    fresh = {"lr": options.lr or recipe.lr, "batch_size": options.batch_size or recipe.batch_size,
-             "epochs": options.epochs or recipe.epochs, "patience": options.patience or recipe.patience,
-             "seed": options.seed, "group": recipe.group, "val_items": options.val_items or recipe.val_items}
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    fresh = {"lr": pick(options.lr, recipe.lr), "batch_size": pick(options.batch_size, recipe.batch_size),
+             "epochs": pick(options.epochs, recipe.epochs), "patience": pick(options.patience, recipe.patience),
+             "seed": options.seed, "group": recipe.group, "per_item": _per_item(options, recipe),
+             "val_items": pick(options.val_items, recipe.val_items),
+             "schedule": pick(options.schedule, recipe.schedule)}
+    if fresh["schedule"] not in SCHEDULES:
+        raise TrainingError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {fresh['schedule']!r}")
     for name in ("lr", "batch_size", "epochs", "patience", "val_items"):
         if fresh[name] <= 0:
             raise TrainingError(f"--{name.replace('_', '-')}: must be positive, got {fresh[name]}")
@@ -486,8 +524,16 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
     if saved is None:
         return fresh
     kept = {k: saved.options.get(k, v) for k, v in fresh.items()}
-    kept["epochs"] = options.epochs or kept["epochs"]
+    kept["epochs"] = pick(options.epochs, kept["epochs"])
     return kept
+
+
+def _per_item(options: TrainOptions, recipe: Recipe) -> int | None:
+    if options.epoch_captions is None:
+        return recipe.per_item
+    if options.epoch_captions < 0:
+        raise TrainingError(f"--epoch-captions: must be 0 (all) or more, got {options.epoch_captions}")
+    return options.epoch_captions or None
 
 
 def _jsonable(settings: dict[str, Any], options: TrainOptions) -> dict[str, Any]:
@@ -497,8 +543,8 @@ def _jsonable(settings: dict[str, Any], options: TrainOptions) -> dict[str, Any]
             "preset": options.preset, "pseudo_pairs": options.pseudo_pairs}
 
 
-def _load_data(options: TrainOptions, config: MethodConfig, settings: dict[str, Any], world: Dist,
-               source: FeatureSource, stop: StopRequest) -> TrainingData:
+def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source: FeatureSource,
+               stop: StopRequest) -> TrainingData:
     """Rank 0 loads first (it may have to compute features); the other ranks then read the caches."""
     probe = build_model(dataclasses.replace(config, num_classes=1) if config.method == "instance" else config)
     needs = FeatureNeeds.of(probe)
@@ -539,13 +585,13 @@ def _loop(run: Run) -> None:
     timer = _Eta()
     while state.epoch < epochs and not state.stopped_early:
         batches = epoch_batches(run.data.train, state.epoch, settings["seed"], settings["batch_size"],
-                                settings["group"])
+                                settings["group"], settings["per_item"])
         mine = _shard(batches, run.dist)
         lr = learning_rate(run.recipe, settings["lr"], state.epoch, epochs, state)
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         sums: dict[str, float] = {}
-        done_here = 0
+        done_here, started = 0, time.monotonic()
         run.model.train()
         for index, rows in enumerate(mine):
             if index < state.step:
@@ -566,7 +612,8 @@ def _loop(run: Run) -> None:
             if _should_stop(run):
                 _checkpoint(run)
                 raise Interrupted(run.stop.signum or signal.SIGTERM)
-        _end_epoch(run, {k: v / max(1, done_here) for k, v in sums.items()}, lr, timer)
+        _end_epoch(run, {k: v / max(1, done_here) for k, v in sums.items()}, lr, timer,
+                   time.monotonic() - started)
 
 
 def _shard(batches: list[np.ndarray], world: Dist) -> list[np.ndarray]:
@@ -606,7 +653,7 @@ def _should_stop(run: Run) -> bool:
     return bool(flag.item())
 
 
-def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta) -> None:
+def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train_s: float) -> None:
     """Validate (rank 0), keep the best weights, update the schedule, checkpoint, report."""
     state = run.state
     started = time.monotonic()
@@ -616,7 +663,8 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta) -> No
         state.epoch += 1
         state.step = 0
         best = update_after_validation(run.recipe, state, report["rsum"], run.settings["patience"])
-        state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best})
+        state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best,
+                              "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2)})
         if best:
             ckpt.save_weights(Path(run.options.out) / ckpt.WEIGHTS_FILE, run.model)
         _checkpoint(run)

@@ -25,7 +25,8 @@ def iter_media_files(roots: Iterable[Path], on_error: ErrorCallback | None = Non
     and every folder is entered at most once (tracked by device and inode), so a link back up the tree,
     two links to one folder or overlapping roots never loop or repeat. Problems (a missing root, an
     unreadable folder or file, a broken link) are passed to ``on_error(path, reason)`` (logged when it
-    is None) and the walk goes on. Files that are readable but not media are skipped silently.
+    is None) and the walk goes on. Files that are not media by content are skipped silently unless their
+    name claims a media format (``MEDIA_SUFFIXES``): those are listed, so indexing reports them as broken.
     """
     report = on_error or _log_problem
     roots = [Path(root) for root in roots]
@@ -104,7 +105,16 @@ def _sorted_entries(folder: Path, report: ErrorCallback) -> list[os.DirEntry[str
         return []
 
 
+# A file with one of these names claims to be media: when its content is not, indexing records it as a failure
+# with the reason ("not a media file") instead of skipping it silently, so the user learns of the broken file.
+MEDIA_SUFFIXES = frozenset(
+    ".jpg .jpeg .jpe .png .apng .gif .webp .bmp .tif .tiff .mp4 .m4v .mov .webm .mkv .avi".split()
+)
+
+
 def _is_media(path: Path, report: ErrorCallback) -> bool:
+    if path.suffix.lower() in MEDIA_SUFFIXES:
+        return True
     try:
         return sniff_format(path) is not None
     except MediaError as error:

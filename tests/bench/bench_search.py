@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,14 @@ from engine.vectorindex import AnnParams, MultiVectorIndex  # noqa: E402
 SENTENCES = ["a dog catching a frisbee on the beach", "two children laughing in the snow",
              "a red car parked under a tree", "people dancing at a wedding", "a cat sleeping on a laptop",
              "fireworks over the city at night", "a man surfing a big wave", "birthday cake with candles"]
-COMPARE = {
-    "ivf-flat": AnnParams(kind="ivf-flat"),
-    "ivf-pq": AnnParams(kind="ivf-pq", pq_m=32, pq_bits=8),
-    "hnsw": AnnParams(kind="hnsw", hnsw_m=32, ef_construction=80, ef_search=128),
+_NPROBES = [{"nprobe": n} for n in (8, 16, 32, 64)]
+_EFS = [{"ef_search": e} for e in (64, 128, 256)]  # below the fetched k, faiss searches with ef = k
+COMPARE = {  # the index, then the search settings measured on it
+    "ivf-flat": (AnnParams(kind="ivf-flat"), _NPROBES),
+    "ivf-sq8": (AnnParams(kind="ivf-sq8"), _NPROBES),
+    "ivf-pq": (AnnParams(kind="ivf-pq", pq_m=32, pq_bits=8, oversample=8), _NPROBES),
+    "hnsw": (AnnParams(kind="hnsw", hnsw_m=32, ef_construction=80), _EFS),
+    "hnsw-sq8": (AnnParams(kind="hnsw-sq8", hnsw_m=32, ef_construction=80), _EFS),
 }
 
 
@@ -55,11 +59,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=3)
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--clusters", type=int, default=5_000)
+    parser.add_argument("--shape", choices=("subspace", "isotropic"), default="subspace",
+                        help="how items spread inside a cluster (see Mixture)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--top", type=int, default=10)
     parser.add_argument("--nprobe", type=int, default=AnnParams().nprobe)
     parser.add_argument("--oversample", type=int, default=AnnParams().oversample)
     parser.add_argument("--batch", type=int, default=100_000, help="items per add() call (like an indexer)")
+    parser.add_argument("--kinds", default="", help="with --compare: comma-separated subset of the indexes")
     parser.add_argument("--compare", action="store_true", help="measure IVF-Flat, IVF-PQ and HNSW")
     parser.add_argument("--no-encoders", action="store_true", help="skip the query-encoder timings")
     parser.add_argument("--seed", type=int, default=0)
@@ -76,24 +83,40 @@ def unit(x: np.ndarray) -> np.ndarray:
 class Mixture:
     """Gaussian clusters on the sphere; ``draw`` gives (n, K, D) unit vectors of items or queries.
 
-    Item noise 1.2 and head noise 0.6 (relative to the unit centre, spread over all dimensions) put an item
-    at cosine ~0.64 from its centre and a head at ~0.86 from its item.
+    ``shape='isotropic'``: an item is its centre plus noise of norm 1.2 spread over all D dimensions (cosine
+    ~0.64 to the centre); all members of a cluster are then about equally far from each other, the hardest
+    case for any approximate index (local intrinsic dimension = D). ``shape='subspace'``: the item varies
+    along a ``rank``-dimensional subspace of its cluster (norm 1.2, sub-topics) plus isotropic noise of norm
+    0.3, the low local intrinsic dimension learned embeddings show (Ansuini et al., NeurIPS 2019, measure
+    10-20 in the last layers of image networks). Either way each of the K heads is the item plus isotropic
+    noise of norm 0.6 (cosine ~0.86 to the item).
     """
 
-    def __init__(self, clusters: int, heads: int, dim: int, seed: int) -> None:
+    def __init__(self, clusters: int, heads: int, dim: int, seed: int, shape: str = "isotropic",
+                 rank: int = 16) -> None:
         rng = np.random.default_rng(seed)
-        self.heads, self.dim = heads, dim
+        self.heads, self.dim, self.shape, self.rank = heads, dim, shape, rank
         self.centres = unit(rng.standard_normal((clusters, dim))).astype(np.float32)
         weights = 1.0 / np.arange(1, clusters + 1) ** 0.7  # Zipf-like topic sizes
         self.weights = weights / weights.sum()
+        self.bases = None
+        if shape == "subspace":  # (clusters, rank, D) orthonormal rows: each topic's sub-topic directions
+            self.bases = np.linalg.qr(rng.standard_normal((clusters, dim, rank)).astype(np.float32))[0]
+            self.bases = np.ascontiguousarray(self.bases.transpose(0, 2, 1))
 
     def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        centre = self.centres[rng.choice(len(self.centres), size=n, p=self.weights)]
-        item = unit(centre + 1.2 * unit(rng.standard_normal((n, self.dim), dtype=np.float32)))
+        labels = rng.choice(len(self.centres), size=n, p=self.weights)
+        iso = unit(rng.standard_normal((n, self.dim), dtype=np.float32))
+        if self.bases is None:
+            item = unit(self.centres[labels] + 1.2 * iso)
+        else:
+            coeffs = unit(rng.standard_normal((n, self.rank), dtype=np.float32))
+            along = np.einsum("nr,nrd->nd", coeffs, self.bases[labels])
+            item = unit(self.centres[labels] + 1.2 * along + 0.3 * iso)
         noise = unit(rng.standard_normal((n, self.heads, self.dim), dtype=np.float32))
         return unit(item[:, None, :] + 0.6 * noise).astype(np.float32)
 
-    def library(self, n: int, seed: int, chunk: int = 100_000) -> np.ndarray:
+    def library(self, n: int, seed: int, chunk: int = 16_384) -> np.ndarray:
         out = np.empty((n, self.heads, self.dim), np.float32)
         for start in range(0, n, chunk):
             out[start:start + chunk] = self.draw(min(chunk, n - start), np.random.default_rng([seed, start]))
@@ -161,25 +184,37 @@ def bench_brute_force(vectors: np.ndarray, queries: np.ndarray, top: int) -> dic
             "queries": count}
 
 
-def bench_index(name: str, params: AnnParams, ids: np.ndarray, vectors: np.ndarray, queries: np.ndarray,
-                truth_rows: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+def timed_searches(index: MultiVectorIndex, queries: np.ndarray, top: int
+                   ) -> tuple[list[float], list[np.ndarray]]:
+    """Milliseconds and found ids of one search per query (after a warm-up)."""
+    found: list[np.ndarray] = []
+    ms = latencies(lambda i: found.append(index.search(queries[i % len(queries)], top)[0]), len(queries))
+    return ms, found[-len(queries):]
+
+
+def bench_index(name: str, params: AnnParams, settings: list[dict[str, Any]], ids: np.ndarray,
+                vectors: np.ndarray, queries: np.ndarray, truth_rows: np.ndarray, args: argparse.Namespace
+                ) -> list[dict[str, Any]]:
+    """Build one index (adding ``args.batch`` items at a time, as an indexer does), then measure latency
+    and recall for each of ``settings`` (search-time overrides of ``params``, e.g. nprobe)."""
     before = memory_mb()["rss_mb"]
     index = MultiVectorIndex(vectors.shape[2], vectors.shape[1], model_id="bench", params=params)
     started = time.perf_counter()
     for start in range(0, len(ids), args.batch):
         index.add(ids[start:start + args.batch], vectors[start:start + args.batch])
-    incremental = time.perf_counter() - started
-    started = time.perf_counter()
-    index.rebuild()  # what a final build from scratch costs at this size
-    rebuild = time.perf_counter() - started
-    found: list[np.ndarray] = []
-    ms = latencies(lambda i: found.append(index.search(queries[i % len(queries)], args.top)[0]), len(queries))
-    row = {"index": name, "params": asdict(params), "state": index.describe(), **summary(ms),
-           "recall_at_10": round(recall(found[-len(queries):], ids[truth_rows]), 4),
-           "build_s": round(rebuild, 1), "incremental_add_s": round(incremental, 1),
-           "index_rss_mb": round(memory_mb()["rss_mb"] - before, 1), **memory_mb()}
-    print(json.dumps(row), flush=True)
-    return row
+    build = time.perf_counter() - started
+    grown = round(memory_mb()["rss_mb"] - before, 1)
+    rows = []
+    for setting in settings:
+        index.params = replace(params, **setting)
+        ms, found = timed_searches(index, queries, args.top)
+        label = ", ".join(f"{k}={v}" for k, v in setting.items())
+        row = {"index": f"{name} {label}".strip(), "params": asdict(index.params), "state": index.describe(),
+               **summary(ms), "recall_at_10": round(recall(found, ids[truth_rows]), 4),
+               "build_s": round(build, 1), "index_rss_mb": grown, **memory_mb()}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
 
 
 def bench_encoders(args: argparse.Namespace) -> dict[str, Any]:
@@ -259,7 +294,7 @@ def end_to_end(results: dict[str, Any]) -> dict[str, float] | None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load_start = os.getloadavg()  # other work on the machine skews latencies: record it
-    mixture = Mixture(args.clusters, args.heads, args.dim, args.seed)
+    mixture = Mixture(args.clusters, args.heads, args.dim, args.seed, args.shape)
     started = time.perf_counter()
     vectors = mixture.library(args.items, args.seed)
     queries = mixture.draw(args.queries, np.random.default_rng([args.seed, 1, 0]))  # not a chunk's seed
@@ -270,9 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     reference_s = time.perf_counter() - started
     rows = [bench_brute_force(vectors, queries, args.top)]
     print(json.dumps(rows[0]), flush=True)
-    chosen = {"default": AnnParams(nprobe=args.nprobe, oversample=args.oversample)}
-    for name, params in (COMPARE if args.compare else chosen).items():
-        rows.append(bench_index(name, params, ids, vectors, queries, truth_rows, args))
+    chosen = {"default": (AnnParams(), [{"nprobe": args.nprobe, "oversample": args.oversample}])}
+    compare = {k: v for k, v in COMPARE.items() if not args.kinds or k in args.kinds.split(",")}
+    for name, (params, settings) in (compare if args.compare else chosen).items():
+        rows += bench_index(name, params, settings, ids, vectors, queries, truth_rows, args)
     results: dict[str, Any] = {
         "setup": {**{k: v for k, v in vars(args).items() if k != "out"}, "cpus": os.cpu_count(),
                   "machine": platform.processor() or platform.machine(), "python": platform.python_version(),

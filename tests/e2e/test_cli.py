@@ -38,7 +38,8 @@ def test_index_then_search_json(media, polyseek_home, assets_dir):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["counts"]["image"] == 2 and report["counts"]["animation"] == 1
-    assert report["failures"] == []  # fake.jpg is not media by content: skipped silently
+    failures = {Path(f["path"]).name: f["error"] for f in report["failures"]}
+    assert failures == {"fake.jpg": "not a media file"}  # named like a photo, is not one: reported
     found = polyseek("search", "a cup of coffee", "--top", "2", "--json", home=polyseek_home, assets=assets_dir)
     assert found.returncode == 0, found.stderr
     hits = json.loads(found.stdout)
