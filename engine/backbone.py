@@ -1,7 +1,8 @@
 """The pretrained image backbone (EfficientNet-Lite0 on ONNX Runtime).
 
-Outputs per image (see ``trainer.prepare``): 49 local features (7x7 grid, row-major, 1280-d), their mean,
-ImageNet logits, and the logits of each region. Images go in as uint8 RGB (N, 224, 224, 3).
+Outputs per image (see ``trainer.prepare``): 49 local features (7x7 grid, row-major, 1280-d), their mean, the
+ImageNet softmax, and the regional semantics reduced in the graph (per class its best region and probability, per
+region its top-3 classes). Images go in as uint8 RGB (N, 224, 224, 3).
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ def require_assets(root: Path | None = None) -> Path:
 class BackboneOutput:
     local: np.ndarray  # (N, 49, 1280) float32
     pooled: np.ndarray  # (N, 1280)
-    logits: np.ndarray  # (N, 1000)
-    region_logits: np.ndarray  # (N, 49, 1000)
+    probs: np.ndarray  # (N, 1000) ImageNet softmax of the whole image
+    region_max: np.ndarray  # (N, 1000) each class's best probability over the 49 regions
+    region_best: np.ndarray  # (N, 1000) int64, the region holding it
+    region_top_ids: np.ndarray  # (N, 49, 3) int64, each region's most probable classes
+    region_top_probs: np.ndarray  # (N, 49, 3)
 
 
 class Backbone:
@@ -50,8 +54,7 @@ class Backbone:
         if images.ndim != 4 or images.shape[1:] != (self.image_size, self.image_size, 3):
             raise ValueError(f"expected (N, {self.image_size}, {self.image_size}, 3) images, got {images.shape}")
         x = np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32)
-        local, pooled, logits, region = self._session.run(None, {"images": x})
-        return BackboneOutput(local, pooled, logits, region)
+        return BackboneOutput(*self._session.run(None, {"images": x}))
 
 
 def class_names(root: Path | None = None) -> list[str]:

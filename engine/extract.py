@@ -18,14 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from engine.backbone import Backbone, class_names
-from engine.featurestore import FeatureRecord, top_k_classes
+from engine.featurestore import FeatureRecord
 from engine.media import FRAMES_PER_ITEM, MediaError, MediaInfo, decode_frames, decode_image, probe
 from engine.regional import Semantics, regional_semantics
 from engine.types import MediaKind
 
 log = logging.getLogger(__name__)
-
-REGION_TOP_K = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +109,10 @@ class FeatureExtractor:
         return [results[id(d)] if isinstance(d, Decoded) else d for d in decoded]
 
     def _finish(self, d: Decoded, out, rows: slice) -> Extracted:
-        region_probs = _softmax(out.region_logits[rows])  # (F, 49, C)
-        semantics = regional_semantics(out.logits[rows], region_probs, d.frames, self.names)
-        region_ids, region_top = top_k_classes(region_probs.reshape(-1, region_probs.shape[-1]), REGION_TOP_K)
+        semantics = regional_semantics(out.probs[rows], out.region_max[rows], out.region_best[rows], d.frames,
+                                       self.names)
+        region_ids = out.region_top_ids[rows].reshape(-1, out.region_top_ids.shape[-1]).astype(np.int16)
+        region_top = out.region_top_probs[rows].reshape(-1, out.region_top_probs.shape[-1]).astype(np.float16)
         record = FeatureRecord(
             global_=out.pooled[rows].mean(axis=0),
             local=out.local[rows][0] if d.info.kind is MediaKind.IMAGE else None,
@@ -125,8 +124,3 @@ class FeatureExtractor:
         )
         return Extracted(d.path, d.info, record, semantics)
 
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float32) - x.max(axis=-1, keepdims=True)
-    e = np.exp(x)
-    return e / e.sum(axis=-1, keepdims=True)

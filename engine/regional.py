@@ -117,33 +117,32 @@ class Semantics:
     class_probs: np.ndarray  # (TOP_CLASSES,) float32, renormalised to sum 1
 
 
-def regional_semantics(logits: np.ndarray, region_probs: np.ndarray, images: np.ndarray,
+def regional_semantics(probs: np.ndarray, region_max: np.ndarray, region_best: np.ndarray, images: np.ndarray,
                        names: list[str]) -> Semantics:
-    """Regional semantics of one item from its backbone outputs.
+    """Regional semantics of one item from its backbone outputs over F frames (F = 1 for a photo).
 
-    ``logits`` is (F, 1000) and ``region_probs`` (F, 49, 1000) the softmax of the region logits over F frames
-    (F = 1 for a photo); ``images`` are the F decoded frames (F, S, S, 3) the colours are read from. Over frames,
-    a class keeps its best region.
+    ``probs`` (F, C) is the whole-frame softmax, ``region_max`` (F, C) each class's best region probability and
+    ``region_best`` (F, C) that region's index; ``images`` are the F decoded frames (F, S, S, 3) the colours are
+    read from. Over frames, a class keeps its best region.
     """
-    image_probs = _softmax(logits.astype(np.float32)).mean(axis=0)
-    flat = region_probs.reshape(-1, region_probs.shape[-1])  # (F*49, C)
-    best_region = flat.argmax(axis=0)
-    region_max = flat.max(axis=0)
-    dist = IMAGE_WEIGHT * image_probs + (1 - IMAGE_WEIGHT) * region_max / region_max.sum()
+    image_probs = probs.astype(np.float32).mean(axis=0)
+    best_frame = region_max.argmax(axis=0)  # (C,)
+    best_max = region_max.max(axis=0).astype(np.float32)
+    dist = IMAGE_WEIGHT * image_probs + (1 - IMAGE_WEIGHT) * best_max / best_max.sum()
     top = np.argsort(-dist)[:TOP_CLASSES]
-    probs = dist[top] / dist[top].sum()
+    top_probs = dist[top] / dist[top].sum()
     colours = [region_colours(frame) for frame in images]
     basic = basic_names(names)
     phrases: list[str] = []
     for c in top:
         if len(phrases) == PHRASES:
             break
-        frame, region = divmod(int(best_region[c]), region_probs.shape[1])
+        frame = int(best_frame[c])
         noun = f"{basic[c]} ({names[c]})" if basic[c] else names[c]
-        phrase = f"{colours[frame][region]} {noun}"
+        phrase = f"{colours[frame][int(region_best[frame, c])]} {noun}"
         if phrase not in phrases:
             phrases.append(phrase)
-    return Semantics(", ".join(phrases), top.astype(np.int16), probs.astype(np.float32))
+    return Semantics(", ".join(phrases), top.astype(np.int16), top_probs.astype(np.float32))
 
 
 def content_words(text: str) -> list[str]:

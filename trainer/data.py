@@ -38,7 +38,7 @@ from engine.captionfolder import CaptionFolder, Item, load_caption_folder
 from engine.catalog import content_hash
 from engine.featurestore import FeatureStore
 from engine.progress import Progress
-from trainer.methods import ImageInput, MethodConfig, RetrievalModel, TextInput, VideoInput
+from trainer.methods import ImageInput, RetrievalModel, TextInput, VideoInput
 from trainer.sparse import SparseConfig, sparse_split_folder
 
 log = logging.getLogger(__name__)
@@ -543,10 +543,3 @@ def load_training_data(root: Path, train_split: str, val_split: str, sparse: Spa
         pseudo = PairSet([item.file for item in items], visual, texts, np.arange(len(items), dtype=np.int64),
                          source.text(texts, needs))
     return TrainingData(train, val, pseudo)
-
-
-def check_config_dims(config: MethodConfig, dims: dict[str, int]) -> None:
-    """Raise :class:`DataError` when a config's feature sizes differ from the cached features'."""
-    for name, value in dims.items():
-        if getattr(config, name) != value:
-            raise DataError(f"{name}: the model expects {getattr(config, name)}, the features have {value}")

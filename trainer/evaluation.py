@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -366,7 +367,7 @@ def _reranked(first: np.ndarray, top_n: int, score: Callable[[np.ndarray, np.nda
     return out
 
 
-def nan_to_none(value):
+def nan_to_none(value: Any) -> Any:
     """JSON has no NaN: a Spearman correlation of a constant curve becomes null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

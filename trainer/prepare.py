@@ -4,9 +4,12 @@
 the installed PyPI packages named in PRODUCT.md, never from a hub, and writes into ``engine.paths.assets_dir()``:
 
 ``backbone/efficientnet_lite0.onnx``
-    EfficientNet-Lite0 (ImageNet) with four outputs per 224x224 image: ``local`` (B, 49, 1280) — the 7x7 grid of
-    the last feature map, row-major; ``pooled`` (B, 1280) — their mean; ``logits`` (B, 1000); ``region_logits``
-    (B, 49, 1000) — the ImageNet classifier applied to each local feature (regional semantics, A3VSE §3.2).
+    EfficientNet-Lite0 (ImageNet). Per 224x224 image: ``local`` (B, 49, 1280) — the 7x7 grid of the last feature
+    map, row-major; ``pooled`` (B, 1280) — their mean; ``probs`` (B, 1000) — the ImageNet softmax; and the
+    regional semantics of A3VSE §3.2, from the classifier applied to each local feature: ``region_max`` (B, 1000)
+    — each class's best probability over the 49 regions, ``region_best`` (B, 1000) — which region that is,
+    ``region_top_ids`` / ``region_top_probs`` (B, 49, 3) — each region's three most probable classes. Reducing the
+    49 x 1000 region probabilities inside the graph keeps that work on ONNX Runtime's threads.
 ``minilm/model.onnx``, ``minilm/tokenizer.json``
     all-MiniLM-L6-v2 with outputs ``token_embeddings`` (B, L, 384) and ``sentence_embedding`` (B, 384), the
     package's mean pooling followed by L2 normalisation, computed inside the graph.
@@ -35,13 +38,15 @@ from engine.paths import assets_dir
 
 log = logging.getLogger(__name__)
 
-ASSETS_VERSION = 2
+ASSETS_VERSION = 3
 BACKBONE_ID = "efficientnet-lite0"
 IMAGE_SIZE = 224
 # EfficientNet-Lite was trained on inputs scaled as (x - 127) / 128 (the TF-Lite recipe); measured on the
 # scikit-image sample photos this gives the most confident correct top-1 of the two usual choices.
 PIXEL_MEAN = 127.0
 PIXEL_STD = 128.0
+REGION_TOP_K = 3
+BACKBONE_OUTPUTS = ("local", "pooled", "probs", "region_max", "region_best", "region_top_ids", "region_top_probs")
 
 
 class _BackboneWithRegions(nn.Module):
@@ -56,9 +61,11 @@ class _BackboneWithRegions(nn.Module):
         fmap = self.net.extract_features(x)  # (B, 1280, 7, 7)
         local = fmap.flatten(2).transpose(1, 2)  # (B, 49, 1280)
         pooled = local.mean(dim=1)
-        logits = self.net._fc(pooled)
-        region_logits = self.net._fc(local)
-        return local, pooled, logits, region_logits
+        probs = self.net._fc(pooled).softmax(dim=-1)
+        region_probs = self.net._fc(local).softmax(dim=-1)  # (B, 49, 1000)
+        region_max, region_best = region_probs.max(dim=1)
+        top_probs, top_ids = region_probs.topk(REGION_TOP_K, dim=-1)
+        return local, pooled, probs, region_max, region_best, top_ids, top_probs
 
 
 def load_efficientnet_lite0() -> nn.Module:
@@ -95,8 +102,8 @@ def _export_backbone(dest: Path) -> None:
         (dummy,),
         str(dest / "efficientnet_lite0.onnx"),
         input_names=["images"],
-        output_names=["local", "pooled", "logits", "region_logits"],
-        dynamic_axes={n: {0: "batch"} for n in ("images", "local", "pooled", "logits", "region_logits")},
+        output_names=list(BACKBONE_OUTPUTS),
+        dynamic_axes={n: {0: "batch"} for n in ("images", *BACKBONE_OUTPUTS)},
         opset_version=17,
         dynamo=False,
     )
