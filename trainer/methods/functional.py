@@ -27,9 +27,14 @@ def best_head_pair(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def squared_distances(a: Tensor, b: Tensor) -> Tensor:
-    """(..., N, M) squared Euclidean distances between rows of ``a`` (..., N, D) and ``b`` (..., M, D)."""
-    diff = a.unsqueeze(-2) - b.unsqueeze(-3)
-    return (diff * diff).sum(-1)
+    """(..., N, M) squared Euclidean distances between rows of ``a`` (..., N, D) and ``b`` (..., M, D).
+
+    Expanded as ``|a|^2 + |b|^2 - 2 a.b`` (one matrix product) rather than through the (..., N, M, D) difference
+    tensor, which made a paper-size PCME step (B x B x J x J x D) take tens of seconds on a CPU; clamped at 0
+    against rounding.
+    """
+    sq = (a * a).sum(-1).unsqueeze(-1) + (b * b).sum(-1).unsqueeze(-2) - 2.0 * (a @ b.transpose(-1, -2))
+    return sq.clamp_min(0.0)
 
 
 def euclidean_distances(a: Tensor, b: Tensor, eps: float = 1e-12) -> Tensor:
