@@ -10,39 +10,55 @@ the Kq x K cosine pairs ("Inference", §3.4). :func:`kxk_scores` is that rule in
   candidates are rescored exactly (K x K, stored float32 vectors), so the scores and head pairs returned are
   always exact; only the candidate set is approximate.
 
-Which approximate index: measured by ``tests/bench/bench_search.py --compare`` on this 2-core box
-(faiss 1.15, 2 OpenMP threads), 200,000 items x K=3 x D=256 from 5,000 gaussian clusters on the sphere
-with per-head perturbations, 200 queries drawn from the same mixture, top 10, every row with exact
-K x K rescoring of the candidates (oversample 4); recall@10 against exact search:
+Which approximate index: measured with ``tests/bench/bench_search.py --compare --items 200000`` on this
+2-core box (faiss 1.15; other jobs kept the load average at 4-7, so latencies are pessimistic): 200,000
+items x K=3 x D=256 from 5,000 Zipf-sized gaussian clusters on the sphere, items spread along a
+16-dimensional subspace of their cluster (``--shape subspace``), heads perturbed isotropically; 200
+queries from the same mixture, top 10, candidates rescored exactly (oversample 4, IVF-PQ 8); recall@10
+against exact K x K search. Memory is faiss's per vector (1M items = 3M vectors), on top of the 1 KB of
+stored float32 vectors every kind keeps for the rescoring:
 
-=========================  ==========  =========  ========  ==========  ==============
-index                      build (s)   p50 (ms)   p95 (ms)  recall@10   extra RAM (MB)
-=========================  ==========  =========  ========  ==========  ==============
-exact (numpy, reference)   0           27.5       33.2      1.000       0
-IVF-Flat  nlist=2048/16    10.1        1.5        1.8       0.996       620
-IVF-PQ    nlist=2048/16,   40.5        1.3        1.6       0.960       45
-          m=32 x 8 bit
-HNSW      M=32, ef=128     191.7       1.9        2.3       0.999       690
-=========================  ==========  =========  ========  ==========  ==============
+===========================  =========  ========  ========  =========  ============
+index (search setting)       build (s)  p50 (ms)  p95 (ms)  recall@10  bytes/vector
+===========================  =========  ========  ========  =========  ============
+exact, numpy (reference)     0          180.6     196.6     1.000      0
+IVF-Flat 1024 lists (16)     11.7       1.9       2.4       0.796      1032
+IVF-Flat (nprobe 64)                    6.6       11.2      0.932
+IVF-SQ8 1024 lists (16)      10.1       1.4       1.7       0.796      264
+IVF-SQ8 (nprobe 64)                     4.1       6.4       0.932
+IVF-PQ 1024 lists, m=32 (16) 33.1       1.5       5.7       0.793      40
+IVF-PQ (nprobe 64)                      3.2       7.6       0.923
+HNSW M=32 (ef 128)           379.5      1.9       3.2       0.985      ~1290
+HNSW-SQ8 M=32 (ef 128)       337.1      2.2       6.9       0.986      ~520
+HNSW-SQ8 (ef 256)                       4.7       9.6       0.991
+===========================  =========  ========  ========  =========  ============
 
-(nprobe 16 of 2048 lists; IVF-PQ codes are 32 bytes a vector instead of 1 KB). HNSW has the best recall
-but builds 20x slower than IVF-Flat, cannot delete (tombstones only) and costs the most memory; IVF-PQ
-saves memory but loses recall to code noise that the rescoring cannot repair (a missed candidate stays
-missed). **IVF-Flat** is the default: near-exact recall, fast incremental add and real deletion
-(``remove_ids``), and its extra copy of the vectors is affordable. At 1,000,000 items it meets the product
-target (p95 < 50 ms, recall@10 >= 0.95): see ``bench-results/search.md``.
+The IVF kinds lose recall to the probed lists, not to their codes (Flat and SQ8 recall the same): a
+query's true top 10 spread over many lists, and scanning 6 % of the data still misses 7 %. With isotropic
+clusters (``--shape isotropic``, the hardest case) IVF-Flat at nprobe 16 recalled 0.79, IVF-PQ 0.75 and
+HNSW 0.99. **HNSW over 8-bit codes** is therefore the default: HNSW's recall at a fraction of its memory.
+Its costs: a graph build about 30x slower than IVF's (about 0.5 ms per vector on two cores; new items are
+inserted in short chunks while searches go on, see below) and no real deletion (tombstones, rebuilt when
+a quarter is dead). IVF-SQ8 (``AnnParams(kind="ivf-sq8", nprobe=64)``) is the choice when build time
+matters more than the last points of recall. At 1,000,000 items the default meets the product target
+(p95 < 50 ms, recall@10 >= 0.95): see ``bench-results/search.md`` (``bench_search.py``).
 
-Lifecycle. Adding past ``exact_limit`` items builds the approximate index (k-means training on a sample);
-when the library grows ``rebuild_growth`` times past the size it was trained for, it is retrained with a
-larger ``nlist``; when it shrinks below half of ``exact_limit`` it goes back to exact search. Removal
-deletes from IVF lists directly; HNSW keeps tombstones and is rebuilt once a quarter of it is dead.
-Approximate labels are ``slot * K + head`` where ``slot`` is a per-item number that never changes, so
-compacting the stored arrays never touches the faiss index.
+Every search runs on one thread: faiss with one OpenMP thread in the searching thread (libgomp keeps the
+setting per thread; builds use :data:`BUILD_THREADS`) and ``np.einsum`` instead of BLAS for the scoring.
+With the two cores busy, two OpenMP or OpenBLAS threads made a query 10x slower (12 ms instead of 1.5 ms),
+and one query is too small to gain from a second core anyway.
 
-Threads: any number of searches may run while one writer adds or removes. Searches and the short
-mutations share one lock; the long parts of a write (growing the arrays, training a new faiss index)
-run outside it, under a separate writer lock, and are swapped in under the shared lock. faiss uses at
-most :data:`FAISS_THREADS` OpenMP threads.
+Lifecycle. Adding past ``exact_limit`` items builds the approximate index; when the library grows
+``rebuild_growth`` times past the size an IVF index was trained for, it is retrained with a larger
+``nlist``; when it shrinks below half of ``exact_limit`` it goes back to exact search. Removal deletes
+from IVF lists directly; HNSW keeps tombstones and is rebuilt once a quarter of it is dead. Labels are
+``slot * K + head`` where ``slot`` is a per-item number that never changes, so compacting the stored
+arrays never touches the faiss index.
+
+Threads: any number of searches may run while one writer adds or removes. Searches and short mutations
+share one lock; the long parts of a write (growing the arrays, training a new faiss index, assigning IVF
+lists) run outside it under a separate writer lock. New items reach the faiss index in chunks
+(:data:`_HNSW_ADD_ITEMS` per lock hold for HNSW); until then searches score them exactly.
 
 Files (:meth:`MultiVectorIndex.save`): ``index.json`` (format version, model id, dims, parameters, which
 data folder is current) plus a data folder with ``ids.npy``, ``slots.npy``, ``vectors.npy``,
@@ -101,17 +117,19 @@ class ModelMismatchError(VectorIndexError):
 
 @dataclass(frozen=True)
 class AnnParams:
-    """How and when the approximate index is used.
+    """How and when the approximate index is used (the module docstring compares the kinds).
 
     Exact search reads every stored float per query, so it is used up to ``exact_limit`` items, by default
     (0) as many as fit :data:`EXACT_FLOATS` floats (about 22,000 items at K=3, D=256, ~10 ms here).
-    ``nlist=0`` picks about ``nlist_per_sqrt * sqrt(vectors)`` lists (a power of two, 16..65536).
-    ``nprobe`` lists are scanned per query head; HNSW uses ``hnsw_m`` links and ``ef_search``;
-    IVF-PQ ``pq_m`` sub-quantisers of ``pq_bits`` bits. Each query head fetches
-    ``(top + offset) * K * oversample`` vectors.
+    HNSW kinds use ``hnsw_m`` links per node, ``ef_construction`` and ``ef_search`` (at least the number
+    of vectors fetched). IVF kinds: ``nlist=0`` picks about ``nlist_per_sqrt * sqrt(vectors)`` lists (a
+    power of two, 16..65536), ``nprobe`` lists are scanned per query head, IVF-PQ has ``pq_m``
+    sub-quantisers of ``pq_bits`` bits. Each query head fetches ``max(top + offset, 10) * K * oversample``
+    vectors: an item in the exact top t has its best pair among the first t * K vectors of that head, so
+    ``oversample`` is slack for the approximation only.
     """
 
-    kind: AnnKind = "ivf-flat"
+    kind: AnnKind = "hnsw-sq8"
     exact_limit: int = 0
     nlist: int = 0
     nlist_per_sqrt: float = 1.0

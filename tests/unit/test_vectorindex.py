@@ -20,7 +20,7 @@ from engine.vectorindex import (
 )
 
 DIM, HEADS = 24, 3
-SMALL = AnnParams(exact_limit=400, nprobe=16, nlist_per_sqrt=0.5, rebuild_growth=2.5)
+SMALL = AnnParams(kind="ivf-flat", exact_limit=400, nprobe=16, nlist_per_sqrt=0.5, rebuild_growth=2.5)
 KINDS = {"ivf-flat": SMALL,
          "ivf-pq": AnnParams(kind="ivf-pq", exact_limit=400, nprobe=16, pq_m=8, pq_bits=5, oversample=8,
                              nlist_per_sqrt=0.5),
