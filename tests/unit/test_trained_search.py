@@ -100,3 +100,34 @@ def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff
 def test_an_unknown_model_name_is_a_clear_error(service):
     with pytest.raises(LookupError, match="no model named"):
         service.set_active_model("does-not-exist")
+
+
+@pytest.mark.slow
+def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(assets_dir, tmp_path):
+    """A PCME model trained on toy shapes believes its own captions and no nonsense (match probability)."""
+    from engine.featurestore import FeatureStore
+    from engine.service import Encoders
+    from trainer.data import FeatureSource
+    from trainer.synthetic import make_toy_photo_folder
+    from trainer.train import Reporter, TrainOptions, train
+
+    folder = tmp_path / "toy"
+    make_toy_photo_folder(folder, 24, seed=1)
+    torch.manual_seed(0)
+    with FeatureStore(tmp_path / "features.sqlite") as store:
+        source = FeatureSource(store, Encoders(assets_dir), tmp_path / "text", assets_dir)
+        train(TrainOptions(method="pcme", data=folder, out=tmp_path / "pcme-toy", train_split="all",
+                           val_split="all", epochs=60, preset="test", batch_size=8, lr=1e-2, schedule="constant",
+                           patience=1000, epoch_captions=0, assets=assets_dir, device="cpu",
+                           overrides={"text_encoder": "glove", "embed_dim": 16}),
+              source=source, reporter=Reporter(True, enabled=False))
+    service = SearchService.open("toy", assets_dir)
+    try:
+        list(service.index_paths([folder]))
+        service.set_active_model(str(tmp_path / "pcme-toy"))
+        caption = (folder / "captions.tsv").read_text().splitlines()[1].split("\t")[1]
+        believed = service.search_text(caption, top=5, min_probability=0.5)
+        assert believed and believed[0].match_probability >= 0.5
+        assert service.search_text("zxqv blorf wug", top=5, min_probability=0.5) == []
+    finally:
+        service.close()
