@@ -188,6 +188,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from engine import paths
     from engine.evaluate import evaluate_zero_shot
     from engine.featurestore import FeatureStore
+    from engine.metrics import rounded
     from engine.service import Encoders
 
     if not (args.data / "captions.tsv").is_file():
@@ -207,7 +208,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         bar.close()
         store.close()
     if args.json:
-        print(json.dumps(_rounded(report), indent=2))
+        print(json.dumps(rounded(report), indent=2))
     else:
         for way in ("i2t", "t2i"):
             r = report[way]
@@ -215,16 +216,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions)")
     return 0
 
-
-def _rounded(value):
-    """Floats to 4 decimals for stable, readable JSON."""
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
 
 
 class _Bar:

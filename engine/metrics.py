@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -354,3 +355,14 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     ranks = np.empty(values.size)
     ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
     return ranks
+
+
+def rounded(value: Any, digits: int = 4) -> Any:
+    """A report with every float rounded to ``digits`` decimals (stable, readable JSON output)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v, digits) for v in value]
+    return value

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.metrics import rounded
+
 log = logging.getLogger("trainer")
 
 EXIT_USAGE = 2
@@ -245,7 +247,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                              args.rerank, _model_dir(args.candidates) if args.candidates else None, rng)
     report = nan_to_none(report)
     if args.json:
-        print(json.dumps(_rounded(report), indent=2))
+        print(json.dumps(rounded(report), indent=2))
     else:
         for way in ("i2t", "t2i"):
             r = report[way]
@@ -286,16 +288,6 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
                   n_failed=len(view.items) - pairs.n_items)
     return report
 
-
-def _rounded(value: Any) -> Any:
-    """Floats to 4 decimals for stable, readable JSON."""
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
 
 
 # ------------------------------------------------------------------------------------------ export

@@ -9,13 +9,19 @@ Retrieval uses the cosine of the features.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trainer.methods.config import InstanceConfig
 from trainer.methods.encoders import build_text_global, check_frames, check_shape, check_tokens, masked_mean
 from trainer.methods.functional import cosine_matrix
-from trainer.methods.interface import EncoderOutput, MethodInputError, PairBatch, PairOutput, RetrievalModel
+from trainer.methods.interface import (
+    EncoderOutput,
+    MethodInputError,
+    PairBatch,
+    PairOutput,
+    RetrievalModel,
+    single_embedding,
+)
 
 
 def _projection(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
@@ -39,11 +45,11 @@ class InstanceModel(RetrievalModel):
         self.classifier = nn.Linear(dim, config.num_classes, bias=False)  # W_share
 
     def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
-        return _features(self.image_path(check_shape("pooled", pooled, (None, self.config.image_dim))))
+        return single_embedding(self.image_path(check_shape("pooled", pooled, (None, self.config.image_dim))))
 
     def encode_video(self, frames: Tensor, mask: Tensor) -> EncoderOutput:
         check_frames(self.config, frames, mask)
-        return _features(self.video_path(masked_mean(frames, mask)))
+        return single_embedding(self.video_path(masked_mean(frames, mask)))
 
     def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
                     sentence: Tensor | None = None) -> EncoderOutput:
@@ -51,7 +57,7 @@ class InstanceModel(RetrievalModel):
             check_shape("sentence", sentence, (None, self.config.sentence_dim))
         else:
             check_tokens(self.config, tokens, mask)
-        return _features(self.text_head(self.text_encoder(tokens, mask, sentence)))
+        return single_embedding(self.text_head(self.text_encoder(tokens, mask, sentence)))
 
     def classify(self, feature: Tensor) -> Tensor:
         """Logits ``W_share^T f`` over all groups (eq. 5 / 7, before the softmax)."""
@@ -82,6 +88,3 @@ class InstanceModel(RetrievalModel):
     def text_inputs(self) -> tuple[str, ...]:
         return ("sentence",) if self.config.uses_sentence_vector else ("tokens", "mask")
 
-
-def _features(feature: Tensor) -> EncoderOutput:
-    return EncoderOutput(emb=F.normalize(feature, dim=-1).unsqueeze(1), feature=feature)

@@ -215,3 +215,8 @@ class RetrievalModel(nn.Module):
     def probabilistic(self) -> bool:
         """True when encoders return log-sigma (PCME)."""
         return False
+
+
+def single_embedding(feature: Tensor) -> EncoderOutput:
+    """One L2-normalised embedding per item (K = 1) from a global feature (B, D), which is kept for training."""
+    return EncoderOutput(emb=torch.nn.functional.normalize(feature, dim=-1).unsqueeze(1), feature=feature)

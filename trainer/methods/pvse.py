@@ -23,7 +23,7 @@ from trainer.methods.encoders import (
     masked_softmax,
 )
 from trainer.methods.functional import cosine_matrix, max_cosine_matrix
-from trainer.methods.interface import EncoderOutput, RetrievalModel
+from trainer.methods.interface import EncoderOutput, RetrievalModel, single_embedding
 
 
 class MultiHeadAttentionPool(nn.Module):
@@ -107,14 +107,14 @@ class VSEModel(RetrievalModel):
         self.globals = GlobalEncoders(config, config.embed_dim)
 
     def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
-        return _single(self.globals.encode_image(pooled))
+        return single_embedding(self.globals.encode_image(pooled))
 
     def encode_video(self, frames: Tensor, mask: Tensor) -> EncoderOutput:
-        return _single(self.globals.encode_video(frames, mask))
+        return single_embedding(self.globals.encode_video(frames, mask))
 
     def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
                     sentence: Tensor | None = None) -> EncoderOutput:
-        return _single(self.globals.encode_text(tokens, mask, sentence))
+        return single_embedding(self.globals.encode_text(tokens, mask, sentence))
 
     def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
         """Cosine similarity."""
@@ -128,9 +128,6 @@ class VSEModel(RetrievalModel):
     def text_inputs(self) -> tuple[str, ...]:
         return ("sentence",) if self.config.uses_sentence_vector else ("tokens", "mask")
 
-
-def _single(feature: Tensor) -> EncoderOutput:
-    return EncoderOutput(emb=F.normalize(feature, dim=-1).unsqueeze(1), feature=feature)
 
 
 class PVSEModel(RetrievalModel):
