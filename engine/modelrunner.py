@@ -345,6 +345,24 @@ def _check_mask(mask: np.ndarray) -> None:
         raise ModelInputError("mask: valid positions must come first in every row, and at least one")
 
 
+def pad_batch(sequences: list[np.ndarray], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Stack variable-length (T_i, C) sequences (frames of clips, token vectors of captions) into a
+    zero-padded (N, T, C) float32 batch and its (N, T) 0/1 mask, valid positions first; ``length`` keeps
+    at most that many positions (default: the longest)."""
+    if not sequences or any(np.ndim(x) != 2 or len(x) == 0 for x in sequences):
+        raise ModelInputError("sequences: expected a non-empty list of non-empty (T, C) arrays")
+    width = {np.shape(x)[1] for x in sequences}
+    if len(width) != 1:
+        raise ModelInputError(f"sequences: feature sizes differ: {sorted(width)}")
+    length = length or max(len(x) for x in sequences)
+    batch = np.zeros((len(sequences), length, width.pop()), np.float32)
+    mask = np.zeros((len(sequences), length), np.float32)
+    for row, sequence in enumerate(sequences):
+        kept = min(len(sequence), length)
+        batch[row, :kept], mask[row, :kept] = sequence[:kept], 1.0
+    return batch, mask
+
+
 # -- PCME ------------------------------------------------------------------------------------------------
 
 

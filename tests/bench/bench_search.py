@@ -6,9 +6,11 @@ Run on demand, not by CI::
     python tests/bench/bench_search.py --compare --items 200000 --out bench-results/search-compare.json
 
 The library is synthetic: ``--clusters`` gaussian clusters on the unit sphere with Zipf-like sizes (a few
-big topics, many small ones); each item is its cluster centre plus item noise, each of its K heads the item
-plus head noise (PVSE's K embeddings of one photo are related but not equal). Queries are fresh draws from
-the same mixture with K heads. For every index the run reports build time, single-query search latency
+big topics, many small ones); each item is its cluster centre plus item noise (``--shape``: along a
+low-dimensional subspace of its cluster, or isotropic, the hardest case; see :class:`Mixture`), each of its
+K heads the item plus head noise (PVSE's K embeddings of one photo are related but not equal). Queries are
+fresh draws from the same mixture with K heads. Items are added ``--batch`` at a time, as the indexer
+would, so the build time includes growing the index. For every index the run reports build time, latency
 (p50/p95 over ``--queries`` queries after a warm-up), recall@10 against exact K x K search, and memory; numpy
 brute force over the same vectors is measured in the same run as the reference. Query encoding is measured
 separately: MiniLM on a short sentence (if the prepared assets exist under ``$POLYSEEK_ASSETS``) and, when
@@ -63,7 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how items spread inside a cluster (see Mixture)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--top", type=int, default=10)
-    parser.add_argument("--nprobe", type=int, default=AnnParams().nprobe)
+    parser.add_argument("--kind", default=AnnParams().kind, help="approximate index of the main run")
+    parser.add_argument("--ef-search", type=int, default=AnnParams().ef_search, help="HNSW kinds")
+    parser.add_argument("--nprobe", type=int, default=AnnParams().nprobe, help="IVF kinds")
     parser.add_argument("--oversample", type=int, default=AnnParams().oversample)
     parser.add_argument("--batch", type=int, default=100_000, help="items per add() call (like an indexer)")
     parser.add_argument("--kinds", default="", help="with --compare: comma-separated subset of the indexes")
@@ -262,7 +266,7 @@ def markdown(results: dict[str, Any]) -> str:
     s = results["setup"]
     lines = [f"# Search benchmark ({s['items']:,} items x K={s['heads']} x D={s['dim']}, {s['clusters']:,} "
              f"clusters, {s['queries']} queries, top {s['top']}, {s['cpus']} cores)", "",
-             "| index | build (s) | p50 (ms) | p95 (ms) | recall@10 | index RSS (MB) | process RSS (MB) |",
+             "| index | build (s) | p50 (ms) | p95 (ms) | recall@10 | RSS growth in build (MB) | RSS (MB) |",
              "|---|---|---|---|---|---|---|"]
     for r in results["indexes"]:
         lines.append(f"| {r['index']} | {r['build_s']} | {r['p50_ms']} | {r['p95_ms']} | "
@@ -305,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     reference_s = time.perf_counter() - started
     rows = [bench_brute_force(vectors, queries, args.top)]
     print(json.dumps(rows[0]), flush=True)
-    chosen = {"default": (AnnParams(), [{"nprobe": args.nprobe, "oversample": args.oversample}])}
+    search = {"ef_search": args.ef_search} if args.kind.startswith("hnsw") else {"nprobe": args.nprobe}
+    chosen = {args.kind: (AnnParams(kind=args.kind), [{**search, "oversample": args.oversample}])}
     compare = {k: v for k, v in COMPARE.items() if not args.kinds or k in args.kinds.split(",")}
     for name, (params, settings) in (compare if args.compare else chosen).items():
         rows += bench_index(name, params, settings, ids, vectors, queries, truth_rows, args)

@@ -19,6 +19,7 @@ from engine.modelrunner import (
     csd,
     match_probability,
     match_probability_from_samples,
+    pad_batch,
     sample_embeddings,
     uncertainty,
 )
@@ -171,6 +172,21 @@ def test_inputs_are_checked_by_name(exports: dict) -> None:
         runner.encode_text(f["tokens"], holes)
     with pytest.raises(ModelInputError, match="axis 'batch'"):
         runner.encode_video(f["frames"], f["mask"][:2])
+
+
+def test_pad_batch_feeds_clips_of_different_lengths(exports: dict) -> None:
+    model, folder = exports["pvse"]
+    runner = ModelRunner.load(folder, threads=1)
+    rng = np.random.default_rng(8)
+    clips = [rng.standard_normal((t, model.config.image_dim)).astype(np.float32) for t in (3, 7, 5)]
+    frames, mask = pad_batch(clips)
+    assert frames.shape == (3, 7, model.config.image_dim) and mask.sum(1).tolist() == [3, 7, 5]
+    together = runner.encode_video(frames, mask).emb
+    alone = np.concatenate([runner.encode_video(*pad_batch([c])).emb for c in clips])
+    assert np.abs(together - alone).max() < TOLERANCE  # padding changes nothing
+    assert pad_batch(clips, length=4)[1].sum(1).tolist() == [3, 4, 4]
+    with pytest.raises(ModelInputError, match="feature sizes"):
+        pad_batch([clips[0], clips[1][:, :5]])
 
 
 # -- PCME maths -----------------------------------------------------------------------------------------
