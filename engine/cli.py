@@ -188,7 +188,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from engine import paths
     from engine.evaluate import evaluate_zero_shot
     from engine.featurestore import FeatureStore
-    from engine.metrics import rounded
+    from engine.metrics import report_lines, rounded
     from engine.service import Encoders
 
     if not (args.data / "captions.tsv").is_file():
@@ -210,10 +210,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rounded(report), indent=2))
     else:
-        for way in ("i2t", "t2i"):
-            r = report[way]
-            print(f"{way}: R@1 {r['r1']:.1f}  R@5 {r['r5']:.1f}  R@10 {r['r10']:.1f}  medr {r['medr']}")
-        print(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions)")
+        print("\n".join(report_lines(report)))
     return 0
 
 

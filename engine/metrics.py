@@ -366,3 +366,12 @@ def rounded(value: Any, digits: int = 4) -> Any:
     if isinstance(value, list):
         return [rounded(v, digits) for v in value]
     return value
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """A retrieval report (:func:`retrieval_report` shape) as three lines for a terminal."""
+    lines = [f"{way}: R@1 {report[way]['r1']:.1f}  R@5 {report[way]['r5']:.1f}  R@10 {report[way]['r10']:.1f}  "
+             f"medr {report[way]['medr']}" for way in ("i2t", "t2i")]
+    extra = f", similarity: {report['similarity']}" if "similarity" in report else ""
+    lines.append(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions{extra})")
+    return lines

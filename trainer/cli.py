@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.metrics import rounded
+from engine.metrics import report_lines, rounded
 
 log = logging.getLogger("trainer")
 
@@ -249,11 +249,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rounded(report), indent=2))
     else:
-        for way in ("i2t", "t2i"):
-            r = report[way]
-            print(f"{way}: R@1 {r['r1']:.1f}  R@5 {r['r5']:.1f}  R@10 {r['r10']:.1f}  medr {r['medr']}")
-        print(f"rsum {report['rsum']:.1f}  ({report['n_media']} media, {report['n_captions']} captions, "
-              f"similarity: {report['similarity']})")
+        print("\n".join(report_lines(report)))
     return 0
 
 

@@ -394,7 +394,6 @@ def run_polyseek(args: list[str], home: Path, assets: Path, tmp: Path,
 def index_with_cli(folder: Path, home: Path, assets: Path, tmp: Path, env=None) -> tuple[Run, dict]:
     run = run_polyseek(["index", str(folder), "--json"], home, assets, tmp, env)
     assert run.returncode == 0, run.stderr
-    assert run.wall_s < MAX_WALL_S, run
     assert run.peak_rss_bytes is None or run.peak_rss_bytes < MAX_RSS_BYTES, run
     return run, json.loads(run.stdout)
 
