@@ -88,10 +88,7 @@ class TrainedSearch:
             ids, encoded = self.encode_items(batch)
             extras = {"log_sigma": encoded.log_sigma} if encoded.log_sigma is not None else None
             self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
-            present = [i for i in ids if i in self.index]
-            if present:
-                self.index.remove(present)
-            self.index.add(ids, encoded.emb)
+            self.index.add(ids, encoded.emb)  # replaces the vectors of ids already there
             yield Progress(start + len(batch), len(todo), f"embedding with {self.record.name}")
         if todo or stale:
             self.index.save(self.index_dir)
