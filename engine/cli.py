@@ -48,11 +48,39 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="the registered models and which one is active")
     p.add_argument("--library", default="default")
     p.add_argument("--json", action="store_true")
+    _retrain_parser(sub)
+    p = sub.add_parser("annotations", help="export or import a library's captions (caption folder or COCO JSON)")
+    p.add_argument("action", choices=["export", "import"])
+    p.add_argument("path", type=Path, help="export: the folder or .json to write; import: a caption folder or "
+                                           "COCO captions JSON")
+    p.add_argument("--library", default="default")
+    p.add_argument("--format", default=None, choices=["folder", "coco"],
+                   help="export format (default: coco for a .json path, else folder)")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("prepare", help="prepare the pretrained ONNX assets (run once by the installer)")
     p.add_argument("--force", action="store_true")
     for name in TRAINER_COMMANDS:
         sub.add_parser(name, help=f"{name} (runs the trainer process; see `polyseek {name} --help`)", add_help=False)
     return parser
+
+
+def _retrain_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("retrain", help="train a new model version on the library's annotations, re-index, and "
+                                       "compare R@K on the held-aside annotations")
+    p.add_argument("--library", default="default")
+    p.add_argument("--method", default="a3vse", help="trainer method (default: a3vse, which also learns from "
+                                                     "the un-annotated items)")
+    p.add_argument("--holdout", type=float, default=0.2,
+                   help="fraction of the annotated items kept aside for evaluation (default 0.2)")
+    p.add_argument("--holdout-seed", type=int, default=0, help="seed of the held-aside choice (keep it fixed)")
+    p.add_argument("--epochs", type=int, default=None, help="default: the method's recipe (the paper's schedule)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    p.add_argument("--preset", default=None, choices=["paper", "test"], help="trainer preset ('test': tiny)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"])
+    p.add_argument("--name", default=None, help="the new model's name (default: <method>-<library>-<time>)")
+    p.add_argument("--json", action="store_true",
+                   help="stdout: the trainer's JSON progress lines, then one 'result' line with before/after")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -107,6 +135,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _models(args)
     if args.command == "evaluate":
         return _evaluate(args)
+    if args.command == "retrain":
+        return _retrain(args)
+    if args.command == "annotations":
+        return _annotations(args)
     raise CliError(f"unknown command {args.command!r}")
 
 
@@ -213,6 +245,73 @@ def _evaluate(args: argparse.Namespace) -> int:
         print("\n".join(report_lines(report)))
     return 0
 
+
+def _retrain(args: argparse.Namespace) -> int:
+    from engine.retrain import Retrain, RetrainOptions, check_holdout
+
+    try:
+        check_holdout(args.holdout)
+    except ValueError as error:
+        raise CliError(f"--{error}") from None  # "--holdout: expected a fraction ..."
+    if args.epochs is not None and args.epochs < 1:
+        raise CliError("--epochs must be at least 1")
+    extra = [*(["--preset", args.preset] if args.preset else []),
+             *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
+             *(["--device", args.device] if args.device else [])]
+    options = RetrainOptions(method=args.method, holdout=args.holdout, seed=args.holdout_seed, epochs=args.epochs,
+                             overrides=tuple(args.set), trainer_args=tuple(extra), name=args.name)
+    emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
+    service = _open(args.library)
+    try:
+        job = Retrain(service, options, on_event=emit)
+        bar, shown = _Bar(quiet=args.json), set()
+        try:
+            for p in job.run():
+                bar(p)
+                for warning in job.result.warnings if job.result else []:
+                    if warning not in shown:  # "too few annotations" comes before the long part, once
+                        shown.add(warning)
+                        print(f"polyseek: warning: {warning}", file=sys.stderr)
+                        if emit:
+                            emit({"event": "warning", "message": warning})
+        finally:
+            bar.close()
+        result = job.result
+    finally:
+        service.close()
+    assert result is not None
+    if args.json:
+        print(json.dumps(result.to_json()), flush=True)
+    else:
+        print("\n".join(result.summary_lines()))
+    return 0
+
+
+def _annotations(args: argparse.Namespace) -> int:
+    from engine.retrain import AnnotationError
+
+    service = _open(args.library)
+    try:
+        if args.action == "export":
+            fmt = args.format or ("coco" if args.path.suffix.lower() == ".json" else "folder")
+            count = service.export_annotations(args.path, fmt)
+        else:
+            if args.format is not None:
+                raise CliError("--format is for export; import reads either format")
+            if not args.path.exists():
+                raise CliError(f"no such file or folder: {args.path}")
+            count = service.import_annotations(args.path)
+    except AnnotationError as error:
+        raise CliError(str(error)) from None
+    finally:
+        service.close()
+    if args.json:
+        print(json.dumps({"library": args.library, "action": args.action, "path": str(args.path),
+                          "captions": count}))
+    else:
+        verb = "wrote" if args.action == "export" else "imported"
+        print(f"{args.library}: {verb} {count} captions ({args.path})")
+    return 0
 
 
 class _Bar:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from engine.featurestore import FeatureStore
 from engine.indexer import Indexer
 from engine.progress import CancelToken, Progress
 from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
+
+if TYPE_CHECKING:
+    from engine.retrain import TrainingSet
 
 log = logging.getLogger(__name__)
 
@@ -401,6 +404,51 @@ class SearchService:
         if name not in existing:
             self.catalog.register_model(name, runner.method, model_dir, metrics)
         return name
+
+    # -- the library loop (engine.retrain) -------------------------------------------------------------------
+
+    def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> TrainingSet:
+        """Write the retraining caption folder (default ``<library>/retrain/training-set``) and return its
+        :class:`engine.retrain.TrainingSet`: split ``train`` = the annotated items not held aside plus every
+        un-annotated item (A3VSE's D^u), split ``heldout`` = the held-aside annotated items, chosen from each
+        item's content hash and ``seed`` so an item stays on its side across retrains."""
+        from engine.retrain import build_training_set
+
+        dest = Path(dest) if dest is not None else self.library_dir / "retrain" / "training-set"
+        return build_training_set(self.catalog, dest, holdout, seed)
+
+    def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
+        """R@1/5/10 both ways and rsum (:func:`engine.metrics.retrieval_report`) of a registered model on one
+        split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking."""
+        if model in (None, ZERO_SHOT):
+            from engine.evaluate import evaluate_zero_shot
+
+            return evaluate_zero_shot(Path(folder), split, self.features, self.encoders)
+        from engine.retrain import evaluate_trained
+
+        return evaluate_trained(self, Path(folder), split, model)
+
+    def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]:
+        """``(media_id, score)`` of the un-annotated items to annotate next, best first: ``uncertainty`` (the
+        active PCME model's sigma), ``disagreement`` (the active model's K >= 2 heads), ``random``, or ``auto``
+        (the first of these that applies); see :func:`engine.retrain.suggest`."""
+        from engine.retrain import suggest
+
+        return suggest(self.catalog, self._active_trained(), n, policy)
+
+    def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
+        """Write the library's annotations as a caption folder (``folder``) or a COCO JSON (``coco``); returns
+        the number of captions written."""
+        from engine.retrain import export_annotations
+
+        return export_annotations(self.catalog, Path(dest), fmt)
+
+    def import_annotations(self, path: Path) -> int:
+        """Add the captions of a caption folder or COCO JSON to the matching items (provenance ``imported``);
+        returns how many captions were added."""
+        from engine.retrain import import_annotations
+
+        return import_annotations(self.catalog, Path(path))
 
     def delete_model(self, name: str) -> None:
         """Forget a registered model (its vectors and index; the model directory itself is left alone)."""

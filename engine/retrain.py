@@ -1,0 +1,766 @@
+"""The library loop: the user's annotations -> an A3VSE training run -> a new model version -> before/after.
+
+One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in a worker) goes:
+
+1. **Training set** (:func:`build_training_set`). A caption folder under the library's folder whose media are
+   symbolic links to the library's files. Split ``train`` holds the annotated items (their user and imported
+   captions, plus the queries of accepted pairs) - A3VSE's annotated corpus D^l - and every un-annotated item
+   with no caption at all, which the trainer pairs with its regional-semantics pseudo caption: A3VSE's D^u
+   (Huang et al. 2019, §3.2 and §4.1; ``trainer.data.load_training_data`` with ``with_pseudo``). Split
+   ``heldout`` holds the annotated items kept aside, which the run never trains on.
+2. **Before**: the model searches use now (a trained one or the zero-shot ranking) is scored on ``heldout``.
+3. **Training**: ``python -m trainer train --method a3vse ... --json-progress`` in its own process; the
+   method's recipe is the paper's schedule unless ``--epochs`` / ``--set`` say otherwise.
+4. **New model version**: the run's folder is registered under a new name and made active; the library is
+   re-indexed, which embeds every item with it.
+5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare.
+
+Held-aside annotations. An annotated item is held aside when ``u(seed, content hash) < holdout``, where
+``u`` maps the pair to [0, 1) through BLAKE2b. The decision depends on nothing but the item's content, so
+an item stays on its side across retrains and however many items are annotated later: a model is never
+evaluated on an item an earlier version trained on (unless ``holdout`` or ``seed`` change). The fraction is
+respected on average (each item is held with probability ``holdout``), not exactly: with few annotations
+it may hold none, which is why the set warns below :data:`MIN_ANNOTATED_ITEMS` annotated items or
+:data:`MIN_HELDOUT_ITEMS` held-aside ones - fewer than 3 items give R@K in steps of 33 points or more, and
+fewer than 10 annotated items leave too little to train on for a difference to mean anything.
+
+Caveat: the trainer selects its best epoch on the validation split, which is ``heldout``; with a fixed
+epoch budget that only picks among epochs, but the "after" number is then slightly optimistic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine.captionfolder import (
+    MEDIA_DIR_NAMES,
+    MEDIA_EXTENSIONS,
+    CaptionFolder,
+    CaptionFolderError,
+    Item,
+    check_file_key,
+    export_coco_captions,
+    load_caption_folder,
+    write_caption_folder,
+)
+from engine.catalog import Catalog, MediaRecord, MediaStatus, content_hash
+from engine.featurestore import FeatureRecord
+from engine.progress import Cancelled, CancelToken, Progress
+from engine.types import CaptionSource
+
+if TYPE_CHECKING:
+    from engine.service import SearchService
+    from engine.trained import TrainedSearch
+
+log = logging.getLogger(__name__)
+
+TRAIN_SPLIT = "train"
+HELDOUT_SPLIT = "heldout"
+DEFAULT_HOLDOUT = 0.2
+DEFAULT_METHOD = "a3vse"
+MIN_ANNOTATED_ITEMS = 10  # below this, a retrained model's numbers mean little (module docstring)
+MIN_HELDOUT_ITEMS = 3  # below this, R@K moves in steps of 33 points or more
+MARKER_FILE = ".polyseek-training-set"  # only a folder carrying it is ever replaced
+ANNOTATION_FORMATS = ("folder", "coco")
+SUGGEST_POLICIES = ("auto", "uncertainty", "disagreement", "random")
+MATCH_SEED = 0  # PCME Monte-Carlo samples of the evaluation: the same numbers every run
+
+
+class RetrainError(RuntimeError):
+    """A retraining cannot run or failed; the message says which step and why."""
+
+
+class AnnotationError(ValueError):
+    """An annotation export or import cannot be done; the message names the file or the format."""
+
+
+# ------------------------------------------------------------------------------------------ the training set
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSet:
+    """A caption folder written from a library for one retraining (see the module docstring)."""
+
+    folder: Path
+    train_split: str = TRAIN_SPLIT
+    val_split: str = HELDOUT_SPLIT
+    n_annotated_items: int = 0  # annotated items, held-aside ones included
+    n_captions: int = 0  # training captions of the annotated items, held-aside ones included
+    n_heldout_items: int = 0
+    n_unannotated: int = 0  # D^u: items of the train split with no caption
+    warning: str | None = None
+
+    @property
+    def n_train_annotated(self) -> int:
+        """Annotated items the run trains on (D^l)."""
+        return self.n_annotated_items - self.n_heldout_items
+
+
+def holdout_key(content_hash_: str, seed: int = 0) -> float:
+    """A number in [0, 1) fixed by an item's content hash and ``seed`` (BLAKE2b, so no PYTHONHASHSEED)."""
+    digest = hashlib.blake2b(f"{seed}:{content_hash_}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0 ** 64
+
+
+def is_held_aside(content_hash_: str, holdout: float, seed: int = 0) -> bool:
+    """Whether an annotated item with this content is kept out of training (module docstring)."""
+    check_holdout(holdout)
+    return holdout_key(content_hash_, seed) < holdout
+
+
+def check_holdout(holdout: float) -> float:
+    """``holdout`` if it is a fraction in [0, 1); raises :class:`ValueError` naming it otherwise."""
+    if not 0.0 <= float(holdout) < 1.0:
+        raise ValueError(f"holdout: expected a fraction in [0, 1), got {holdout!r}")
+    return float(holdout)
+
+
+def training_warning(n_annotated: int, n_heldout: int) -> str | None:
+    """The "too few annotations" message for a training set, or None when there are enough."""
+    problems = []
+    if n_annotated < MIN_ANNOTATED_ITEMS:
+        problems.append(f"{n_annotated} annotated items (at least {MIN_ANNOTATED_ITEMS} recommended)")
+    if n_heldout < MIN_HELDOUT_ITEMS:
+        problems.append(f"{n_heldout} held aside for evaluation (at least {MIN_HELDOUT_ITEMS} needed for "
+                        "R@K to mean much)")
+    if not problems:
+        return None
+    return "too few annotations: " + "; ".join(problems) + ". Annotate more items to see whether retraining helps."
+
+
+def library_annotations(catalog: Catalog) -> dict[int, list[str]]:
+    """Training captions per media id: user and imported captions and accepted pairs' queries, each text once
+    per item, oldest first. Pseudo captions and rejected pairs are not training captions."""
+    out: dict[int, list[str]] = {}
+    for caption in catalog.iter_captions():
+        if caption.source != CaptionSource.PSEUDO:
+            out.setdefault(caption.media_id, []).append(caption.text)
+    for pair in catalog.pairs():
+        if pair.label > 0:
+            out.setdefault(pair.media_id, []).append(pair.query)
+    return {media_id: list(dict.fromkeys(texts)) for media_id, texts in out.items()}
+
+
+def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HOLDOUT,
+                       seed: int = 0) -> TrainingSet:
+    """Write the retraining caption folder of a library at ``dest`` (replacing an earlier one there)."""
+    check_holdout(holdout)
+    annotations = library_annotations(catalog)
+    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.path.is_file()]
+    entries: list[tuple[str, Path]] = []
+    splits: list[str] = []
+    captions: list[tuple[int, str]] = []
+    n_annotated = n_heldout = n_captions = 0
+    for record in media:
+        texts = annotations.get(record.id, [])
+        held = bool(texts) and is_held_aside(record.content_hash, holdout, seed)
+        captions.extend((len(entries), text) for text in texts)
+        entries.append((_training_key(record), record.path))
+        splits.append(HELDOUT_SPLIT if held else TRAIN_SPLIT)
+        n_annotated += bool(texts)
+        n_heldout += held
+        n_captions += len(texts)
+    write_linked_folder(dest, entries, captions, splits)
+    return TrainingSet(Path(dest), n_annotated_items=n_annotated, n_captions=n_captions,
+                       n_heldout_items=n_heldout, n_unannotated=len(media) - n_annotated,
+                       warning=training_warning(n_annotated, n_heldout))
+
+
+def _training_key(record: MediaRecord) -> str:
+    """``<id>-<file name>``: unique within the folder whatever the library's folders hold."""
+    name = record.path.name
+    try:
+        name.encode("utf-8")
+        return check_file_key(f"{record.id:06d}-{name}", str(record.path))
+    except (UnicodeEncodeError, CaptionFolderError):  # a name a TSV cannot hold: keep only its extension
+        suffix = record.path.suffix.lower()
+        return f"{record.id:06d}{suffix if suffix in MEDIA_EXTENSIONS else ''}"
+
+
+def write_linked_folder(dest: Path, entries: Sequence[tuple[str, Path]], captions: Sequence[tuple[int, str]],
+                        splits: Sequence[str] | None = None) -> CaptionFolder:
+    """Write a caption folder whose ``media/<key>`` are links to the given files, built beside ``dest`` and
+    swapped in, so a reader never sees half a folder. An existing ``dest`` is only replaced when it is empty
+    or was written by this function (it carries :data:`MARKER_FILE`)."""
+    dest = Path(os.path.abspath(Path(dest).expanduser()))
+    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / MARKER_FILE).is_file())):
+        raise AnnotationError(f"{dest} exists and is not a folder Polyseek wrote; choose an empty or new folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        media_dir = build / MEDIA_DIR_NAMES[1]
+        for key, source in entries:
+            _link(Path(source), media_dir / key)
+        (build / MARKER_FILE).write_text("written by polyseek; replaced on the next export\n", encoding="utf-8")
+        write_caption_folder(build, [media_dir / key for key, _ in entries], captions, splits, copy_media=False)
+        old = None
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+            os.replace(dest, old)
+        os.replace(build, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return load_caption_folder(dest)
+
+
+def _link(source: Path, target: Path) -> None:
+    """A symbolic link to ``source`` (a hard link or a copy where the system refuses symbolic links)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.symlink_to(source.resolve())
+    except OSError:
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+
+
+def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str) -> dict[str, Any]:
+    """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
+    K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models."""
+    from engine.evaluate import ensure_features
+    from engine.metrics import retrieval_report
+    from engine.trained import TrainedSearch
+    from engine.vectorindex import kxk_scores
+
+    view = _split_view(folder, split)
+    record = service.catalog.model(model)
+    trained = TrainedSearch.open(record, service.catalog, service.features, service.encoders, service.library_dir)
+    paths_ = [item.path for item in view.items]
+    for _ in ensure_features(paths_, service.features, service.encoders):
+        pass
+    backbone = service.encoders.backbone.id
+    feats = [service.features.get(content_hash(p), backbone) for p in paths_]
+    keep = [i for i, f in enumerate(feats) if f is not None]
+    position = {item: row for row, item in enumerate(keep)}
+    captions = [(position[i], text) for i, text in view.captions if i in position]
+    if not captions:
+        raise RetrainError(f"{folder}: split {split or 'all'!r} has no captions of decodable media to evaluate on")
+    items = [trained.encode_media_features(_with_local(feats[i])) for i in keep]
+    texts, _ = trained.encode_text([t for _, t in captions])
+    if trained.runner.probabilistic:
+        from engine.modelrunner import match_probability
+
+        m = trained.runner.manifest
+        mu = np.concatenate([e.mu for e in items])
+        log_sigma = np.concatenate([e.log_sigma for e in items])
+        scores = match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
+                                   m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
+    else:
+        emb = np.concatenate([e.emb for e in items])
+        scores = np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
+    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]))
+    report.update(model=model, method=trained.runner.method, split=split or "all",
+                  n_failed=len(view.items) - len(keep))
+    return report
+
+
+def _with_local(record: FeatureRecord) -> FeatureRecord:
+    """A photo past the feature store's local-feature cap has no ``local``: its global feature stands in for
+    every region, as :meth:`engine.trained.TrainedSearch.encode_items` does."""
+    if record.local is None and record.frames is None:
+        return dataclasses.replace(record, local=np.repeat(record.global_[None], 49, 0))
+    return record
+
+
+def _split_view(folder: Path, split: str | None) -> CaptionFolder:
+    data = load_caption_folder(folder)
+    if split is None:
+        return data
+    if split not in data.splits():
+        raise RetrainError(f"split {split!r} is not in {folder} (splits: {', '.join(data.splits())})")
+    return data.split(split)
+
+
+# ------------------------------------------------------------------------------------------ active learning
+
+
+def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy: str = "auto",
+            rng: np.random.Generator | None = None) -> list[tuple[int, float]]:
+    """``(media_id, score)`` of the un-annotated items worth annotating next, best first (:mod:`engine.active`).
+
+    ``uncertainty`` needs an active PCME model (score: geometric mean of the item's sigma); ``disagreement``
+    an active model with K >= 2 heads (score: 1 - mean Jaccard overlap of the heads' nearest library captions,
+    or pseudo captions when the library has none); ``random`` always applies (score 0). ``auto`` takes the
+    first that applies in that order. ``trained`` is the active :class:`engine.trained.TrainedSearch`, or None
+    while the zero-shot ranking is active.
+    """
+    from engine import active
+
+    if policy not in SUGGEST_POLICIES:
+        raise ValueError(f"policy: expected one of {', '.join(SUGGEST_POLICIES)}, got {policy!r}")
+    annotated = library_annotations(catalog)
+    candidates = np.array([m.id for m in catalog.iter_media(MediaStatus.OK) if m.id not in annotated],
+                          dtype=np.int64)
+    if n <= 0 or not len(candidates):
+        return []
+    chosen = policy
+    if policy == "auto":
+        chosen = "random"
+        if trained is not None and trained.runner.probabilistic:
+            chosen = "uncertainty"
+        elif trained is not None and trained.runner.num_embeddings >= 2:
+            chosen = "disagreement"
+    if chosen == "random":
+        rows = active.pick(np.zeros(len(candidates)), n, rng=rng or np.random.default_rng(), policy="random")
+        return [(int(candidates[r]), 0.0) for r in rows]
+    if trained is None:
+        raise ValueError(f"policy {policy!r} needs an active trained model; the zero-shot ranking is active")
+    for _ in trained.sync():  # items indexed since the model became active get their vectors first
+        pass
+    ids, vectors, extras = catalog.get_embeddings(trained.record.id, candidates.tolist())
+    if not len(ids):
+        return []
+    if chosen == "uncertainty":
+        if not trained.runner.probabilistic:
+            raise ValueError(f"policy 'uncertainty' needs a PCME model; {trained.record.name!r} is "
+                             f"{trained.runner.method}")
+        scores = active.uncertainty_scores(extras["log_sigma"])
+    else:
+        if trained.runner.num_embeddings < 2:
+            raise ValueError(f"policy 'disagreement' needs a model with K >= 2 heads; {trained.record.name!r} "
+                             "has one")
+        scores = active.head_disagreement(vectors, _caption_vectors(catalog, trained))
+    rows = active.pick(scores, n)
+    return [(int(ids[r]), float(scores[r])) for r in rows]
+
+
+def _caption_vectors(catalog: Catalog, trained: TrainedSearch) -> np.ndarray:
+    """(M x K, D) the library's training captions (else its pseudo captions) through the model's text encoder;
+    every head of every caption is one row, so each item head finds its neighbours among all of them."""
+    texts = sorted({t for texts in library_annotations(catalog).values() for t in texts})
+    if not texts:
+        texts = sorted({c.text for c in catalog.iter_captions(CaptionSource.PSEUDO)})
+    if not texts:
+        raise ValueError("policy 'disagreement' needs captions or pseudo captions in the library; index it first")
+    encoded, _ = trained.encode_text(texts)
+    return encoded.emb.reshape(-1, encoded.emb.shape[-1])
+
+
+# ------------------------------------------------------------------------------------------ export / import
+
+
+def annotation_keys(catalog: Catalog, media: Sequence[MediaRecord]) -> dict[int, str]:
+    """A portable key per item: its path relative to its library folder, prefixed with that folder's name
+    where two folders hold the same relative path (an item outside every folder: its file name)."""
+    roots = catalog.roots()
+    relative: dict[int, tuple[str, str]] = {}
+    for record in media:
+        root = next((r for r in roots if _is_under(record.path, r)), None)
+        rel = record.path.relative_to(root).as_posix() if root is not None else record.path.name
+        relative[record.id] = (root.name if root is not None else "", rel)
+    counts: dict[str, int] = {}
+    for _, rel in relative.values():
+        counts[rel] = counts.get(rel, 0) + 1
+    keys: dict[int, str] = {}
+    used: set[str] = set()
+    for media_id, (root_name, rel) in relative.items():
+        key = rel if counts[rel] == 1 else f"{root_name or media_id}/{rel}"
+        key = key if key not in used else f"{media_id}/{rel}"  # two folders of the same name
+        keys[media_id] = key
+        used.add(key)
+    return keys
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> int:
+    """Write the library's training captions (user, imported, accepted pairs) of every annotated item as a
+    caption folder (media are links to the library's files) or a COCO captions JSON; returns the number of
+    captions written. Keys are paths relative to the library's folders, which is what an import matches."""
+    if fmt not in ANNOTATION_FORMATS:
+        raise AnnotationError(f"format: expected one of {', '.join(ANNOTATION_FORMATS)}, got {fmt!r}")
+    annotations = library_annotations(catalog)
+    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.id in annotations]
+    keys = annotation_keys(catalog, media)
+    usable = []
+    for record in media:
+        try:
+            keys[record.id].encode("utf-8")
+            check_file_key(keys[record.id], str(record.path))
+            usable.append(record)
+        except (UnicodeEncodeError, CaptionFolderError):
+            log.warning("%s: its name cannot be written to an annotation file; its captions are skipped",
+                        record.path)
+    captions = [(i, text) for i, record in enumerate(usable) for text in annotations[record.id]]
+    dest = Path(dest)
+    if fmt == "coco":
+        items = [Item(keys[r.id], r.path, "all") for r in usable]
+        export_coco_captions(CaptionFolder(dest.parent, dest.parent, items, captions), dest)
+    else:
+        if not usable:
+            raise AnnotationError(f"{dest}: the library has no annotations to export")
+        write_linked_folder(dest, [(keys[r.id], r.path) for r in usable], captions)
+    return len(captions)
+
+
+def import_annotations(catalog: Catalog, path: Path) -> int:
+    """Add the captions of a caption folder or a COCO captions JSON to the library's items, with provenance
+    ``imported``; returns how many were added. An entry matches an item by content (when the folder's file
+    can be read), else by its relative path: the longest trailing part of it that names exactly one item
+    (so ``trip/IMG_1.jpg`` matches ``.../Photos/trip/IMG_1.jpg``). Captions an item already has are skipped;
+    entries that match nothing are logged."""
+    from engine.captionfolder import normalize_caption
+
+    path = Path(path)
+    entries = _coco_entries(path) if path.is_file() else _folder_entries(path)
+    media = list(catalog.iter_media(MediaStatus.OK))
+    by_hash = {m.content_hash: m.id for m in media}
+    by_suffix = _suffix_index(catalog, media)
+    existing = library_annotations(catalog)
+    added = matched = 0
+    unmatched: list[str] = []
+    for key, file, texts in entries:
+        media_id = by_hash.get(_safe_hash(file)) if file is not None else None
+        media_id = media_id if media_id is not None else _match_key(key, by_suffix)
+        if media_id is None:
+            unmatched.append(key)
+            continue
+        matched += 1
+        have = set(existing.get(media_id, []))
+        for text in texts:
+            text = normalize_caption(text)
+            if text and text not in have:
+                catalog.add_caption(media_id, text, CaptionSource.IMPORTED)
+                have.add(text)
+                added += 1
+        existing[media_id] = list(have)
+    if entries and not matched:
+        raise AnnotationError(f"{path}: none of its {len(entries)} files is in the library (e.g. {entries[0][0]!r})")
+    if unmatched:
+        log.warning("%s: %d files are not in the library and were skipped, e.g. %s", path, len(unmatched),
+                    unmatched[0])
+    return added
+
+
+def _folder_entries(path: Path) -> list[tuple[str, Path | None, list[str]]]:
+    try:
+        folder = load_caption_folder(path)
+    except CaptionFolderError as exc:
+        raise AnnotationError(f"{path}: not a caption folder or a COCO captions JSON ({exc})") from exc
+    return [(item.file, item.path, texts) for item, texts in folder.item_captions() if texts]
+
+
+def _coco_entries(path: Path) -> list[tuple[str, Path | None, list[str]]]:
+    """``(file_name, None, captions)`` of a COCO captions JSON (``images`` and ``annotations`` lists)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AnnotationError(f"{path}: not a readable COCO captions JSON ({exc})") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
+            or not isinstance(data.get("annotations"), list):
+        raise AnnotationError(f"{path}: a COCO captions JSON needs lists 'images' and 'annotations'")
+    file_of: dict[Any, str] = {}
+    for n, image in enumerate(data["images"]):
+        if not isinstance(image, dict) or "id" not in image or not isinstance(image.get("file_name"), str):
+            raise AnnotationError(f"{path}: images[{n}] lacks 'id' or a string 'file_name'")
+        file_of[image["id"]] = image["file_name"].replace("\\", "/")
+    grouped: dict[str, list[str]] = {}
+    for n, ann in enumerate(data["annotations"]):
+        if not isinstance(ann, dict) or not isinstance(ann.get("caption"), str) or ann.get("image_id") not in file_of:
+            raise AnnotationError(f"{path}: annotations[{n}] lacks a string 'caption' or a known 'image_id'")
+        grouped.setdefault(file_of[ann["image_id"]], []).append(ann["caption"])
+    return [(key, None, texts) for key, texts in grouped.items()]
+
+
+def _safe_hash(path: Path) -> str | None:
+    try:
+        return content_hash(path)
+    except OSError:  # a link to a file on another machine, say: match by path instead
+        return None
+
+
+def _suffix_index(catalog: Catalog, media: Sequence[MediaRecord]) -> dict[str, set[int]]:
+    """Every trailing part of every item's path relative to its folder (and the folder's name) -> item ids."""
+    roots = catalog.roots()
+    index: dict[str, set[int]] = {}
+    for record in media:
+        root = next((r for r in roots if _is_under(record.path, r)), None)
+        parts = (record.path.relative_to(root.parent) if root is not None else Path(record.path.name)).parts
+        for start in range(len(parts)):
+            index.setdefault("/".join(parts[start:]), set()).add(record.id)
+    return index
+
+
+def _match_key(key: str, by_suffix: dict[str, set[int]]) -> int | None:
+    """The one item the longest trailing part of ``key`` names, or None."""
+    parts = [p for p in key.split("/") if p not in ("", ".")]
+    for start in range(len(parts)):
+        ids = by_suffix.get("/".join(parts[start:]))
+        if ids is not None:
+            return next(iter(ids)) if len(ids) == 1 else None
+    return None
+
+
+# ------------------------------------------------------------------------------------------ the retraining job
+
+
+@dataclass(frozen=True)
+class RetrainOptions:
+    """One retraining's settings; ``trainer_args`` are extra ``python -m trainer train`` options."""
+
+    method: str = DEFAULT_METHOD
+    holdout: float = DEFAULT_HOLDOUT
+    seed: int = 0
+    epochs: int | None = None
+    overrides: tuple[str, ...] = ()  # "key=value", the trainer's --set
+    trainer_args: tuple[str, ...] = ()
+    name: str | None = None  # the new model's name (default: <method>-<library>-<timestamp>)
+    out: Path | None = None  # the new model's folder (default: under engine.paths.models_dir())
+    dest: Path | None = None  # the training set's folder (default: under the library's folder)
+
+
+@dataclass
+class RetrainResult:
+    """What a retraining did: the set it trained on, the new model, and R@K on the held-aside annotations
+    before (the model that was active) and after (the new model), both measured by :func:`evaluate_trained`
+    or the zero-shot evaluation. ``trainer_metrics`` is the trainer's own ``metrics.json``."""
+
+    training_set: TrainingSet
+    old_model: str | None = None
+    model_name: str | None = None
+    model_dir: Path | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    trainer_metrics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
+        from engine.metrics import rounded
+
+        ts = self.training_set
+        return rounded({
+            "event": "result", "model": self.model_name, "model_dir": str(self.model_dir) if self.model_dir else None,
+            "old_model": self.old_model or "zero-shot", "training_set": {
+                "folder": str(ts.folder), "train_split": ts.train_split, "val_split": ts.val_split,
+                "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
+                "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
+            "before": self.before, "after": self.after, "trainer_metrics": self.trainer_metrics,
+            "warnings": self.warnings})
+
+    def summary_lines(self) -> list[str]:
+        """Before/after R@1/5/10 on the held-aside annotations, as lines for a terminal."""
+        ts = self.training_set
+        lines = [f"trained {self.model_name} on {ts.n_train_annotated} annotated + {ts.n_unannotated} "
+                 f"un-annotated items; {ts.n_heldout_items} held aside"]
+        if self.before is None and self.after is None:
+            return lines + ["no held-aside annotations: before/after cannot be compared"]
+        shown = self.after or self.before
+        assert shown is not None
+        lines.append(f"held-aside annotations ({shown['n_media']} items, {shown['n_captions']} captions):")
+        for label, report, name in (("before", self.before, self.old_model or "zero-shot"),
+                                    ("after ", self.after, self.model_name)):
+            if report is None:
+                lines.append(f"  {label} not available ({name})")
+                continue
+            cells = "  ".join(f"{way} R@1 {report[way]['r1']:5.1f} R@5 {report[way]['r5']:5.1f} "
+                              f"R@10 {report[way]['r10']:5.1f}" for way in ("i2t", "t2i"))
+            lines.append(f"  {label} {cells}  rsum {report['rsum']:6.1f}  ({name})")
+        return lines
+
+
+class Retrain:
+    """The whole loop as one job: ``for p in Retrain(service, options).run(cancel): ...``, then ``.result``.
+
+    The trainer runs as its own process; ``on_event`` receives each of its ``--json-progress`` events
+    (the CLI prints them with ``--json``). The GUI runs :meth:`run` in a worker like any other job.
+    """
+
+    def __init__(self, service: SearchService, options: RetrainOptions | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.service, self.options = service, options or RetrainOptions()
+        self.on_event = on_event or (lambda _event: None)
+        self.result: RetrainResult | None = None
+
+    def run(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Export, evaluate the old model, train, register and activate, re-index, evaluate the new one."""
+        cancel = cancel or CancelToken()
+        service, options = self.service, self.options
+        yield Progress(0, 0, "writing the training set")
+        ts = service.export_training_set(options.dest, options.holdout, options.seed)
+        result = self.result = RetrainResult(ts, old_model=_active_name(service))
+        if ts.warning:
+            result.warnings.append(ts.warning)
+        yield Progress(0, 0, f"training set: {ts.n_train_annotated} annotated and {ts.n_unannotated} "
+                             f"un-annotated items, {ts.n_heldout_items} held aside")  # warnings are shown now
+        if ts.n_train_annotated < 1:
+            raise RetrainError(f"nothing to train on: {ts.n_annotated_items} annotated items, "
+                               f"{ts.n_heldout_items} of them held aside; annotate some items first")
+        cancel.raise_if_cancelled()
+        if ts.n_heldout_items:
+            yield Progress(0, 0, f"evaluating {result.old_model or 'zero-shot'} on the held-aside annotations")
+            result.before = self._evaluate_old(ts)
+        else:
+            result.warnings.append("no annotated item is held aside: the trainer validates on a part of the "
+                                   "training items and before/after cannot be compared")
+        name, out = self._name_and_folder()
+        yield from self._train(ts, out, cancel)
+        metrics_file = out / "metrics.json"
+        result.trainer_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        result.model_name = service.register_model(out, name)
+        result.model_dir = out
+        service.set_active_model(result.model_name)
+        yield from _staged(service.reindex(cancel), f"re-indexing with {result.model_name}")
+        if ts.n_heldout_items:
+            yield Progress(0, 0, f"evaluating {result.model_name} on the held-aside annotations")
+            result.after = service.evaluate_on(ts.folder, ts.val_split, result.model_name)
+        yield Progress(1, 1, "done")
+
+    def _evaluate_old(self, ts: TrainingSet) -> dict[str, Any] | None:
+        """The active model's R@K on the held-aside annotations; a model whose files are gone or unreadable
+        must not stop the retraining that replaces it (a warning says why there is no "before")."""
+        from engine.modelrunner import ModelLoadError
+
+        assert self.result is not None
+        try:
+            return self.service.evaluate_on(ts.folder, ts.val_split, self.result.old_model)
+        except (ModelLoadError, OSError, LookupError) as exc:
+            self.result.warnings.append(f"the current model {self.result.old_model!r} could not be evaluated "
+                                        f"({exc}); there is no 'before' to compare with")
+            return None
+
+    def _name_and_folder(self) -> tuple[str, Path]:
+        from engine import paths
+
+        options = self.options
+        taken = {m.name for m in self.service.models()}
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = options.name or f"{options.method}-{self.service.name}-{stamp}"
+        if options.name and options.name in taken:
+            raise RetrainError(f"a model named {options.name!r} is already registered")
+        name, n = base, 1
+        while name in taken or (options.out is None and (paths.models_dir() / name).exists()):
+            n += 1
+            name = f"{base}-{n}"
+        return name, Path(options.out) if options.out else paths.models_dir() / name
+
+    def _train(self, ts: TrainingSet, out: Path, cancel: CancelToken) -> Iterator[Progress]:
+        """Run ``python -m trainer train`` and turn its JSON events into progress records."""
+        options = self.options
+        command = [sys.executable, "-m", "trainer", "train", "--method", options.method, "--data", str(ts.folder),
+                   "--train-split", ts.train_split, "--val-split", ts.val_split, "--out", str(out),
+                   "--json-progress", *(["--epochs", str(options.epochs)] if options.epochs else []),
+                   *[arg for pair in options.overrides for arg in ("--set", pair)], *options.trainer_args]
+        log.info("running %s", " ".join(command))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
+            error: str | None = None
+            with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
+                                  errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"}) as process:
+                try:
+                    for event in _events(process, cancel):
+                        self.on_event(event)
+                        if event.get("event") == "error":
+                            error = str(event.get("message"))
+                        progress = _event_progress(event)
+                        if progress is not None:
+                            yield progress
+                except BaseException:  # cancelled, or the consumer closed the generator: no orphan trainer
+                    _stop(process)
+                    raise
+                status = process.wait()
+            if status != 0:
+                stderr.seek(0)
+                tail = error or (stderr.read().strip().splitlines() or ["no message"])[-1]
+                raise RetrainError(f"training failed (trainer exit status {status}): {tail}")
+
+
+def _active_name(service: SearchService) -> str | None:
+    active = service.catalog.active_model()
+    return active.name if active is not None else None
+
+
+def _events(process: subprocess.Popen, cancel: CancelToken) -> Iterator[dict[str, Any]]:
+    """The trainer's stdout events; a reader thread lets cancellation act while the trainer is quiet."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for line in process.stdout or ():
+                lines.put(line)
+        except (OSError, ValueError):  # the pipe was closed under us: the job is over either way
+            pass
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True, name="trainer-stdout").start()
+    while True:
+        if cancel.cancelled:
+            raise Cancelled()
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if line is None:
+            return
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            log.debug("trainer: %s", line.rstrip())
+            continue
+        if isinstance(event, dict):
+            yield event
+
+
+def _event_progress(event: dict[str, Any]) -> Progress | None:
+    kind = event.get("event")
+    if kind == "step":
+        loss = event.get("loss", {}).get("total")
+        text = f", loss {loss:.3f}" if isinstance(loss, (int, float)) else ""
+        return Progress(int(event.get("step", 0)), int(event.get("total", 0)),
+                        f"training epoch {event.get('epoch')}{text}")
+    if kind == "progress":
+        return Progress(int(event.get("done", 0)), int(event.get("total", 0)),
+                        f"training: {event.get('message') or event.get('stage')}")
+    if kind == "epoch":
+        rsum = (event.get("val") or {}).get("rsum")
+        text = f" (held-aside rsum {rsum:.1f})" if isinstance(rsum, (int, float)) else ""
+        return Progress(1, 1, f"epoch {event.get('epoch')} done{text}")
+    return None
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Ask the trainer to stop (SIGINT: it writes a resumable checkpoint), then make sure it has."""
+    if process.poll() is not None:
+        return
+    try:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        process.kill()
+        process.wait()
+
+
+def _staged(progress: Iterator[Progress], stage: str) -> Iterator[Progress]:
+    for p in progress:
+        yield Progress(p.done, p.total, f"{stage}: {p.message}" if p.message else stage)
