@@ -44,8 +44,31 @@ matters more than the last points of recall. At 1,000,000 items (``bench_search.
 data, items added 100,000 at a time, machine quiet) the default searched in 2.9 ms p50 / 4.3 ms p95 with
 recall@10 0.979 (numpy brute force: 396 / 452 ms), after 777 s of building, at 4.6 GB of process memory
 for the index (3.1 GB of it the stored vectors): the product target is p95 < 50 ms and recall >= 0.95.
-On isotropic clusters (the stress case) the same run gave 2.9 / 4.9 ms and recall 0.944 (1,504 s build);
-raise ``ef_search`` (256 doubled the latency and added 0.5 points at 200,000 items) for such data.
+On isotropic clusters (the stress case) the same run gave 2.9 / 4.9 ms and recall 0.944 (1,504 s build).
+Both ran with ``ef_search`` 128. Real cross-modal queries need far more: text embeddings lie away from the
+image embeddings the graph links (cosine ~0.2 to their best photo with the 2-epoch PVSE, against ~0.88 between
+neighbouring photos), and on replicated Flickr8k embeddings (``bench_search.py --data flickr``,
+bench-results/search-flickr-25k.md: 25,000 items x K=3 x D=1024, noise 0.5) ef 128 / 256 / 512 / 1024 recalled
+0.81 / 0.88 / 0.94 / 0.97 (at 20,000 items flat HNSW recalled the same as HNSW-SQ8, so the codes are not the
+cause). Hence the defaults: ``ef_search`` 1024, grown by :func:`search_ef` with the graph (``ef_growth`` 0.5:
+1536 at 1M items x K=3), since recall at a fixed ef falls with size (isotropic, ef 128: HNSW 0.99 at 200,000
+items, HNSW-SQ8 0.944 at 1M). Search time grows about linearly with ef (ef 1024 took ~4x ef 128 at 20,000
+items); the 1M-item figures above predate these defaults (the commands to re-measure them are in
+tests/bench/bench_search.py).
+
+Memory. Per vector (K per item) the default index keeps D bytes of 8-bit codes, ~280 bytes of HNSW links
+(2M = 64 four-byte links at level 0 plus the upper levels, M=32) and an 8-byte label; per item, the K x D
+stored vectors the exact rescoring reads, float32 (4 bytes per float) or float16 (2; ``storage``), and ~130
+bytes of ids, slots and the id table. :meth:`MultiVectorIndex.nbytes` reports these parts as counted from
+the arrays. The stored arrays grow by half when they fill up, by at most :data:`_GROW_ROWS` rows once
+large, and a growth step briefly holds the old and the new array (about twice the vectors). At 1M items x
+K=3: D=256, float32: 3.1 GB vectors + 0.8 GB codes + 0.9 GB links (the 4.6 GB measured above). PVSE's
+D=1024, float32: 12.3 GB of vectors + 3.1 GB codes + 0.9 GB links = 16.3 GB, and ~29 GB during a growth
+step: not feasible in 24 GB. float16 halves the vectors: 6.1 + 3.1 + 0.9 = 10.1 GB (plus up to 0.8 GB of
+spare rows), ~17 GB during the last growth step. ``storage="auto"`` (the default) therefore stores float16
+from :data:`FLOAT16_FROM` floats per item. float16 rounding of the items moves a cosine by ~1e-4 (queries
+stay float32), far below the gaps the ranking depends on. Rescoring from the SQ8 codes instead (no stored
+vectors) would save the 6.1 GB but make the scores approximate; not done.
 
 Every search runs on one thread: faiss with one OpenMP thread in the searching thread (libgomp keeps the
 setting per thread; builds use :data:`BUILD_THREADS`) and ``np.einsum`` instead of BLAS for the scoring.
@@ -97,10 +120,14 @@ BUILD_THREADS = 2  # OpenMP threads for training and adding (the box has two cor
 SEARCH_THREADS = 1  # per query: see "Threads" in the module docstring
 INDEX_FILE = "index.json"
 AnnKind = Literal["ivf-flat", "ivf-sq8", "ivf-pq", "hnsw", "hnsw-sq8"]
+Storage = Literal["auto", "float32", "float16"]
+EF_BASE_VECTORS = 300_000  # search_ef: ef_search as given up to this many vectors (100,000 items at K=3)
+FLOAT16_FROM = 2048  # storage="auto": float16 from this many floats per item (K * D), see "Memory"
 _SCORE_BLOCK = 1 << 23  # floats per block of exact scores: bounds temporary memory to ~32 MB
 EXACT_FLOATS = 1 << 24  # stored floats up to which exact search is the default (64 MB read per query)
 _HNSW_ADD_ITEMS = 128  # items added to HNSW per lock hold (~0.2 s on two busy cores)
 _IVF_ADD_ITEMS = 16_384  # items added to IVF lists per lock hold (their lists are assigned before)
+_GROW_ROWS = 1 << 17  # most spare rows one growth of the stored arrays adds (0.8 GB at K=3, D=1024, float16)
 
 
 class VectorIndexError(Exception):
@@ -123,14 +150,15 @@ class ModelMismatchError(VectorIndexError):
 class AnnParams:
     """How and when the approximate index is used (the module docstring compares the kinds).
 
-    Exact search reads every stored float per query, so it is used up to ``exact_limit`` items, by default
-    (0) as many as fit :data:`EXACT_FLOATS` floats (about 22,000 items at K=3, D=256, ~10 ms here).
-    HNSW kinds use ``hnsw_m`` links per node, ``ef_construction`` and ``ef_search`` (at least the number
-    of vectors fetched). IVF kinds: ``nlist=0`` picks about ``nlist_per_sqrt * sqrt(vectors)`` lists (a
-    power of two, 16..65536), ``nprobe`` lists are scanned per query head, IVF-PQ has ``pq_m``
-    sub-quantisers of ``pq_bits`` bits. Each query head fetches ``max(top + offset, 10) * K * oversample``
-    vectors: an item in the exact top t has its best pair among the first t * K vectors of that head, so
-    ``oversample`` is slack for the approximation only.
+    Exact search reads every stored float per query, so it is used up to ``exact_limit`` items, by default (0) as
+    many as fit :data:`EXACT_FLOATS` floats (about 22,000 items at K=3, D=256, ~10 ms here). HNSW kinds use
+    ``hnsw_m`` links per node, ``ef_construction`` and, per search, ``ef_search`` raised by ``ef_growth`` times
+    itself per tenfold of vectors above :data:`EF_BASE_VECTORS` (HNSW's recall at a fixed ef falls as the graph
+    grows; :func:`search_ef`), and at least the number of vectors fetched. IVF kinds: ``nlist=0`` picks about
+    ``nlist_per_sqrt * sqrt(vectors)`` lists (a power of two, 16..65536), ``nprobe`` lists are scanned per query
+    head, IVF-PQ has ``pq_m`` sub-quantisers of ``pq_bits`` bits. Each query head fetches ``max(top + offset, 10) *
+    K * oversample`` vectors: an item in the exact top t has its best pair among the first t * K vectors of that
+    head, so ``oversample`` is slack for the approximation only.
     """
 
     kind: AnnKind = "hnsw-sq8"
@@ -142,7 +170,8 @@ class AnnParams:
     pq_bits: int = 8
     hnsw_m: int = 32
     ef_construction: int = 80
-    ef_search: int = 128
+    ef_search: int = 1024
+    ef_growth: float = 0.5
     oversample: int = 4
     train_per_list: int = 40
     rebuild_growth: float = 4.0
@@ -152,7 +181,7 @@ class AnnParams:
             raise IndexInputError(f"kind: unknown approximate index {self.kind!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "kind" and (value < 0 or (value == 0 and f.name not in ("nlist", "exact_limit"))):
+            if f.name != "kind" and (value < 0 or (value == 0 and f.name not in ("nlist", "exact_limit", "ef_growth"))):
                 raise IndexInputError(f"{f.name}: must be positive, got {value!r}")
         if self.rebuild_growth <= 1.0:
             raise IndexInputError(f"rebuild_growth: must be > 1, got {self.rebuild_growth}")
@@ -165,6 +194,13 @@ class AnnParams:
         if unknown:
             raise IndexInputError(f"params: unknown fields {unknown}")
         return cls(**data)
+
+
+def search_ef(params: AnnParams, vectors: int, fetch: int) -> int:
+    """HNSW's ef for a search fetching ``fetch`` of ``vectors`` vectors: ``ef_search * (1 + ef_growth *
+    log10(vectors / EF_BASE_VECTORS))``, never below ``ef_search`` nor ``fetch`` (module docstring)."""
+    decades = np.log10(max(1.0, vectors / EF_BASE_VECTORS))
+    return max(fetch, int(round(params.ef_search * (1.0 + params.ef_growth * decades))))
 
 
 def set_faiss_threads(threads: int) -> None:
@@ -256,18 +292,20 @@ class _Ann:
     def build(cls, params: AnnParams, vectors: np.ndarray, slots: np.ndarray, next_slot: int,
               rng: np.random.Generator) -> _Ann:
         """Train on a sample of ``vectors`` (N, K, D) and add them all."""
-        n, heads, dim = vectors.shape
+        n = len(vectors)
         index = cls._trained_hnsw(params, vectors, rng) if params.kind.startswith("hnsw") else \
             cls._trained_ivf(params, vectors, rng)
         ann = cls(index, params.kind, n, next_slot)
-        ann.add(vectors, slots, ann.assign(vectors))
+        for start in range(0, n, _IVF_ADD_ITEMS):  # float32 copies of float16 storage, a chunk at a time
+            part = vectors[start:start + _IVF_ADD_ITEMS].astype(np.float32, copy=False)
+            ann.add(part, slots[start:start + _IVF_ADD_ITEMS], ann.assign(part))
         return ann
 
     @staticmethod
     def _sample(vectors: np.ndarray, wanted: int, rng: np.random.Generator) -> np.ndarray:
         flat = vectors.reshape(-1, vectors.shape[2])
         rows = rng.choice(len(flat), size=min(len(flat), wanted), replace=False)
-        return np.ascontiguousarray(flat[np.sort(rows)])
+        return np.ascontiguousarray(flat[np.sort(rows)], dtype=np.float32)
 
     @classmethod
     def _trained_hnsw(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
@@ -339,7 +377,7 @@ class _Ann:
     def search(self, queries: np.ndarray, k: int, params: AnnParams) -> np.ndarray:
         """Labels (Q, k) of the nearest vectors of each query row; -1 where fewer exist."""
         if self.is_hnsw:
-            search_params = faiss.SearchParametersHNSW(efSearch=max(params.ef_search, k))
+            search_params = faiss.SearchParametersHNSW(efSearch=search_ef(params, self.size, k))
         else:
             search_params = faiss.SearchParametersIVF(nprobe=params.nprobe)
         _, labels = self.index.search(np.ascontiguousarray(queries), k, params=search_params)
@@ -348,6 +386,18 @@ class _Ann:
     @property
     def size(self) -> int:
         return int(self.index.ntotal)
+
+    def nbytes(self) -> tuple[int, int]:
+        """Bytes of the vector codes and of the structure around them (HNSW links and levels, or IVF
+        list ids and centroids; the label map), counted from faiss's arrays (no serialisation)."""
+        if self.is_hnsw:
+            inner = faiss.downcast_index(self.index.index)
+            codes = int(faiss.downcast_index(inner.storage).codes.size())
+            graph = inner.hnsw
+            links = 4 * (graph.neighbors.size() + graph.levels.size()) + 8 * graph.offsets.size()
+            return codes, int(links + 8 * self.index.id_map.size())
+        ntotal = int(self.index.invlists.compute_ntotal())
+        return ntotal * int(self.index.code_size), ntotal * 8 + 4 * int(self.index.nlist) * int(self.index.d)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "trained_items": self.trained_items, "dead": self.dead,
@@ -368,7 +418,7 @@ class _Data:
 
     ids: np.ndarray  # (capacity,) int64
     slots: np.ndarray  # (capacity,) int64
-    vectors: np.ndarray  # (capacity, K, D) float32, unit rows
+    vectors: np.ndarray  # (capacity, K, D) float32 or float16 (the index's storage), unit rows
     alive: np.ndarray  # (capacity,) bool
     payload: np.ndarray  # (capacity, P) float32, P = 0 unless the index carries per-item values
     row_of_slot: np.ndarray  # (next_slot,) int64
@@ -380,16 +430,25 @@ class MultiVectorIndex:
     """Items with K unit vectors each, searched by the K x K max-cosine rule (module docstring).
 
     ``payload_dim`` > 0 keeps P float32 values per item beside its vectors (e.g. PCME's log sigma, for
-    uncertainty and match probability), stored and saved with it but never searched.
+    uncertainty and match probability), stored and saved with it but never searched. ``storage`` is the
+    type of the stored vectors the exact scoring reads: ``"float32"``, ``"float16"`` (half the memory;
+    scores then differ from float32 ones by ~1e-4) or ``"auto"``: float16 from :data:`FLOAT16_FROM`
+    floats per item (PVSE's K=3 x D=1024), float32 below (module docstring, "Memory").
     """
 
     def __init__(self, dim: int, heads: int, metric: str = "ip", model_id: str = "",
-                 params: AnnParams | None = None, seed: int = 0, payload_dim: int = 0) -> None:
+                 params: AnnParams | None = None, seed: int = 0, payload_dim: int = 0,
+                 storage: Storage = "auto") -> None:
         if metric != "ip":
             raise IndexInputError(f"metric: only 'ip' (cosine of unit vectors) is supported, got {metric!r}")
         if dim < 1 or heads < 1 or payload_dim < 0:
             raise IndexInputError(f"dim and heads must be >= 1 and payload_dim >= 0, got dim={dim}, "
                                   f"heads={heads}, payload_dim={payload_dim}")
+        if storage not in typing.get_args(Storage):
+            raise IndexInputError(f"storage: expected one of {typing.get_args(Storage)}, got {storage!r}")
+        if storage == "auto":
+            storage = "float16" if heads * dim >= FLOAT16_FROM else "float32"
+        self.storage: Literal["float32", "float16"] = storage
         self.dim, self.heads, self.metric, self.model_id = int(dim), int(heads), metric, str(model_id)
         self.payload_dim = int(payload_dim)
         self.params = params or AnnParams()
@@ -425,9 +484,9 @@ class MultiVectorIndex:
             return data.ids[:data.size][data.alive[:data.size]].copy()
 
     def get(self, ids: np.ndarray | list[int]) -> np.ndarray:
-        """The stored unit vectors (N, K, D) of ``ids``; :class:`KeyError` names an unknown id."""
+        """The stored unit vectors (N, K, D) of ``ids`` as float32; :class:`KeyError` names an unknown id."""
         with self._lock:
-            return self._data.vectors[self._rows_of(ids)]
+            return self._data.vectors[self._rows_of(ids)].astype(np.float32)
 
     def payload(self, ids: np.ndarray | list[int]) -> np.ndarray:
         """The stored payload (N, P) of ``ids``; :class:`KeyError` names an unknown id."""
@@ -443,16 +502,30 @@ class MultiVectorIndex:
             return {"model_id": self.model_id, "dim": self.dim, "heads": self.heads, "items": len(self),
                     "approximate": self._ann.describe() if self._ann else None}
 
-    def search(self, query: np.ndarray, top: int = 10, offset: int = 0
+    def nbytes(self) -> dict[str, int]:
+        """Memory held, in bytes: ``vectors`` (the stored vectors of the exact scoring, allocated rows),
+        ``ann_codes`` and ``ann_structure`` (the faiss index, see :meth:`_Ann.nbytes`), ``other`` (ids,
+        slots, payload, flags, the id table's keys and values, approximately) and ``total``."""
+        with self._lock:
+            data, ann = self._data, self._ann
+            codes, structure = ann.nbytes() if ann is not None else (0, 0)
+            other = sum(a.nbytes for a in (data.ids, data.slots, data.alive, data.payload, data.row_of_slot))
+            other += 100 * len(self._row_of_id)  # dict entry + two Python ints, roughly
+        out = {"vectors": int(data.vectors.nbytes), "ann_codes": codes, "ann_structure": structure,
+               "other": int(other)}
+        return {**out, "total": sum(out.values())}
+
+    def search(self, query: np.ndarray, top: int = 10, offset: int = 0, exact: bool = False
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The items ranked ``offset .. offset + top`` for a query of Kq vectors (Kq, D).
 
         Returns ``ids`` (n,) int64, ``scores`` (n,) float32 (exact K x K max-cosine, best first, ties by
-        id) and ``head_pairs`` (n, 2) int64: (query head, item head) of each score.
+        id) and ``head_pairs`` (n, 2) int64: (query head, item head) of each score. ``exact=True`` scores
+        every item even when the approximate index is in use (the reference for recall; slow).
         """
-        return self.search_batch(np.asarray(query)[None], top, offset)[0]
+        return self.search_batch(np.asarray(query)[None], top, offset, exact)[0]
 
-    def search_batch(self, queries: np.ndarray, top: int = 10, offset: int = 0
+    def search_batch(self, queries: np.ndarray, top: int = 10, offset: int = 0, exact: bool = False
                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """:meth:`search` for B queries (B, Kq, D) at once (one faiss call for all their heads)."""
         queries = self._check_queries(queries)
@@ -463,7 +536,7 @@ class MultiVectorIndex:
                     for _ in range(len(queries))]
         set_faiss_threads(SEARCH_THREADS)
         with self._lock:
-            if self._ann is None:
+            if self._ann is None or exact:
                 return self._exact_batch(queries, top, offset)
             return self._approximate_batch(queries, top, offset)
 
@@ -490,11 +563,13 @@ class MultiVectorIndex:
         flat = queries.reshape(batch * kq, self.dim)
         scores = np.empty((batch, len(rows)), np.float32)
         pairs = np.empty((batch, len(rows), 2), np.int64)
-        block = max(1, _SCORE_BLOCK // (self.heads * batch * kq))
+        # bounds both the similarities and a block's float32 vectors (copied when gathered or widened)
+        block = max(1, _SCORE_BLOCK // (self.heads * max(batch * kq, self.dim)))
         contiguous = len(rows) == 0 or rows[-1] - rows[0] == len(rows) - 1
         for start in range(0, len(rows), block):
             part = rows[start:start + block]
             items = data.vectors[part[0]:part[-1] + 1] if contiguous else data.vectors[part]
+            items = items.astype(np.float32, copy=False)  # float16 storage: einsum is slow on halves
             sims = _dot(items.reshape(-1, self.dim), flat).reshape(len(part), self.heads, batch, kq)
             sims = sims.transpose(2, 0, 3, 1).reshape(batch, len(part), kq * self.heads)
             best = sims.argmax(axis=2)
@@ -577,7 +652,7 @@ class MultiVectorIndex:
         for start in range(_tail_start(data, ann), data.size, chunk):
             stop = min(start + chunk, data.size)
             rows = np.arange(start, stop)[data.alive[start:stop]]
-            vectors, slots = data.vectors[rows], data.slots[rows]
+            vectors, slots = data.vectors[rows].astype(np.float32), data.slots[rows]
             lists = ann.assign(vectors)  # IVF's slow part, outside the lock
             with self._lock:
                 ann.add(vectors, slots, lists)
@@ -648,14 +723,14 @@ class MultiVectorIndex:
 
     def _empty_data(self, capacity: int = 0) -> _Data:
         return _Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
-                     np.zeros((capacity, self.heads, self.dim), np.float32), np.zeros(capacity, bool),
+                     np.zeros((capacity, self.heads, self.dim), self.storage), np.zeros(capacity, bool),
                      np.zeros((capacity, self.payload_dim), np.float32), np.zeros(0, np.int64), 0, 0)
 
     def _grown(self, data: _Data, extra: int) -> _Data:
         """``data`` with room for ``extra`` more rows; a bigger copy is made outside the search lock."""
         if data.size + extra <= len(data.ids):
             return data
-        capacity = max(data.size + extra, int(len(data.ids) * 1.5), 1024)
+        capacity = max(data.size + extra, len(data.ids) + min(len(data.ids) // 2, _GROW_ROWS), 1024)
         bigger = self._empty_data(capacity)
         for name in ("ids", "slots", "vectors", "alive", "payload"):
             getattr(bigger, name)[:data.size] = getattr(data, name)[:data.size]
@@ -749,6 +824,7 @@ class MultiVectorIndex:
     def _header(self, name: str, data: _Data, ann: _Ann | None) -> dict[str, Any]:
         return {"format": FORMAT, "version": FORMAT_VERSION, "model_id": self.model_id, "dim": self.dim,
                 "heads": self.heads, "metric": self.metric, "payload_dim": self.payload_dim,
+                "storage": self.storage,
                 "count": data.count, "data": name,
                 "next_slot": len(data.row_of_slot), "params": asdict(self.params),
                 "ann": ann.describe() if ann else None}
@@ -767,15 +843,20 @@ class MultiVectorIndex:
         if model_id is not None and header["model_id"] != model_id:
             raise ModelMismatchError(f"{folder / INDEX_FILE}: index built for model {header['model_id']!r}, "
                                      f"not {model_id!r}; rebuild it")
+        storage = header.get("storage", "float32")  # files written before float16 storage existed
+        if storage not in ("float32", "float16"):
+            raise IndexFileError(f"{folder / INDEX_FILE}: unknown vector storage {storage!r}")
         index = cls(header["dim"], header["heads"], header["metric"], header["model_id"],
-                    params or AnnParams.from_dict(header["params"]), payload_dim=header["payload_dim"])
+                    params or AnnParams.from_dict(header["params"]), payload_dim=header["payload_dim"],
+                    storage=storage)
         index._restore(folder / header["data"], header)
         return index
 
     def _restore(self, data_dir: Path, header: dict[str, Any]) -> None:
         ids = _load_array(data_dir / "ids.npy", np.int64, (header["count"],))
         slots = _load_array(data_dir / "slots.npy", np.int64, (header["count"],))
-        vectors = _load_array(data_dir / "vectors.npy", np.float32, (header["count"], self.heads, self.dim))
+        vectors = _load_array(data_dir / "vectors.npy", np.dtype(self.storage).type,
+                              (header["count"], self.heads, self.dim))
         payload = _load_array(data_dir / "payload.npy", np.float32, (header["count"], self.payload_dim))
         if len(slots) and (slots.min() < 0 or slots.max() >= header["next_slot"]):
             raise IndexFileError(f"{data_dir / 'slots.npy'}: slot numbers outside 0..{header['next_slot']}")

@@ -477,6 +477,7 @@ class TrainingData:
     train: PairSet
     val: PairSet
     pseudo: PairSet | None = None
+    n_split_items: int = 0  # items of the training split, annotated or not (sets a sparse epoch's length)
 
 
 def resolve_splits(folder: CaptionFolder, train_split: str, val_split: str,
@@ -542,4 +543,4 @@ def load_training_data(root: Path, train_split: str, val_split: str, sparse: Spa
         texts = source.pseudo_captions(items)
         pseudo = PairSet([item.file for item in items], visual, texts, np.arange(len(items), dtype=np.int64),
                          source.text(texts, needs))
-    return TrainingData(train, val, pseudo)
+    return TrainingData(train, val, pseudo, len(split.annotated) + len(split.unannotated))

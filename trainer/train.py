@@ -300,16 +300,23 @@ def resolve_device(name: str) -> torch.device:
 
 
 def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group: int = 1,
-                  per_item: int | None = None) -> list[np.ndarray]:
+                  per_item: int | None = None, min_units: int = 0) -> list[np.ndarray]:
     """Caption indices of each batch of one epoch, the order seeded by (seed, epoch) so that a resumed run
     replays it. An epoch takes ``per_item`` random captions of every item (None: every caption once);
     ``group`` captions of one item sit side by side in a batch; photos and clips are never mixed. Batches of
-    fewer than 2 captions are dropped (no negatives, and batch norm needs 2)."""
+    fewer than 2 captions are dropped (no negatives, and batch norm needs 2).
+
+    ``min_units`` > the epoch's units repeats the draw (fresh shuffles) until there are at least that many:
+    a sparse corpus then gets as many steps per epoch as the fully annotated one would (A3VSE §4.2 keeps
+    the baselines' iteration count comparable instead of letting 10 % of the pairs make 10 % of the steps)."""
     rng = np.random.default_rng([seed, epoch])
     clip_of_caption = pairs.visual.is_clip[pairs.caption_item]
+    n_units = len(pairs.captions) if per_item is None else pairs.n_items * per_item
+    repeats = max(1, math.ceil(min_units / max(1, n_units // max(1, group))))
     batches: list[np.ndarray] = []
     for kind in (False, True):
-        units = _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, per_item, rng)
+        units = [u for _ in range(repeats)
+                 for u in _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, per_item, rng)]
         per_batch = max(1, batch_size // max(1, group))
         n_batches = math.ceil(len(units) / per_batch)
         for part in np.array_split(np.arange(len(units)), n_batches) if n_batches else []:
@@ -585,7 +592,7 @@ def _loop(run: Run) -> None:
     timer = _Eta()
     while state.epoch < epochs and not state.stopped_early:
         batches = epoch_batches(run.data.train, state.epoch, settings["seed"], settings["batch_size"],
-                                settings["group"], settings["per_item"])
+                                settings["group"], settings["per_item"], run.data.n_split_items)
         mine = _shard(batches, run.dist)
         lr = learning_rate(run.recipe, settings["lr"], state.epoch, epochs, state)
         for group in run.optimizer.param_groups:

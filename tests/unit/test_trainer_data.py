@@ -239,3 +239,14 @@ def test_sparse_training_data_pairs_unannotated_items_with_pseudo_captions(tmp_p
     assert all(caption for caption in data.pseudo.captions)
     assert not set(data.pseudo.files) & set(data.train.files)
     assert data.val.n_items == 2 and len(data.val.captions) == 4
+
+
+def test_a_sparse_epoch_repeats_its_pairs_to_the_full_corpus_length():
+    pairs = _pairs_for_batching("pppppp", 2)  # 6 annotated items of a split of 30
+    plain = epoch_batches(pairs, epoch=0, seed=0, batch_size=4, per_item=1)
+    long = epoch_batches(pairs, epoch=0, seed=0, batch_size=4, per_item=1, min_units=30)
+    assert sum(map(len, plain)) == 6
+    flat = np.concatenate(long)
+    assert len(flat) == 30  # 5 fresh draws of one caption per item
+    assert np.bincount(pairs.caption_item[flat], minlength=6).tolist() == [5] * 6
+    assert sum(map(len, epoch_batches(pairs, epoch=0, seed=0, batch_size=4, per_item=1, min_units=3))) == 6

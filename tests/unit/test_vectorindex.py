@@ -17,6 +17,7 @@ from engine.vectorindex import (
     ModelMismatchError,
     MultiVectorIndex,
     kxk_scores,
+    search_ef,
 )
 
 DIM, HEADS = 24, 3
@@ -262,3 +263,55 @@ def test_searches_run_while_one_writer_adds_and_removes(library: tuple) -> None:
         reader.join()
     assert not errors, errors
     assert seen <= set(ids.tolist()) and len(index) == 3000 - 10 * 200  # ten disjoint removals
+
+
+def test_float16_storage_halves_the_vectors_and_keeps_the_ranking(library: tuple, tmp_path: Path) -> None:
+    vectors, ids, queries, exact = library
+    half = MultiVectorIndex(DIM, HEADS, params=KINDS["hnsw-sq8"], storage="float16")
+    half.add(ids, vectors)
+    assert half.storage == "float16" and half.get(ids[:2]).dtype == np.float32
+    assert half.nbytes()["vectors"] * 2 == exact.nbytes()["vectors"] == 3000 * HEADS * DIM * 4
+    for query in queries[:5]:
+        got_ids, got_scores, got_pairs = half.search(query, 10, exact=True)
+        want_ids, want_scores, _ = exact.search(query, 10)
+        assert np.allclose(got_scores, want_scores, atol=2e-3)  # float16 rounding of the items only
+        assert len(set(got_ids) & set(want_ids)) >= 9
+        rows = (got_ids - 1000) // 7
+        assert np.allclose(got_scores, kxk_scores(query, vectors[rows])[0], atol=2e-3)
+    assert recall_at_10(half, exact, queries) >= 0.9
+    half.save(tmp_path / "half")
+    loaded = MultiVectorIndex.load(tmp_path / "half")
+    assert loaded.storage == "float16" and np.array_equal(loaded.get(ids[:3]), half.get(ids[:3]))
+    assert np.array_equal(loaded.search(queries[0], 10)[0], half.search(queries[0], 10)[0])
+
+
+def test_storage_auto_picks_float16_for_wide_items_and_bad_storage_is_named() -> None:
+    assert MultiVectorIndex(DIM, HEADS).storage == "float32"
+    assert MultiVectorIndex(1024, 3).storage == "float16"  # PVSE's K=3 x D=1024: 6 GB instead of 12 per 1M
+    assert MultiVectorIndex(1024, 3, storage="float32").storage == "float32"
+    with pytest.raises(IndexInputError, match="storage"):
+        MultiVectorIndex(DIM, HEADS, storage="int8")  # type: ignore[arg-type]
+
+
+def test_exact_search_and_memory_report_of_an_approximate_index(library: tuple) -> None:
+    vectors, ids, queries, exact = library
+    index = MultiVectorIndex(DIM, HEADS, params=KINDS["hnsw-sq8"])
+    index.add(ids, vectors)
+    for query in queries[:3]:
+        for a, b in zip(index.search(query, 10, exact=True), exact.search(query, 10), strict=True):
+            assert np.array_equal(a, b)
+    sizes = index.nbytes()
+    assert sizes["ann_codes"] == 3000 * HEADS * DIM  # one byte per dimension (SQ8)
+    assert sizes["ann_structure"] > 3000 * HEADS * 4 * 12  # at least the level-0 links (2M per vector)
+    assert sizes["total"] == sum(v for k, v in sizes.items() if k != "total")
+    assert exact.nbytes()["ann_codes"] == 0
+
+
+def test_search_ef_grows_with_the_graph_and_covers_the_fetch() -> None:
+    params = AnnParams(ef_search=512, ef_growth=1.0)
+    assert search_ef(params, 1000, 120) == search_ef(params, vectorindex.EF_BASE_VECTORS, 120) == 512
+    assert search_ef(params, 10 * vectorindex.EF_BASE_VECTORS, 120) == 1024  # one tenfold: doubled
+    assert search_ef(params, 3_000_000, 2000) == 2000  # never below the number of vectors fetched
+    assert search_ef(AnnParams(ef_search=64, ef_growth=0.0), 10**8, 30) == 64
+    with pytest.raises(IndexInputError, match="ef_growth"):
+        AnnParams(ef_growth=-1.0)
