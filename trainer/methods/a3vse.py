@@ -8,7 +8,12 @@ layer whose gamma follows 2 / (1 + exp(-eta p)) - 1 (§4.3).
 
 Eq. 1 as printed is ambiguous; this module reads it as: per head k, a context vector
 ``c_k = mean_i tanh(Q_k v_i)`` of the item's own entities, scores ``a_ik = tanh(c_k . tanh(P_k v_i))``,
-weights ``softmax_i(lambda * a_ik)`` and the attended vector ``sum_i alpha_ik v_i``.
+weights ``softmax_i(lambda * a_ik)`` and the attended vector ``sum_i alpha_ik v_i``; the dot product inside the
+tanh is divided by sqrt(H) (see :class:`ContextAttention`).
+
+The ablations of Table 5 are config switches: ``attention=False`` ("without attention") gives every head
+the uniform map over the valid entities, so each attended vector is their masked mean;
+``adversarial=False`` ("without L_adv") runs no discriminator, so eq. 9 reduces to the triplet loss.
 """
 
 from __future__ import annotations
@@ -58,9 +63,23 @@ class ContextAttention(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         shape = (x.shape[0], x.shape[1], self.heads, self.context_dim)
         context = masked_mean(torch.tanh(self.q(x)).flatten(2), mask).view(x.shape[0], 1, self.heads, -1)
-        scores = torch.tanh((torch.tanh(self.p(x)).view(shape) * context).sum(-1)).transpose(1, 2)
+        # the dot product runs over context_dim terms in [-1, 1]: scaled by 1/sqrt(context_dim) (as in scaled
+        # dot-product attention) it stays in tanh's linear range; unscaled it saturates at +-1 from the first
+        # step, so the attention is stuck on arbitrary entities (Flickr8k dev rsum ~75 instead of ~250)
+        dot = (torch.tanh(self.p(x)).view(shape) * context).sum(-1) / self.context_dim ** 0.5
+        scores = torch.tanh(dot).transpose(1, 2)
         attn = masked_softmax(self.temperature * scores, None if mask is None else mask[:, None, :])
         return attn, attn @ x
+
+
+def uniform_attention(x: Tensor, mask: Tensor | None, heads: int) -> tuple[Tensor, Tensor]:
+    """The "without attention" ablation of A3VSE Table 5: mean pooling over the entities, given the shapes
+    of :class:`ContextAttention` (maps (B, K, N) uniform over the valid entities, attended vectors (B, K, H)
+    all equal to the masked mean)."""
+    # zeros derived from x (not torch.zeros(shape)) so an ONNX trace keeps the batch and length dynamic
+    flat = torch.zeros_like(x[..., 0])[:, None, :].expand(-1, heads, -1)
+    attn = masked_softmax(flat, None if mask is None else mask[:, None, :])
+    return attn, attn @ x
 
 
 def _discriminator(dim: int, hidden: int) -> nn.Module:
@@ -68,7 +87,11 @@ def _discriminator(dim: int, hidden: int) -> nn.Module:
 
 
 class A3VSEModel(RetrievalModel):
-    """A3VSE's attentive encoders G^v, G^t and the six domain discriminators."""
+    """A3VSE's attentive encoders G^v, G^t and the six domain discriminators.
+
+    With ``config.attention`` False the attention modules are kept (same parameters, same export) but
+    unused; with ``config.adversarial`` False the discriminators are kept but never run (Table 5 ablations).
+    """
 
     method = "a3vse"
 
@@ -88,7 +111,10 @@ class A3VSEModel(RetrievalModel):
         })
 
     def _attend(self, kind: str, entities: Tensor, mask: Tensor | None) -> EncoderOutput:
-        attn, heads = self.attention[kind](entities, mask)
+        if self.config.attention:
+            attn, heads = self.attention[kind](entities, mask)
+        else:
+            attn, heads = uniform_attention(entities, mask, self.config.num_heads)
         return EncoderOutput(emb=F.normalize(heads.flatten(1), dim=-1).unsqueeze(1), attn=attn)
 
     def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
@@ -106,8 +132,9 @@ class A3VSEModel(RetrievalModel):
 
     def forward(self, batch: PairBatch) -> PairOutput:
         """Encode annotated pairs and, when present, un-annotated visuals with their pseudo captions; run
-        every discriminator whose two domains are present. Extras: ``unlabelled_emb``, ``pseudo_emb``
-        (B', 1, D) and ``domain_<name>_pos`` / ``domain_<name>_neg`` logits of the two domains."""
+        every discriminator whose two domains are present (none with ``config.adversarial`` False). Extras:
+        ``unlabelled_emb``, ``pseudo_emb`` (B', 1, D) and ``domain_<name>_pos`` / ``domain_<name>_neg``
+        logits of the two domains."""
         self.grl.gamma = grl_gamma(batch.progress, self.config.grl_eta)
         out = super().forward(batch)
         domains = {"v": out.visual.emb[:, 0], "t": out.text.emb[:, 0]}
@@ -116,6 +143,8 @@ class A3VSEModel(RetrievalModel):
             out.extras["pseudo_emb"] = self.encode_caption(batch.pseudo_text).emb
             domains["vu"] = out.extras["unlabelled_emb"][:, 0]
             domains["s"] = out.extras["pseudo_emb"][:, 0]
+        if not self.config.adversarial:
+            return out  # no domain logits: the criterion's l^adv terms are then 0 and nothing is reversed
         for name, (first, second) in DOMAIN_PAIRS.items():
             if first in domains and second in domains:
                 disc = self.discriminators[name]

@@ -183,6 +183,8 @@ class PCMEConfig(TextGlobalConfig):
     D=1024 and J=7 samples are the COCO settings (§4.1, released config); a and b of eq. 3 start at 15
     (released COCO config, learnable). The KL weight 1e-5 is the released COCO value; the uniformity loss
     weight is 0 there (10 on CUB). One attention head in each local attention branch (fig. 3).
+    ``logsigma_init`` is where the sigma heads start (not given in the paper; see pcme.PCMEBranch):
+    -4 keeps the initial sample noise (sigma * sqrt(D) ~ 0.4 at D=512) below the distances between means.
     """
 
     method: ClassVar[str] = "pcme"
@@ -193,6 +195,7 @@ class PCMEConfig(TextGlobalConfig):
     uniformity_weight: float = _f(0.0, 0.0)
     uniformity_t: float = _f(2.0, 0.0, lo_open=True)
     attention_heads: int = _f(1, 1)
+    logsigma_init: float = _f(-4.0)
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,12 @@ class A3VSEConfig(MethodConfig):
     The softmax temperature lambda_v of eq. 1 is not given in the paper; 10 lets the tanh-bounded scores
     concentrate. The discriminator width is not given either (``disc_hidden``). The embedding is the
     concatenation of the K attended vectors, so its size is ``num_heads * embed_dim``.
+
+    Two switches reproduce the ablations of Table 5 (§4.6): ``attention=False`` is "s, without attention"
+    (mean pooling over the encoded entities replaces eq. 1: every head's map is uniform over the valid
+    entities, so shapes and the export stay those of the full model); ``adversarial=False`` is "s, without
+    L_adv" (eq. 9 without l^adv: no discriminator runs and no gradient goes through the reversal layer).
+    "No s" is not a config switch: it is training without pseudo pairs (the trainer's ``pseudo_pairs``).
     """
 
     method: ClassVar[str] = "a3vse"
@@ -222,6 +231,8 @@ class A3VSEConfig(MethodConfig):
     lambda_vs: float = _f(0.3, 0.0)
     lambda_vut: float = _f(0.3, 0.0)
     disc_hidden: int = _f(512, 1)
+    attention: bool = True
+    adversarial: bool = True
 
     def check(self) -> None:
         super().check()
