@@ -1,6 +1,7 @@
 """The main window: composes the library sidebar, search bar, results grid, inspector and annotation panel.
 
-It holds no search or annotation logic; it passes the service to its widgets and connects their signals.
+It holds no search or annotation logic (annotation import / export and switching to a newly trained model
+are service calls it starts in the background); it passes the service to its widgets and connects their signals.
 Work that can be slow runs on thread pools owned here (so closing the window can wait for them): ``pool``
 for reads (search pages, thumbnails, explanations), ``index_pool`` for indexing jobs, ``write_pool`` (one
 thread) for annotation writes, which must keep their order.
@@ -12,12 +13,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QThread, QThreadPool, QUrl
+from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from app.search import SearchSession
-from app.service_api import SearchServiceLike
+from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
 from app.settings import GuiSettings
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.inspector import Inspector
@@ -27,7 +28,7 @@ from app.widgets.plaintext import plain_label, show_message
 from app.widgets.results import ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
-from app.workers import run_in_background, serial_pool
+from app.workers import Worker, run_in_background, serial_pool, while_alive
 from engine import paths
 from engine.types import SearchHit
 
@@ -38,6 +39,9 @@ CLOSE_WAIT_MS = 5000
 
 class MainWindow(QMainWindow):
     """Polyseek's window. ``set_service`` shows a library; None shows the "opening…" state."""
+
+    annotations_transferred = Signal(str, int)  # "export" / "import", how many captions
+    model_switched = Signal(str)  # a newly trained model became active (its re-index has started)
 
     def __init__(self, settings: GuiSettings, service: SearchServiceLike | None = None,
                  parent: QWidget | None = None) -> None:
@@ -79,7 +83,7 @@ class MainWindow(QMainWindow):
         self.right_splitter.addWidget(self.annotate)
         self.right_splitter.setStretchFactor(0, 3)
         self.right_splitter.setStretchFactor(1, 1)
-        self.right_splitter.setSizes([620, 260])
+        self.right_splitter.setSizes([470, 410])
         self.splitter = QSplitter()
         for widget, stretch in ((self.library, 0), (centre, 1), (self.right_splitter, 0)):
             self.splitter.addWidget(widget)
@@ -106,6 +110,7 @@ class MainWindow(QMainWindow):
         self.annotate.previous_requested.connect(self.results.select_previous)
         self.annotate.captions_changed.connect(self.results_model.set_captions)
         self.annotate.error.connect(self._status)
+        self.annotate.suggestion_chosen.connect(self.select_media)
         self.library.status_message.connect(self._status)
         self.library.indexing_finished.connect(self._indexing_finished)
 
@@ -115,6 +120,12 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&Add folder…", lambda: self.library.add_folder(), "Ctrl+O")
         self._action(file_menu, "Search by &example file…", self._choose_example)
         self._action(file_menu, "&Re-index library", self.library.reindex)
+        file_menu.addSeparator()
+        self._action(file_menu, "&Export annotations as a caption folder…", lambda: self._choose_export("folder"))
+        self._action(file_menu, "Export annotations as &COCO captions JSON…", lambda: self._choose_export("coco"))
+        self._action(file_menu, "&Import annotations from a caption folder…", lambda: self._choose_import("folder"))
+        self._action(file_menu, "Import annotations from a COCO captions &JSON…",
+                     lambda: self._choose_import("coco"))
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         edit = menu.addMenu("&Edit")
@@ -149,6 +160,8 @@ class MainWindow(QMainWindow):
         self.session.service = service
         for widget in (self.library, self.thumbnails, self.inspector, self.annotate):
             widget.set_service(service)
+        if self.training_dialog is not None:
+            self.training_dialog.set_service(service)
         self.results_model.set_fetch(None)
         self.search_bar.setEnabled(service is not None)
         if service is None:
@@ -218,6 +231,90 @@ class MainWindow(QMainWindow):
         run_in_background(service.set_active_model, name, on_result=done, pool=self.pool, priority=9,
                           on_error=lambda exc: self._status(f"Cannot switch model: {exc}"))
 
+    def select_media(self, media_id: int) -> None:
+        """Show ``media_id`` in the inspector and annotation panel (picked from "What to annotate next"):
+        its row when the results hold it, else the item on its own."""
+        service = self.service
+        if service is None:
+            return
+        row = self.results_model.row_of(media_id)
+        if row is not None:
+            self.results.select_row(row)
+            self.annotate.set_item(self.session.query, self.results_model.hit(row), from_suggestion=True)
+            return
+
+        def load() -> SearchHit:
+            record = service.media(media_id)
+            captions = tuple(c.text for c in service.captions(media_id))
+            return SearchHit(media_id, str(record.path), record.kind, 0.0, captions)
+
+        def show(hit: SearchHit) -> None:
+            self.results.setCurrentIndex(QModelIndex())  # the item is not one of the results
+            self.inspector.show_hit(self.session.query, hit)
+            self.annotate.set_item(self.session.query, hit, from_suggestion=True)
+
+        run_in_background(load, on_result=while_alive(self, show), pool=self.pool, priority=9,
+                          on_error=while_alive(self, lambda exc: self._status(f"Cannot show item {media_id}: {exc}")))
+
+    # --- annotation import / export
+    def export_annotations(self, dest: Path, fmt: str = "folder") -> Worker:
+        """Write the library's annotations to ``dest`` (``fmt`` "folder" or "coco") in the background.
+
+        It runs on the annotation write thread, so every caption typed before it is in the export.
+        """
+        service = self.service
+        if service is None:
+            raise RuntimeError("no library is open to export annotations from")
+        if fmt not in ANNOTATION_FORMATS:
+            raise ValueError(f"unknown annotation format {fmt!r} (use one of {sorted(ANNOTATION_FORMATS)})")
+        self._status(f"Exporting annotations to {dest}…")
+        return run_in_background(
+            service.export_annotations, Path(dest), fmt, pool=self.write_pool,
+            on_result=while_alive(
+                self, lambda n: self._transferred("export", int(n), f"Exported {n} captions to {dest}")),
+            on_error=while_alive(self, lambda exc: self._status(f"Export failed: {exc}")))
+
+    def import_annotations(self, path: Path) -> Worker:
+        """Add the captions of a caption folder or COCO captions JSON at ``path`` to the library."""
+        service = self.service
+        if service is None:
+            raise RuntimeError("no library is open to import annotations into")
+        self._status(f"Importing annotations from {path}…")
+
+        def imported(n: object) -> None:
+            self._transferred("import", int(n), f"Imported {n} captions from {path}")
+            self.annotate.refresh()
+            self.annotate.refresh_suggestions()
+
+        return run_in_background(service.import_annotations, Path(path), pool=self.write_pool,
+                                 on_result=while_alive(self, imported),
+                                 on_error=while_alive(self, lambda exc: self._status(f"Import failed: {exc}")))
+
+    def _transferred(self, what: str, count: int, message: str) -> None:
+        self._status(message)
+        self.annotations_transferred.emit(what, count)
+
+    def _choose_export(self, fmt: str) -> None:
+        if self.service is None:
+            return
+        if fmt == "folder":
+            chosen = QFileDialog.getExistingDirectory(self, "Folder to export the annotations into")
+        else:
+            chosen, _ = QFileDialog.getSaveFileName(self, "Export annotations as COCO captions JSON",
+                                                    "captions.json", "JSON (*.json)")
+        if chosen:
+            self.export_annotations(Path(chosen), fmt)
+
+    def _choose_import(self, fmt: str) -> None:
+        if self.service is None:
+            return
+        if fmt == "folder":
+            chosen = QFileDialog.getExistingDirectory(self, "Caption folder to import")
+        else:
+            chosen, _ = QFileDialog.getOpenFileName(self, "COCO captions JSON to import", "", "JSON (*.json)")
+        if chosen:
+            self.import_annotations(Path(chosen))
+
     def _indexing_finished(self, outcome: str) -> None:
         if self.session.query is not None and self.results_model.rowCount() == 0:
             self.search(self.session.query)
@@ -229,26 +326,44 @@ class MainWindow(QMainWindow):
         """Show the training dialog (one per window)."""
         if self.training_dialog is None:
             self.training_dialog = TrainingDialog(self.settings.trainer_command, paths.models_dir(),
-                                                  self.settings.last_data_folder, self)
+                                                  self.settings.last_data_folder, self, service=self.service,
+                                                  pool=self.pool)
             self.training_dialog.model_trained.connect(self._model_trained)
+            self.training_dialog.model_registered.connect(self._model_registered)
+            self.training_dialog.use_model_requested.connect(self.use_model)
         self.training_dialog.show()
         self.training_dialog.raise_()
         return self.training_dialog
 
-    def _model_trained(self, model_dir: str) -> None:
-        """Register the new model with the library, then offer it in the model list (and the models dialog)."""
-        if self.training_dialog is not None:
-            self.settings.last_data_folder = self.training_dialog.data.text()
+    def _model_trained(self, _model_dir: str) -> None:
+        """Remember the caption folder for next time (the dialog registers the model with the library)."""
+        dialog = self.training_dialog
+        if dialog is not None and dialog.training_set is None:
+            self.settings.last_data_folder = dialog.data.text()
+
+    def _model_registered(self, name: str) -> None:
+        self._status(f"New model {name} registered; “Use it and re-index” in the training dialog switches to it.")
+        self.refresh_models()
+
+    def use_model(self, name: str) -> None:
+        """Make ``name`` the active model, then re-embed the library with it in the background."""
         service = self.service
         if service is None:
             return
 
-        def registered(name: object) -> None:
-            self._status(f"New model {name} registered; activate it in Models… to re-index with it.")
+        def switched(_: object) -> None:
             self.refresh_models()
+            if self.library.is_indexing:  # one job at a time: the user re-indexes once this one is done
+                self._status(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
+            else:
+                self._status(f"Active model: {name}; re-indexing the library in the background…")
+                self.library.reindex()
+            self.annotate.refresh_suggestions()
+            self.model_switched.emit(name)
 
-        run_in_background(service.register_model, Path(model_dir), on_result=registered, pool=self.pool,
-                          priority=5, on_error=lambda exc: self._status(f"Cannot register the new model: {exc}"))
+        failed = while_alive(self, lambda exc: self._status(f"Cannot switch to {name}: {exc}"))
+        run_in_background(service.set_active_model, name, on_result=while_alive(self, switched), pool=self.pool,
+                          priority=9, on_error=failed)
 
     def open_models(self) -> ModelsDialog:
         if self.models_dialog is None:

@@ -1,13 +1,21 @@
 """Work-arounds for bugs in the Qt binding, applied once when the GUI is imported.
 
-PySide6 6.12.0 ``SignalInstance.emit()`` returns ``True`` without taking a new reference to it. Every
-``emit()`` from Python (ours, pyqtgraph's, pytest-qt's) therefore lowers ``True``'s reference count by one,
-and on CPython < 3.12, where ``True`` is not immortal, the interpreter aborts with "Fatal Python error:
-bool_dealloc" after a few hundred to a few thousand emits: the app would die a minute into an indexing run.
+PySide6 6.12.0 hands some singletons back to Python without taking a new reference to them:
 
-The fix gives ``True`` and ``False`` the same status they have on CPython >= 3.12: a reference count so
-large it never reaches zero. It is applied only where the bug is measured (a probe emits a signal and
-watches the count), only on CPython < 3.12, and only when the count sits where CPython keeps it.
+- ``SignalInstance.emit()`` returns ``True`` that way, so every ``emit()`` from Python (ours, pyqtgraph's,
+  pytest-qt's) lowers ``True``'s reference count by one;
+- every wrapped C++ method that returns ``void`` (``QLabel.setText``, ``QProgressBar.setValue``,
+  ``QApplication.processEvents``, pyqtgraph's many setters...) returns ``None`` that way, so each such call
+  lowers ``None``'s count by one.
+
+On CPython < 3.12, where these objects are not immortal, the interpreter aborts with "Fatal Python error:
+bool_dealloc" / "none_dealloc" once a count reaches zero: after a few thousand emits, or a few tens of
+thousands of ordinary widget calls (a minute of live training plots).
+
+The fix gives ``True``, ``False`` and ``None`` the same status they have on CPython >= 3.12: a reference count
+so large it never reaches zero. It is applied only where a leak is measured (a probe emits a signal / calls
+a void method and watches the count), only on CPython < 3.12, and only when the count sits where CPython
+keeps it.
 """
 
 from __future__ import annotations
@@ -18,9 +26,9 @@ import sys
 
 log = logging.getLogger(__name__)
 
-_CUSHION = 1 << 40  # ~10^12 emits before the count could run out
-_PROBE_EMITS = 8
-_applied = False
+_CUSHION = 1 << 40  # ~10^12 leaked references before a count could run out
+_PROBE_CALLS = 64
+_applied: set[str] = set()
 
 
 def emit_leaks_true() -> bool:
@@ -32,12 +40,23 @@ def emit_leaks_true() -> bool:
 
     probe = _Probe()
     before = sys.getrefcount(True)
-    for _ in range(_PROBE_EMITS):
+    for _ in range(_PROBE_CALLS):
         probe.ping.emit()
-    return sys.getrefcount(True) < before
+    return sys.getrefcount(True) <= before - _PROBE_CALLS // 2
 
 
-def _raise_refcount(value: bool) -> bool:
+def void_call_leaks_none() -> bool:
+    """Whether calling a ``void`` C++ method drops a reference to ``None`` (PySide6 6.12.0 does)."""
+    from PySide6.QtCore import QObject
+
+    probe = QObject()
+    before = sys.getrefcount(None)
+    for _ in range(_PROBE_CALLS):
+        probe.setObjectName("probe")
+    return sys.getrefcount(None) <= before - _PROBE_CALLS // 2
+
+
+def _raise_refcount(value: object) -> bool:
     cell = ctypes.c_ssize_t.from_address(id(value))
     if cell.value != sys.getrefcount(value) - 1:  # not the layout we expect (e.g. a debug build)
         return False
@@ -45,22 +64,27 @@ def _raise_refcount(value: bool) -> bool:
     return True
 
 
-def protect_bool_singletons() -> bool:
-    """Apply the work-around if this interpreter and binding need it; returns whether it is in force."""
-    global _applied
-    if _applied:
-        return True
+def protect_singletons() -> set[str]:
+    """Apply the work-around where this interpreter and binding need it; returns what it protects now
+    (a subset of ``{"bool", "None"}``)."""
     if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
-        return False  # True and False are immortal there
-    if not emit_leaks_true():
-        return False
-    _applied = all(_raise_refcount(value) for value in (True, False))
-    if _applied:
-        log.info("PySide6 emit() reference leak on True detected; True/False made effectively immortal")
-    else:
-        log.warning("PySide6 emit() leaks references to True and the work-around could not be applied; "
-                    "a long session may abort with 'bool_dealloc'")
-    return _applied
+        return set(_applied)  # True, False and None are immortal there
+    needs = {"bool": (emit_leaks_true, (True, False)), "None": (void_call_leaks_none, (None,))}
+    for name, (leaks, values) in needs.items():
+        if name in _applied or not leaks():
+            continue
+        if all(_raise_refcount(value) for value in values):
+            _applied.add(name)
+            log.info("PySide6 leaks references to %s; made it effectively immortal", name)
+        else:
+            log.warning("PySide6 leaks references to %s and the work-around could not be applied; a long "
+                        "session may abort with '%s_dealloc'", name, "bool" if name == "bool" else "none")
+    return set(_applied)
 
 
-protect_bool_singletons()
+def protect_bool_singletons() -> bool:
+    """Whether ``True`` / ``False`` are protected (kept for callers of the first version of this module)."""
+    return "bool" in protect_singletons()
+
+
+protect_singletons()

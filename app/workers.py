@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
@@ -155,6 +156,21 @@ def run_in_background(
     if on_error is not None:
         worker.signals.errored.connect(on_error)
     return worker.start(pool, priority)
+
+
+def while_alive(owner: QObject, fn: Callable[..., Any]) -> Callable[..., None]:
+    """``fn``, called only while ``owner``'s C++ object exists.
+
+    A job's result is queued to the GUI thread; if the widget that asked for it was deleted meanwhile (a
+    closed dialog, a test's widget), a plain callback would touch a dead widget and raise. Lambdas have no
+    receiver object Qt could disconnect on deletion, so callbacks that capture a widget go through this.
+    """
+
+    def call(*args: Any) -> None:
+        if shiboken6.isValid(owner):
+            fn(*args)
+
+    return call
 
 
 def serial_pool(name: str) -> QThreadPool:

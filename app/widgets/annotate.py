@@ -1,8 +1,10 @@
-"""The annotation panel: the current item's captions, Accept / Reject for the current query, Undo.
+"""The annotation panel: the current item's captions, Accept / Reject for the current query, Undo, and a
+"What to annotate next" list (``SearchService.suggest_annotations``) whose items the user can pick.
 
 Labelling is keyboard-first: type a caption, Enter saves it and moves to the next result (Enter on an empty
 line just moves on); Ctrl+Right / Ctrl+Left step through results even while typing; Ctrl+Z undoes the last
-annotation action. Every action is a :class:`QUndoCommand`; its service writes run, in order, on one
+annotation action. After an item picked from the suggestions, Enter moves to the next suggestion
+instead of the next result. Every action is a :class:`QUndoCommand`; its service writes run, in order, on one
 worker thread, so a slow catalog never freezes the window and the writes never reorder.
 """
 
@@ -29,12 +31,16 @@ from PySide6.QtWidgets import (
 
 from app.service_api import SearchServiceLike
 from app.widgets.plaintext import plain_tooltip
-from app.workers import Worker
+from app.workers import Worker, while_alive
 from engine.types import SearchHit
 
 log = logging.getLogger(__name__)
 
 CAPTION_ID_ROLE = Qt.ItemDataRole.UserRole + 1
+MEDIA_ID_ROLE = Qt.ItemDataRole.UserRole + 2
+SUGGESTIONS = 20  # how many "what to annotate next" items to ask for
+SUGGESTION_POLICY = "auto"
+TICK = "✓ "  # prefix of a suggestion that has been captioned since the list was loaded
 _STEP_KEYS = {Qt.Key.Key_Left, Qt.Key.Key_Right}
 
 
@@ -162,6 +168,8 @@ class AnnotationPanel(QWidget):
     previous_requested = Signal()
     captions_changed = Signal(int, tuple)  # media id, caption texts
     pair_judged = Signal(int, int)  # media id, +1 / -1
+    suggestion_chosen = Signal(int)  # media id picked from "What to annotate next"
+    suggestions_loaded = Signal(int)  # how many suggestions the list now shows
     error = Signal(str)
     writes_done = Signal()  # the write queue drained (tests and the status bar listen)
 
@@ -173,6 +181,8 @@ class AnnotationPanel(QWidget):
         self._populating = False
         self.query: str | Path | None = None
         self.hit: SearchHit | None = None
+        self.from_suggestion = False  # the current item was picked from "What to annotate next"
+        self._suggestion_generation = 0
         self.ids = _CaptionIds()
         self._last_texts: dict[int, str] = {}  # caption id -> text as last read, to tell edits apart
         self.undo_stack = QUndoStack(self)
@@ -183,6 +193,7 @@ class AnnotationPanel(QWidget):
         self.heading = QLabel("Captions")
         self.heading.setTextFormat(Qt.TextFormat.PlainText)
         self.captions_list = QListWidget()
+        self.captions_list.setWordWrap(True)  # long captions wrap instead of scrolling sideways
         self.captions_list.setToolTip("Double-click (or F2) to edit a caption; Delete removes it")
         self.captions_list.itemChanged.connect(self._caption_edited)
         self.caption_edit = CaptionEdit()
@@ -205,6 +216,16 @@ class AnnotationPanel(QWidget):
         self.status = QLabel("")
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setWordWrap(True)
+        self.suggest_heading = QLabel("What to annotate next")
+        self.suggest_heading.setTextFormat(Qt.TextFormat.PlainText)
+        self.suggest_heading.setWordWrap(True)
+        self.suggest_heading.setToolTip("Items whose captions would teach a trained model the most; "
+                                        "click one to annotate it")
+        self.suggestions = QListWidget()
+        self.suggestions.itemClicked.connect(self._suggestion_clicked)
+        self.suggestions.itemActivated.connect(self._suggestion_clicked)
+        self.suggest_refresh = QPushButton("Refresh")
+        self.suggest_refresh.clicked.connect(self.refresh_suggestions)
         self._layout()
 
     def _layout(self) -> None:
@@ -223,17 +244,93 @@ class AnnotationPanel(QWidget):
         layout.addLayout(edit_row)
         layout.addLayout(judge_row)
         layout.addWidget(self.status)
+        suggest_row = QHBoxLayout()
+        suggest_row.addWidget(self.suggest_heading, 1)
+        suggest_row.addWidget(self.suggest_refresh)
+        layout.addLayout(suggest_row)
+        layout.addWidget(self.suggestions, 1)
 
     def set_service(self, service: SearchServiceLike | None) -> None:
         """Annotate ``service``'s library; the undo history belongs to the previous one and is dropped."""
         self._service = service
         self.undo_stack.clear()
         self.set_item(None, None)
+        self.suggestions.clear()
+        self.suggest_refresh.setEnabled(service is not None)
+        if service is not None:
+            self.refresh_suggestions()
+
+    # --- what to annotate next
+    def refresh_suggestions(self) -> None:
+        """Ask the library which items to annotate next (on the write thread, so queued captions count)."""
+        service = self._service
+        if service is None:
+            return
+        self._suggestion_generation += 1
+        generation = self._suggestion_generation
+
+        def job() -> list[tuple[int, float, str]]:
+            picks = service.suggest_annotations(SUGGESTIONS, SUGGESTION_POLICY)
+            return [(int(media_id), float(score), Path(service.media(int(media_id)).path).name)
+                    for media_id, score in picks]
+
+        self.suggest_heading.setText("What to annotate next (asking…)")
+        worker = Worker(job)
+        worker.signals.returned.connect(while_alive(self, lambda rows: self._show_suggestions(generation, rows)))
+        worker.signals.errored.connect(while_alive(self, lambda exc: self._suggestions_failed(generation, exc)))
+        worker.start(self._pool)
+
+    def _show_suggestions(self, generation: int, rows: list[tuple[int, float, str]]) -> None:
+        if generation != self._suggestion_generation:
+            return
+        self.suggestions.clear()
+        ranked = len({score for _, score, _ in rows}) > 1  # equal scores (e.g. a random pick) say nothing
+        for media_id, score, name in rows:
+            item = QListWidgetItem(f"{name}  ·  {score:.2f}" if ranked else name)
+            item.setData(MEDIA_ID_ROLE, media_id)
+            item.setToolTip(plain_tooltip(f"{name}\nhow much a caption would help: {score:.3f}"))
+            self.suggestions.addItem(item)
+        if not rows:
+            heading = "What to annotate next: nothing left"
+        elif ranked or len(rows) == 1:
+            heading = "What to annotate next"
+        else:
+            heading = "What to annotate next (in no particular order until a trained model ranks them)"
+        self.suggest_heading.setText(heading)
+        self.suggestions_loaded.emit(len(rows))
+
+    def _suggestions_failed(self, generation: int, exc: BaseException) -> None:
+        if generation == self._suggestion_generation:
+            self.suggest_heading.setText("What to annotate next: unavailable")
+            self.suggest_heading.setToolTip(plain_tooltip(str(exc)))
+            self.error.emit(f"Suggestions unavailable: {exc}")
+
+    def suggested_ids(self) -> list[int]:
+        """The media ids the suggestion list shows, in order."""
+        return [int(self.suggestions.item(row).data(MEDIA_ID_ROLE)) for row in range(self.suggestions.count())]
+
+    def _suggestion_clicked(self, item: QListWidgetItem) -> None:
+        self.suggestion_chosen.emit(int(item.data(MEDIA_ID_ROLE)))
+
+    def _advance(self) -> None:
+        """Move on: to the next suggestion after a suggested item, else to the next result."""
+        if self.from_suggestion and self.hit is not None:
+            ids = self.suggested_ids()
+            later = ids[ids.index(self.hit.media_id) + 1:] if self.hit.media_id in ids else ids
+            later = [i for i in later if i != self.hit.media_id]
+            if later:
+                self.suggestion_chosen.emit(later[0])
+                return
+        self.next_requested.emit()
 
     # --- current item
-    def set_item(self, query: str | Path | None, hit: SearchHit | None) -> None:
+    def set_item(self, query: str | Path | None, hit: SearchHit | None, from_suggestion: bool = False) -> None:
         """Show the captions of ``hit``; Accept / Reject need a text ``query``."""
-        self.query, self.hit = query, hit
+        self.query, self.hit, self.from_suggestion = query, hit, from_suggestion and hit is not None
+        if self.from_suggestion:
+            for row in range(self.suggestions.count()):
+                if self.suggestions.item(row).data(MEDIA_ID_ROLE) == hit.media_id:
+                    self.suggestions.setCurrentRow(row)
         has_item = hit is not None and self._service is not None
         can_judge = has_item and isinstance(query, str) and bool(query.strip())
         for widget in (self.caption_edit, self.delete_button, self.captions_list):
@@ -271,7 +368,7 @@ class AnnotationPanel(QWidget):
         if text and self.hit is not None:
             self.undo_stack.push(AddCaption(self, self.hit.media_id, text))
             self.caption_edit.clear()
-        self.next_requested.emit()
+        self._advance()
 
     def delete_selected_caption(self) -> None:
         item = self.captions_list.currentItem()
@@ -286,7 +383,7 @@ class AnnotationPanel(QWidget):
             return
         self.undo_stack.push(JudgePair(self, self.hit.media_id, self.query, label))
         self.pair_judged.emit(self.hit.media_id, label)
-        self.next_requested.emit()
+        self._advance()
 
     def _caption_edited(self, item: QListWidgetItem) -> None:
         if self._populating or self.hit is None:
@@ -322,17 +419,26 @@ class AnnotationPanel(QWidget):
 
         self._in_flight += 1
         worker = Worker(job)
-        worker.signals.returned.connect(lambda captions: self._written(media_id, captions))
+        wrote = action is not None
+        worker.signals.returned.connect(lambda captions: self._written(media_id, captions, wrote))
         worker.signals.errored.connect(self._write_failed)
         worker.signals.finished.connect(self._write_finished)
         worker.start(self._pool)
 
-    def _written(self, media_id: int, captions: list[Any]) -> None:
+    def _written(self, media_id: int, captions: list[Any], wrote: bool = False) -> None:
         texts = tuple(c.text for c in captions)
         self.captions_changed.emit(media_id, texts)
+        if wrote:  # annotated now: ticked off (kept, so "next suggestion" keeps its place)
+            self._tick_suggestion(media_id)
         if self.hit is not None and self.hit.media_id == media_id:
             self._last_texts = {int(c.id): c.text for c in captions}
             self._show_captions(captions)
+
+    def _tick_suggestion(self, media_id: int) -> None:
+        for row in range(self.suggestions.count()):
+            item = self.suggestions.item(row)
+            if item.data(MEDIA_ID_ROLE) == media_id and not item.text().startswith(TICK):
+                item.setText(TICK + item.text())
 
     def _write_failed(self, exc: BaseException) -> None:
         self.status.setText(f"Could not save: {exc}")

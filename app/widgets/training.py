@@ -1,15 +1,24 @@
-"""The training dialog: starts the trainer as its own process and plots its JSON progress live.
+"""The training dialog: starts the trainer as its own process, plots its JSON progress live, and afterwards
+registers the new model and compares it with the active one.
 
 The trainer runs as ``<command> train ... --json-progress`` through :class:`QProcess` (never in the GUI
 process: torch stays out of it, and a crash in training never takes the window down). It prints one JSON
 object per line::
 
+    {"event": "progress", "stage": "features", "done": 3, "total": 18, "message": "..."}
     {"event": "step", "epoch": 1, "step": 10, "total": 100, "loss": {"total": 0.5, ...}, "lr": 2e-4,
      "eta_s": 12.3}
-    {"event": "epoch", "epoch": 1, "val": {"rsum": 123.4, ...}}
-    {"event": "done", "model_dir": "..."}
+    {"event": "epoch", "epoch": 1, "val": {"rsum": 123.4, "t2i": {"r1": ...}, ...}}
+    {"event": "stopped", "signal": "SIGTERM", "model_dir": "...", "resumable": true}   (after Cancel)
+    {"event": "done", "model_dir": "...", "val": {...}}
+    {"event": "error", "message": "..."}
 
 Other lines (warnings, tracebacks) go to the log pane as plain text.
+
+The data is either a caption folder or "this library's annotations": the library's captions are exported
+(``SearchService.export_training_set``) into a caption folder whose ``heldout`` split is kept out of
+training, so the old and the new model can be measured on the same held-aside annotations
+(``SearchService.evaluate_on``) before the user switches.
 """
 
 from __future__ import annotations
@@ -17,35 +26,50 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QProcess, QProcessEnvironment, QTimer, Signal
+from PySide6.QtCore import QProcess, QProcessEnvironment, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QComboBox,
     QDialog,
     QFileDialog,
     QFormLayout,
+    QGroupBox,
     QHBoxLayout,
+    QHeaderView,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
-from app.widgets.plaintext import plain_label
+from app.service_api import ZERO_SHOT, SearchServiceLike, active_model
+from app.widgets.plaintext import plain_label, plain_tooltip
+from app.workers import run_in_background, while_alive
 
 log = logging.getLogger(__name__)
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
 DEVICES = ("auto", "cpu", "cuda")
 KILL_AFTER_MS = 3000  # a trainer that ignores SIGTERM this long is killed
+SOURCE_FOLDER = "folder"
+SOURCE_LIBRARY = "library"
+SOURCES = ((SOURCE_FOLDER, "A caption folder"), (SOURCE_LIBRARY, "This library's annotations"))
+# A3VSE learns from a few annotated items plus many un-annotated ones, which is what a library holds.
+LIBRARY_METHOD = "a3vse"
+HOLDOUT = 0.2  # share of the annotated items kept aside to compare the old and the new model
+HOLDOUT_SEED = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +81,72 @@ class TrainingRequest:
     out: Path
     epochs: int = 10
     device: str = "auto"
+    train_split: str = "train"
+    val_split: str = "dev"
+    resume: bool = False
+    extra: tuple[str, ...] = ()  # further trainer options, e.g. ("--preset", "test")
 
     def arguments(self) -> list[str]:
         """The trainer's command-line arguments after the program itself."""
-        return ["train", "--method", self.method, "--data", str(self.data), "--out", str(self.out),
-                "--epochs", str(self.epochs), "--device", self.device, "--json-progress"]
+        args = ["train", "--method", self.method, "--data", str(self.data), "--out", str(self.out),
+                "--epochs", str(self.epochs), "--device", self.device, "--train-split", self.train_split,
+                "--val-split", self.val_split]
+        if self.resume:
+            args.append("--resume")
+        return [*args, *self.extra, "--json-progress"]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The new model beside the model that was active, measured on the same validation split."""
+
+    new_name: str
+    new: dict[str, Any]  # the trainer's metrics.json
+    old_name: str
+    old: dict[str, Any] | None  # ``evaluate_on`` of the active model; None when it could not be measured
+    old_error: str | None
+    data: Path
+    split: str
+    measured: bool = True  # False: nothing was held aside, so neither model could be measured fairly
+
+
+def headline(metrics: dict[str, Any] | None) -> tuple[float | None, float | None, float | None, float | None]:
+    """Text-to-item R@1, R@5, R@10 and rsum of a metrics report (the shape of the trainer's metrics.json).
+
+    Text-to-item is the direction a search runs in; rsum sums R@1/5/10 of both directions (the usual summary of
+    cross-modal retrieval, ``engine.metrics.retrieval_report``), so it also reflects item-to-text.
+    """
+    if not metrics:
+        return None, None, None, None
+    t2i = metrics.get("t2i") if isinstance(metrics.get("t2i"), dict) else {}
+
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, int | float) else None
+
+    return number(t2i.get("r1")), number(t2i.get("r5")), number(t2i.get("r10")), number(metrics.get("rsum"))
+
+
+def compare_models(service: SearchServiceLike, model_dir: Path, data: Path, split: str,
+                   measure: bool = True) -> Comparison:
+    """Register ``model_dir`` with the library and measure the active model on ``data``/``split`` (blocking).
+
+    The new model's figures are its own ``metrics.json`` (the trainer's final validation on the same split),
+    so only the old model needs evaluating. ``measure=False`` (no held-aside items) only registers.
+    """
+    old = active_model(list(service.models()))
+    old_name = str(old.name) if old is not None else ZERO_SHOT
+    name = service.register_model(model_dir)
+    metrics_file = model_dir / "metrics.json"
+    new = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+    if not measure:
+        return Comparison(name, new, old_name, None, None, data, split, measured=False)
+    try:  # evaluate_on's None means zero-shot, so the active model is named
+        old_metrics = service.evaluate_on(data, split, None if old_name == ZERO_SHOT else old_name)
+        error = None
+    except Exception as exc:  # noqa: BLE001 - the new model is registered either way; the gap is shown
+        log.warning("could not evaluate the active model on %s/%s: %s", data, split, exc)
+        old_metrics, error = None, f"{type(exc).__name__}: {exc}"
+    return Comparison(name, new, old_name, old_metrics, error, data, split)
 
 
 class JsonLines:
@@ -77,6 +162,7 @@ class JsonLines:
         return [_parse_line(line) for line in lines if line.strip()]
 
     def flush(self) -> list[dict[str, Any] | str]:
+        """What is left in the buffer once the stream has ended (a last line without a newline)."""
         rest, self._buffer = self._buffer, b""
         return [_parse_line(rest)] if rest.strip() else []
 
@@ -91,6 +177,7 @@ def _parse_line(line: bytes) -> dict[str, Any] | str:
 
 
 def format_eta(seconds: float | None) -> str:
+    """Seconds as "m:ss" or "h:mm:ss"; "—" when unknown."""
     if seconds is None or seconds < 0:
         return "—"
     minutes, secs = divmod(int(round(seconds)), 60)
@@ -99,61 +186,124 @@ def format_eta(seconds: float | None) -> str:
 
 
 class TrainingDialog(QDialog):
-    """Choose a method and a caption folder, start training, watch loss and validation rsum, cancel."""
+    """Choose the data and a method, train, watch loss and validation rsum, cancel / resume, then compare.
+
+    With a service set (:meth:`set_service`), a finished run is registered with the library, its validation
+    metrics are shown beside the active model's on the same split, and "Use it and re-index" asks the window
+    (``use_model_requested``) to activate it and re-embed the library in the background.
+    """
 
     model_trained = Signal(str)  # the model directory the trainer wrote
-    state_changed = Signal(str)  # "running", "done", "cancelled", "failed"
+    model_registered = Signal(str)  # the name the library registered it under
+    comparison_ready = Signal(object)  # Comparison
+    use_model_requested = Signal(str)  # model name: activate it and re-index
+    state_changed = Signal(str)  # "preparing", "running", "done", "cancelled", "failed"
 
     def __init__(self, command: list[str], models_dir: Path, data_folder: str = "",
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, extra_args: tuple[str, ...] = (),
+                 service: SearchServiceLike | None = None, pool: QThreadPool | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train a model")
         self.command = list(command)
         self.models_dir = models_dir
+        self.extra_args = tuple(extra_args)
         self.state = "idle"
         self.model_dir: str | None = None
+        self.resumable_dir: str | None = None  # set by a "stopped" event: Resume continues from there
+        self.training_set: Any = None  # the library's exported TrainingSet of the current run
+        self.comparison: Comparison | None = None
+        self.final_metrics: dict[str, Any] | None = None
         self.losses: list[tuple[int, float]] = []  # (global step, total loss)
         self.rsums: list[tuple[int, float]] = []  # (epoch, validation rsum)
+        self._service: SearchServiceLike | None = None
+        self._pool = pool
+        self._generation = 0  # bumped by cancel / close, so a late background result is ignored
+        self._last_request: TrainingRequest | None = None
+        self._error: str | None = None
         self._parser = JsonLines()
         self._cancelling = False
         self._process: QProcess | None = None
         self._kill_timer = QTimer(self, singleShot=True, interval=KILL_AFTER_MS)
         self._kill_timer.timeout.connect(self._kill)
         self._build(data_folder)
+        self.set_service(service)
 
     # --- layout
     def _build(self, data_folder: str) -> None:
+        self.source = QComboBox()
+        for key, text in SOURCES:
+            self.source.addItem(text, key)
+        self.source.currentIndexChanged.connect(self._source_changed)
         self.method = QComboBox()
         self.method.addItems(METHODS)
         self.data = QLineEdit(data_folder, placeholderText="A caption folder (images/ + captions.tsv)")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
+        self.browse_button = QPushButton("Browse…")
+        self.browse_button.clicked.connect(self._browse)
         data_row = QHBoxLayout()
         data_row.addWidget(self.data, 1)
-        data_row.addWidget(browse)
+        data_row.addWidget(self.browse_button)
+        self.train_split = QLineEdit("train")
+        self.val_split = QLineEdit("dev")
+        self.val_split.setToolTip("The split of the caption folder measured after every epoch")
+        split_row = QHBoxLayout()
+        split_row.addWidget(QLabel("train"))
+        split_row.addWidget(self.train_split)
+        split_row.addWidget(QLabel("validation"))
+        split_row.addWidget(self.val_split)
         self.epochs = QSpinBox(minimum=1, maximum=1000, value=10)
         self.device = QComboBox()
         self.device.addItems(DEVICES)
         form = QFormLayout()
+        form.addRow("Train on", self.source)
         form.addRow("Method", self.method)
         form.addRow("Data", data_row)
+        form.addRow("Splits", split_row)
         form.addRow("Epochs", self.epochs)
         form.addRow("Device", self.device)
+        self.data_summary = plain_label("", wrap=True)
+        self.data_warning = plain_label("", wrap=True)
+        self.data_warning.setStyleSheet("color: #b35900;")
         self.progress = QProgressBar(minimum=0, maximum=1, value=0)
-        self.status = plain_label("Not started")  # messages carry paths
+        self.status = plain_label("Not started", wrap=True)  # messages carry paths
         self.loss_plot = self._plot("training loss", "step")
         self.loss_curve = self.loss_plot.plot(pen=pg.mkPen("#1f77b4", width=2))
         self.val_plot = self._plot("validation rsum", "epoch")
         self.val_curve = self.val_plot.plot(pen=pg.mkPen("#d62728", width=2), symbol="o", symbolSize=6)
         self.log_view = QPlainTextEdit(readOnly=True, maximumBlockCount=2000)
         self.log_view.setMaximumHeight(110)
+        self._build_result()
         self.start_button = QPushButton("Start")
+        self.resume_button = QPushButton("Resume", enabled=False)
+        self.resume_button.setToolTip("Continue the cancelled run from its last checkpoint")
         self.cancel_button = QPushButton("Cancel", enabled=False)
         self.close_button = QPushButton("Close")
         self.start_button.clicked.connect(lambda: self.start())
+        self.resume_button.clicked.connect(self.resume)
         self.cancel_button.clicked.connect(self.cancel)
         self.close_button.clicked.connect(self.close)
         self._layout(form)
+
+    def _build_result(self) -> None:
+        self.result_box = QGroupBox("New model beside the active one")
+        self.result_note = plain_label("", wrap=True)
+        self.result_table = QTableWidget(2, 5)
+        self.result_table.setHorizontalHeaderLabels(["Model", "R@1", "R@5", "R@10", "rsum"])
+        self.result_table.horizontalHeaderItem(1).setToolTip("Text → item recall at 1 (%)")
+        self.result_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.result_table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.result_table.verticalHeader().hide()
+        self.result_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.result_table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.use_button = QPushButton("Use it and re-index")
+        self.use_button.setToolTip("Make the new model active and re-embed the library in the background")
+        self.use_button.clicked.connect(self._use_model)
+        row = QHBoxLayout()
+        row.addWidget(self.result_note, 1)
+        row.addWidget(self.use_button)
+        box = QVBoxLayout(self.result_box)
+        box.addWidget(self.result_table)
+        box.addLayout(row)
+        self.result_box.hide()
 
     def _plot(self, title: str, x_label: str) -> pg.PlotWidget:
         plot = pg.PlotWidget(background=None, title=title)
@@ -168,47 +318,149 @@ class TrainingDialog(QDialog):
         plots.addWidget(self.val_plot)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
-        for button in (self.start_button, self.cancel_button, self.close_button):
+        for button in (self.start_button, self.resume_button, self.cancel_button, self.close_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.data_summary)
+        layout.addWidget(self.data_warning)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         layout.addLayout(plots, 1)
+        layout.addWidget(self.result_box)
         layout.addWidget(self.log_view)
         layout.addLayout(buttons)
-        self.resize(820, 560)
+        self.data_summary.hide()
+        self.data_warning.hide()
+        self.resize(860, 640)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Caption folder to train on", self.data.text())
         if folder:
             self.data.setText(folder)
 
+    # --- the library
+    def set_service(self, service: SearchServiceLike | None) -> None:
+        """The library a finished model is registered with (and whose annotations can be the data)."""
+        self._service = service
+        item = self.source.model().item(1)  # "This library's annotations" needs a library
+        item.setEnabled(service is not None)
+        if service is None and self.source_key() == SOURCE_LIBRARY:
+            self.source.setCurrentIndex(0)
+
+    def source_key(self) -> str:
+        """``"folder"`` or ``"library"``."""
+        return str(self.source.currentData())
+
+    def set_source(self, key: str) -> None:
+        """Choose the data source by key (``SOURCE_FOLDER`` / ``SOURCE_LIBRARY``)."""
+        index = self.source.findData(key)
+        if index < 0:
+            raise ValueError(f"unknown training data source {key!r}")
+        self.source.setCurrentIndex(index)
+
+    def _source_changed(self) -> None:
+        library = self.source_key() == SOURCE_LIBRARY
+        if library:
+            self.method.setCurrentText(LIBRARY_METHOD)
+            self.status.setText("The library's captions are exported; a fifth of the annotated items is held "
+                                "aside to compare the new model with the active one.")
+        self._enable_form(self.state not in {"preparing", "running"})
+
     # --- running
     def request(self) -> TrainingRequest:
-        """The run the form describes; the output folder is a new one under the models folder."""
+        """The run the form describes for a caption folder; the output is a new folder under the models folder."""
         method = self.method.currentText()
         out = self.models_dir / f"{method}-{time.strftime('%Y%m%d-%H%M%S')}"
         return TrainingRequest(method, Path(self.data.text().strip()), out, self.epochs.value(),
-                               self.device.currentText())
+                               self.device.currentText(), self.train_split.text().strip() or "train",
+                               self.val_split.text().strip() or "dev", extra=self.extra_args)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a run is being prepared or is running."""
+        return self.state in {"preparing", "running"}
 
     def start(self, request: TrainingRequest | None = None) -> None:
-        """Start the trainer process (one at a time)."""
-        if self._process is not None:
+        """Start a run (one at a time): export the library's annotations first when that is the source."""
+        if self.busy:
+            return
+        if request is None and self.source_key() == SOURCE_LIBRARY:
+            self._prepare_library_set()
             return
         request = request or self.request()
         if not str(request.data) or str(request.data) == ".":
             self.status.setText("Choose a caption folder to train on first.")
             return
-        self.losses.clear()
-        self.rsums.clear()
-        self.loss_curve.setData([], [])
-        self.val_curve.setData([], [])
+        self.training_set = None
+        self.data_summary.hide()
+        self.data_warning.hide()
+        self._launch(request, fresh=True)
+
+    def resume(self) -> None:
+        """Continue the last cancelled run from its checkpoint (with the epochs and device now in the form)."""
+        if self.busy or self._last_request is None or self.resumable_dir is None:
+            return
+        request = replace(self._last_request, out=Path(self.resumable_dir), resume=True,
+                          epochs=self.epochs.value(), device=self.device.currentText())
+        self._launch(request, fresh=False)
+
+    def _launch(self, request: TrainingRequest, fresh: bool) -> None:
+        if fresh:
+            self.losses.clear()
+            self.rsums.clear()
+            self.loss_curve.setData([], [])
+            self.val_curve.setData([], [])
+        self.result_box.hide()
         self._parser = JsonLines()
         self._cancelling = False
+        self._error = None
         self.model_dir = None
+        self.resumable_dir = None
+        self.comparison = None
+        self.final_metrics = None
+        self._last_request = request
         self._process = self._spawn(request)
-        self._set_state("running", f"Starting {request.method}…")
+        self._set_state("running", f"{'Resuming' if request.resume else 'Starting'} {request.method}…")
+
+    def _prepare_library_set(self) -> None:
+        service = self._service
+        if service is None:
+            self.status.setText("Open a library first: its annotations are the training data.")
+            return
+        self._generation += 1
+        generation = self._generation
+        self.data_summary.hide()
+        self.data_warning.hide()
+        self._set_state("preparing", "Exporting this library's annotations…")
+        run_in_background(service.export_training_set, pool=self._pool, dest=None, holdout=HOLDOUT,
+                          seed=HOLDOUT_SEED,
+                          on_result=while_alive(self, lambda ts: self._training_set_ready(generation, ts)),
+                          on_error=while_alive(self, lambda exc: self._training_set_failed(generation, exc)))
+
+    def _training_set_ready(self, generation: int, training_set: Any) -> None:
+        if generation != self._generation or self.state != "preparing":
+            return
+        self.training_set = training_set
+        self.data_summary.setText(describe_training_set(training_set))
+        self.data_summary.show()
+        warning = getattr(training_set, "warning", None)
+        self.data_warning.setText(str(warning or ""))
+        self.data_warning.setVisible(bool(warning))
+        self.data.setText(str(training_set.folder))
+        self.train_split.setText(str(training_set.train_split))
+        self.val_split.setText(str(training_set.val_split))
+        method = self.method.currentText()
+        out = self.models_dir / f"{method}-library-{time.strftime('%Y%m%d-%H%M%S')}"
+        request = TrainingRequest(method, Path(training_set.folder), out, self.epochs.value(),
+                                  self.device.currentText(), str(training_set.train_split),
+                                  str(training_set.val_split), extra=self.extra_args)
+        self.state = "idle"  # _launch moves it on to "running"
+        self._launch(request, fresh=True)
+
+    def _training_set_failed(self, generation: int, exc: BaseException) -> None:
+        if generation == self._generation and self.state == "preparing":
+            self._set_state("failed", f"Could not export this library's annotations: {exc}")
 
     def _spawn(self, request: TrainingRequest) -> QProcess:
         process = QProcess(self)
@@ -225,11 +477,16 @@ class TrainingDialog(QDialog):
         return process
 
     def cancel(self) -> None:
-        """Ask the trainer to stop (SIGTERM), killing it if it has not after a few seconds."""
+        """Stop the run: the trainer gets SIGTERM (it writes a resumable checkpoint), and is killed if it
+        has not stopped after a few seconds; an export still being prepared is abandoned."""
+        if self.state == "preparing":
+            self._generation += 1
+            self._set_state("cancelled", "Cancelled before training started")
+            return
         if self._process is None:
             return
         self._cancelling = True
-        self.status.setText("Cancelling…")
+        self.status.setText("Cancelling… (the trainer saves a checkpoint to resume from)")
         self.cancel_button.setEnabled(False)
         self._process.terminate()
         self._kill_timer.start()
@@ -240,6 +497,7 @@ class TrainingDialog(QDialog):
 
     @property
     def running(self) -> bool:
+        """Whether a trainer process is alive."""
         return self._process is not None
 
     # --- output
@@ -256,12 +514,34 @@ class TrainingDialog(QDialog):
         for event in events:
             if isinstance(event, str):
                 self._append_log(event)
-            elif event["event"] == "step":
+                continue
+            kind = event["event"]
+            if kind == "step":
                 self._on_step(event)
-            elif event["event"] == "epoch":
+            elif kind == "epoch":
                 self._on_epoch(event)
-            elif event["event"] == "done":
+            elif kind == "progress":
+                self._on_progress(event)
+            elif kind == "done":
                 self.model_dir = str(event.get("model_dir", ""))
+                val = event.get("val")
+                self.final_metrics = dict(val) if isinstance(val, dict) else None
+            elif kind == "stopped":
+                if event.get("resumable"):
+                    self.resumable_dir = str(event.get("model_dir", "")) or None
+            elif kind == "resumed":
+                self._append_log(f"resumed at epoch {event.get('epoch')}, step {event.get('step')}")
+            elif kind == "error":
+                self._error = str(event.get("message", ""))
+                self._append_log(f"error: {self._error}")
+
+    def _on_progress(self, event: dict[str, Any]) -> None:
+        done, total = int(event.get("done", 0)), int(event.get("total", 0))
+        if total > 0:
+            self.progress.setRange(0, total)
+            self.progress.setValue(min(done, total))
+        stage = str(event.get("stage", ""))
+        self.status.setText(f"{stage}: {event.get('message', '')}" if stage else str(event.get("message", "")))
 
     def _on_step(self, event: dict[str, Any]) -> None:
         step, total = int(event.get("step", 0)), max(1, int(event.get("total", 1)))
@@ -285,7 +565,7 @@ class TrainingDialog(QDialog):
 
     def _on_epoch(self, event: dict[str, Any]) -> None:
         val = event.get("val") or {}
-        if "rsum" in val:
+        if "rsum" in val and isinstance(val["rsum"], int | float):
             self.rsums.append((int(event.get("epoch", len(self.rsums) + 1)), float(val["rsum"])))
             xs, ys = zip(*self.rsums, strict=True)
             self.val_curve.setData(list(xs), list(ys))
@@ -305,30 +585,105 @@ class TrainingDialog(QDialog):
         self._handle(self._parser.flush())
         self._kill_timer.stop()
         self._cleanup()
-        if self._cancelling:
-            self._set_state("cancelled", "Cancelled")
+        if self._cancelling or self.resumable_dir is not None:
+            if self.resumable_dir is not None:
+                message = f"Cancelled. A resumable checkpoint is in {self.resumable_dir}; Resume continues it."
+            else:
+                message = "Cancelled (no checkpoint was written; Start begins again)"
+            self._set_state("cancelled", message)
         elif status == QProcess.ExitStatus.NormalExit and code == 0 and self.model_dir:
             self._set_state("done", f"Done: model written to {self.model_dir}")
             self.model_trained.emit(self.model_dir)
+            self._compare(Path(self.model_dir))
         else:
-            self._set_state("failed", f"The trainer stopped with exit code {code}; see the log below")
+            reason = f": {self._error}" if self._error else "; see the log below"
+            self._set_state("failed", f"The trainer stopped with exit code {code}{reason}")
 
     def _cleanup(self) -> None:
         if self._process is not None:
             self._process.deleteLater()
             self._process = None
 
+    # --- after training
+    def _compare(self, model_dir: Path) -> None:
+        """Register the model and measure the active one on the same split, in the background."""
+        service, request = self._service, self._last_request
+        if service is None or request is None:
+            return
+        self.status.setText(f"Done: registering {model_dir.name} and measuring the active model…")
+        generation = self._generation
+        # a library set with nothing held aside validated on training data: no fair comparison exists
+        measure = self.training_set is None or int(self.training_set.n_heldout_items) > 0
+        run_in_background(compare_models, service, model_dir, request.data, request.val_split, measure,
+                          pool=self._pool,
+                          on_result=while_alive(self, lambda result: self._show_comparison(generation, result)),
+                          on_error=while_alive(self, lambda exc: self._comparison_failed(generation, exc)))
+
+    def _show_comparison(self, generation: int, comparison: Comparison) -> None:
+        if generation != self._generation:
+            return
+        self.comparison = comparison
+        rows = ((f"{comparison.old_name} (active)", comparison.old, comparison.old_error),
+                (f"{comparison.new_name} (new)", comparison.new, None))
+        for row, (label, metrics, error) in enumerate(rows):
+            shown = metrics if comparison.measured else None
+            cells = [label, *(f"{v:.1f}" if v is not None else "—" for v in headline(shown))]
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if error:
+                    item.setToolTip(plain_tooltip(f"not measured: {error}"))
+                self.result_table.setItem(row, column, item)
+        where = ("the held-aside annotations of this library" if self.training_set is not None
+                 else f"split “{comparison.split}” of {comparison.data.name}")
+        if comparison.measured:
+            self.result_note.setText(f"Text → item recall (%) on {where}; rsum adds both directions."
+                                     + (f" The active model could not be measured: {comparison.old_error}"
+                                        if comparison.old_error else ""))
+        else:
+            self.result_note.setText("Nothing was held aside (too few annotations), so the two models cannot be "
+                                     "compared yet: annotate more items and train again.")
+        table = self.result_table
+        table.resizeRowsToContents()
+        table.setFixedHeight(table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(2))
+                             + 2 * table.frameWidth())
+        self.use_button.setEnabled(True)
+        self.result_box.show()
+        self.status.setText(f"Done: {comparison.new_name} is registered with the library.")
+        self.model_registered.emit(comparison.new_name)
+        self.comparison_ready.emit(comparison)
+
+    def _comparison_failed(self, generation: int, exc: BaseException) -> None:
+        if generation == self._generation:
+            self.status.setText(f"Trained, but the library could not register the model: {exc}")
+
+    def _use_model(self) -> None:
+        if self.comparison is not None:
+            self.use_button.setEnabled(False)
+            self.status.setText(f"Switching to {self.comparison.new_name}; the library re-indexes in the "
+                                "background (see the library panel).")
+            self.use_model_requested.emit(self.comparison.new_name)
+
+    # --- state
     def _set_state(self, state: str, message: str) -> None:
         self.state = state
         self.status.setText(message)
-        running = state == "running"
-        self.start_button.setEnabled(not running)
-        self.cancel_button.setEnabled(running)
-        for widget in (self.method, self.data, self.epochs, self.device):
-            widget.setEnabled(not running)
+        busy = self.busy
+        self.start_button.setEnabled(not busy)
+        self.cancel_button.setEnabled(busy)
+        self.resume_button.setEnabled(state == "cancelled" and self.resumable_dir is not None)
+        self._enable_form(not busy)
         self.state_changed.emit(state)
 
+    def _enable_form(self, enabled: bool) -> None:
+        folder = self.source_key() == SOURCE_FOLDER
+        for widget in (self.source, self.method, self.epochs, self.device):
+            widget.setEnabled(enabled)
+        for widget in (self.data, self.browse_button, self.train_split, self.val_split):
+            widget.setEnabled(enabled and folder)
+
     def closeEvent(self, event: Any) -> None:
+        if self.state == "preparing":
+            self.cancel()
         if self._process is not None:
             self.cancel()
             self._process.waitForFinished(KILL_AFTER_MS)
@@ -336,3 +691,12 @@ class TrainingDialog(QDialog):
                 self._process.kill()
                 self._process.waitForFinished(1000)
         super().closeEvent(event)
+
+
+def describe_training_set(training_set: Any) -> str:
+    """"42 annotated items with 97 captions · 9 of them held aside to compare models · 120 without captions"."""
+    annotated, captions = int(training_set.n_annotated_items), int(training_set.n_captions)
+    heldout, unannotated = int(training_set.n_heldout_items), int(training_set.n_unannotated)
+    return (f"{annotated} annotated item{'s' if annotated != 1 else ''} with {captions} caption"
+            f"{'s' if captions != 1 else ''} · {heldout} of them held aside to compare models · "
+            f"{unannotated} item{'s' if unannotated != 1 else ''} without captions (used as un-annotated data)")

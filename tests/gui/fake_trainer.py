@@ -1,7 +1,10 @@
 """A stand-in trainer for GUI tests: prints ``--json-progress`` lines like ``python -m trainer train``.
 
-Usage: ``python fake_trainer.py train --method M --data D --out O --epochs N --device X --json-progress``.
-``FAKE_TRAINER_STEP_S`` sets the pause between steps; ``FAKE_TRAINER_FAIL=1`` makes it exit with code 3.
+Usage: ``python fake_trainer.py train --method M --data D --out O --epochs N --device X [--resume] ...
+--json-progress`` (other trainer options are accepted and ignored). ``FAKE_TRAINER_STEP_S`` sets the pause
+between steps; ``FAKE_TRAINER_FAIL=1`` makes it exit with code 3. Like the real trainer, SIGTERM stops it
+after the current step with a "stopped" event and a checkpoint (``trainer_state.json``) that ``--resume``
+continues from, exit status 143. A finished run writes ``config.json`` and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -9,9 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+
+STEPS = 5
+
+
+def metrics(epoch: int) -> dict:
+    """Validation metrics shaped like the trainer's (rsum = the six recalls)."""
+    t2i = {"r1": 10.0 + epoch, "r5": 30.0 + epoch, "r10": 50.0 + epoch}
+    i2t = {"r1": 12.0, "r5": 32.0, "r10": 52.0}
+    return {"i2t": i2t, "t2i": t2i, "rsum": sum(t2i.values()) + sum(i2t.values())}
 
 
 def main() -> int:
@@ -20,24 +33,41 @@ def main() -> int:
     for flag in ("--method", "--data", "--out", "--device"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--val-split", default="dev")
+    parser.add_argument("--resume", action="store_true")
     parser.add_argument("--json-progress", action="store_true")
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()
+    out = Path(args.out)
     pause = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.01"))
-    steps = 5
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stop.append(signum))
+    first = 1
+    if args.resume:
+        first = json.loads((out / "trainer_state.json").read_text())["epoch"] + 1
+        print(json.dumps({"event": "resumed", "epoch": first - 1, "step": 0}), flush=True)
     print("loading data (not JSON)", flush=True)
-    for epoch in range(1, args.epochs + 1):
-        for step in range(1, steps + 1):
-            loss = 1.0 / (epoch * steps + step)
-            print(json.dumps({"event": "step", "epoch": epoch, "step": step, "total": steps,
+    for epoch in range(first, args.epochs + 1):
+        for step in range(1, STEPS + 1):
+            loss = 1.0 / (epoch * STEPS + step)
+            print(json.dumps({"event": "step", "epoch": epoch, "step": step, "total": STEPS,
                               "loss": {"total": loss, "triplet": loss * 0.8}, "lr": 2e-4,
-                              "eta_s": pause * (steps - step)}), flush=True)
+                              "eta_s": pause * (STEPS - step)}), flush=True)
             time.sleep(pause)
-        print(json.dumps({"event": "epoch", "epoch": epoch, "val": {"rsum": 100.0 + 10 * epoch}}), flush=True)
+            if stop:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "trainer_state.json").write_text(json.dumps({"epoch": epoch - 1}))
+                print(json.dumps({"event": "stopped", "signal": "SIGTERM", "model_dir": str(out),
+                                  "resumable": True}), flush=True)
+                return 128 + stop[0]
+        print(json.dumps({"event": "epoch", "epoch": epoch, "val": metrics(epoch)}), flush=True)
     if os.environ.get("FAKE_TRAINER_FAIL") == "1":
         print("Traceback: something broke", file=sys.stderr, flush=True)
         return 3
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    print(json.dumps({"event": "done", "model_dir": args.out}), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    final = {**metrics(args.epochs), "split": args.val_split, "method": args.method}
+    (out / "metrics.json").write_text(json.dumps(final))
+    (out / "config.json").write_text(json.dumps({"method": args.method}))
+    print(json.dumps({"event": "done", "model_dir": str(out), "val": final}), flush=True)
     return 0
 
 

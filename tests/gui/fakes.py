@@ -5,11 +5,17 @@ GIFs, one tiny "video" and one broken file). It really reads those files while i
 really fails), scores deterministically (query words against the words of the file name and the captions),
 and invents K=2 attention maps and Gaussian embeddings shaped like a real model's, so the widgets can be
 driven without any model assets.
+
+Annotation transfer (caption folder / COCO captions JSON), the library-annotations training set, evaluation
+of a caption folder and "what to annotate next" are real too, with one crude stand-in for a model: an item's
+colour (the mean of its non-background pixels) against the colour words of a caption.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +26,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from engine.captionfolder import load_caption_folder, write_caption_folder
+from engine.metrics import retrieval_report
 from engine.progress import CancelToken, Progress
 from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
 
@@ -37,6 +45,8 @@ COLOURS = {
     "orange": (240, 130, 30),
 }
 SHAPES = ("circle", "square", "triangle")
+MIN_ANNOTATED = 10  # fewer annotated items than this gets the "too few annotations" warning
+SUGGEST_POLICIES = ("auto", "diversity")
 
 
 class FakeServiceError(Exception):
@@ -75,6 +85,20 @@ class FakeModel:
     path: Path | None
     metrics: dict[str, Any]
     active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FakeTrainingSet:
+    """The fake's ``TrainingSet`` (what ``export_training_set`` wrote)."""
+
+    folder: Path
+    train_split: str = "train"
+    val_split: str = "heldout"
+    n_annotated_items: int = 0
+    n_captions: int = 0
+    n_heldout_items: int = 0
+    n_unannotated: int = 0
+    warning: str | None = None
 
 
 @dataclass
@@ -137,6 +161,21 @@ def _load(path: Path) -> tuple[MediaKind, list[Image.Image]]:
     if path.suffix.lower() in VIDEO_SUFFIXES:
         return MediaKind.VIDEO, frames
     return (MediaKind.ANIMATION if n > 1 else MediaKind.IMAGE), frames
+
+
+def colour_feature(img: Image.Image) -> np.ndarray:
+    """Mean RGB of the pixels that differ from the top-left (background) pixel; the whole mean if none do."""
+    pixels = np.asarray(img.convert("RGB"), dtype=np.float32)
+    background = pixels[0, 0]
+    mask = np.abs(pixels - background).sum(axis=-1) > 30
+    chosen = pixels[mask] if mask.any() else pixels.reshape(-1, 3)
+    return chosen.mean(axis=0)
+
+
+def caption_colour(text: str) -> np.ndarray | None:
+    """Mean RGB of the colour words in ``text`` (None when it names no colour)."""
+    named = [COLOURS[w] for w in text.lower().replace(",", " ").split() if w in COLOURS]
+    return np.asarray(named, dtype=np.float32).mean(axis=0) if named else None
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -403,8 +442,11 @@ class FakeService:
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str:
         name = name or Path(model_dir).name
+        metrics_file, config_file = Path(model_dir) / "metrics.json", Path(model_dir) / "config.json"
+        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        method = json.loads(config_file.read_text()).get("method", "vse") if config_file.is_file() else "vse"
         if name not in {n for n, _, _ in self._models}:
-            self._models.append((name, "vse", {}))
+            self._models.append((name, str(method), metrics))
         self.calls.append(("register_model", (name,)))
         return name
 
@@ -424,3 +466,149 @@ class FakeService:
             if self.index_delay_s:
                 time.sleep(self.index_delay_s)
             yield Progress(done, len(ids), "re-embedding")
+
+    # --- annotation transfer
+    def _annotated(self) -> list[tuple[_Entry, list[str]]]:
+        out = []
+        for media_id in sorted(self._entries):
+            texts = [c.text for c in self.captions(media_id)]
+            if texts:
+                out.append((self._entries[media_id], texts))
+        return out
+
+    def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
+        """Write every captioned item as a caption folder (media copied) or a COCO captions JSON.
+
+        Returns the number of captions written. COCO ``file_name`` is the absolute path of the file, so an
+        import into this library finds the items again.
+        """
+        self.calls.append(("export_annotations", (str(dest), fmt)))
+        if fmt not in ("folder", "coco"):
+            raise FakeServiceError(f"unknown annotation format {fmt!r} (use 'folder' or 'coco')")
+        annotated = self._annotated()
+        dest = Path(dest)
+        if fmt == "folder":
+            rows = [(i, text) for i, (_, texts) in enumerate(annotated) for text in texts]
+            write_caption_folder(dest, [e.media.path for e, _ in annotated], rows, copy_media=True,
+                                 overwrite=True)
+            return len(rows)
+        images = [{"id": e.media.id, "file_name": str(e.media.path)} for e, _ in annotated]
+        annotations = [{"id": n + 1, "image_id": e.media.id, "caption": text}
+                       for n, (e, text) in enumerate((e, t) for e, texts in annotated for t in texts)]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps({"images": images, "annotations": annotations}, indent=1), encoding="utf-8")
+        return len(annotations)
+
+    def _find(self, path: Path, name: str) -> int | None:
+        """The library item at ``path``, else the one item whose file name is ``name``'s."""
+        media_id = self._by_path.get(path.resolve()) if path.is_absolute() else None
+        if media_id is not None:
+            return media_id
+        same = [i for p, i in self._by_path.items() if p.name == Path(name).name]
+        return same[0] if len(same) == 1 else None
+
+    def import_annotations(self, path: Path) -> int:
+        """Add the captions of a caption folder or COCO captions JSON to the matching library items.
+
+        Items are matched by path, else by file name; captions an item already has are skipped. Returns the
+        number of captions added.
+        """
+        self.calls.append(("import_annotations", (str(path),)))
+        path = Path(path)
+        rows: list[tuple[Path, str, str]] = []
+        if path.is_dir():
+            folder = load_caption_folder(path)
+            rows = [(item.path, item.file, text) for item, texts in folder.item_captions() for text in texts]
+        elif path.suffix.lower() == ".json" and path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            files = {image["id"]: str(image["file_name"]) for image in data.get("images", [])}
+            rows = [(Path(files[a["image_id"]]), files[a["image_id"]], str(a["caption"]))
+                    for a in data.get("annotations", []) if a.get("image_id") in files]
+        else:
+            raise FakeServiceError(f"{path} is neither a caption folder nor a COCO captions .json file")
+        added = 0
+        for file_path, name, text in rows:
+            media_id = self._find(file_path, name)
+            if media_id is None or text in {c.text for c in self.captions(media_id)}:
+                continue
+            self.add_caption(media_id, text)
+            added += 1
+        return added
+
+    # --- training on the library's annotations
+    def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0
+                            ) -> FakeTrainingSet:
+        """A caption folder of the library: annotated items (a ``holdout`` share in split ``heldout``) and the
+        un-annotated ones (split ``train``, no captions). The fake's "videos" are GIFs in disguise, which a
+        real decoder would reject, so they are left out."""
+        self.calls.append(("export_training_set", (holdout, seed)))
+        annotated = self._annotated()
+        if not annotated:
+            raise FakeServiceError("this library has no captioned items to train on")
+        if not 0 <= holdout < 1:
+            raise FakeServiceError(f"holdout must be in [0, 1), got {holdout}")
+        order = list(range(len(annotated)))
+        random.Random(seed).shuffle(order)
+        n_held = min(len(annotated) - 1, max(1, round(holdout * len(annotated)))) if holdout > 0 else 0
+        held = set(order[:n_held])
+        captioned_ids = {e.media.id for e, _ in annotated}
+        bare = [e for i, e in sorted(self._entries.items())
+                if i not in captioned_ids and e.media.kind is not MediaKind.VIDEO]
+        paths = [e.media.path for e, _ in annotated] + [e.media.path for e in bare]
+        splits = ["heldout" if i in held else "train" for i in range(len(annotated))] + ["train"] * len(bare)
+        rows = [(i, text) for i, (_, texts) in enumerate(annotated) for text in texts]
+        if dest is None:
+            dest = self.workdir / f"training-set-{self._id()}"
+        write_caption_folder(dest, paths, rows, splits, copy_media=True, overwrite=True)
+        warning = None
+        if len(annotated) < MIN_ANNOTATED:
+            warning = (f"too few annotations: {len(annotated)} annotated items (at least {MIN_ANNOTATED} "
+                       "are needed for a trustworthy comparison); the new model may be worse than the old")
+        return FakeTrainingSet(Path(dest), "train", "heldout", len(annotated), len(rows), n_held, len(bare),
+                               warning)
+
+    def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
+        """Retrieval metrics (``engine.metrics.retrieval_report``) of split ``split`` of a caption folder.
+
+        The fake has no real models, so every model ranks the same way: by how close an item's colour is to
+        the colour words of the caption (an unnamed colour scores 0). ``model`` must exist (None or
+        ``zero-shot``: the zero-shot ranking, as in the engine).
+        """
+        self.calls.append(("evaluate_on", (str(folder), split, model)))
+        if model is not None and model != "zero-shot" and model not in {n for n, _, _ in self._models}:
+            raise FakeServiceError(f"no model named {model!r}")
+        view = load_caption_folder(folder).split(split)
+        if not view.captions:
+            raise FakeServiceError(f"{folder}: split {split!r} has no captions")
+        features = []
+        for item in view.items:
+            with Image.open(item.path) as img:
+                features.append(colour_feature(img))
+        scores = np.zeros((len(view.items), len(view.captions)), dtype=np.float64)
+        for c, (_, text) in enumerate(view.captions):
+            target = caption_colour(text)
+            if target is not None:
+                scores[:, c] = [-float(np.linalg.norm(f - target)) for f in features]
+        report = retrieval_report(scores, np.asarray(view.caption_item_indices()))
+        report.update(split=split, model=model or "zero-shot")
+        return report
+
+    def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]:
+        """Un-captioned items, most novel first: score = colour distance to the nearest captioned item
+        (to the library's mean colour while nothing is captioned), scaled to [0, 1]."""
+        self.calls.append(("suggest_annotations", (n, policy)))
+        if policy not in SUGGEST_POLICIES:
+            raise FakeServiceError(f"unknown suggestion policy {policy!r} (use one of {SUGGEST_POLICIES})")
+        features = {i: colour_feature(e.frames[0]) for i, e in self._entries.items()}
+        if not features:
+            return []
+        captioned = {e.media.id for e, _ in self._annotated()}
+        anchors = [features[i] for i in captioned] or [np.mean(list(features.values()), axis=0)]
+        scored = []
+        for media_id, feature in features.items():
+            if media_id in captioned:
+                continue
+            distance = min(float(np.linalg.norm(feature - a)) for a in anchors)
+            scored.append((media_id, round(distance / 442.0, 4)))  # 442 = the RGB cube's diagonal
+        scored.sort(key=lambda pair: (-pair[1], pair[0]))
+        return scored[:n]

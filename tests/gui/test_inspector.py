@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,5 +86,24 @@ def test_signal_emits_do_not_exhaust_true_refcount() -> None:
             "print('alive')\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                             timeout=60)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stdout.strip() == "alive"
+
+
+def test_void_qt_calls_do_not_exhaust_none_refcount() -> None:
+    """PySide6 6.12.0 leaks a reference to None per call of a void C++ method (setText, setValue,
+    processEvents...); a training run's live plots make hundreds of thousands. app.qtcompat must keep the
+    process alive (without it this aborts with "none_dealloc")."""
+    code = ("import sys\n"
+            "n = sys.getrefcount(None) + 50_000  # more calls than None has references (before the fix)\n"
+            "import app.qtcompat\n"
+            "from PySide6.QtWidgets import QApplication, QLabel\n"
+            "a = QApplication([])\n"
+            "label = QLabel()\n"
+            "for _ in range(n):\n    label.setText('x')\n"
+            "print('alive')\n")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            timeout=60, env=env)
     assert result.returncode == 0, result.stderr[-500:]
     assert result.stdout.strip() == "alive"

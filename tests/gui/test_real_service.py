@@ -48,3 +48,46 @@ def test_search_without_assets_fails_visibly_not_fatally(qtbot, real_window) -> 
     qtbot.waitUntil(lambda: bool(messages), timeout=10000)
     assert window.results_model.rowCount() == 0
     assert messages[0] == "loaded 0" or "assets" in messages[0]
+
+
+@pytest.mark.slow
+def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_path: Path, assets_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Export (caption folder and COCO), import back, and "What to annotate next", all through the window
+    over the real engine (real ONNX features of three generated pictures)."""
+    import json
+
+    from engine.captionfolder import load_caption_folder
+
+    monkeypatch.setenv("POLYSEEK_ASSETS", str(assets_dir))
+    folder = make_media_folder(tmp_path / "media", n_images=3, n_gifs=0, video=False, broken=False)
+    service = service_module.SearchService.open("transfer")
+    window = None
+    try:
+        service.add_root(folder)
+        for _ in service.index_paths():
+            pass
+        ids = sorted({h.media_id for h in service.search_text("a shape", top=10)})
+        service.add_caption(ids[0], "a red circle on a white table")
+        lost = service.add_caption(ids[1], "a green square")
+        window = MainWindow(GuiSettings(), service)
+        qtbot.addWidget(window)
+        qtbot.waitUntil(lambda: window.annotate.suggestions.count() > 0, timeout=30000)
+        assert window.annotate.suggested_ids() == [ids[2]]  # only the uncaptioned item is suggested
+        with qtbot.waitSignal(window.annotations_transferred, timeout=30000) as exported:
+            window.export_annotations(tmp_path / "out", "folder")
+        assert exported.args == ["export", 2]
+        assert sorted(t for _, t in load_caption_folder(tmp_path / "out").captions) == [
+            "a green square", "a red circle on a white table"]
+        with qtbot.waitSignal(window.annotations_transferred, timeout=30000) as exported:
+            window.export_annotations(tmp_path / "out.json", "coco")
+        assert exported.args == ["export", 2] and len(json.loads((tmp_path / "out.json").read_text())["images"]) == 2
+        service.delete_caption(lost)
+        with qtbot.waitSignal(window.annotations_transferred, timeout=30000) as imported:
+            window.import_annotations(tmp_path / "out.json")
+        assert imported.args == ["import", 1]  # the lost caption comes back; the other is not doubled
+        assert "a green square" in [c.text for c in service.captions(ids[1])]
+    finally:
+        if window is not None:
+            window.shutdown()
+        service.close()

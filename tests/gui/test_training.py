@@ -1,4 +1,5 @@
-"""The training dialog runs a trainer process, plots its JSON progress live, and can cancel it."""
+"""The training dialog runs a trainer process, plots its JSON progress live, cancels and resumes it, trains on
+the library's own annotations, and compares the new model with the active one (fake trainer, FakeService)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from app.widgets.training import JsonLines, TrainingDialog, TrainingRequest, format_eta
+from app.widgets.training import (
+    SOURCE_LIBRARY,
+    JsonLines,
+    TrainingDialog,
+    TrainingRequest,
+    describe_training_set,
+    format_eta,
+    headline,
+)
+from tests.gui.fake_trainer import metrics as fake_metrics
+from tests.gui.fakes import FakeService
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
 
@@ -33,6 +44,17 @@ def test_request_arguments_follow_the_cli_contract(tmp_path: Path) -> None:
     args = TrainingRequest("pcme", tmp_path / "d", tmp_path / "o", 3, "cpu").arguments()
     assert args[:3] == ["train", "--method", "pcme"] and args[-1] == "--json-progress"
     assert args[args.index("--epochs") + 1] == "3" and args[args.index("--data") + 1] == str(tmp_path / "d")
+    assert args[args.index("--val-split") + 1] == "dev" and "--resume" not in args
+    resumed = TrainingRequest("vse", tmp_path, tmp_path, val_split="heldout", resume=True,
+                              extra=("--preset", "test")).arguments()
+    assert "--resume" in resumed and resumed[-3:] == ["--preset", "test", "--json-progress"]
+    assert resumed[resumed.index("--val-split") + 1] == "heldout"
+
+
+def test_headline_reads_text_to_item_recalls_and_rsum() -> None:
+    assert headline({"t2i": {"r1": 1, "r5": 5.5, "r10": 10}, "rsum": 99}) == (1.0, 5.5, 10.0, 99.0)
+    assert headline(None) == (None, None, None, None)
+    assert headline({"rsum": "bad"}) == (None, None, None, None)
 
 
 def test_format_eta() -> None:
@@ -47,14 +69,15 @@ def test_a_run_plots_loss_and_rsum_and_reports_the_model(qtbot, dialog, tmp_path
     assert Path(trained.args[0]).parent == tmp_path / "models"
     assert dialog.state == "done"
     assert len(dialog.losses) == 10  # 2 epochs x 5 steps
-    assert dialog.rsums == [(1, 110.0), (2, 120.0)]
+    assert dialog.rsums == [(1, fake_metrics(1)["rsum"]), (2, fake_metrics(2)["rsum"])]
     xs, _ = dialog.loss_curve.getData()
     assert len(xs) == 10
     assert "loading data (not JSON)" in dialog.log_view.toPlainText()
     assert dialog.progress.value() == dialog.progress.maximum() == 5
 
 
-def test_cancel_stops_the_trainer(qtbot, dialog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cancel_stops_the_trainer_and_resume_continues_it(qtbot, dialog,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.2")
     dialog.epochs.setValue(50)
     dialog.start()
@@ -64,6 +87,17 @@ def test_cancel_stops_the_trainer(qtbot, dialog, monkeypatch: pytest.MonkeyPatch
     assert changed.args == ["cancelled"]
     assert not dialog.running and dialog.start_button.isEnabled()
     assert len(dialog.losses) < 250
+    out = Path(dialog.resumable_dir)
+    assert (out / "trainer_state.json").is_file() and "resumable checkpoint" in dialog.status.text()
+    assert dialog.resume_button.isEnabled()
+    monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.001")
+    dialog.epochs.setValue(2)
+    before = len(dialog.losses)
+    with qtbot.waitSignal(dialog.model_trained, timeout=15000) as trained:
+        dialog.resume_button.click()
+    assert trained.args == [str(out)]  # the same folder, continued
+    assert "--resume" in dialog.log_view.toPlainText() and "resumed at epoch" in dialog.log_view.toPlainText()
+    assert len(dialog.losses) > before  # the curve goes on from where it stopped
 
 
 def test_a_failing_trainer_is_reported_with_its_log(qtbot, dialog, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,3 +116,123 @@ def test_a_missing_trainer_program_fails_cleanly(qtbot, tmp_path: Path) -> None:
     with qtbot.waitSignal(dlg.state_changed, timeout=5000, check_params_cb=lambda s: s != "running"):
         dlg.start()
     assert dlg.state == "failed" and not dlg.running
+
+
+@pytest.fixture
+def library_dialog(qtbot, tmp_path: Path, service: FakeService):
+    dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
+    qtbot.addWidget(dlg)
+    yield dlg
+    dlg.close()
+
+
+def caption_some(service: FakeService, n: int) -> list[int]:
+    ids = sorted(h.media_id for h in service.search_text("x", top=100))[:n]
+    for i, media_id in enumerate(ids):
+        name = Path(service.media(media_id).path).stem.replace("_", " ")
+        service.add_caption(media_id, f"a picture of a {name} number {i}")
+    return ids
+
+
+def test_training_on_the_library_exports_shows_counts_and_compares_models(
+        qtbot, library_dialog: TrainingDialog, service: FakeService) -> None:
+    caption_some(service, 5)
+    dlg = library_dialog
+    dlg.set_source(SOURCE_LIBRARY)
+    assert dlg.method.currentText() == "a3vse" and not dlg.data.isEnabled()
+    dlg.epochs.setValue(2)
+    with qtbot.waitSignal(dlg.comparison_ready, timeout=20000) as ready:
+        dlg.start_button.click()
+        assert dlg.state == "preparing"
+    comparison = ready.args[0]
+    ts = dlg.training_set
+    assert ts.n_annotated_items == 5 and ts.n_captions == 5 and ts.n_heldout_items == 1
+    assert dlg.data_summary.text() == describe_training_set(ts) and "5 annotated items" in dlg.data_summary.text()
+    assert dlg.data_warning.isVisibleTo(dlg) and "too few annotations" in dlg.data_warning.text()
+    command = dlg.log_view.toPlainText()
+    assert f"--data {ts.folder}" in command and "--train-split train --val-split heldout" in command
+    # the old model measured on the held-aside split of the exported folder, the new one from metrics.json
+    assert ("evaluate_on", (str(ts.folder), "heldout", None)) in service.calls
+    assert comparison.old == service.evaluate_on(ts.folder, "heldout") | {"model": "zero-shot"}
+    assert comparison.new["rsum"] == fake_metrics(2)["rsum"] and comparison.old_name == "zero-shot"
+    assert comparison.new_name in {m.name for m in service.models()}
+    table = dlg.result_table
+    assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text().endswith("(new)")
+    assert table.item(1, 4).text() == f"{fake_metrics(2)['rsum']:.1f}"
+    assert table.item(0, 1).text() == f"{comparison.old['t2i']['r1']:.1f}"
+    assert "held-aside annotations" in dlg.result_note.text()
+    with qtbot.waitSignal(dlg.use_model_requested) as use:
+        dlg.use_button.click()
+    assert use.args == [comparison.new_name] and not dlg.use_button.isEnabled()
+
+
+def test_a_library_without_annotations_fails_with_the_reason(qtbot, library_dialog: TrainingDialog) -> None:
+    library_dialog.set_source(SOURCE_LIBRARY)
+    with qtbot.waitSignal(library_dialog.state_changed, timeout=10000,
+                          check_params_cb=lambda state: state != "preparing") as changed:
+        library_dialog.start()
+    assert changed.args == ["failed"] and "no captioned items" in library_dialog.status.text()
+    assert not library_dialog.running
+
+
+def test_the_library_source_needs_a_service(qtbot, dialog: TrainingDialog, service: FakeService) -> None:
+    item = dialog.source.model().item(1)
+    assert not item.isEnabled()
+    dialog.set_service(service)
+    assert item.isEnabled()
+    dialog.set_source(SOURCE_LIBRARY)
+    dialog.set_service(None)
+    assert dialog.source_key() == "folder"
+
+
+def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path, service: FakeService) -> None:
+    from engine.captionfolder import write_caption_folder
+    from tests.gui.fakes import make_media_folder
+
+    media = make_media_folder(tmp_path / "cf-media", n_images=6, n_gifs=0, video=False, broken=False)
+    files = sorted(media.glob("*.png"))
+    rows = [(i, f"a {f.stem.split('_')[0]} {f.stem.split('_')[1]}") for i, f in enumerate(files)]
+    write_caption_folder(tmp_path / "cf", files, rows, ["train"] * 3 + ["dev"] * 3)
+    service.set_active_model("fake-pvse")
+    dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "cf"), service=service)
+    qtbot.addWidget(dlg)
+    dlg.epochs.setValue(1)
+    with qtbot.waitSignal(dlg.comparison_ready, timeout=20000) as ready:
+        dlg.start()
+    comparison = ready.args[0]
+    assert comparison.split == "dev" and comparison.data == tmp_path / "cf"
+    assert comparison.old_name == "fake-pvse"  # the active model, named (None would mean zero-shot)
+    assert ("evaluate_on", (str(tmp_path / "cf"), "dev", "fake-pvse")) in service.calls
+    assert comparison.old["n_media"] == 3 and comparison.old["t2i"]["r1"] == 100.0  # colour words find them
+    assert "split “dev” of cf" in dlg.result_note.text()
+    dlg.close()
+
+
+def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dialog: TrainingDialog,
+                                                             service: FakeService) -> None:
+    caption_some(service, 1)  # one annotated item: none can be held aside
+    library_dialog.set_source(SOURCE_LIBRARY)
+    library_dialog.epochs.setValue(1)
+    with qtbot.waitSignal(library_dialog.comparison_ready, timeout=20000) as ready:
+        library_dialog.start()
+    comparison = ready.args[0]
+    assert library_dialog.training_set.n_heldout_items == 0 and not comparison.measured
+    assert not any(name == "evaluate_on" for name, _ in service.calls)
+    assert comparison.new_name in {m.name for m in service.models()}  # registered all the same
+    assert [library_dialog.result_table.item(1, c).text() for c in range(1, 5)] == ["—"] * 4
+    assert "Nothing was held aside" in library_dialog.result_note.text()
+
+
+def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp_path: Path,
+                                                                      service: FakeService) -> None:
+    import shiboken6
+    from PySide6.QtCore import QThreadPool
+
+    dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "data"), service=service)
+    dlg.epochs.setValue(1)
+    with qtbot.waitSignal(dlg.model_trained, timeout=15000):
+        dlg.start()
+    shiboken6.delete(dlg)  # e.g. the window closed; the registration job is still running or queued
+    QThreadPool.globalInstance().waitForDone(10000)
+    qtbot.wait(200)  # its result is delivered now, and must be dropped (pytest-qt fails on an exception)
+    assert any(name == "register_model" for name, _ in service.calls)

@@ -62,3 +62,19 @@ def test_cancel_reaches_a_cooperative_job(qtbot) -> None:
         started.wait(2)
         worker.cancel()
     assert worker.is_cancelled
+
+
+def test_while_alive_drops_results_for_a_deleted_widget(qtbot) -> None:
+    from PySide6.QtWidgets import QLabel
+
+    from app.workers import while_alive
+
+    label = QLabel()
+    seen: list[int] = []
+    alive = while_alive(label, lambda value: (seen.append(value), label.setText(str(value))))
+    alive(1)
+    import shiboken6
+
+    shiboken6.delete(label)
+    alive(2)  # a result arriving after the widget is gone is dropped, not an error
+    assert seen == [1]

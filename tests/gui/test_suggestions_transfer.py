@@ -1,0 +1,175 @@
+"""What to annotate next (pick, annotate, move on), annotation import / export from the File menu, and
+switching to a newly trained model (FakeService)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.mainwindow import MainWindow
+from app.settings import GuiSettings
+from app.widgets.annotate import TICK
+from engine.captionfolder import load_caption_folder
+from tests.gui.fakes import FakeService
+from tests.gui.test_annotate import captions_shown, settle
+from tests.gui.test_search import search
+
+
+def loaded_suggestions(qtbot, window) -> list[int]:
+    qtbot.waitUntil(lambda: window.annotate.suggestions.count() > 0, timeout=5000)
+    return window.annotate.suggested_ids()
+
+
+def test_suggestions_list_the_uncaptioned_items_the_service_ranks_first(qtbot, window, service) -> None:
+    ids = loaded_suggestions(qtbot, window)
+    assert ids == [media_id for media_id, _ in service.suggest_annotations(20, "auto")]
+    assert ("suggest_annotations", (20, "auto")) in service.calls
+    first = window.annotate.suggestions.item(0).text()
+    assert Path(service.media(ids[0]).path).name in first
+
+
+def test_clicking_a_suggestion_selects_it_and_enter_moves_to_the_next_one(qtbot, window, service) -> None:
+    ids = loaded_suggestions(qtbot, window)
+    panel = window.annotate
+    item = panel.suggestions.item(0)
+    rect = panel.suggestions.visualItemRect(item)
+    qtbot.mouseClick(panel.suggestions.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.waitUntil(lambda: panel.hit is not None and panel.hit.media_id == ids[0], timeout=5000)
+    assert panel.from_suggestion and panel.caption_edit.isEnabled()
+    assert window.inspector.hit.media_id == ids[0]  # not among the results (no search yet): shown on its own
+    qtbot.keyClicks(panel.caption_edit, "a novel thing")
+    qtbot.keyClick(panel.caption_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: panel.hit is not None and panel.hit.media_id == ids[1], timeout=5000)
+    settle(qtbot, window)
+    assert ("add_caption", (ids[0], "a novel thing")) in service.calls
+    assert panel.suggestions.item(0).text().startswith(TICK)
+    assert panel.suggestions.currentRow() == 1
+
+
+def test_a_suggestion_among_the_results_selects_its_row(qtbot, window, service) -> None:
+    ids = loaded_suggestions(qtbot, window)
+    search(qtbot, window, "ball")
+    row = window.results_model.row_of(ids[0])
+    assert row is not None
+    window.select_media(ids[0])
+    assert window.results.currentIndex().row() == row and window.annotate.from_suggestion
+
+
+def test_an_unknown_suggestion_policy_is_reported_not_fatal(qtbot, window, service, monkeypatch) -> None:
+    monkeypatch.setattr("app.widgets.annotate.SUGGESTION_POLICY", "telepathy")
+    with qtbot.waitSignal(window.annotate.error, timeout=5000) as error:
+        window.annotate.refresh_suggestions()
+    assert "telepathy" in error.args[0] and "unavailable" in window.annotate.suggest_heading.text()
+
+
+@pytest.mark.parametrize("fmt", ["folder", "coco"])
+def test_annotations_export_and_import_into_another_library(qtbot, window, service, tmp_path: Path,
+                                                            media_folder: Path, fmt: str) -> None:
+    search(qtbot, window, "red circle")
+    hit = window.results.current_hit()
+    service.add_caption(hit.media_id, "a red ball on a table")
+    service.add_caption(hit.media_id, "something round and red")
+    dest = tmp_path / ("export" if fmt == "folder" else "export.json")
+    with qtbot.waitSignal(window.annotations_transferred, timeout=5000) as done:
+        window.export_annotations(dest, fmt)
+    assert done.args == ["export", 2] and "Exported 2 captions" in window.statusBar().currentMessage()
+    if fmt == "folder":
+        folder = load_caption_folder(dest)
+        assert [t for _, t in folder.captions] == ["a red ball on a table", "something round and red"]
+        assert folder.items[0].file == Path(hit.path).name
+    else:
+        data = json.loads(dest.read_text())
+        assert len(data["images"]) == 1 and len(data["annotations"]) == 2
+    # a second library over the same files gets the captions back
+    other = FakeService(tmp_path / "other")
+    other.add_root(media_folder)
+    for _ in other.index_paths():
+        pass
+    win2 = MainWindow(GuiSettings(), other)
+    qtbot.addWidget(win2)
+    try:
+        with qtbot.waitSignal(win2.annotations_transferred, timeout=5000) as done:
+            win2.import_annotations(dest)
+        assert done.args == ["import", 2]
+        same = next(m for m, e in other._entries.items() if e.media.path == Path(hit.path))
+        assert sorted(c.text for c in other.captions(same)) == ["a red ball on a table", "something round and red"]
+        with qtbot.waitSignal(win2.annotations_transferred, timeout=5000) as again:
+            win2.import_annotations(dest)
+        assert again.args == ["import", 0]  # nothing is doubled
+    finally:
+        win2.shutdown()
+
+
+def test_import_refreshes_the_current_items_captions(qtbot, window, service, tmp_path: Path) -> None:
+    search(qtbot, window, "red circle")
+    hit = window.results.current_hit()
+    source = FakeService(tmp_path / "src")
+    source.add_root(Path(hit.path).parent)
+    for _ in source.index_paths():
+        pass
+    source.add_caption(next(m for m, e in source._entries.items() if e.media.path == Path(hit.path)), "imported!")
+    source.export_annotations(tmp_path / "cf", "folder")
+    with qtbot.waitSignal(window.annotations_transferred, timeout=5000):
+        window.import_annotations(tmp_path / "cf")
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: captions_shown(window) == ["imported!"], timeout=3000)
+
+
+def test_failed_transfers_are_reported(qtbot, window, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="xml"):
+        window.export_annotations(tmp_path / "x", "xml")
+    worker = window.import_annotations(tmp_path / "nothing-here.txt")
+    qtbot.waitSignal(worker.signals.finished, timeout=5000).wait()
+    qtbot.waitUntil(lambda: "Import failed" in window.statusBar().currentMessage(), timeout=3000)
+
+
+def test_the_file_menu_offers_the_transfers(window) -> None:
+    file_menu = window.menuBar().actions()[0].menu()
+    texts = [a.text() for a in file_menu.actions()]
+    assert "&Export annotations as a caption folder…" in texts
+    assert "Export annotations as &COCO captions JSON…" in texts
+    assert any(t.startswith("&Import annotations") for t in texts)
+
+
+def test_use_model_activates_it_and_reindexes(qtbot, window, service) -> None:
+    with qtbot.waitSignal(window.model_switched, timeout=5000) as switched:
+        window.use_model("fake-pvse")
+    assert switched.args == ["fake-pvse"] and service._active == "fake-pvse"
+    assert window.library.is_indexing or any(name == "set_active_model" for name, _ in service.calls)
+    qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pvse", timeout=5000)
+
+
+def test_the_window_training_dialog_registers_and_switches(qtbot, window, service, tmp_path: Path) -> None:
+    import sys
+
+    from app.widgets.training import SOURCE_LIBRARY
+
+    for media_id in sorted(service._entries)[:3]:
+        service.add_caption(media_id, f"item {media_id}")
+    window.settings.trainer_command = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
+    dialog = window.open_training()
+    dialog.set_source(SOURCE_LIBRARY)
+    dialog.epochs.setValue(1)
+    with qtbot.waitSignal(dialog.comparison_ready, timeout=20000) as ready:
+        dialog.start()
+    name = ready.args[0].new_name
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.findData(name) >= 0, timeout=5000)
+    with qtbot.waitSignal(window.model_switched, timeout=5000):
+        dialog.use_button.click()
+    assert service._active == name
+    assert window.settings.last_data_folder == ""  # an exported library set is not a folder to remember
+
+
+def test_unranked_suggestions_say_so_and_show_no_scores(qtbot, window, service, monkeypatch) -> None:
+    ids = sorted(service._entries)[:3]
+    monkeypatch.setattr(service, "suggest_annotations", lambda n=20, policy="auto": [(i, 0.0) for i in ids])
+    with qtbot.waitSignal(window.annotate.suggestions_loaded, timeout=5000):
+        window.annotate.refresh_suggestions()
+    panel = window.annotate
+    assert panel.suggested_ids() == ids
+    assert all("·" not in panel.suggestions.item(r).text() for r in range(3))
+    assert "no particular order" in panel.suggest_heading.text()

@@ -1,0 +1,94 @@
+"""The training dialog with the real trainer process (``python -m trainer train``) on a tiny generated folder.
+
+The ``test`` preset shrinks every layer, so a run is a few seconds (mostly feature extraction with the
+prepared ONNX assets); the dialog's QProcess, JSON parsing, plots, cancel with a resumable checkpoint,
+resume, registration and the comparison are all the real thing. The library is the FakeService, whose
+``evaluate_on`` measures the "active model" on the same validation split.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.widgets.training import TrainingDialog
+from tests.gui.fakes import FakeService
+from trainer.synthetic import make_toy_photo_folder
+
+pytestmark = pytest.mark.slow
+
+TRAINER = [sys.executable, "-m", "trainer"]
+# tiny layers, a constant learning rate and no early stop, so the run length is exactly what we ask for
+TINY = ("--preset", "test", "--batch-size", "6", "--patience", "1000", "--schedule", "constant")
+# Bounds on waiting, not timings: a run takes ~15 s on a quiet 2-core machine, but far longer when the
+# machine is shared with training benchmarks, and a bound hit there would be a false failure.
+WAIT_MS = 240_000
+
+
+@pytest.fixture
+def toy(tmp_path: Path, assets_dir: Path) -> Path:
+    folder = tmp_path / "toy"
+    make_toy_photo_folder(folder, 24, seed=1, dev_fraction=0.25)
+    return folder
+
+
+@pytest.fixture
+def real_dialog(qtbot, tmp_path: Path, toy: Path, service: FakeService):
+    dlg = TrainingDialog(TRAINER, tmp_path / "models", str(toy), extra_args=TINY, service=service)
+    dlg.device.setCurrentText("cpu")
+    dlg.method.setCurrentText("vse")
+    qtbot.addWidget(dlg)
+    yield dlg
+    dlg.close()
+
+
+def test_real_training_plots_live_progress_and_compares_with_the_active_model(
+        qtbot, real_dialog: TrainingDialog, service: FakeService) -> None:
+    dlg = real_dialog
+    dlg.epochs.setValue(2)
+    updates: list[bool] = []  # whether the trainer was still running at each loss-plot update
+    dlg.loss_curve.sigPlotChanged.connect(lambda *_: updates.append(dlg.running))
+    statuses: list[str] = []
+    dlg.status.setText = lambda text, _set=dlg.status.setText: (statuses.append(text), _set(text))[1]
+    with qtbot.waitSignal(dlg.comparison_ready, timeout=WAIT_MS) as ready:
+        dlg.start_button.click()
+    assert dlg.state == "done", dlg.log_view.toPlainText()[-2000:]
+    assert any(s.startswith("features:") for s in statuses)  # feature-extraction progress events
+    assert any(s.startswith("epoch 1 · step") and "loss" in s for s in statuses)
+    assert len(dlg.losses) >= 2 and [e for e, _ in dlg.rsums] == [1, 2]
+    assert updates and all(updates[1:])  # [0] is the clearing at start; every loss point arrived live
+    xs, _ = dlg.val_curve.getData()
+    assert list(xs) == [1, 2]
+    model_dir = Path(dlg.model_dir)
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert dict(dlg.rsums)[metrics["best_epoch"]] == pytest.approx(metrics["rsum"])  # the kept epoch's figures
+    comparison = ready.args[0]
+    assert comparison.new == metrics and comparison.split == "dev"
+    assert comparison.old["n_media"] == metrics["n_media"] == 6  # both measured on the same dev split
+    assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models()}
+    assert dlg.result_table.item(1, 4).text() == f"{metrics['rsum']:.1f}"
+    assert dlg.use_button.isEnabled()
+
+
+def test_real_training_cancels_to_a_resumable_checkpoint_and_resumes(qtbot, real_dialog: TrainingDialog) -> None:
+    dlg = real_dialog
+    dlg.epochs.setValue(500)
+    dlg.start()
+    qtbot.waitUntil(lambda: len(dlg.losses) >= 1, timeout=WAIT_MS)
+    with qtbot.waitSignal(dlg.state_changed, timeout=WAIT_MS // 4) as changed:
+        dlg.cancel_button.click()
+    assert changed.args == ["cancelled"], dlg.log_view.toPlainText()[-2000:]
+    out = Path(dlg.resumable_dir)
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert not state["finished"] and state["epoch"] < 500
+    assert "resumable checkpoint" in dlg.status.text() and dlg.resume_button.isEnabled()
+    dlg.epochs.setValue(state["epoch"] + 1)  # finish the epoch it stopped in, and stop there
+    with qtbot.waitSignal(dlg.model_trained, timeout=WAIT_MS) as trained:
+        dlg.resume_button.click()
+    assert trained.args == [str(out)] and dlg.state == "done"
+    assert "resumed at epoch" in dlg.log_view.toPlainText()
+    final = json.loads((out / "trainer_state.json").read_text())
+    assert final["finished"] and final["epoch"] == state["epoch"] + 1
