@@ -547,7 +547,8 @@ def _jsonable(settings: dict[str, Any], options: TrainOptions) -> dict[str, Any]
     return {**settings, "data": str(options.data), "train_split": options.train_split,
             "val_split": options.val_split, "annotated_fraction": options.sparse.annotated_fraction,
             "captions_per_image": options.sparse.captions_per_image, "sparse_seed": options.sparse.seed,
-            "preset": options.preset, "pseudo_pairs": options.pseudo_pairs}
+            "preset": options.preset, "pseudo_pairs": options.pseudo_pairs,
+            "extra_annotated": list(options.sparse.extra_annotated)}
 
 
 def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source: FeatureSource,
