@@ -1,10 +1,10 @@
 """From media files to cached backbone features and regional semantics.
 
-One :class:`FeatureExtractor` decodes a batch of files (in a small thread pool, overlapping the backbone, which
-runs on ONNX Runtime), runs EfficientNet-Lite0 and turns its outputs into a :class:`FeatureRecord` for the
-feature store plus the item's regional semantics (:mod:`engine.regional`). Still images keep their 49 local
-features; animations and videos keep the pooled features of ``FRAMES_PER_ITEM`` frames sampled uniformly
-(PVSE §3.5) and their mean as the global feature.
+One :class:`FeatureExtractor` decodes a batch of files, runs EfficientNet-Lite0 (ONNX Runtime) and turns its
+outputs into a :class:`FeatureRecord` for the feature store plus the item's regional semantics
+(:mod:`engine.regional`); decoding and that finishing run in a small thread pool, overlapping the backbone.
+Still images keep their 49 local features; animations and videos keep the pooled features of
+``FRAMES_PER_ITEM`` frames sampled uniformly (PVSE §3.5) and their mean as the global feature.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.backbone import Backbone, class_names
 from engine.featurestore import FeatureRecord
-from engine.media import FRAMES_PER_ITEM, MediaError, MediaInfo, decode_frames, decode_image, probe
+from engine.media import FRAMES_PER_ITEM, MediaError, MediaInfo, probe_and_decode
 from engine.regional import Semantics, regional_semantics
 from engine.types import MediaKind
 
@@ -46,12 +46,8 @@ class Extracted:
 
 
 def decode_for_backbone(path: Path, size: int, n_frames: int = FRAMES_PER_ITEM) -> Decoded:
-    """Probe and decode one file for the backbone; raises MediaError."""
-    info = probe(path)
-    if info.kind is MediaKind.IMAGE:
-        frames = decode_image(path, size)[None]
-    else:
-        frames = decode_frames(path, n_frames, size)
+    """Probe and decode one file for the backbone (one pass over the file); raises MediaError."""
+    info, frames = probe_and_decode(path, n_frames, size)
     return Decoded(path, info, frames)
 
 
@@ -79,14 +75,33 @@ class FeatureExtractor:
         return self.run(self.decode_async(paths))
 
     def iter_batches(self, batches: Sequence[Sequence[Path]]) -> Iterator[list[Extracted | MediaError]]:
-        """Extract batch after batch, decoding the next batch while the backbone runs on this one."""
-        pending = self.decode_async(batches[0]) if batches else []
+        """Extract batch after batch, in order.
+
+        Three stages overlap: while the backbone runs on batch i, the pool decodes batch i+1 and finishes
+        batch i-1 (regional semantics and feature records). The backbone, the one stage that uses every core,
+        so runs back to back instead of waiting for Python work between its calls; the price is that a batch's
+        results come back after the backbone has also run on the next one.
+        """
+        decoding = self.decode_async(batches[0]) if batches else []
+        finishing: list[Future | MediaError] | None = None
         for i in range(len(batches)):
-            current = pending
-            pending = self.decode_async(batches[i + 1]) if i + 1 < len(batches) else []
-            yield self.run(current)
+            current = decoding
+            decoding = self.decode_async(batches[i + 1]) if i + 1 < len(batches) else []
+            started = self._start(current)
+            if finishing is not None:
+                yield _collect(finishing)
+            finishing = started
+        if finishing is not None:
+            yield _collect(finishing)
 
     def run(self, futures: Sequence[Future]) -> list[Extracted | MediaError]:
+        """The results of decodes started by :meth:`decode_async`, in their order; a failed decode comes back
+        as its MediaError."""
+        return _collect(self._start(futures))
+
+    def _start(self, futures: Sequence[Future]) -> list[Future | MediaError]:
+        """Wait for the decodes, run the backbone on the good ones and hand their finishing to the pool:
+        per file a future of its Extracted, or its MediaError."""
         decoded: list[Decoded | MediaError] = []
         for future in futures:
             try:
@@ -100,13 +115,13 @@ class FeatureExtractor:
         if not good:
             return list(decoded)  # type: ignore[arg-type]
         out = self.backbone(np.concatenate([d.frames for d in good]))
-        results: dict[int, Extracted] = {}
+        finishing: dict[int, Future] = {}
         start = 0
         for d in good:
             stop = start + len(d.frames)
-            results[id(d)] = self._finish(d, out, slice(start, stop))
+            finishing[id(d)] = self._pool.submit(self._finish, d, out, slice(start, stop))
             start = stop
-        return [results[id(d)] if isinstance(d, Decoded) else d for d in decoded]
+        return [finishing[id(d)] if isinstance(d, Decoded) else d for d in decoded]
 
     def _finish(self, d: Decoded, out, rows: slice) -> Extracted:
         semantics = regional_semantics(out.probs[rows], out.region_max[rows], out.region_best[rows], d.frames,
@@ -124,3 +139,7 @@ class FeatureExtractor:
         )
         return Extracted(d.path, d.info, record, semantics)
 
+
+def _collect(items: Sequence[Future | MediaError]) -> list[Extracted | MediaError]:
+    """Wait for the finishing futures among ``items``; an error in finishing (a bug) propagates."""
+    return [item.result() if isinstance(item, Future) else item for item in items]

@@ -43,6 +43,7 @@ DEFAULT_MAX_LOCAL_ITEMS = 50_000
 _F16 = np.dtype("<f2")
 _I16 = np.dtype("<i2")
 _F16_MAX = float(np.finfo(np.float16).max)
+_CV_MIN_SIZE = 4096  # below this NumPy is as fast (OpenCV has a fixed cost per call)
 
 
 class FeatureStoreError(CatalogError):
@@ -157,7 +158,22 @@ def _half(key: str, name: str, array: np.ndarray, ndim: int, dim: int | None = N
     # checked on the input (cheap min/max; NaN fails both comparisons) rather than on the float16 copy
     if array.size and not (array.max() <= _F16_MAX and array.min() >= -_F16_MAX):
         raise FeatureStoreError(f"{name} features of {key} are not finite in float16")
-    return array.astype(_F16)
+    return _to_half(array)
+
+
+def _to_half(array: np.ndarray) -> np.ndarray:
+    """``array.astype(float16)``, bit for bit, with OpenCV's vectorised (F16C) conversion for big float32 arrays.
+
+    NumPy converts float32 to float16 one element at a time (about 3 ns each): for a photo's 49 x 1280 local
+    features that is 0.2 ms, over 1% of the backbone's own time per photo on two cores; OpenCV takes a
+    quarter of that. Both round to nearest even, so the bytes stored are the same.
+    """
+    if array.dtype != np.float32 or array.size < _CV_MIN_SIZE or array.ndim > 2:
+        return array.astype(_F16)
+    import cv2  # the engine's video decoder; imported here so the store itself loads without it
+
+    # multiplying by 1 is exact (and keeps -0.0); ``dtype`` makes OpenCV write float16
+    return cv2.multiply(np.ascontiguousarray(array), 1.0, dtype=cv2.CV_16F).reshape(array.shape).view(_F16)
 
 
 def _class_ids(key: str, name: str, array: np.ndarray, shape: tuple[int, ...]) -> bytes:

@@ -34,6 +34,7 @@ from engine.types import CaptionSource
 log = logging.getLogger(__name__)
 
 BATCH = 32
+HASH_CHUNK = 200  # files hashed, then recorded in one catalog transaction, between progress reports
 
 
 class Indexer:
@@ -64,16 +65,20 @@ class Indexer:
         plan.missing = [p for p in plan.missing if not _inside(p, unreadable)]
         root_of = {p: rid for p, _, _, rid in found}
         touched = plan.new + plan.changed
-        for i, entry in enumerate(touched):
-            cancel.raise_if_cancelled()
-            try:
-                digest = content_hash(entry.path)
-            except OSError as error:
-                log.info("cannot read %s: %s", entry.path, error)
-                continue
-            self.catalog.upsert_media(entry.path, entry.size, entry.mtime_ns, digest, root_of[entry.path])
-            if i % 200 == 0:
-                yield Progress(i, len(touched), f"checking {len(touched)} new or changed files")
+        for start in range(0, len(touched), HASH_CHUNK):
+            yield Progress(start, len(touched), f"checking {len(touched)} new or changed files")
+            hashed = []
+            for entry in touched[start:start + HASH_CHUNK]:
+                cancel.raise_if_cancelled()
+                try:
+                    hashed.append((entry, content_hash(entry.path)))
+                except OSError as error:
+                    log.info("cannot read %s: %s", entry.path, error)
+            # One transaction per chunk, not per file: a commit costs more than hashing a photo. The files are
+            # read before the transaction opens so a slow disk never holds the catalog's write lock.
+            with self.catalog.transaction("recording new and changed files"):
+                for entry, digest in hashed:
+                    self.catalog.upsert_media(entry.path, entry.size, entry.mtime_ns, digest, root_of[entry.path])
         self.catalog.mark_missing(plan.missing)
         removed = self.catalog.delete_missing()
         if removed:

@@ -34,6 +34,9 @@ def open_session(path: Path, threads: int | None = None) -> ort.InferenceSession
     if threads:
         options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    # idle intra-op threads sleep instead of spinning: spinning kept both cores busy between batches (the
+    # decode threads then waited for a core) and burns a desktop user's CPU while the app is idle
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), sess_options=options, providers=providers())
     log.debug("opened %s on %s", path.name, session.get_providers())
     return session

@@ -197,7 +197,10 @@ def _pcme_scorer(model: RetrievalModel, name: str, visual: EncoderOutput,
             dist = _sample_distances(block, samples_t)
             if name == "avg-l2":
                 return -dist.mean((-1, -2))
-            return torch.sigmoid(-scale * dist + shift).mean((-1, -2))
+            # log of the match probability: the same order, but far pairs keep distinct scores instead of
+            # all underflowing to a sigmoid of exactly 0 (ties that would push a true match to the last rank)
+            logits = (-scale * dist + shift).flatten(-2)
+            return torch.logsumexp(torch.nn.functional.logsigmoid(logits), dim=-1) - math.log(logits.shape[-1])
 
         return sampled
     closed = {"mean": mean_only, "elk": elk, "js": js_like, "wasserstein": wasserstein, "csd": csd}[name]

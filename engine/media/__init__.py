@@ -26,12 +26,12 @@ bounded sequential read. Pillow's ``LOAD_TRUNCATED_IMAGES`` is never set: a trun
 not a grey picture. Nothing here changes global Pillow, OpenCV or warnings state.
 
 Public API: :func:`sniff_format`, :func:`iter_media_files`, :func:`probe` / :class:`MediaInfo`,
-:func:`load_image`, :func:`decode_image`, :func:`decode_frames`, :func:`frame_indices`,
-:func:`thumbnail`, :class:`MediaError`.
+:func:`load_image`, :func:`decode_image`, :func:`decode_frames`, :func:`probe_and_decode`,
+:func:`frame_indices`, :func:`thumbnail`, :class:`MediaError`.
 """
 
 from engine.media import limits
-from engine.media.decode import MediaInfo, decode_frames, decode_image, load_image, probe
+from engine.media.decode import MediaInfo, decode_frames, decode_image, load_image, probe, probe_and_decode
 from engine.media.discover import iter_media_files
 from engine.media.errors import MediaError
 from engine.media.sampling import FRAMES_PER_ITEM, SAMPLE_FPS, frame_indices, stride_for_fps
@@ -55,6 +55,7 @@ __all__ = [
     "limits",
     "load_image",
     "probe",
+    "probe_and_decode",
     "sniff_format",
     "stride_for_fps",
     "thumbnail",

@@ -17,7 +17,7 @@ from engine.media.errors import MediaError
 from engine.media.sampling import FRAMES_PER_ITEM, SamplingMode, frame_indices, stride_for_fps
 from engine.media.sniff import ANIMATABLE_FORMATS, CheckedFile, check_file
 from engine.media.stills import check_pixels, open_pillow, prepare_still, squash
-from engine.media.video import inspect_video, video_frames
+from engine.media.video import VideoStream, inspect_video, video_frames
 from engine.types import MediaKind
 
 T = TypeVar("T")
@@ -59,10 +59,44 @@ def probe(path: Path) -> MediaInfo:
     checked = check_file(path)
     kind, scan = classify(checked)
     if kind is MediaKind.VIDEO:
-        stream = inspect_video(checked)
-        return MediaInfo(kind, checked.fmt, stream.width, stream.height, stream.n_frames, stream.duration_s)
+        return _video_info(checked, inspect_video(checked))
     with open_pillow(checked) as image:
-        width, height = image.size
+        return _picture_info(checked, kind, scan, image.size)
+
+
+def probe_and_decode(path: Path, n: int = FRAMES_PER_ITEM, size: int = DEFAULT_SIZE) -> tuple[MediaInfo, np.ndarray]:
+    """:func:`probe` and the frames indexing feeds the backbone, in one pass over the file.
+
+    The same as ``probe(path)`` with ``decode_image(path, size)[None]`` for a still image (1, size, size, 3)
+    and ``decode_frames(path, n, size)`` (uniform sampling) otherwise, but the file is checked, classified
+    and (a still) opened once instead of twice: for a 224 px photo the second open costs a fifth of the
+    decode. Raises MediaError with the reason, as they do.
+    """
+    _check_positive(n=n, size=size)
+    checked = check_file(path)
+    kind, scan = classify(checked)
+    finish = partial(squash, size=size)
+    if kind is MediaKind.VIDEO:
+        stream = inspect_video(checked)
+        choose = partial(frame_indices, n=n, stride=stride_for_fps(stream.fps))
+        return _video_info(checked, stream), np.stack(video_frames(checked, stream, choose, finish))
+    if kind is MediaKind.ANIMATION and scan is not None:
+        with open_pillow(checked) as image:
+            info = _picture_info(checked, kind, scan, image.size)
+        choose = partial(frame_indices, n=n, stride=stride_for_fps(scan.fps))
+        return info, np.stack(animation.decode_sampled(checked, scan, choose, finish))
+    with open_pillow(checked) as image:
+        info = _picture_info(checked, kind, scan, image.size)  # the declared size, before draft mode shrinks it
+        return info, finish(prepare_still(image, checked, size))[None]
+
+
+def _video_info(checked: CheckedFile, stream: VideoStream) -> MediaInfo:
+    return MediaInfo(MediaKind.VIDEO, checked.fmt, stream.width, stream.height, stream.n_frames, stream.duration_s)
+
+
+def _picture_info(checked: CheckedFile, kind: MediaKind, scan: AnimationScan | None,
+                  size: tuple[int, int]) -> MediaInfo:
+    width, height = size
     if checked.fmt != "jpeg":  # JPEG decodes at a reduced draft size, checked when decoding
         check_pixels(width, height, what=checked.display)
     if kind is MediaKind.ANIMATION and scan is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.featurestore import FeatureRecord, FeatureStore, FeatureStoreError, top_k_classes
+from engine.featurestore import FeatureRecord, FeatureStore, FeatureStoreError, _half, top_k_classes
 
 D = 1280
 BACKBONE = "effnet-lite0@224"
@@ -182,3 +182,23 @@ def test_top_k_classes_matches_a_full_sort() -> None:
     assert top_k_classes(probs[0], 2)[0].tolist() == naive[0, :2].tolist()
     with pytest.raises(FeatureStoreError):
         top_k_classes(probs, 51)
+
+
+@pytest.mark.parametrize("shape", [(49, D), (3, D), (D,), (2, 49, 64), (20, 17)])
+def test_stored_halves_are_numpys_float16_bit_for_bit(store: FeatureStore, shape: tuple[int, ...]) -> None:
+    # the store converts big arrays with OpenCV (vectorised): the bytes must be those of ndarray.astype(float16),
+    # subnormals, rounding ties, the largest finite half and -0.0 included
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, size=int(np.prod(shape)), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    values = np.where(np.isfinite(bits) & (np.abs(bits) <= 65504.0), bits, rng.standard_normal(bits.size) * 1e-6)
+    values[:8] = [0.0, -0.0, 65504.0, -65504.0, 65503.0, 2.0**-24, 2.0**-25, 1.0 + 2.0**-11]
+    values = values.astype(np.float32).reshape(shape)
+    got = _half("k", "test", values, len(shape))
+    assert got.dtype == np.float16 and got.shape == shape
+    assert np.array_equal(got.view(np.uint16), values.astype(np.float16).view(np.uint16))
+    transposed = values.T if values.ndim == 2 else values
+    assert np.array_equal(_half("k", "test", transposed, transposed.ndim).view(np.uint16),
+                          transposed.astype(np.float16).view(np.uint16))
+    if shape == (49, D):
+        store.put("h", BACKBONE, FeatureRecord(global_=values[0], local=values))
+        assert np.array_equal(store.get("h", BACKBONE).local.view(np.uint16), got.view(np.uint16))

@@ -22,6 +22,7 @@ from engine.media import (
     limits,
     load_image,
     probe,
+    probe_and_decode,
     sniff_format,
     stride_for_fps,
     thumbnail,
@@ -368,6 +369,40 @@ def test_mp4_probe_and_uniform_frames(clip: Path) -> None:
     assert close(decode_image(clip, size=16)[8, 8], mg.video_color(10))  # the middle frame
 
 
+def _one_of_each(folder: Path, clip: Path) -> list[Path]:
+    return [
+        mg.make_jpeg(folder / "o.jpg", pixels=mg.halves((64, 32), RED, BLUE), exif_orientation=6),
+        mg.make_jpeg(folder / "big.jpg", pixels=mg.halves((1600, 1200), GREEN, RED), quality=80),
+        mg.make_png(folder / "a.png", color=(0, 0, 255, 128), mode="RGBA"),
+        mg.make_png(folder / "g.png", color=(40000,), mode="I;16"),
+        mg.make_image(folder / "s.gif", "GIF", color=BLUE),
+        disposal_gif(folder / "d.gif"),
+        mg.make_webp_animated(folder / "w.webp", [RED, GREEN, BLUE]),
+        clip,
+    ]
+
+
+@pytest.mark.parametrize(("n", "size"), [(4, 32), (1, 17)])
+def test_probe_and_decode_equals_probe_then_decode(tmp_path: Path, clip: Path, n: int, size: int) -> None:
+    # the one-pass decode the indexer uses must give what the two separate calls give, bit for bit
+    for path in _one_of_each(tmp_path, clip):
+        info, frames = probe_and_decode(path, n=n, size=size)
+        assert info == probe(path), path.name
+        if info.kind is MediaKind.IMAGE:
+            expected = decode_image(path, size=size)[None]
+        else:
+            expected = decode_frames(path, n=n, size=size)
+        assert frames.dtype == np.uint8 and np.array_equal(frames, expected), path.name
+
+
+def test_probe_and_decode_rejects_bad_arguments(tmp_path: Path) -> None:
+    path = mg.make_jpeg(tmp_path / "p.jpg")
+    with pytest.raises(ValueError, match="size"):
+        probe_and_decode(path, size=0)
+    with pytest.raises(ValueError, match="n must"):
+        probe_and_decode(path, n=0)
+
+
 def test_mp4_random_window_is_contiguous(clip: Path) -> None:
     frames = decode_frames(clip, n=3, size=8, mode="random", rng=np.random.default_rng(5))
     start = frame_indices(20, 3, "random", np.random.default_rng(5))[0]
@@ -550,6 +585,7 @@ DECODERS = {
     "probe": probe,
     "decode_image": decode_image,
     "decode_frames": decode_frames,
+    "probe_and_decode": probe_and_decode,
     "thumbnail": lambda path: thumbnail(path, path.parent / "cache"),
 }
 
@@ -582,6 +618,18 @@ def test_pixel_limit_applies_before_decoding(tmp_path: Path, monkeypatch) -> Non
     assert decode_image(jpeg, size=100).shape == (100, 100, 3)  # draft decodes 200x150, at the limit
     with pytest.raises(MediaError, match="too large"):
         load_image(jpeg)  # the full 800x600 is over it
+
+
+def test_probe_and_decode_keeps_the_pixel_limits(tmp_path: Path, monkeypatch) -> None:
+    png = mg.make_png(tmp_path / "p.png", size=(200, 160))
+    jpeg = mg.make_jpeg(tmp_path / "j.jpg", size=(800, 600))
+    monkeypatch.setattr(limits, "MAX_IMAGE_PIXELS", 200 * 150)
+    with pytest.raises(MediaError, match=r"too large \(200x160 pixels\)"):
+        probe_and_decode(png, size=100)
+    info, frames = probe_and_decode(jpeg, size=100)  # draft decodes 200x150, at the limit
+    assert (info.width, info.height) == (800, 600) and frames.shape == (1, 100, 100, 3)
+    with pytest.raises(MediaError, match="too large"):
+        probe_and_decode(jpeg, size=500)  # draft stops at 400x300, over it
 
 
 def test_file_size_limits(tmp_path: Path, monkeypatch) -> None:

@@ -120,6 +120,20 @@ def test_pcme_matrices_do_not_depend_on_chunking(pcme, name, monkeypatch):
     np.testing.assert_allclose(similarity_matrix(model, encoded, name), whole, rtol=1e-5, atol=1e-6)
 
 
+def test_match_probability_ranks_far_pairs_without_ties(pcme):
+    model, pairs = pcme
+    encoded = encode_pairs(model, pairs, CPU)
+    scale = model.match_scale.item()
+    try:
+        with torch.no_grad():
+            model.match_scale.fill_(500.0)  # every sigmoid of every pair underflows to exactly 0 in float32
+        got = similarity_matrix(model, encoded, "match-prob")
+    finally:
+        with torch.no_grad():
+            model.match_scale.fill_(scale)  # the fixture is shared by the module's tests
+    assert np.isfinite(got).all() and len(np.unique(got)) == got.size
+
+
 def test_match_probability_is_the_mean_sigmoid_over_sample_pairs(pcme):
     model, pairs = pcme
     encoded = encode_pairs(model, pairs, CPU)
@@ -135,8 +149,9 @@ def test_match_probability_is_the_mean_sigmoid_over_sample_pairs(pcme):
     for i in (0, 6):
         for c in (0, 13):
             dist = torch.cdist(v[i], t[c])
-            assert got[i, c] == pytest.approx(float(torch.sigmoid(-a * dist + b).mean()), rel=1e-4)
-    assert ((got >= 0) & (got <= 1)).all()
+            expected = float(torch.sigmoid((-a * dist + b).double()).mean().log())  # the log of eq. 2, in float64
+            assert got[i, c] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    assert (got <= 0).all()  # log-probabilities
 
 
 def test_pvse_matrix_is_the_best_head_pair_whatever_the_chunks(monkeypatch):
