@@ -14,6 +14,13 @@ tanh is divided by sqrt(H) (see :class:`ContextAttention`).
 The ablations of Table 5 are config switches: ``attention=False`` ("without attention") gives every head
 the uniform map over the valid entities, so each attended vector is their masked mean;
 ``adversarial=False`` ("without L_adv") runs no discriminator, so eq. 9 reduces to the triplet loss.
+
+The adversarial game (eq. 10) is DANN's: one optimizer descends eq. 9 for all parameters and the reversal layer
+flips the sign for the encoders, so each discriminator lowers its BCE while the encoders raise it (checked in
+tests/unit/test_a3vse_adversarial.py). With every item annotated only the v-t discriminator runs: it can push
+the image and caption distributions together, but maximising its BCE has no optimum at chance and on unit
+embeddings the cheapest move is a common component per modality, which shrinks the spread retrieval needs;
+the criterion logs ``acc_<name>`` and ``spread_v``/``spread_t`` to watch for that.
 """
 
 from __future__ import annotations

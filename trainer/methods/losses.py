@@ -252,11 +252,15 @@ class DomainAdversarialLoss(nn.Module):
     """A3VSE eq. 4 for one discriminator: ``l^d = mean log D(a) + mean log(1 - D(b))`` with D = sigmoid of
     the logits. The discriminator maximises l^d, so ``'total'`` is ``-l^d`` (binary cross-entropy) for
     minimisation; the gradient reversal layer in front of the discriminator makes the encoders maximise it,
-    i.e. minimise l^d as eq. 10 asks."""
+    i.e. minimise l^d as eq. 10 asks. ``'accuracy'`` (no gradient) is the share of both domains the
+    discriminator classifies correctly: near 1 it wins, near 0.5 the domains are confused, well below 0.5 the
+    encoders have overshot and swapped the domains (maximising a BCE has no optimum at chance)."""
 
     def forward(self, logits_pos: Tensor, logits_neg: Tensor) -> Terms:
         log_likelihood = F.logsigmoid(logits_pos).mean() + F.logsigmoid(-logits_neg).mean()
-        return {"log_likelihood": log_likelihood, "total": -log_likelihood}
+        with torch.no_grad():
+            accuracy = ((logits_pos > 0).float().mean() + (logits_neg < 0).float().mean()) / 2
+        return {"log_likelihood": log_likelihood, "accuracy": accuracy, "total": -log_likelihood}
 
 
 # --- method criteria ------------------------------------------------------------------------------------
@@ -319,7 +323,19 @@ class PCMECriterion(nn.Module):
 
 class A3VSECriterion(nn.Module):
     """A3VSE eq. 9: ``l^tri + l^adv`` with the beta-weighted triplet loss (eq. 3) and the lambda-weighted
-    discriminator losses (eq. 5-8). Terms whose domains are missing from the batch are 0."""
+    discriminator losses (eq. 5-8). Terms whose domains are missing from the batch are 0.
+
+    As eq. 9-10 print it, lambda weights l^d for the discriminator as well as for the encoders, where DANN
+    leaves the discriminator's loss unweighted; under Adam (the trainer's optimizer) a constant factor on a
+    parameter's gradient does not change its steps, so the discriminators do not learn more slowly for it.
+
+    Diagnostics without gradient, for the training log: ``acc_<name>`` (discriminator accuracy, see
+    :class:`DomainAdversarialLoss`) for each discriminator that ran, and ``spread_v`` / ``spread_t``, the mean
+    distance of the unit embeddings from their batch centroid (1 for directions spread over the sphere, 0 when
+    the encoder maps every input to one vector). The reversed gradient rewards moving a whole modality along
+    the discriminator's normal; a common component shared by a modality shrinks its spread, which is the way
+    an encoder can "win" the v-t game at the cost of retrieval.
+    """
 
     def __init__(self, config: A3VSEConfig) -> None:
         super().__init__()
@@ -333,7 +349,8 @@ class A3VSECriterion(nn.Module):
     def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
         zero = out.visual.emb.new_zeros(())
         tri_vt = self.triplet_vt(cosine_matrix(out.visual.emb[:, 0], out.text.emb[:, 0]), batch.positives())
-        terms: Terms = {"tri_vt": tri_vt["total"], "tri_vs": zero}
+        terms: Terms = {"tri_vt": tri_vt["total"], "tri_vs": zero,
+                        "spread_v": _spread(out.visual.emb[:, 0]), "spread_t": _spread(out.text.emb[:, 0])}
         if "unlabelled_emb" in out.extras:
             sims = cosine_matrix(out.extras["unlabelled_emb"][:, 0], out.extras["pseudo_emb"][:, 0])
             terms["tri_vs"] = self.triplet_vs(sims)["total"]
@@ -341,13 +358,21 @@ class A3VSECriterion(nn.Module):
         adv = zero
         for name in DOMAIN_PAIRS:
             key = f"domain_{name}_pos"
-            value = self.adversarial(out.extras[key], out.extras[f"domain_{name}_neg"])["total"] \
-                if key in out.extras else zero
+            value = zero
+            if key in out.extras:
+                game = self.adversarial(out.extras[key], out.extras[f"domain_{name}_neg"])
+                value, terms[f"acc_{name}"] = game["total"], game["accuracy"]
             terms[f"adv_{name}"] = value
             adv = adv + self.lambdas[name] * value
         terms["adv"] = adv
         terms["total"] = terms["tri"] + adv
         return terms
+
+
+def _spread(emb: Tensor) -> Tensor:
+    """Mean distance of the rows of ``emb`` (N, D) from their centroid, without gradient (a collapse gauge)."""
+    with torch.no_grad():
+        return (emb - emb.mean(0)).norm(dim=-1).mean()
 
 
 class TwoBranchEmbedCriterion(nn.Module):
