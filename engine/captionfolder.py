@@ -379,7 +379,14 @@ def import_coco_captions(
     Images whose file is missing from ``images_dir`` and annotations naming unknown image ids are
     reported in the returned folder's ``warnings`` and skipped.
     """
-    json_path, images_dir = Path(json_path), Path(images_dir)
+    grouped, warnings = read_coco_captions(json_path)
+    return _write_imported(dest, Path(images_dir), grouped, None, copy_media, warnings)
+
+
+def read_coco_captions(json_path: str | os.PathLike[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """The captions of a COCO captions JSON grouped by ``file_name`` (every image, captioned or not), and the
+    warnings (annotations naming unknown image ids, skipped). :class:`CaptionFolderError` for malformed files."""
+    json_path = Path(json_path)
     data = _read_coco_json(json_path)
     warnings: list[str] = []
     file_of: dict[object, str] = {}
@@ -387,8 +394,7 @@ def import_coco_captions(
         if not isinstance(image, dict) or "id" not in image or "file_name" not in image:
             raise CaptionFolderError(f"{json_path}: images[{n}] lacks 'id' or 'file_name'")
         file_of[image["id"]] = str(image["file_name"])
-    grouped = _coco_captions(json_path, data["annotations"], file_of, warnings)
-    return _write_imported(dest, images_dir, grouped, None, copy_media, warnings)
+    return _coco_captions(json_path, data["annotations"], file_of, warnings), warnings
 
 
 def _read_coco_json(json_path: Path) -> dict:

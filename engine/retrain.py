@@ -59,6 +59,7 @@ from engine.captionfolder import (
     check_file_key,
     export_coco_captions,
     load_caption_folder,
+    read_coco_captions,
     write_caption_folder,
 )
 from engine.catalog import Catalog, MediaRecord, MediaStatus, content_hash
@@ -289,11 +290,10 @@ def _with_local(record: FeatureRecord) -> FeatureRecord:
 
 def _split_view(folder: Path, split: str | None) -> CaptionFolder:
     data = load_caption_folder(folder)
-    if split is None:
-        return data
-    if split not in data.splits():
-        raise RetrainError(f"split {split!r} is not in {folder} (splits: {', '.join(data.splits())})")
-    return data.split(split)
+    try:
+        return data if split is None else data.split(split)  # CaptionFolder.split names the missing split
+    except CaptionFolderError as exc:
+        raise RetrainError(str(exc)) from exc
 
 
 # ------------------------------------------------------------------------------------------ active learning
@@ -472,25 +472,12 @@ def _folder_entries(path: Path) -> list[tuple[str, Path | None, list[str]]]:
 
 
 def _coco_entries(path: Path) -> list[tuple[str, Path | None, list[str]]]:
-    """``(file_name, None, captions)`` of a COCO captions JSON (``images`` and ``annotations`` lists)."""
+    """``(file_name, None, captions)`` of a COCO captions JSON, read by the caption-folder importer's parser."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AnnotationError(f"{path}: not a readable COCO captions JSON ({exc})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-            or not isinstance(data.get("annotations"), list):
-        raise AnnotationError(f"{path}: a COCO captions JSON needs lists 'images' and 'annotations'")
-    file_of: dict[Any, str] = {}
-    for n, image in enumerate(data["images"]):
-        if not isinstance(image, dict) or "id" not in image or not isinstance(image.get("file_name"), str):
-            raise AnnotationError(f"{path}: images[{n}] lacks 'id' or a string 'file_name'")
-        file_of[image["id"]] = image["file_name"].replace("\\", "/")
-    grouped: dict[str, list[str]] = {}
-    for n, ann in enumerate(data["annotations"]):
-        if not isinstance(ann, dict) or not isinstance(ann.get("caption"), str) or ann.get("image_id") not in file_of:
-            raise AnnotationError(f"{path}: annotations[{n}] lacks a string 'caption' or a known 'image_id'")
-        grouped.setdefault(file_of[ann["image_id"]], []).append(ann["caption"])
-    return [(key, None, texts) for key, texts in grouped.items()]
+        grouped, _ = read_coco_captions(path)
+    except CaptionFolderError as exc:
+        raise AnnotationError(str(exc)) from exc
+    return [(key.replace("\\", "/"), None, texts) for key, texts in grouped.items() if texts]
 
 
 def _safe_hash(path: Path) -> str | None:
