@@ -315,3 +315,50 @@ def test_search_ef_grows_with_the_graph_and_covers_the_fetch() -> None:
     assert search_ef(AnnParams(ef_search=64, ef_growth=0.0), 10**8, 30) == 64
     with pytest.raises(IndexInputError, match="ef_growth"):
         AnnParams(ef_growth=-1.0)
+
+
+def test_principal_projection_keeps_inner_products_inside_the_subspace() -> None:
+    rng = np.random.default_rng(3)
+    basis = np.linalg.qr(rng.standard_normal((DIM, 6)))[0]  # 6 orthonormal directions of the 24
+    sample = (rng.standard_normal((2000, 6)) * [5, 4, 3, 2, 1, 0.5]) @ basis.T + 0.01 * rng.standard_normal((2000, DIM))
+    transform = vectorindex.principal_projection(sample.astype(np.float32), 6)
+    a, b = sample[:50].astype(np.float32), sample[50:100].astype(np.float32)
+    projected = transform.apply(a) @ transform.apply(b).T
+    assert np.allclose(projected, a @ b.T, atol=0.05)  # no centring: inner products survive, not shifted by a mean
+    first = transform.apply(np.ascontiguousarray(basis[:, :1].T, dtype=np.float32))[0]
+    assert abs(first[0]) > 0.99  # the largest-variance direction comes first
+
+
+def test_wide_vectors_are_linked_in_their_principal_directions(tmp_path: Path) -> None:
+    # like trained embeddings, the items vary mostly along a few directions (10 of 24 here, plus faint noise)
+    rng = np.random.default_rng(11)
+    basis = np.linalg.qr(rng.standard_normal((DIM, 10)))[0]
+    low = clustered(4040, seed=12)[..., :10]
+    vectors = (low @ basis.T + 0.02 * rng.standard_normal((4040, HEADS, DIM))).astype(np.float32)
+    vectors, queries, ids = vectors[:4000], vectors[4000:], ids_for(4000)
+    exact = MultiVectorIndex(DIM, HEADS, params=AnnParams(exact_limit=10**9))
+    exact.add(ids, vectors)
+    params = replace_params(KINDS["hnsw-sq8"], reduce_dim=12)
+    index = MultiVectorIndex(DIM, HEADS, params=params)
+    index.add(ids, vectors)
+    assert index.describe()["approximate"]["graph_dim"] == 12
+    assert recall_at_10(index, exact, queries) >= 0.9
+    got_ids, got_scores, _ = index.search(queries[0], 10)
+    want, _ = kxk_scores(queries[0], vectors[(got_ids - 1000) // 7])
+    assert np.allclose(got_scores, want, atol=1e-5)  # scores come from the full vectors, not the projection
+    codes = index.nbytes()["ann_codes"]
+    assert codes == len(ids) * HEADS * 12  # 8-bit codes of the 12 projected coordinates
+    index.save(tmp_path / "index")
+    loaded = MultiVectorIndex.load(tmp_path / "index")
+    assert loaded.describe()["approximate"]["graph_dim"] == 12
+    for query in queries[:5]:
+        for a, b in zip(index.search(query, 10), loaded.search(query, 10), strict=True):
+            assert np.array_equal(a, b)
+    full = MultiVectorIndex(DIM, HEADS, params=replace_params(KINDS["hnsw-sq8"], reduce_dim=0))
+    full.add(ids[:3000], vectors[:3000])
+    assert full.describe()["approximate"]["graph_dim"] == DIM  # 0 turns the reduction off
+
+
+def replace_params(params: AnnParams, **changes: object) -> AnnParams:
+    from dataclasses import replace
+    return replace(params, **changes)
