@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import logging.handlers
+import os
 import signal
 import sys
 import time
@@ -25,6 +26,7 @@ log = logging.getLogger("trainer")
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+LOW_PRIORITY_NICE = 10  # nice increment of --low-priority: weight 110 against the GUI's 1024 at nice 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     add_sparse_arguments(p)
     p.add_argument("--json-progress", action="store_true", help="one JSON event per line on stdout")
+    p.add_argument("--low-priority", action="store_true",
+                   help="run at a lower CPU priority (nice +10), so the app that started it stays responsive")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field (JSON value or plain string); repeatable")
@@ -171,7 +175,59 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def lower_priority(increment: int = LOW_PRIORITY_NICE) -> str | None:
+    """Lower this process's CPU priority by ``increment`` nice levels; returns what was done, None if nothing.
+
+    Why it works for the app: on Linux with autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+    CFS first divides the CPU between autogroups, one per session, and nice values only weigh tasks *within* an
+    autogroup. QProcess starts the trainer in the GUI's own session, so both share one autogroup and renicing
+    the child is what makes the GUI win against it (without it, the trainer's busy threads get most of that
+    autogroup's share and the GUI thread waits). Against other sessions' work it changes nothing: autogroup
+    already keeps sessions apart.
+
+    On Linux nice is per thread (new threads inherit their creator's), and importing torch has already
+    started threads, so every thread of the process is reniced, not only the calling one. Windows has no
+    nice: there the process gets the below-normal priority class through psutil when it is installed.
+    Failing to lower the priority never stops training: it is logged and None returned.
+    """
+    if increment <= 0:
+        raise ValueError(f"lower_priority: increment must be positive, got {increment}")
+    if not hasattr(os, "nice"):
+        return _lower_priority_windows()
+    try:
+        niceness = os.nice(increment)  # the calling thread; every POSIX system has this
+        tasks = Path("/proc/self/task")
+        for tid in (int(t.name) for t in tasks.iterdir()) if tasks.is_dir() else ():
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                    os.setpriority(os.PRIO_PROCESS, tid, niceness)
+            except ProcessLookupError:
+                continue  # a thread that ended meanwhile
+    except OSError as exc:
+        log.warning("could not lower the trainer's CPU priority: %s", exc)
+        return None
+    return f"nice {niceness}"
+
+
+def _lower_priority_windows() -> str | None:
+    try:
+        import psutil  # not a dependency: used where the installer brought it
+    except ImportError:
+        log.info("--low-priority: psutil is not installed, so the priority is left as it is")
+        return None
+    try:
+        psutil.Process().nice(psutil.BELOW_NORMAL_PRIORITY_CLASS)
+    except (OSError, psutil.Error) as exc:
+        log.warning("could not lower the trainer's CPU priority: %s", exc)
+        return None
+    return "below-normal priority class"
+
+
 def _train(args: argparse.Namespace) -> int:
+    if args.low_priority:  # first, so every thread training starts inherits it
+        applied = lower_priority()
+        if applied:
+            log.info("running at a lower CPU priority (%s) so the app stays responsive", applied)
     from engine import paths
     from trainer.sparse import sparse_config_from_args
     from trainer.train import Interrupted, StopRequest, TrainOptions, train

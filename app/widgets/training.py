@@ -9,11 +9,16 @@ object per line::
     {"event": "step", "epoch": 1, "step": 10, "total": 100, "loss": {"total": 0.5, ...}, "lr": 2e-4,
      "eta_s": 12.3}
     {"event": "epoch", "epoch": 1, "val": {"rsum": 123.4, "t2i": {"r1": ...}, ...}}
+    {"event": "resumed", "epoch": 3, "step": 40}   (``--resume``: epochs finished and steps of the next done)
     {"event": "stopped", "signal": "SIGTERM", "model_dir": "...", "resumable": true}   (after Cancel)
     {"event": "done", "model_dir": "...", "val": {...}}
     {"event": "error", "message": "..."}
 
-Other lines (warnings, tracebacks) go to the log pane as plain text.
+Other lines (warnings, tracebacks) go to the log pane as plain text. A step's ``epoch`` is the epoch it is in
+(1-based), ``step``/``total`` its place in that epoch, and ``eta_s`` the trainer's estimate for the rest of the
+*whole* run (steps left in all epochs plus the validations left); the number of epochs is the dialog's own
+``--epochs``. The progress bar shows the whole run (:class:`RunProgress`), and the trainer runs with
+``--low-priority`` so that it yields the CPU to this window.
 
 The data is either a caption folder or "this library's annotations": the library's captions are exported
 (``SearchService.export_training_set``) into a caption folder whose ``heldout`` split is kept out of
@@ -85,6 +90,7 @@ class TrainingRequest:
     val_split: str = "dev"
     resume: bool = False
     extra: tuple[str, ...] = ()  # further trainer options, e.g. ("--preset", "test")
+    low_priority: bool = True  # the trainer yields the CPU to the GUI (trainer.cli.lower_priority)
 
     def arguments(self) -> list[str]:
         """The trainer's command-line arguments after the program itself."""
@@ -93,6 +99,8 @@ class TrainingRequest:
                 "--val-split", self.val_split]
         if self.resume:
             args.append("--resume")
+        if self.low_priority:
+            args.append("--low-priority")
         return [*args, *self.extra, "--json-progress"]
 
 
@@ -176,6 +184,61 @@ def _parse_line(line: bytes) -> dict[str, Any] | str:
     return value if isinstance(value, dict) and "event" in value else text
 
 
+@dataclass(slots=True)
+class RunProgress:
+    """Where a training run stands over all its epochs, from the trainer's events (the dialog's progress bar).
+
+    The bar's value is ``epochs_done * steps_per_epoch + step`` of ``epochs * steps_per_epoch``, so it fills
+    once over the whole run instead of once per epoch. The epoch length is learnt from the first step event and
+    kept across a resume; until it is known every epoch counts as one step (a resume shows its finished epochs).
+    """
+
+    epochs: int
+    epochs_done: int = 0
+    step: int = 0  # steps done in the epoch after ``epochs_done``
+    steps_per_epoch: int = 0  # 0: no step event seen yet
+    known: bool = False  # whether any event has placed the run (the feature stage has the bar until then)
+
+    def at_step(self, epoch: int, step: int, steps_per_epoch: int) -> None:
+        """A "step" event: ``step`` of ``steps_per_epoch`` done in the 1-based ``epoch``."""
+        self.epochs_done, self.step = max(0, epoch - 1), max(0, step)
+        self.steps_per_epoch, self.known = max(1, steps_per_epoch), True
+
+    def at_epoch_end(self, epoch: int) -> None:
+        """An "epoch" event: ``epoch`` epochs are finished (and validated)."""
+        self.epochs_done, self.step, self.known = max(0, epoch), 0, True
+
+    def at_resume(self, epochs_done: int, step: int) -> None:
+        """A "resumed" event: the checkpoint's finished epochs and the steps done of the next one."""
+        self.epochs_done, self.step, self.known = max(0, epochs_done), max(0, step), True
+
+    @property
+    def epoch_count(self) -> int:
+        """Epochs of the run: those asked for, or those already done by a resumed run that was asked for fewer."""
+        return max(1, self.epochs, self.epochs_done)
+
+    @property
+    def total(self) -> int:
+        """Steps of the whole run."""
+        return self.epoch_count * max(1, self.steps_per_epoch)
+
+    @property
+    def done(self) -> int:
+        """Steps done over the whole run."""
+        per_epoch = max(1, self.steps_per_epoch)
+        return min(self.total, self.epochs_done * per_epoch + min(self.step, per_epoch))
+
+    @property
+    def epoch(self) -> int:
+        """The 1-based epoch being trained (after an epoch's end, that epoch until the next one starts)."""
+        current = self.epochs_done + (1 if self.step > 0 or self.epochs_done == 0 else 0)
+        return max(1, min(current, self.epoch_count))
+
+    def label(self) -> str:
+        """The bar's text, e.g. "epoch 3/12 · 41%" (``%p`` is QProgressBar's percentage)."""
+        return f"epoch {self.epoch}/{self.epoch_count} · %p%"
+
+
 def format_eta(seconds: float | None) -> str:
     """Seconds as "m:ss" or "h:mm:ss"; "—" when unknown."""
     if seconds is None or seconds < 0:
@@ -215,6 +278,7 @@ class TrainingDialog(QDialog):
         self.final_metrics: dict[str, Any] | None = None
         self.losses: list[tuple[int, float]] = []  # (global step, total loss)
         self.rsums: list[tuple[int, float]] = []  # (epoch, validation rsum)
+        self.run_progress = RunProgress(epochs=1)  # the whole run's position, shown by the progress bar
         self._service: SearchServiceLike | None = None
         self._pool = pool
         self._generation = 0  # bumped by cancel / close, so a late background result is ignored
@@ -411,6 +475,13 @@ class TrainingDialog(QDialog):
             self.rsums.clear()
             self.loss_curve.setData([], [])
             self.val_curve.setData([], [])
+            self.run_progress = RunProgress(epochs=request.epochs)
+            self.progress.setFormat("%p%")
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+        else:  # a resume starts where the cancelled run stopped (the epoch budget may have changed)
+            self.run_progress.epochs = request.epochs
+            self._show_run_progress()
         self.result_box.hide()
         self._parser = JsonLines()
         self._cancelling = False
@@ -524,46 +595,76 @@ class TrainingDialog(QDialog):
                 self._on_progress(event)
             elif kind == "done":
                 self.model_dir = str(event.get("model_dir", ""))
+                if self.run_progress.known:  # an early stop (patience) ends the run before its last epoch
+                    self.progress.setValue(self.progress.maximum())
                 val = event.get("val")
                 self.final_metrics = dict(val) if isinstance(val, dict) else None
             elif kind == "stopped":
                 if event.get("resumable"):
                     self.resumable_dir = str(event.get("model_dir", "")) or None
             elif kind == "resumed":
-                self._append_log(f"resumed at epoch {event.get('epoch')}, step {event.get('step')}")
+                self._on_resumed(event)
             elif kind == "error":
                 self._error = str(event.get("message", ""))
                 self._append_log(f"error: {self._error}")
 
     def _on_progress(self, event: dict[str, Any]) -> None:
         done, total = int(event.get("done", 0)), int(event.get("total", 0))
-        if total > 0:
+        stage = str(event.get("stage", ""))
+        # a stage before training (feature extraction) has the bar to itself; once the run's position is
+        # known (a resume) the bar keeps it, so it never jumps back
+        if total > 0 and not self.run_progress.known:
+            self.progress.setFormat(f"{stage} · %p%" if stage else "%p%")
             self.progress.setRange(0, total)
             self.progress.setValue(min(done, total))
-        stage = str(event.get("stage", ""))
         self.status.setText(f"{stage}: {event.get('message', '')}" if stage else str(event.get("message", "")))
+
+    def _show_run_progress(self) -> None:
+        run = self.run_progress
+        self.progress.setFormat(run.label())  # first, so that valueChanged listeners read the new text
+        self.progress.setRange(0, run.total)
+        self.progress.setValue(run.done)
 
     def _on_step(self, event: dict[str, Any]) -> None:
         step, total = int(event.get("step", 0)), max(1, int(event.get("total", 1)))
-        epoch = int(event.get("epoch", 0))
+        self.run_progress.at_step(int(event.get("epoch", 1)), step, total)
+        self._show_run_progress()
         loss = event.get("loss", {})
         total_loss = loss.get("total") if isinstance(loss, dict) else loss
-        self.progress.setRange(0, total)
-        self.progress.setValue(min(step, total))
         if total_loss is not None:
-            self.losses.append((len(self.losses) + 1, float(total_loss)))
-            xs, ys = zip(*self.losses, strict=True)
-            self.loss_curve.setData(list(xs), list(ys))
+            self.losses.append((self.run_progress.done, float(total_loss)))  # x: the step of the whole run
+            self._plot_losses()
         lr = event.get("lr")
-        parts = [f"epoch {epoch}", f"step {step}/{total}"]
+        parts = [f"epoch {self.run_progress.epoch}/{self.run_progress.epoch_count}", f"step {step}/{total}"]
         if total_loss is not None:
             parts.append(f"loss {float(total_loss):.4f}")
         if lr is not None:
             parts.append(f"lr {float(lr):.2e}")
+        # eta_s already covers the whole run: trainer.train._Eta counts the steps of every epoch left plus
+        # the validations left, so it needs no scaling here
         parts.append(f"ETA {format_eta(event.get('eta_s'))}")
         self.status.setText(" · ".join(parts))
 
+    def _plot_losses(self) -> None:
+        if self.losses:
+            xs, ys = zip(*self.losses, strict=True)
+            self.loss_curve.setData(list(xs), list(ys))
+        else:
+            self.loss_curve.setData([], [])
+
+    def _on_resumed(self, event: dict[str, Any]) -> None:
+        epoch, step = int(event.get("epoch", 0)), int(event.get("step", 0))
+        self._append_log(f"resumed at epoch {epoch}, step {step}")
+        self.run_progress.at_resume(epoch, step)
+        self._show_run_progress()
+        # steps after the checkpoint are trained again: their old losses make way for the new ones
+        self.losses = [(x, y) for x, y in self.losses if x <= self.run_progress.done]
+        self._plot_losses()
+
     def _on_epoch(self, event: dict[str, Any]) -> None:
+        if isinstance(event.get("epoch"), int):
+            self.run_progress.at_epoch_end(int(event["epoch"]))
+            self._show_run_progress()
         val = event.get("val") or {}
         if "rsum" in val and isinstance(val["rsum"], int | float):
             self.rsums.append((int(event.get("epoch", len(self.rsums) + 1)), float(val["rsum"])))

@@ -3,6 +3,7 @@ the library's own annotations, and compares the new model with the active one (f
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from app.widgets.training import (
     SOURCE_LIBRARY,
     JsonLines,
+    RunProgress,
     TrainingDialog,
     TrainingRequest,
     describe_training_set,
@@ -49,6 +51,8 @@ def test_request_arguments_follow_the_cli_contract(tmp_path: Path) -> None:
                               extra=("--preset", "test")).arguments()
     assert "--resume" in resumed and resumed[-3:] == ["--preset", "test", "--json-progress"]
     assert resumed[resumed.index("--val-split") + 1] == "heldout"
+    assert "--low-priority" in args  # the trainer yields the CPU to the GUI
+    assert "--low-priority" not in TrainingRequest("vse", tmp_path, tmp_path, low_priority=False).arguments()
 
 
 def test_headline_reads_text_to_item_recalls_and_rsum() -> None:
@@ -57,12 +61,48 @@ def test_headline_reads_text_to_item_recalls_and_rsum() -> None:
     assert headline({"rsum": "bad"}) == (None, None, None, None)
 
 
+def test_run_progress_counts_the_steps_of_the_whole_run() -> None:
+    run = RunProgress(epochs=12)
+    assert (run.done, run.epoch, run.label()) == (0, 1, "epoch 1/12 · %p%")
+    run.at_step(epoch=3, step=7, steps_per_epoch=10)  # 2 epochs done, 7 steps into the third
+    assert (run.done, run.total, run.epoch) == (27, 120, 3) and run.label() == "epoch 3/12 · %p%"
+    run.at_epoch_end(3)
+    assert (run.done, run.epoch) == (30, 3)
+    run.at_step(epoch=4, step=1, steps_per_epoch=10)
+    assert (run.done, run.epoch) == (31, 4)
+    halfway = RunProgress(epochs=2)
+    halfway.at_step(epoch=1, step=5, steps_per_epoch=5)
+    halfway.at_epoch_end(1)
+    assert halfway.done * 2 == halfway.total == 10
+
+
+def test_run_progress_of_a_resumed_run() -> None:
+    run = RunProgress(epochs=4, steps_per_epoch=10)
+    run.at_resume(epochs_done=2, step=3)  # from the checkpoint: two epochs and three steps done
+    assert (run.done, run.total, run.epoch) == (23, 40, 3)
+    unknown = RunProgress(epochs=4)  # epoch length not seen yet: whole epochs only
+    unknown.at_resume(epochs_done=3, step=0)
+    assert unknown.done * 4 == unknown.total * 3
+    longer = RunProgress(epochs=2, steps_per_epoch=5)  # resumed with fewer epochs than it has done
+    longer.at_resume(epochs_done=3, step=0)
+    assert longer.done == longer.total == 15 and longer.label() == "epoch 3/3 · %p%"
+
+
+def record_bar(dialog: TrainingDialog) -> list[tuple[int, int, str]]:
+    """(value, maximum, text) of the progress bar at each change of its value."""
+    seen: list[tuple[int, int, str]] = []
+    bar = dialog.progress
+    bar.valueChanged.connect(lambda value: seen.append((value, bar.maximum(), bar.text())))
+    return seen
+
+
 def test_format_eta() -> None:
     assert format_eta(65) == "1:05" and format_eta(3725) == "1:02:05" and format_eta(None) == "—"
 
 
 def test_a_run_plots_loss_and_rsum_and_reports_the_model(qtbot, dialog, tmp_path: Path) -> None:
     dialog.epochs.setValue(2)
+    bar = record_bar(dialog)
     with qtbot.waitSignal(dialog.model_trained, timeout=15000) as trained:
         dialog.start_button.click()
         assert dialog.state == "running" and not dialog.start_button.isEnabled()
@@ -73,7 +113,14 @@ def test_a_run_plots_loss_and_rsum_and_reports_the_model(qtbot, dialog, tmp_path
     xs, _ = dialog.loss_curve.getData()
     assert len(xs) == 10
     assert "loading data (not JSON)" in dialog.log_view.toPlainText()
-    assert dialog.progress.value() == dialog.progress.maximum() == 5
+    assert "--low-priority" in dialog.log_view.toPlainText()
+    # one bar over both epochs (2 x 5 steps): half full after the first, never refilling from zero
+    assert dialog.progress.value() == dialog.progress.maximum() == 10
+    assert dialog.progress.text() == "epoch 2/2 · 100%"
+    values = [value for value, _, _ in bar]
+    assert values == sorted(values) and {maximum for _, maximum, _ in bar} == {10}
+    assert (5, 10, "epoch 1/2 · 50%") in bar and (6, 10, "epoch 2/2 · 60%") in bar
+    assert [x for x, _ in dialog.losses] == list(range(1, 11))  # the loss curve's x: the step of the run
 
 
 def test_cancel_stops_the_trainer_and_resume_continues_it(qtbot, dialog,
@@ -81,7 +128,7 @@ def test_cancel_stops_the_trainer_and_resume_continues_it(qtbot, dialog,
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.2")
     dialog.epochs.setValue(50)
     dialog.start()
-    qtbot.waitUntil(lambda: len(dialog.losses) >= 1, timeout=15000)
+    qtbot.waitUntil(lambda: len(dialog.losses) >= 6, timeout=30000)  # into epoch 2: epoch 1 is checkpointed
     with qtbot.waitSignal(dialog.state_changed, timeout=10000) as changed:
         dialog.cancel_button.click()
     assert changed.args == ["cancelled"]
@@ -90,14 +137,28 @@ def test_cancel_stops_the_trainer_and_resume_continues_it(qtbot, dialog,
     out = Path(dialog.resumable_dir)
     assert (out / "trainer_state.json").is_file() and "resumable checkpoint" in dialog.status.text()
     assert dialog.resume_button.isEnabled()
+    checkpointed = json.loads((out / "trainer_state.json").read_text())["epoch"]  # the fake keeps whole epochs
+    assert checkpointed >= 1
+    at_cancel = dialog.run_progress.done
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.001")
-    dialog.epochs.setValue(2)
+    dialog.epochs.setValue(checkpointed + 2)
     before = len(dialog.losses)
+    bar = record_bar(dialog)
+    total = (checkpointed + 2) * 5
     with qtbot.waitSignal(dialog.model_trained, timeout=15000) as trained:
         dialog.resume_button.click()
+        # before the trainer says anything, the bar is where the run stopped, not back at zero
+        assert dialog.progress.value() == at_cancel > 0 and dialog.progress.maximum() == total
+        assert dialog.progress.text().startswith(f"epoch {checkpointed + 1}/{checkpointed + 2} · ")
     assert trained.args == [str(out)]  # the same folder, continued
     assert "--resume" in dialog.log_view.toPlainText() and "resumed at epoch" in dialog.log_view.toPlainText()
     assert len(dialog.losses) > before  # the curve goes on from where it stopped
+    # from the checkpoint's position on, the bar only moves forward, to the end of the whole run
+    values = [value for value, _, _ in bar]
+    resumed_at = values.index(checkpointed * 5)
+    assert values[resumed_at:] == sorted(values[resumed_at:]) and values[-1] == total
+    xs = [x for x, _ in dialog.losses]
+    assert xs == sorted(xs) and xs[-1] == total  # re-trained steps replaced their old loss points
 
 
 def test_a_failing_trainer_is_reported_with_its_log(qtbot, dialog, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ resume, registration and the comparison are all the real thing. The library is t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -53,11 +54,19 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     dlg.loss_curve.sigPlotChanged.connect(lambda *_: updates.append(dlg.running))
     statuses: list[str] = []
     dlg.status.setText = lambda text, _set=dlg.status.setText: (statuses.append(text), _set(text))[1]
+    bar: list[tuple[int, int, str]] = []  # (value, maximum, text) at each change of the progress bar
+    dlg.progress.valueChanged.connect(lambda v: bar.append((v, dlg.progress.maximum(), dlg.progress.text())))
     with qtbot.waitSignal(dlg.comparison_ready, timeout=WAIT_MS) as ready:
         dlg.start_button.click()
     assert dlg.state == "done", dlg.log_view.toPlainText()[-2000:]
     assert any(s.startswith("features:") for s in statuses)  # feature-extraction progress events
-    assert any(s.startswith("epoch 1 · step") and "loss" in s for s in statuses)
+    assert any(s.startswith("epoch 1/2 · step") and "loss" in s for s in statuses)
+    # the bar: feature extraction on its own, then one fill over both epochs, half full after the first
+    assert any(text.startswith("features · ") for _, _, text in bar)
+    training = [(value / maximum, text) for value, maximum, text in bar if text.startswith("epoch ")]
+    fractions = [fraction for fraction, _ in training]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert ("epoch 1/2 · 50%" in {text for _, text in training}) and dlg.progress.text() == "epoch 2/2 · 100%"
     assert len(dlg.losses) >= 2 and [e for e, _ in dlg.rsums] == [1, 2]
     assert updates and all(updates[1:])  # [0] is the clearing at start; every loss point arrived live
     xs, _ = dlg.val_curve.getData()
@@ -78,6 +87,9 @@ def test_real_training_cancels_to_a_resumable_checkpoint_and_resumes(qtbot, real
     dlg.epochs.setValue(500)
     dlg.start()
     qtbot.waitUntil(lambda: len(dlg.losses) >= 1, timeout=WAIT_MS)
+    if hasattr(os, "getpriority"):  # --low-priority: the trainer runs 10 nice levels below this process
+        trainer_nice = os.getpriority(os.PRIO_PROCESS, dlg._process.processId())
+        assert trainer_nice == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     with qtbot.waitSignal(dlg.state_changed, timeout=WAIT_MS // 4) as changed:
         dlg.cancel_button.click()
     assert changed.args == ["cancelled"], dlg.log_view.toPlainText()[-2000:]
@@ -86,8 +98,14 @@ def test_real_training_cancels_to_a_resumable_checkpoint_and_resumes(qtbot, real
     assert not state["finished"] and state["epoch"] < 500
     assert "resumable checkpoint" in dlg.status.text() and dlg.resume_button.isEnabled()
     dlg.epochs.setValue(state["epoch"] + 1)  # finish the epoch it stopped in, and stop there
+    values: list[int] = []
+    dlg.progress.valueChanged.connect(values.append)
     with qtbot.waitSignal(dlg.model_trained, timeout=WAIT_MS) as trained:
         dlg.resume_button.click()
+        # the bar starts where the run stopped (the trainer resumes at the very step it checkpointed)
+        assert dlg.progress.value() == dlg.run_progress.done > 0
+        assert dlg.progress.maximum() == (state["epoch"] + 1) * dlg.run_progress.steps_per_epoch
+    assert values == sorted(values) and values[-1] == dlg.progress.maximum()
     assert trained.args == [str(out)] and dlg.state == "done"
     assert "resumed at epoch" in dlg.log_view.toPlainText()
     final = json.loads((out / "trainer_state.json").read_text())
