@@ -79,7 +79,7 @@ def test_a_discriminator_step_decreases_the_bce_and_an_encoder_step_increases_it
     """Eq. 10: gradient descent on ``total`` moves the discriminator towards a lower BCE (max l^d) and, through
     the reversal layer, the encoders towards a higher BCE (min l^d)."""
     torch.manual_seed(0)
-    config = build_config("a3vse", {}, preset="test")
+    config = build_config("a3vse", {"adversarial_game": "reversal"}, preset="test")
     model, criterion = build_model(config), build_loss(config)
     batch = _pair_batch(config)
     before = _adv_loss(model, criterion, batch)
@@ -104,7 +104,7 @@ def test_the_encoders_adversarial_gradient_is_minus_gamma_lambda_times_the_bce_g
     """The encoder-side gradient of ``adv`` is exactly ``-gamma * lambda_vt`` times that of the plain BCE
     (what an encoder would get from the discriminator without the reversal layer)."""
     torch.manual_seed(0)
-    config = build_config("a3vse", {}, preset="test")
+    config = build_config("a3vse", {"adversarial_game": "reversal"}, preset="test")
     model, criterion = build_model(config), build_loss(config)
     batch = _pair_batch(config, progress=0.3)
     criterion(model(batch), batch)["adv"].backward()
@@ -119,7 +119,7 @@ def test_the_encoders_adversarial_gradient_is_minus_gamma_lambda_times_the_bce_g
 
 def test_at_progress_zero_the_encoders_get_no_adversarial_gradient_but_the_discriminator_learns() -> None:
     torch.manual_seed(0)
-    config = build_config("a3vse", {}, preset="test")
+    config = build_config("a3vse", {"adversarial_game": "reversal"}, preset="test")
     model, criterion = build_model(config), build_loss(config)
     batch = _pair_batch(config, progress=0.0)
     criterion(model(batch), batch)["adv"].backward()
@@ -173,3 +173,50 @@ def test_criterion_reports_the_spread_of_each_modality_and_the_v_t_accuracy() ->
     collapsed = out.text.emb[:1].expand_as(out.text.emb)
     out.text = EncoderOutput(emb=collapsed, attn=out.text.attn)
     assert criterion(out, batch)["spread_t"].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_confusion_game_each_side_moves_only_its_own_parameters_and_stops_at_chance() -> None:
+    """The default game: the discriminator's BCE reaches only the discriminator, the encoders' confusion
+    term (cross-entropy to the label 1/2) reaches only the encoders, and an encoder step lowers it."""
+    from trainer.methods.losses import domain_confusion
+
+    torch.manual_seed(0)
+    config = build_config("a3vse", {}, preset="test")
+    assert config.adversarial_game == "confusion"
+    model, criterion = build_model(config), build_loss(config)
+    batch = _pair_batch(config, progress=0.5)
+    assert "acc_v_t" in criterion(model(batch), batch)  # the discriminator's accuracy is still reported
+    bce = DomainAdversarialLoss()(*(model(batch).extras[f"domain_v_t_{s}"] for s in ("pos", "neg")))["total"]
+    bce.backward()
+    assert model.region_fc.weight.grad is None  # the discriminator learns on detached embeddings
+    assert model.discriminators["v_t"][0].weight.grad.abs().max().item() > 0.0
+    model.zero_grad()
+    out = model(batch)
+    conf = domain_confusion(out.extras["confusion_v_t_pos"], out.extras["confusion_v_t_neg"])
+    conf.backward()
+    assert model.discriminators["v_t"][0].weight.grad is None  # held fixed for the encoders' term
+    assert model.region_fc.weight.grad.abs().max().item() > 0.0
+    before = conf.item()
+    _step_along_gradient([p for p in model.parameters() if p.grad is not None], 1e-2)
+    out = model(batch)
+    assert domain_confusion(out.extras["confusion_v_t_pos"], out.extras["confusion_v_t_neg"]).item() < before
+    # inside adv_v_t the confusion term is weighted by the GRL's gamma schedule (and lambda_vt in adv)
+    gamma = grl_gamma(0.5, config.grl_eta)
+    assert out.extras["confusion_weight"].item() == pytest.approx(gamma)
+    game = DomainAdversarialLoss()(*(out.extras[f"domain_v_t_{s}"] for s in ("pos", "neg")))["total"]
+    terms = criterion(out, batch)
+    assert terms["adv_v_t"].item() == pytest.approx(game.item() + gamma * terms["conf_v_t"].item(), rel=1e-5)
+    assert terms["adv"].item() == pytest.approx(config.lambda_vt * terms["adv_v_t"].item(), rel=1e-5)
+
+
+def test_domain_confusion_is_zero_at_chance_and_its_gradient_vanishes_there() -> None:
+    from trainer.methods.losses import domain_confusion
+
+    zero = torch.zeros(4, requires_grad=True)
+    value = domain_confusion(zero[:2], zero[2:])
+    value.backward()
+    assert value.item() == pytest.approx(0.0, abs=1e-7) and zero.grad.abs().max().item() == 0.0
+    sure = torch.tensor([5.0, 5.0]), torch.tensor([-5.0, -5.0])  # a winning discriminator: confusion > 0
+    swapped = torch.tensor([-5.0, -5.0]), torch.tensor([5.0, 5.0])  # a fooled one: just as far from chance
+    assert domain_confusion(*sure).item() > 1.0
+    assert domain_confusion(*sure).item() == pytest.approx(domain_confusion(*swapped).item())

@@ -55,19 +55,22 @@ def test_switches_default_on_are_validated_and_round_trip() -> None:
             _config(**{name: 1})
 
 
-def test_without_attention_the_maps_are_uniform_and_heads_are_the_masked_mean() -> None:
+@pytest.mark.parametrize("global_residual", [False, True])
+def test_without_attention_the_maps_are_uniform_and_heads_are_the_masked_mean(global_residual: bool) -> None:
     torch.manual_seed(0)
-    config = _config(attention=False)
+    config = _config(attention=False, global_residual=global_residual)
     model = build_model(config).eval()
     text = _text(config)
     with torch.no_grad():
         out = model.encode_text(text.tokens, text.mask)
         entities = model.text_rnn(text.tokens, text.mask)[0]
-    lengths = text.mask.sum(1)
+        lengths = text.mask.sum(1)
+        mean = (entities * text.mask[..., None]).sum(1) / lengths[:, None]
+        if global_residual:  # plus the linear map of the mean raw token vector, on every head
+            mean = mean + model.text_global((text.tokens * text.mask[..., None]).sum(1) / lengths[:, None])
     want = text.mask / lengths[:, None]
     assert out.attn is not None and out.attn.shape == (4, config.num_heads, 5)
     assert torch.allclose(out.attn, want[:, None, :].expand_as(out.attn))
-    mean = (entities * text.mask[..., None]).sum(1) / lengths[:, None]
     expected = torch.nn.functional.normalize(mean.repeat(1, config.num_heads), dim=-1)
     assert torch.allclose(out.emb[:, 0], expected, atol=1e-6)
     with torch.no_grad():

@@ -223,7 +223,7 @@ def test_gradient_reversal_flips_and_scales_by_the_schedule() -> None:
 
 def test_a3vse_encoders_receive_the_reversed_discriminator_gradient() -> None:
     torch.manual_seed(7)
-    config = build_config("a3vse", preset="test")
+    config = build_config("a3vse", {"adversarial_game": "reversal"}, preset="test")
     model = build_model(config)
     batch = make_batch(config, image_input(config))
     batch.progress = 0.4

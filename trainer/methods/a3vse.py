@@ -15,12 +15,16 @@ The ablations of Table 5 are config switches: ``attention=False`` ("without atte
 the uniform map over the valid entities, so each attended vector is their masked mean;
 ``adversarial=False`` ("without L_adv") runs no discriminator, so eq. 9 reduces to the triplet loss.
 
-The adversarial game (eq. 10) is DANN's: one optimizer descends eq. 9 for all parameters and the reversal layer
-flips the sign for the encoders, so each discriminator lowers its BCE while the encoders raise it (checked in
-tests/unit/test_a3vse_adversarial.py). With every item annotated only the v-t discriminator runs: it can push
-the image and caption distributions together, but maximising its BCE has no optimum at chance and on unit
-embeddings the cheapest move is a common component per modality, which shrinks the spread retrieval needs;
-the criterion logs ``acc_<name>`` and ``spread_v``/``spread_t`` to watch for that.
+By default the encoders play the domain-confusion form of the game (``A3VSEConfig.adversarial_game``, whose
+docstring says why); ``"reversal"`` is the paper's. The reversal game (eq. 10) is DANN's: one optimizer descends
+eq. 9 for all parameters and the reversal layer flips the sign for the encoders, so each discriminator lowers
+its BCE while the encoders raise it (checked in tests/unit/test_a3vse_adversarial.py). With every item
+annotated only the v-t discriminator runs: it can push the image and caption distributions together, but
+maximising its BCE has no optimum at chance and on unit embeddings the cheapest move is a common component per
+modality, which shrinks the spread retrieval needs; the criterion logs ``acc_<name>`` and
+``spread_v``/``spread_t`` to watch for that. In the confusion game the discriminators see detached embeddings
+and the encoders are scored through :func:`torch.func.functional_call` with the discriminators' parameters
+detached, so neither side's loss moves the other's parameters.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from trainer.methods.config import A3VSEConfig
 from trainer.methods.encoders import (
@@ -108,6 +113,10 @@ class A3VSEModel(RetrievalModel):
         self.region_fc = nn.Linear(config.image_dim, dim)
         self.frame_fc = nn.Linear(config.image_dim, dim)
         self.text_rnn = MaskedRNN(config.word_dim, dim, cell="lstm", bidirectional=False)
+        # config.global_residual: one linear map of the mean raw entity per modality (photos and clips share
+        # the visual one: both are backbone features), added to every head (A3VSEConfig docstring)
+        self.visual_global = nn.Linear(config.image_dim, dim)
+        self.text_global = nn.Linear(config.word_dim, dim)
         self.attention = nn.ModuleDict({
             kind: ContextAttention(dim, config.context_dim, heads, config.temperature)
             for kind in ("image", "video", "text")
@@ -117,25 +126,31 @@ class A3VSEModel(RetrievalModel):
             name: _discriminator(heads * dim, config.disc_hidden) for name in DOMAIN_PAIRS
         })
 
-    def _attend(self, kind: str, entities: Tensor, mask: Tensor | None) -> EncoderOutput:
+    def _attend(self, kind: str, entities: Tensor, mask: Tensor | None, raw: Tensor) -> EncoderOutput:
+        """Eq. 1 over ``entities`` (B, N, H); with ``global_residual`` plus the global map of the mean of the
+        ``raw`` entities (B, N, C) on every head."""
         if self.config.attention:
             attn, heads = self.attention[kind](entities, mask)
         else:
             attn, heads = uniform_attention(entities, mask, self.config.num_heads)
+        if self.config.global_residual:
+            fc = self.text_global if kind == "text" else self.visual_global
+            heads = heads + fc(masked_mean(raw, mask))[:, None, :]
         return EncoderOutput(emb=F.normalize(heads.flatten(1), dim=-1).unsqueeze(1), attn=attn)
 
     def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
-        return self._attend("image", self.region_fc(check_local(self.config, local)), None)
+        local = check_local(self.config, local)
+        return self._attend("image", self.region_fc(local), None, local)
 
     def encode_video(self, frames: Tensor, mask: Tensor) -> EncoderOutput:
         check_frames(self.config, frames, mask)
-        return self._attend("video", self.frame_fc(frames), mask)
+        return self._attend("video", self.frame_fc(frames), mask, frames)
 
     def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
                     sentence: Tensor | None = None) -> EncoderOutput:
         check_tokens(self.config, tokens, mask)
         assert tokens is not None and mask is not None
-        return self._attend("text", self.text_rnn(tokens, mask)[0], mask)
+        return self._attend("text", self.text_rnn(tokens, mask)[0], mask, tokens)
 
     def forward(self, batch: PairBatch) -> PairOutput:
         """Encode annotated pairs and, when present, un-annotated visuals with their pseudo captions; run
@@ -152,11 +167,23 @@ class A3VSEModel(RetrievalModel):
             domains["s"] = out.extras["pseudo_emb"][:, 0]
         if not self.config.adversarial:
             return out  # no domain logits: the criterion's l^adv terms are then 0 and nothing is reversed
+        confusion = self.config.adversarial_game == "confusion"
+        if confusion:
+            out.extras["confusion_weight"] = torch.tensor(self.grl.gamma)
         for name, (first, second) in DOMAIN_PAIRS.items():
             if first in domains and second in domains:
                 disc = self.discriminators[name]
-                out.extras[f"domain_{name}_pos"] = disc(self.grl(domains[first])).squeeze(-1)
-                out.extras[f"domain_{name}_neg"] = disc(self.grl(domains[second])).squeeze(-1)
+                pos, neg = domains[first], domains[second]
+                if confusion:  # the discriminator learns eq. 4 on embeddings it cannot move ...
+                    out.extras[f"domain_{name}_pos"] = disc(pos.detach()).squeeze(-1)
+                    out.extras[f"domain_{name}_neg"] = disc(neg.detach()).squeeze(-1)
+                    # ... and the encoders are scored by the same discriminator with its parameters held fixed
+                    frozen = {key: value.detach() for key, value in disc.named_parameters()}
+                    out.extras[f"confusion_{name}_pos"] = functional_call(disc, frozen, (pos,)).squeeze(-1)
+                    out.extras[f"confusion_{name}_neg"] = functional_call(disc, frozen, (neg,)).squeeze(-1)
+                else:
+                    out.extras[f"domain_{name}_pos"] = disc(self.grl(pos)).squeeze(-1)
+                    out.extras[f"domain_{name}_neg"] = disc(self.grl(neg)).squeeze(-1)
         return out
 
     def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:

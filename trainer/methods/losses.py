@@ -263,6 +263,14 @@ class DomainAdversarialLoss(nn.Module):
         return {"log_likelihood": log_likelihood, "accuracy": accuracy, "total": -log_likelihood}
 
 
+def domain_confusion(logits_pos: Tensor, logits_neg: Tensor) -> Tensor:
+    """Cross-entropy between a discriminator's outputs on both domains and the uniform label 1/2 (Tzeng et al.
+    2015), minus its minimum log 2, so 0 exactly when every output is at chance. Its gradient with respect to a
+    logit is ``(sigmoid(logit) - 1/2) / n``: bounded, and it vanishes at chance instead of pushing past it."""
+    logits = torch.cat([logits_pos, logits_neg])
+    return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, 0.5)) - math.log(2.0)
+
+
 # --- method criteria ------------------------------------------------------------------------------------
 
 
@@ -362,6 +370,10 @@ class A3VSECriterion(nn.Module):
             if key in out.extras:
                 game = self.adversarial(out.extras[key], out.extras[f"domain_{name}_neg"])
                 value, terms[f"acc_{name}"] = game["total"], game["accuracy"]
+            if f"confusion_{name}_pos" in out.extras:  # the encoders' side of the confusion game
+                confusion = domain_confusion(out.extras[f"confusion_{name}_pos"], out.extras[f"confusion_{name}_neg"])
+                terms[f"conf_{name}"] = confusion
+                value = value + out.extras["confusion_weight"] * confusion
             terms[f"adv_{name}"] = value
             adv = adv + self.lambdas[name] * value
         terms["adv"] = adv
