@@ -333,8 +333,10 @@ class _Ann:
     @classmethod
     def _trained_hnsw(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
         dim = vectors.shape[2]
-        sample = cls._sample(vectors, 65_536, rng)
-        transform = principal_projection(sample, params.reduce_dim) if 0 < params.reduce_dim < dim else None
+        reduce = 0 < params.reduce_dim < dim
+        # the projection and the 8-bit code ranges are fitted on one sample; flat HNSW at full width needs none
+        sample = cls._sample(vectors, 65_536, rng) if reduce or params.kind == "hnsw-sq8" else None
+        transform = principal_projection(sample, params.reduce_dim) if reduce else None
         graph_dim = transform.d_out if transform is not None else dim
         if transform is not None:
             sample = transform.apply(sample)

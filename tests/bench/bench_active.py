@@ -33,6 +33,7 @@ from bench_sparse import (  # noqa: E402
     REPO,
     SEED,
     common_arguments,
+    has_caption_folder,
     open_source,
     parse_setting,
     sparse_config,
@@ -131,8 +132,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "active.json")
     common_arguments(parser)
     args = parser.parse_args()
-    if not (args.data / "captions.tsv").is_file():
-        print(f"no caption folder at {args.data}: this benchmark needs ../shared/datasets/flickr8k", file=sys.stderr)
+    if not has_caption_folder(args):
         return 2
     command = "python tests/bench/bench_active.py " + " ".join(sys.argv[1:])
     rows: list[dict] = json.loads(args.out.read_text()) if args.resume and args.out.is_file() else []

@@ -160,6 +160,14 @@ def write(rows: list[dict], out: Path, command: str) -> None:
         os.replace(tmp, path)
 
 
+def has_caption_folder(args: argparse.Namespace) -> bool:
+    """Whether ``--data`` is a caption folder; says what is missing on stderr when not."""
+    if (args.data / "captions.tsv").is_file():
+        return True
+    print(f"no caption folder at {args.data}: this benchmark needs ../shared/datasets/flickr8k", file=sys.stderr)
+    return False
+
+
 def common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared with ``bench_active.py``."""
     parser.add_argument("--data", type=Path, default=FLICKR)
@@ -193,8 +201,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "sparse.json")
     common_arguments(parser)
     args = parser.parse_args()
-    if not (args.data / "captions.tsv").is_file():
-        print(f"no caption folder at {args.data}: this benchmark needs ../shared/datasets/flickr8k", file=sys.stderr)
+    if not has_caption_folder(args):
         return 2
     from trainer.data import DataError
     from trainer.methods import ConfigError
