@@ -33,31 +33,32 @@ HNSW-SQ8 M=32 (ef 128)       337.1      2.2       6.9       0.986      ~520
 HNSW-SQ8 (ef 256)                       4.7       9.6       0.991
 ===========================  =========  ========  ========  =========  ============
 
-The IVF kinds lose recall to the probed lists, not to their codes (Flat and SQ8 recall the same): a
-query's true top 10 spread over many lists, and scanning 6 % of the data still misses 7 %. With isotropic
-clusters (``--shape isotropic``, the hardest case) IVF-Flat at nprobe 16 recalled 0.79, IVF-PQ 0.75 and
-HNSW 0.99. **HNSW over 8-bit codes** is therefore the default: HNSW's recall at a fraction of its memory.
-Its costs: a graph build about 30x slower than IVF's (about 0.5 ms per vector on two cores; new items are
-inserted in short chunks while searches go on, see below) and no real deletion (tombstones, rebuilt when
-a quarter is dead). IVF-SQ8 (``AnnParams(kind="ivf-sq8", nprobe=64)``) is the choice when build time
-matters more than the last points of recall. At 1,000,000 items (``bench_search.py`` defaults, subspace
-data, items added 100,000 at a time, machine quiet) the default searched in 2.9 ms p50 / 4.3 ms p95 with
-recall@10 0.979 (numpy brute force: 396 / 452 ms), after 777 s of building, at 4.6 GB of process memory
-for the index (3.1 GB of it the stored vectors): the product target is p95 < 50 ms and recall >= 0.95.
-On isotropic clusters (the stress case) the same run gave 2.9 / 4.9 ms and recall 0.944 (1,504 s build).
-Both ran with ``ef_search`` 128. Real cross-modal queries need far more: text embeddings lie away from the
-image embeddings the graph links (cosine ~0.2 to their best photo with the 2-epoch PVSE, against ~0.88 between
-neighbouring photos), and on replicated Flickr8k embeddings (``bench_search.py --data flickr``,
-bench-results/search-flickr-25k.md: 25,000 items x K=3 x D=1024, noise 0.5) ef 128 / 256 / 512 / 1024 recalled
-0.81 / 0.88 / 0.94 / 0.97 (at 20,000 items flat HNSW recalled the same as HNSW-SQ8, so the codes are not the
-cause). Hence the defaults: ``ef_search`` 1024, grown by :func:`search_ef` with the graph (``ef_growth`` 0.5:
+The IVF kinds lose recall to the probed lists, not to their codes (Flat and SQ8 recall the same): a query's true
+top 10 spread over many lists, and scanning 6 % of the data still misses 7 %. With isotropic clusters (``--shape
+isotropic``, the hardest case) IVF-Flat at nprobe 16 recalled 0.79, IVF-PQ 0.75 and HNSW 0.99. **HNSW over 8-bit
+codes** is therefore the base of the default: HNSW's recall at a fraction of its memory (the default adds IVF-SQ8
+lists beside the graph for near-duplicates, see "Near-duplicates" below). Its costs: a graph build about 30x
+slower than IVF's (about 0.5 ms per vector on two cores; new items are inserted in short chunks while searches go
+on, see below) and no real deletion (tombstones, rebuilt when a quarter is dead). IVF-SQ8
+(``AnnParams(kind="ivf-sq8", nprobe=64)``) is the choice when build time matters more than the last points of
+recall. At 1,000,000 items (``bench_search.py`` defaults, subspace data, items added 100,000 at a time, machine
+quiet) HNSW-SQ8 searched in 2.9 ms p50 / 4.3 ms p95 with recall@10 0.979 (numpy brute force: 396 / 452 ms), after
+777 s of building, at 4.6 GB of process memory for the index (3.1 GB of it the stored vectors): the product target
+is p95 < 50 ms and recall >= 0.95. On isotropic clusters (the stress case) the same run gave 2.9 / 4.9 ms and
+recall 0.944 (1,504 s build). Both ran with ``ef_search`` 128. Real cross-modal queries need far more: text
+embeddings lie away from the image embeddings the graph links (cosine ~0.2 to their best photo with the 2-epoch
+PVSE, against ~0.88 between neighbouring photos), and on replicated Flickr8k embeddings (``bench_search.py --data
+flickr``, bench-results/search-flickr-25k.md: 25,000 items x K=3 x D=1024, noise 0.5) ef 128 / 256 / 512 / 1024
+recalled 0.81 / 0.88 / 0.94 / 0.97 (at 20,000 items flat HNSW recalled the same as HNSW-SQ8, so the codes are not
+the cause). Hence the defaults: ``ef_search`` 1024, grown by :func:`search_ef` with the graph (``ef_growth`` 0.5:
 1536 at 1M items x K=3), since recall at a fixed ef falls with size (isotropic, ef 128: HNSW 0.99 at 200,000
-items, HNSW-SQ8 0.944 at 1M). Search time grows about linearly with ef (ef 1024 took ~4x ef 128 at 20,000
-items); the 1M-item figures above predate these defaults (the commands to re-measure them are in
+items, HNSW-SQ8 0.944 at 1M). Search time grows about linearly with ef (ef 1024 took ~4x ef 128 at 20,000 items);
+the 1M-item figures above predate these defaults (the commands to re-measure them are in
 tests/bench/bench_search.py).
 
-Memory. Per vector (K per item) the default index keeps D bytes of 8-bit codes, ~280 bytes of HNSW links
-(2M = 64 four-byte links at level 0 plus the upper levels, M=32) and an 8-byte label; per item, the K x D
+Memory. Per vector (K per item) the HNSW-SQ8 graph keeps D bytes of 8-bit codes, ~280 bytes of HNSW links
+(2M = 64 four-byte links at level 0 plus the upper levels, M=32) and an 8-byte label (the default's IVF lists add
+another D bytes of codes and an 8-byte label: +0.8 GB at 1M x K=3 x 256); per item, the K x D
 stored vectors the exact rescoring reads, float32 (4 bytes per float) or float16 (2; ``storage``), and ~130
 bytes of ids, slots and the id table. :meth:`MultiVectorIndex.nbytes` reports these parts as counted from
 the arrays. The stored arrays grow by half when they fill up, by at most :data:`_GROW_ROWS` rows once
@@ -80,14 +81,19 @@ as queries, each head's top 120 by the projected inner product, then exact K x K
 much of the rest being the replicas' isotropic noise). At 25,000 such items the reduced graph built in 8 s and
 recalled 0.999 at ef 512 (bench-results/search-flickr-25k-pca.md).
 
-Near-duplicates defeat HNSW. With 1,000,000 items made of 7,000 Flickr8k photos each repeated 143 times with noise
-(cosine 0.89 within a photo's copies, 0.47 to other photos; bench-results/search-flickr-1m.md) recall@10 was
-0.19 / 0.32 / 0.43 at ef 128 / 512 / 1024 (p95 under 20 ms end to end). It is the clumps, not the projection: at
-the same density on 100,000 items, HNSW recalled 0.62 on the full vectors and 0.65 projected, IVF-SQ8 (nprobe 32)
-0.99, and exact search in the 256 projected directions 0.95 (0.999 with 4x the fetch). The graph's links stay
-inside the clumps, so a query that enters the wrong one cannot leave. IVF has the opposite weakness (spread
-clusters, above). Not solved here: the candidates of both (or IVF with an HNSW coarse quantizer over many small
-lists) is the next thing to measure.
+Near-duplicates defeat HNSW, hence ``"hnsw+ivf"``, the default. With 1,000,000 items made of 7,000 Flickr8k photos
+each repeated 143 times with noise (cosine 0.89 within a photo's copies, 0.47 to other photos;
+bench-results/search-flickr-1m.md) HNSW-SQ8 alone recalled 0.19 / 0.32 / 0.43 at ef 128 / 512 / 1024. It is the
+clumps, not the projection: at the same density on 100,000 items, HNSW recalled 0.62 on the full vectors and 0.65
+projected, IVF-SQ8 (nprobe 32) 0.99. The graph's links stay inside the clumps, so a query that enters the wrong one
+cannot leave it; IVF has the opposite weakness (spread clusters, the table above). ``"hnsw+ivf"`` keeps both over
+the same (projected) vectors and labels: the HNSW-SQ8 graph and IVF-SQ8 lists (``nlist`` as for the IVF kinds,
+``nprobe`` per head); each query head takes the fetch from both and the union is rescored exactly, so it recalls at
+least what either recalls alone. On the 1M replicated set (``--kind hnsw+ivf --nprobe 32 --oversample 8``): build
+340 s (the lists add ~15 s and 0.8 GB), recall@10 0.945 / 0.946 / 0.953 at ef 128 / 512 / 1024, end to end p95
+30.5 / 29.6 / 34.0 ms; fetching twice as much (oversample 16) recalled 0.954 / 0.955 / 0.958 for ~9 ms more, so the
+fetch is not what limits it. At 100,000 such items it recalled 0.963 (oversample 4), 0.988 (8), 0.995 (16). Removed
+items stay in the lists as tombstones like in the graph (both are rebuilt together).
 
 Every search runs on one thread: faiss with one OpenMP thread in the searching thread (libgomp keeps the
 setting per thread; builds use :data:`BUILD_THREADS`) and ``np.einsum`` instead of BLAS for the scoring.
@@ -138,7 +144,8 @@ FORMAT_VERSION = 1
 BUILD_THREADS = 2  # OpenMP threads for training and adding (the box has two cores)
 SEARCH_THREADS = 1  # per query: see "Threads" in the module docstring
 INDEX_FILE = "index.json"
-AnnKind = Literal["ivf-flat", "ivf-sq8", "ivf-pq", "hnsw", "hnsw-sq8"]
+LISTS_FILE = "ann-lists.faiss"  # the IVF half of "hnsw+ivf", beside ann.faiss
+AnnKind = Literal["ivf-flat", "ivf-sq8", "ivf-pq", "hnsw", "hnsw-sq8", "hnsw+ivf"]
 Storage = Literal["auto", "float32", "float16"]
 EF_BASE_VECTORS = 300_000  # search_ef: ef_search as given up to this many vectors (100,000 items at K=3)
 FLOAT16_FROM = 2048  # storage="auto": float16 from this many floats per item (K * D), see "Memory"
@@ -175,18 +182,19 @@ class AnnParams:
     itself per tenfold of vectors above :data:`EF_BASE_VECTORS` (HNSW's recall at a fixed ef falls as the graph
     grows; :func:`search_ef`), and at least the number of vectors fetched; vectors wider than ``reduce_dim``
     (0: never) are linked and searched in their ``reduce_dim`` principal directions (module docstring, "Reduced
-    graph"), candidates still rescored with the full vectors. IVF kinds: ``nlist=0`` picks about
+    graph"), candidates still rescored with the full vectors. IVF kinds and the lists of ``"hnsw+ivf"`` (the default:
+    HNSW-SQ8 graph and IVF-SQ8 lists over the same vectors, candidates from both): ``nlist=0`` picks about
     ``nlist_per_sqrt * sqrt(vectors)`` lists (a power of two, 16..65536), ``nprobe`` lists are scanned per query
     head, IVF-PQ has ``pq_m`` sub-quantisers of ``pq_bits`` bits. Each query head fetches ``max(top + offset, 10) *
     K * oversample`` vectors: an item in the exact top t has its best pair among the first t * K vectors of that
     head, so ``oversample`` is slack for the approximation only.
     """
 
-    kind: AnnKind = "hnsw-sq8"
+    kind: AnnKind = "hnsw+ivf"
     exact_limit: int = 0
     nlist: int = 0
     nlist_per_sqrt: float = 1.0
-    nprobe: int = 16
+    nprobe: int = 32
     pq_m: int = 32
     pq_bits: int = 8
     hnsw_m: int = 32
@@ -194,7 +202,7 @@ class AnnParams:
     ef_search: int = 1024
     ef_growth: float = 0.5
     reduce_dim: int = 256
-    oversample: int = 4
+    oversample: int = 8
     train_per_list: int = 40
     rebuild_growth: float = 4.0
 
@@ -307,18 +315,23 @@ class _Ann:
     """
 
     def __init__(self, index: faiss.Index, kind: AnnKind, trained_items: int, indexed_upto: int,
-                 dead: int = 0) -> None:
+                 dead: int = 0, lists: faiss.IndexIVF | None = None) -> None:
         self.index, self.kind, self.trained_items = index, kind, trained_items
         self.indexed_upto, self.dead = indexed_upto, dead
+        self.lists = lists  # "hnsw+ivf": IVF-SQ8 lists over the graph's (projected) vectors, same labels
+        self._projection = _projection_of(index) if lists is not None else None
 
     @classmethod
     def build(cls, params: AnnParams, vectors: np.ndarray, slots: np.ndarray, next_slot: int,
               rng: np.random.Generator) -> _Ann:
         """Train on a sample of ``vectors`` (N, K, D) and add them all."""
         n = len(vectors)
-        index = cls._trained_hnsw(params, vectors, rng) if params.kind.startswith("hnsw") else \
-            cls._trained_ivf(params, vectors, rng)
-        ann = cls(index, params.kind, n, next_slot)
+        lists = None
+        if params.kind.startswith("hnsw"):
+            index, lists = cls._trained_hnsw(params, vectors, rng)
+        else:
+            index = cls._trained_ivf(params, vectors, rng)
+        ann = cls(index, params.kind, n, next_slot, lists=lists)
         for start in range(0, n, _IVF_ADD_ITEMS):  # float32 copies of float16 storage, a chunk at a time
             part = vectors[start:start + _IVF_ADD_ITEMS].astype(np.float32, copy=False)
             ann.add(part, slots[start:start + _IVF_ADD_ITEMS], ann.assign(part))
@@ -331,24 +344,37 @@ class _Ann:
         return np.ascontiguousarray(flat[np.sort(rows)], dtype=np.float32)
 
     @classmethod
-    def _trained_hnsw(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
-        dim = vectors.shape[2]
+    def _trained_hnsw(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator
+                      ) -> tuple[faiss.Index, faiss.IndexIVF | None]:
+        """The graph (in an ``IndexIDMap``, behind the projection if any) and, for ``"hnsw+ivf"``, the IVF-SQ8
+        lists over the same projected vectors (module docstring, "Near-duplicates")."""
+        n, heads, dim = vectors.shape
         reduce = 0 < params.reduce_dim < dim
-        # the projection and the 8-bit code ranges are fitted on one sample; flat HNSW at full width needs none
-        sample = cls._sample(vectors, 65_536, rng) if reduce or params.kind == "hnsw-sq8" else None
-        transform = principal_projection(sample, params.reduce_dim) if reduce else None
+        nlist = 0
+        if params.kind == "hnsw+ivf":
+            nlist = min(params.nlist or _auto_nlist(n * heads, params.nlist_per_sqrt), max(1, n * heads // 39))
+        # the projection, the 8-bit code ranges and the lists are fitted on one sample; flat HNSW at full width
+        # needs none
+        wanted = max(65_536, nlist * params.train_per_list)
+        sample = cls._sample(vectors, wanted, rng) if reduce or params.kind != "hnsw" else None
+        transform = principal_projection(sample[:65_536], params.reduce_dim) if reduce else None
         graph_dim = transform.d_out if transform is not None else dim
         if transform is not None:
             sample = transform.apply(sample)
-        if params.kind == "hnsw-sq8":
+        if params.kind == "hnsw":
+            graph = faiss.IndexHNSWFlat(graph_dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        else:
             graph = faiss.IndexHNSWSQ(graph_dim, faiss.ScalarQuantizer.QT_8bit, params.hnsw_m,
                                       faiss.METRIC_INNER_PRODUCT)
             graph.train(sample)  # the per-dimension ranges of the 8-bit codes
-        else:
-            graph = faiss.IndexHNSWFlat(graph_dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         graph.hnsw.efConstruction = params.ef_construction
         inner = graph if transform is None else faiss.IndexPreTransform(transform, graph)
-        return faiss.IndexIDMap(inner)  # HNSW numbers vectors 0..n-1; the map keeps our labels
+        lists = None
+        if nlist:
+            lists = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(graph_dim), graph_dim, nlist,
+                                                  faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+            lists.train(sample)
+        return faiss.IndexIDMap(inner), lists  # HNSW numbers vectors 0..n-1; the map keeps our labels
 
     @classmethod
     def _trained_ivf(cls, params: AnnParams, vectors: np.ndarray, rng: np.random.Generator) -> faiss.Index:
@@ -376,14 +402,24 @@ class _Ann:
     def is_hnsw(self) -> bool:
         return self.kind.startswith("hnsw")
 
+    def _ivf(self) -> faiss.IndexIVF | None:
+        """The IVF index vectors are listed in (after :meth:`_projected`), or None for pure HNSW."""
+        return self.lists if self.is_hnsw else self.index
+
+    def _projected(self, rows: np.ndarray) -> np.ndarray:
+        """(n, D) float32 rows as the lists of ``"hnsw+ivf"`` see them (the graph's projection), else as is."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        return self._projection.apply(rows) if self._projection is not None else rows
+
     def assign(self, vectors: np.ndarray) -> np.ndarray | None:
-        """IVF list of every vector of (N, K, D) items, as (N * K,), or None for HNSW.
+        """IVF list of every vector of (N, K, D) items, as (N * K,), or None for pure HNSW.
 
         The slow part of an IVF add; the trained quantizer is read-only, so this runs while searches do.
         """
-        if self.is_hnsw:
+        ivf = self._ivf()
+        if ivf is None:
             return None
-        _, lists = self.index.quantizer.search(np.ascontiguousarray(vectors.reshape(-1, vectors.shape[2])), 1)
+        _, lists = ivf.quantizer.search(self._projected(vectors.reshape(-1, vectors.shape[2])), 1)
         return lists.reshape(-1)
 
     def add(self, vectors: np.ndarray, slots: np.ndarray, lists: np.ndarray | None) -> None:
@@ -392,14 +428,18 @@ class _Ann:
         heads, dim = vectors.shape[1:]
         part = np.ascontiguousarray(vectors.reshape(-1, dim))
         labels = _labels(slots, heads)
-        if lists is None:
+        if self.is_hnsw:
             self.index.add_with_ids(part, labels)
-        else:
+        ivf = self._ivf()
+        if ivf is not None:
+            assert lists is not None, "IVF adds need the lists from assign()"
+            rows = self._projected(part)
             where = np.ascontiguousarray(lists, dtype=np.int64)
-            self.index.add_core(len(part), *(faiss.swig_ptr(a) for a in (part, labels, where)))
+            ivf.add_core(len(rows), *(faiss.swig_ptr(a) for a in (rows, labels, where)))
 
     def remove(self, slots: np.ndarray, heads: int) -> None:
-        """Delete items (IVF) or count them as tombstones (HNSW cannot delete; dead slots are filtered)."""
+        """Delete items (IVF) or count them as tombstones (HNSW cannot delete, and its companion lists in
+        ``"hnsw+ivf"`` are rebuilt with it; dead slots are filtered)."""
         slots = slots[slots < self.indexed_upto]  # the rest were never added
         if self.is_hnsw:
             self.dead += len(slots)
@@ -407,13 +447,17 @@ class _Ann:
             self.index.remove_ids(faiss.IDSelectorBatch(_labels(slots, heads)))
 
     def search(self, queries: np.ndarray, k: int, params: AnnParams) -> np.ndarray:
-        """Labels (Q, k) of the nearest vectors of each query row; -1 where fewer exist."""
-        if self.is_hnsw:
-            search_params = faiss.SearchParametersHNSW(efSearch=search_ef(params, self.size, k))
-        else:
-            search_params = faiss.SearchParametersIVF(nprobe=params.nprobe)
-        _, labels = self.index.search(np.ascontiguousarray(queries), k, params=search_params)
-        return labels
+        """Labels of the nearest vectors of each query row, (Q, k), or (Q, 2k) for ``"hnsw+ivf"`` (the graph's
+        k, then the lists' k); -1 where fewer exist."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        probe = faiss.SearchParametersIVF(nprobe=params.nprobe)
+        if not self.is_hnsw:
+            return self.index.search(queries, k, params=probe)[1]
+        walk = faiss.SearchParametersHNSW(efSearch=search_ef(params, self.size, k))
+        labels = self.index.search(queries, k, params=walk)[1]
+        if self.lists is None:
+            return labels
+        return np.concatenate([labels, self.lists.search(self._projected(queries), k, params=probe)[1]], axis=1)
 
     @property
     def size(self) -> int:
@@ -422,22 +466,28 @@ class _Ann:
     def nbytes(self) -> tuple[int, int]:
         """Bytes of the vector codes and of the structure around them (HNSW links and levels, or IVF
         list ids and centroids; the label map), counted from faiss's arrays (no serialisation)."""
+        codes = structure = 0
         if self.is_hnsw:
             inner = _hnsw_of(self.index)
             codes = int(faiss.downcast_index(inner.storage).codes.size())
             graph = inner.hnsw
             links = 4 * (graph.neighbors.size() + graph.levels.size()) + 8 * graph.offsets.size()
-            return codes, int(links + 8 * self.index.id_map.size())
-        ntotal = int(self.index.invlists.compute_ntotal())
-        return ntotal * int(self.index.code_size), ntotal * 8 + 4 * int(self.index.nlist) * int(self.index.d)
+            structure = int(links + 8 * self.index.id_map.size())
+        ivf = self._ivf()
+        if ivf is not None:
+            ntotal = int(ivf.invlists.compute_ntotal())
+            codes += ntotal * int(ivf.code_size)
+            structure += ntotal * 8 + 4 * int(ivf.nlist) * int(ivf.d)
+        return codes, structure
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "trained_items": self.trained_items, "dead": self.dead,
                                "indexed_upto": self.indexed_upto}
-        if not self.is_hnsw:
-            out["nlist"] = int(self.index.nlist)
-        else:
+        if self.is_hnsw:
             out["graph_dim"] = int(_hnsw_of(self.index).d)
+        ivf = self._ivf()
+        if ivf is not None:
+            out["nlist"] = int(ivf.nlist)
         return out
 
 
@@ -445,6 +495,14 @@ def _hnsw_of(index: faiss.Index) -> faiss.Index:
     """The HNSW index inside our ``IndexIDMap`` (behind the projection of ``AnnParams.reduce_dim`` if any)."""
     inner = faiss.downcast_index(index.index)
     return faiss.downcast_index(inner.index) if isinstance(inner, faiss.IndexPreTransform) else inner
+
+
+def _projection_of(index: faiss.Index) -> faiss.VectorTransform | None:
+    """The projection in front of the graph in our ``IndexIDMap`` (``AnnParams.reduce_dim``), or None."""
+    inner = faiss.downcast_index(index.index)
+    if isinstance(inner, faiss.IndexPreTransform):
+        return faiss.downcast_VectorTransform(inner.chain.at(0))
+    return None
 
 
 def principal_projection(sample: np.ndarray, dims: int) -> faiss.LinearTransform:
@@ -879,6 +937,8 @@ class MultiVectorIndex:
         np.save(staging / "payload.npy", data.payload[:data.size])
         if ann is not None:
             faiss.write_index(ann.index, str(staging / "ann.faiss"))
+        if ann is not None and ann.lists is not None:
+            faiss.write_index(ann.lists, str(staging / LISTS_FILE))
 
     def _header(self, name: str, data: _Data, ann: _Ann | None) -> dict[str, Any]:
         return {"format": FORMAT, "version": FORMAT_VERSION, "model_id": self.model_id, "dim": self.dim,
@@ -956,12 +1016,24 @@ def _load_array(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-def _read_ann(path: Path, described: dict[str, Any], dim: int) -> _Ann:
+def _read_faiss(path: Path) -> faiss.Index:
     try:
-        index = faiss.read_index(str(path))
+        return faiss.read_index(str(path))
     except RuntimeError as exc:  # faiss reports I/O and format errors as RuntimeError
         raise IndexFileError(f"{path}: cannot read the faiss index: {exc}") from exc
+
+
+def _read_ann(path: Path, described: dict[str, Any], dim: int) -> _Ann:
+    index = _read_faiss(path)
     if index.d != dim:
         raise IndexFileError(f"{path}: faiss index of dimension {index.d}, expected {dim}")
+    lists = None
+    if described["kind"] == "hnsw+ivf":
+        lists_path = path.with_name(LISTS_FILE)
+        lists = _read_faiss(lists_path)
+        graph_dim = int(_hnsw_of(index).d)
+        if not isinstance(lists, faiss.IndexIVF) or lists.d != graph_dim or lists.ntotal != index.ntotal:
+            raise IndexFileError(f"{lists_path}: expected IVF lists of dimension {graph_dim} holding "
+                                 f"{index.ntotal} vectors, got {type(lists).__name__} {lists.d} / {lists.ntotal}")
     return _Ann(index, described["kind"], int(described["trained_items"]), int(described["indexed_upto"]),
-                int(described["dead"]))
+                int(described["dead"]), lists=lists)

@@ -76,6 +76,7 @@ COMPARE = {  # the index, then the search settings measured on it
     "ivf-pq": (AnnParams(kind="ivf-pq", pq_m=32, pq_bits=8, oversample=8), _NPROBES),
     "hnsw": (AnnParams(kind="hnsw", hnsw_m=32, ef_construction=80), _EFS),
     "hnsw-sq8": (AnnParams(kind="hnsw-sq8", hnsw_m=32, ef_construction=80), _EFS),
+    "hnsw+ivf": (AnnParams(kind="hnsw+ivf", hnsw_m=32, ef_construction=80), _EFS),
 }
 
 
@@ -95,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="HNSW kinds; a comma-separated list measures each on the same index")
     parser.add_argument("--ef-growth", type=float, default=AnnParams().ef_growth,
                         help="HNSW kinds: ef_search's growth per tenfold of vectors (engine.vectorindex.search_ef)")
-    parser.add_argument("--nprobe", type=int, default=AnnParams().nprobe, help="IVF kinds")
+    parser.add_argument("--nprobe", type=int, default=AnnParams().nprobe, help="IVF kinds and the lists of hnsw+ivf")
     parser.add_argument("--oversample", type=int, default=AnnParams().oversample)
     parser.add_argument("--batch", type=int, default=100_000, help="items per add() call (like an indexer)")
     parser.add_argument("--kinds", default="", help="with --compare: comma-separated subset of the indexes")
@@ -357,7 +358,8 @@ def _plain_args(args: argparse.Namespace) -> dict[str, Any]:
 def search_settings(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The search-time settings of the main run: one per ``--ef-search`` value (HNSW) or ``--nprobe``."""
     if args.kind.startswith("hnsw"):
-        return [{"ef_search": ef, "ef_growth": args.ef_growth, "oversample": args.oversample} for ef in args.ef_search]
+        return [{"ef_search": ef, "ef_growth": args.ef_growth, "nprobe": args.nprobe, "oversample": args.oversample}
+                for ef in args.ef_search]  # nprobe: the lists of "hnsw+ivf"
     return [{"nprobe": args.nprobe, "oversample": args.oversample}]
 
 

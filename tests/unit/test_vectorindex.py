@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,9 @@ KINDS = {"ivf-flat": SMALL,
                              nlist_per_sqrt=0.5),
          "ivf-sq8": AnnParams(kind="ivf-sq8", exact_limit=400, nprobe=16, nlist_per_sqrt=0.5),
          "hnsw": AnnParams(kind="hnsw", exact_limit=400, hnsw_m=12, ef_construction=40, ef_search=64),
-         "hnsw-sq8": AnnParams(kind="hnsw-sq8", exact_limit=400, hnsw_m=12, ef_construction=40, ef_search=64)}
+         "hnsw-sq8": AnnParams(kind="hnsw-sq8", exact_limit=400, hnsw_m=12, ef_construction=40, ef_search=64),
+         "hnsw+ivf": AnnParams(kind="hnsw+ivf", exact_limit=400, hnsw_m=12, ef_construction=40, ef_search=64,
+                               nprobe=4, nlist_per_sqrt=0.5)}
 
 
 def clustered(n: int, seed: int = 0, clusters: int = 40, heads: int = HEADS) -> np.ndarray:
@@ -111,7 +114,7 @@ def test_approximate_search_recalls_exact_top_10(library: tuple, kind: str) -> N
     assert np.allclose(got_scores, want_scores, atol=1e-5) and (got_pairs == want_pairs).all()
 
 
-@pytest.mark.parametrize("kind", ["ivf-flat", "hnsw-sq8"])  # one of each family: IVF deletes, HNSW tombstones
+@pytest.mark.parametrize("kind", ["ivf-flat", "hnsw-sq8", "hnsw+ivf"])  # IVF deletes, HNSW tombstones
 def test_remove_and_replace_in_both_modes(library: tuple, kind: str) -> None:
     vectors, ids, queries, _ = library
     index = MultiVectorIndex(DIM, HEADS, params=KINDS[kind])
@@ -164,7 +167,7 @@ def test_size_changes_switch_between_exact_and_approximate(library: tuple) -> No
         index.get([ids[200]])
 
 
-@pytest.mark.parametrize("kind", [None, "ivf-flat", "hnsw"])
+@pytest.mark.parametrize("kind", [None, "ivf-flat", "hnsw", "hnsw+ivf"])
 def test_save_and_load_keep_results(library: tuple, tmp_path: Path, kind: str | None) -> None:
     vectors, ids, queries, _ = library
     count = 300 if kind is None else 3000
@@ -183,6 +186,31 @@ def test_save_and_load_keep_results(library: tuple, tmp_path: Path, kind: str | 
     names = sorted(p.name for p in (tmp_path / "index").iterdir())
     assert len(names) == 2 and names[1] == "index.json" and names[0].startswith("data-")
     assert len(MultiVectorIndex.load(tmp_path / "index")) == count
+    if kind == "hnsw+ivf":  # the lists are a second file; without it the index is refused, by name
+        (tmp_path / "index" / names[0] / vectorindex.LISTS_FILE).unlink()
+        with pytest.raises(IndexFileError, match="ann-lists.faiss"):
+            MultiVectorIndex.load(tmp_path / "index")
+
+
+def test_graph_and_lists_together_recall_what_clumps_of_near_copies_hide_from_the_graph() -> None:
+    # 40 items each copied 75 times with small noise: HNSW's links stay inside the clumps, so a query that
+    # enters the wrong clump cannot leave it; the IVF lists over the same vectors add the clumps near the query
+    rng = np.random.default_rng(0)
+    sources = rng.standard_normal((40, HEADS, DIM))
+    vectors = (np.repeat(sources, 75, axis=0) + 0.25 * rng.standard_normal((3000, HEADS, DIM))).astype(np.float32)
+    queries = rng.standard_normal((40, HEADS, DIM)).astype(np.float32)
+    exact = MultiVectorIndex(DIM, HEADS, params=AnnParams(exact_limit=10**9))
+    exact.add(ids_for(3000), vectors)
+    recalls = {}
+    for kind in ("hnsw-sq8", "hnsw+ivf"):
+        index = MultiVectorIndex(DIM, HEADS, params=replace(KINDS["hnsw+ivf"], kind=kind, oversample=1))
+        index.add(ids_for(3000), vectors)
+        recalls[kind] = recall_at_10(index, exact, queries)
+    assert recalls["hnsw-sq8"] < 0.92 and recalls["hnsw+ivf"] >= 0.93, recalls
+    state = index.describe()["approximate"]
+    assert state["graph_dim"] == DIM and state["nlist"] >= 16
+    codes, structure = index._ann.nbytes()  # both halves are counted: 2 x 8-bit codes per vector
+    assert codes == 2 * 3000 * HEADS * DIM and structure > 0
 
 
 def test_payload_travels_with_its_item(tmp_path: Path) -> None:
