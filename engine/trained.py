@@ -24,7 +24,7 @@ from engine.featurestore import FeatureStore
 from engine.modelrunner import Encoded, ModelRunner, match_probability, uncertainty
 from engine.progress import CancelToken, Progress
 from engine.types import Explanation, MediaKind
-from engine.vectorindex import IndexFileError, ModelMismatchError, MultiVectorIndex
+from engine.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,12 @@ class TrainedSearch:
     # -- embeddings and index -----------------------------------------------------------------------------
 
     def _load_index(self) -> MultiVectorIndex:
-        try:
-            return MultiVectorIndex.load(self.index_dir, model_id=self.runner.model_id)
+        try:  # today's parameters, not the saved ones: an older structure is rebuilt by the next sync()
+            return MultiVectorIndex.load(self.index_dir, model_id=self.runner.model_id, params=AnnParams())
         except (ModelMismatchError, IndexFileError, FileNotFoundError, OSError):
             log.info("no index for %s yet: built from the catalog's embeddings", self.runner.model_id)
-        index = MultiVectorIndex(self.runner.embed_dim, self.runner.num_embeddings, model_id=self.runner.model_id)
+        index = MultiVectorIndex(self.runner.embed_dim, self.runner.num_embeddings, model_id=self.runner.model_id,
+                                 params=AnnParams())
         ids, vectors, _ = self.catalog.get_embeddings(self.record.id)
         if len(ids):
             index.add(ids, vectors)
@@ -90,7 +91,12 @@ class TrainedSearch:
             self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
             self.index.add(ids, encoded.emb)  # replaces the vectors of ids already there
             yield Progress(start + len(batch), len(todo), f"embedding with {self.record.name}")
-        if todo or stale:
+        built = (self.index.describe()["approximate"] or {}).get("kind")
+        outdated = built is not None and built != self.index.params.kind
+        if outdated:  # saved by an older version with another kind of approximate index
+            log.info("rebuilding the %s index of %s as %s", built, self.record.name, self.index.params.kind)
+            self.index.rebuild()
+        if todo or stale or outdated:
             self.index.save(self.index_dir)
 
     def encode_items(self, media: list[MediaRecord]) -> tuple[list[int], Encoded]:

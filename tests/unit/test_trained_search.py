@@ -131,3 +131,26 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
         assert service.search_text("zxqv blorf wug", top=5, min_probability=0.5) == []
     finally:
         service.close()
+
+
+def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sync(service, tmp_path, monkeypatch):
+    from engine import trained
+    from engine.vectorindex import AnnParams, MultiVectorIndex
+
+    # exact_limit=3 makes the 7 items of the library approximate; "today's" kind is switched between opens
+    monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw-sq8", exact_limit=3))
+    service.set_active_model(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
+    before = service.search_text("a red square", top=7)
+    first = service._active_trained()
+    assert first.index.describe()["approximate"]["kind"] == "hnsw-sq8"
+
+    monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw+ivf", exact_limit=3, nlist=1))
+    reopened = trained.TrainedSearch.open(first.record, service.catalog, service.features, service.encoders,
+                                          service.library_dir)
+    assert reopened.index.describe()["approximate"]["kind"] == "hnsw-sq8"  # still searchable as saved
+    assert list(reopened.sync()) == []  # nothing to embed, but the structure is outdated: rebuilt and saved
+    assert reopened.index.describe()["approximate"]["kind"] == "hnsw+ivf"
+    saved = MultiVectorIndex.load(first.index_dir)
+    assert saved.describe()["approximate"]["kind"] == "hnsw+ivf" and len(saved) == 7
+    query, _ = reopened.encode_text(["a red square"])
+    assert list(reopened.index.search(query.emb[0], 7)[0]) == [h.media_id for h in before]
