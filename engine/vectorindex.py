@@ -90,10 +90,12 @@ cannot leave it; IVF has the opposite weakness (spread clusters, the table above
 the same (projected) vectors and labels: the HNSW-SQ8 graph and IVF-SQ8 lists (``nlist`` as for the IVF kinds,
 ``nprobe`` per head); each query head takes the fetch from both and the union is rescored exactly, so it recalls at
 least what either recalls alone. On the 1M replicated set (``--kind hnsw+ivf --nprobe 32 --oversample 8``): build
-340 s (the lists add ~15 s and 0.8 GB), recall@10 0.945 / 0.946 / 0.953 at ef 128 / 512 / 1024, end to end p95
-30.5 / 29.6 / 34.0 ms; fetching twice as much (oversample 16) recalled 0.954 / 0.955 / 0.958 for ~9 ms more, so the
-fetch is not what limits it. At 100,000 such items it recalled 0.963 (oversample 4), 0.988 (8), 0.995 (16). Removed
-items stay in the lists as tombstones like in the graph (both are rebuilt together).
+340 s (the lists add ~15 s and 0.8 GB), recall@10 0.945 / 0.946 / 0.953 at ef 128 / 512 / 1024, end to end p95 30.5
+/ 29.6 / 34.0 ms; fetching twice as much (oversample 16) recalled 0.954 / 0.955 / 0.958 for ~9 ms more, so the
+fetch is not what limits it. At 100,000 such items it recalled 0.963 (oversample 4), 0.988 (8), 0.995 (16). On the
+synthetic 1M set above (``bench_search.py --items 1000000 --ef-search 128,1024``) it recalled 0.9985 at ef 128 and
+1024, p95 35.4 / 36.4 ms (the graph alone: 0.979, 4.3 ms): the lists cost ~15 ms per query. Removed items stay in
+the lists as tombstones like in the graph (both are rebuilt together).
 
 Every search runs on one thread: faiss with one OpenMP thread in the searching thread (libgomp keeps the
 setting per thread; builds use :data:`BUILD_THREADS`) and ``np.einsum`` instead of BLAS for the scoring.
