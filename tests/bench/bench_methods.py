@@ -1,12 +1,13 @@
 """Every method trained with its default recipe on Flickr8k, validated on the held-out dev split.
 
     python tests/bench/bench_methods.py [--methods vse pvse ...] [--text minilm glove] [--epochs N]
-                                        [--home DIR] [--out bench-results/methods.json]
+                                        [--set KEY=VALUE ...] [--home DIR] [--out bench-results/methods.json]
 
 Backbone and text features are computed once into ``--home`` (a scratch Polyseek home, reused between runs). Each
 run is its own process (``--one``), so its peak memory is its own: exactly what ``polyseek train --method M --data
 FLICKR8K --out DIR`` does with no other flag (``--text glove`` adds ``--set text_encoder=glove``, the papers'
-GloVe + bi-GRU text branch; ``minilm`` is each recipe's MiniLM default). Reported per run: i2t and t2i R@1/5/10 and
+GloVe + bi-GRU text branch; ``minilm`` is each recipe's MiniLM default; ``--set`` passes the same config override
+to ``train``, and the row shows it beside the method's name). Reported per run: i2t and t2i R@1/5/10 and
 rsum on dev (1,000 photos, 5,000 captions: the 1K protocol), best epoch, wall and CPU seconds of training (feature
 loading excluded from both), peak RSS of the process. The table also answers the issue's questions:
 
@@ -47,7 +48,11 @@ def run_one(args: argparse.Namespace) -> dict:
     from trainer.data import FeatureSource
     from trainer.train import Reporter, TrainOptions, train
 
+    from trainer.cli import parse_overrides
+
     overrides = {"text_encoder": "glove"} if args.one_text == "glove" else {}
+    extra = parse_overrides(args.set)
+    overrides.update(extra)
     label = f"{args.one}-{args.one_text}"
     out = Path(args.home) / "models" / f"{label}-{time.strftime('%m%d-%H%M%S')}"
     source = FeatureSource.open()
@@ -62,28 +67,44 @@ def run_one(args: argparse.Namespace) -> dict:
     state = load_state(out)
     config = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else {}
     row = {"method": args.one, "text": args.one_text, "text_encoder": config.get("text_encoder"),
+           "text_global": config.get("text_global"),
            "K": heads(args.one, config), "rsum": round(report["rsum"], 2),
            "i2t": {k: round(report["i2t"][k], 2) for k in ("r1", "r5", "r10")},
            "t2i": {k: round(report["t2i"][k], 2) for k in ("r1", "r5", "r10")},
            "best_epoch": report.get("best_epoch"), "epochs": state.epoch, "train_s": round(wall, 1),
            "cpu_s": round(cpu, 1), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-           "model_dir": str(out)}
+           "model_dir": str(out), "overrides": extra}
     deciles = report.get("r1_by_uncertainty_decile")
     if deciles:
         row["uncertainty_spearman"] = {k: v.get("rho_bins") for k, v in deciles.items()}
     return row
 
 
+def text_label(row: dict) -> str:
+    """The table's name for a row's text encoder (GloVe rows name their global text encoder)."""
+    encoder = row.get("text_encoder") or ""
+    if encoder == "glove":
+        if row["method"].startswith("twobranch"):
+            return "GloVe mean"  # the two-branch networks' mean-vector text feature
+        if row["method"] == "a3vse":
+            return "GloVe + LSTM"  # A3VSE §3.2
+        return "GloVe + text CNN" if row.get("text_global") == "cnn" else "GloVe + bi-GRU"
+    return {"minilm-sentence": "MiniLM sentence", "minilm": "MiniLM tokens"}.get(encoder, row["text"])
+
+
 def markdown(rows: list[dict], command: str) -> str:
-    lines = [f"Measured with `{command}` on this machine (2 CPU cores, no GPU); dev = 1,000 photos, 5,000 captions.",
+    lines = [f"Measured with `{command}` (each row one method and text encoder; rows appended over sessions with "
+             "`--append`, a row's `--set` overrides shown beside its method) on this machine (2 CPU cores, no GPU); "
+             "dev = 1,000 photos, 5,000 captions.",
              "",
              "| method | K | text encoder | i2t R@1 | R@5 | R@10 | t2i R@1 | R@5 | R@10 | rsum | best epoch | train s "
              "| CPU s | peak RSS MiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        text = {"minilm-sentence": "MiniLM sentence", "minilm": "MiniLM tokens", "glove": "GloVe + bi-GRU"}.get(
-            r.get("text_encoder") or "", r["text"])
-        lines.append(f"| {r['method']} | {r['K']} | {text} | {r['i2t']['r1']} | {r['i2t']['r5']} | {r['i2t']['r10']} "
+        text = text_label(r)
+        name = r["method"] + "".join(f" ({k}={v})" for k, v in (r.get("overrides") or {}).items()
+                                     if k not in ("text_encoder", "text_global"))
+        lines.append(f"| {name} | {r['K']} | {text} | {r['i2t']['r1']} | {r['i2t']['r5']} | {r['i2t']['r10']} "
                      f"| {r['t2i']['r1']} | {r['t2i']['r5']} | {r['t2i']['r10']} | {r['rsum']} "
                      f"| {r['best_epoch']}/{r['epochs']} | {r['train_s']:.0f} | {r['cpu_s']:.0f} "
                      f"| {r['peak_rss_mib']} |")
@@ -107,6 +128,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "methods.json")
     parser.add_argument("--append", action="store_true", help="keep the rows already in --out")
     parser.add_argument("--verbose", action="store_true", help="log every epoch")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override passed to every run (as train --set)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--one-text", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -118,7 +141,8 @@ def main() -> int:
         print("ROW " + json.dumps(run_one(args)), flush=True)
         return 0
     rows = json.loads(args.out.read_text()) if args.append and args.out.is_file() else []
-    command = "python tests/bench/bench_methods.py " + " ".join(sys.argv[1:])
+    command = ("python tests/bench/bench_methods.py --home DIR --text T --methods M [--set KEY=VALUE] --append"
+               if args.append else "python tests/bench/bench_methods.py " + " ".join(sys.argv[1:]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for method in args.methods:
         for text in args.text:
@@ -126,6 +150,7 @@ def main() -> int:
                    "--device", args.device, "--home", str(args.home)]
             cmd += ["--epochs", str(args.epochs)] if args.epochs else []
             cmd += ["--verbose"] if args.verbose else []
+            cmd += [f"--set={pair}" for pair in args.set]
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
             found = [line[4:] for line in proc.stdout.splitlines() if line.startswith("ROW ")]
             if proc.returncode != 0 or not found:
