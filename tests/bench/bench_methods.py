@@ -57,8 +57,9 @@ def run_one(args: argparse.Namespace) -> dict:
     out = Path(args.home) / "models" / f"{label}-{time.strftime('%m%d-%H%M%S')}"
     source = FeatureSource.open()
     try:
+        seed = {} if args.seed is None else {"seed": args.seed}
         options = TrainOptions(method=args.one, data=args.data, out=out, epochs=args.epochs, device=args.device,
-                               overrides=overrides)
+                               overrides=overrides, **seed)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         report = train(options, source=source, reporter=Reporter(False, enabled=args.verbose))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -73,7 +74,7 @@ def run_one(args: argparse.Namespace) -> dict:
            "t2i": {k: round(report["t2i"][k], 2) for k in ("r1", "r5", "r10")},
            "best_epoch": report.get("best_epoch"), "epochs": state.epoch, "train_s": round(wall, 1),
            "cpu_s": round(cpu, 1), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-           "model_dir": str(out), "overrides": extra}
+           "model_dir": str(out), "overrides": extra, "seed": options.seed}
     deciles = report.get("r1_by_uncertainty_decile")
     if deciles:
         row["uncertainty_spearman"] = {k: v.get("rho_bins") for k, v in deciles.items()}
@@ -104,6 +105,7 @@ def markdown(rows: list[dict], command: str) -> str:
         text = text_label(r)
         name = r["method"] + "".join(f" ({k}={v})" for k, v in (r.get("overrides") or {}).items()
                                      if k not in ("text_encoder", "text_global"))
+        name += f" (seed {r['seed']})" if r.get("seed") else ""
         lines.append(f"| {name} | {r['K']} | {text} | {r['i2t']['r1']} | {r['i2t']['r5']} | {r['i2t']['r10']} "
                      f"| {r['t2i']['r1']} | {r['t2i']['r5']} | {r['t2i']['r10']} | {r['rsum']} "
                      f"| {r['best_epoch']}/{r['epochs']} | {r['train_s']:.0f} | {r['cpu_s']:.0f} "
@@ -128,6 +130,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "methods.json")
     parser.add_argument("--append", action="store_true", help="keep the rows already in --out")
     parser.add_argument("--verbose", action="store_true", help="log every epoch")
+    parser.add_argument("--seed", type=int, default=None, help="training seed (default: train's)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override passed to every run (as train --set)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -151,6 +154,7 @@ def main() -> int:
             cmd += ["--epochs", str(args.epochs)] if args.epochs else []
             cmd += ["--verbose"] if args.verbose else []
             cmd += [f"--set={pair}" for pair in args.set]
+            cmd += ["--seed", str(args.seed)] if args.seed is not None else []
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
             found = [line[4:] for line in proc.stdout.splitlines() if line.startswith("ROW ")]
             if proc.returncode != 0 or not found:
