@@ -45,10 +45,9 @@ def run_one(args: argparse.Namespace) -> dict:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     from trainer.checkpoint import load_state
+    from trainer.cli import parse_overrides
     from trainer.data import FeatureSource
     from trainer.train import Reporter, TrainOptions, train
-
-    from trainer.cli import parse_overrides
 
     overrides = {"text_encoder": "glove"} if args.one_text == "glove" else {}
     extra = parse_overrides(args.set)
@@ -161,6 +160,8 @@ def main() -> int:
                 print(f"{method}/{text}: failed (exit {proc.returncode})", flush=True)
                 continue
             row = json.loads(found[-1])
+            if args.append and args.out.is_file():  # rows another run appended (or someone edited) meanwhile
+                rows = json.loads(args.out.read_text())
             rows.append(row)
             print(f"{method:16s} {text:7s} rsum {row['rsum']:6.1f}  i2t {row['i2t']}  t2i {row['t2i']}  "
                   f"best {row['best_epoch']}/{row['epochs']}  {row['train_s']:.0f}s  {row['peak_rss_mib']} MiB",
