@@ -142,7 +142,7 @@ def main() -> int:
     if args.one:
         print("ROW " + json.dumps(run_one(args)), flush=True)
         return 0
-    rows = json.loads(args.out.read_text()) if args.append and args.out.is_file() else []
+    rows: list[dict] = []  # with --append, the file's rows are read just before each new row is added
     command = ("python tests/bench/bench_methods.py --home DIR --text T --methods M [--set KEY=VALUE] --append"
                if args.append else "python tests/bench/bench_methods.py " + " ".join(sys.argv[1:]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,7 @@ def main() -> int:
                 print(f"{method}/{text}: failed (exit {proc.returncode})", flush=True)
                 continue
             row = json.loads(found[-1])
-            if args.append and args.out.is_file():  # rows another run appended (or someone edited) meanwhile
+            if args.append and args.out.is_file():  # also picks up rows another run appended meanwhile
                 rows = json.loads(args.out.read_text())
             rows.append(row)
             print(f"{method:16s} {text:7s} rsum {row['rsum']:6.1f}  i2t {row['i2t']}  t2i {row['t2i']}  "
