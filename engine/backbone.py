@@ -40,14 +40,22 @@ class BackboneOutput:
 
 
 class Backbone:
-    """EfficientNet-Lite0 feature extractor; thread-safe (ONNX Runtime sessions are)."""
+    """EfficientNet-Lite0 feature extractor; thread-safe (ONNX Runtime sessions are).
 
-    def __init__(self, root: Path | None = None, threads: int | None = None) -> None:
-        root = require_assets(root) / "backbone"
-        self.meta = json.loads((root / "backbone.json").read_text())
-        self.id: str = self.meta["id"]
-        self.image_size: int = self.meta["image_size"]
-        self._session = open_session(root / "efficientnet_lite0.onnx", threads=threads)
+    By default the stock ImageNet one of the prepared assets; ``graph`` and ``meta`` give another with the same
+    inputs and outputs instead (a model's fine-tuned backbone, see ``trainer/finetune.py``), whose ``meta["id"]``
+    keys its features in the feature store.
+    """
+
+    def __init__(self, root: Path | None = None, threads: int | None = None, *, graph: Path | None = None,
+                 meta: dict | None = None) -> None:
+        if graph is None or meta is None:
+            folder = require_assets(root) / "backbone"
+            meta, graph = json.loads((folder / "backbone.json").read_text()), folder / "efficientnet_lite0.onnx"
+        self.meta = meta
+        self.id: str = meta["id"]
+        self.image_size: int = meta["image_size"]
+        self._session = open_session(graph, threads=threads)
 
     def __call__(self, images: np.ndarray) -> BackboneOutput:
         """Run a batch of uint8 RGB images (N, S, S, 3)."""

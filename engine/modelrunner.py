@@ -85,6 +85,7 @@ class ModelManifest:
     match_shift: float | None = None
     num_samples: int | None = None
     similarity_model: GraphSpec | None = None
+    backbone: dict[str, Any] | None = None  # a fine-tuned backbone of the model's own: id, file, image_size
 
     @classmethod
     def parse(cls, data: Any, path: Path) -> ModelManifest:
@@ -111,7 +112,8 @@ class ModelManifest:
             match_shift=get.number("match_shift") if data.get("probabilistic") else None,
             num_samples=get.count("num_samples", 1) if data.get("probabilistic") else None,
             similarity_model=(_graph_spec(get.of("similarity_model", dict), path, "similarity_model")
-                              if data.get("similarity") == "network" else None))
+                              if data.get("similarity") == "network" else None),
+            backbone=_backbone_entry(data.get("backbone"), data.get("feature_backbone"), path))
         manifest._check_outputs(path)
         return manifest
 
@@ -208,13 +210,15 @@ class ModelRunner:
             manifest = ModelManifest.parse(json.loads(raw), path)
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ModelLoadError(f"{path}: cannot read the manifest: {exc}") from exc
-        if backbone_id is not None and manifest.feature_backbone != backbone_id:
+        if manifest.backbone is None and backbone_id is not None and manifest.feature_backbone != backbone_id:
             raise ModelLoadError(f"{path}: feature_backbone {manifest.feature_backbone!r} but the engine "
                                  f"extracts {backbone_id!r} features")
         graphs = dict(manifest.encoders)
         if manifest.similarity_model is not None:
             graphs["similarity"] = manifest.similarity_model
         digest = hashlib.sha256(raw)
+        if manifest.backbone is not None:
+            digest.update(_inside(folder, manifest.backbone["file"]).read_bytes())
         sessions = {}
         for key, spec in graphs.items():
             file = _inside(folder, spec.file)
@@ -225,6 +229,15 @@ class ModelRunner:
     @property
     def method(self) -> str:
         return self.manifest.method
+
+    def own_backbone(self, threads: int | None = None):
+        """The model's fine-tuned :class:`engine.backbone.Backbone`, or None when it reads the stock one."""
+        if self.manifest.backbone is None:
+            return None
+        from engine.backbone import Backbone
+
+        entry = self.manifest.backbone
+        return Backbone(graph=_inside(self.folder, entry["file"]), meta=entry, threads=threads)
 
     @property
     def num_embeddings(self) -> int:
@@ -285,6 +298,21 @@ class ModelRunner:
             mu, log_sigma = outputs["mu"], outputs["log_sigma"]
             return Encoded(mu, outputs.get("attention"), mu[:, 0], log_sigma[:, 0])
         return Encoded(outputs["embeddings"], outputs.get("attention"))
+
+
+def _backbone_entry(entry: Any, feature_backbone: Any, path: Path) -> dict[str, Any] | None:
+    """The manifest's ``backbone`` (a fine-tuned backbone shipped with the model), checked, or None."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ModelLoadError(f"{path}: backbone: expected an object, got {type(entry).__name__}")
+    for key, kind in (("id", str), ("file", str), ("image_size", int)):
+        if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool):
+            raise ModelLoadError(f"{path}: backbone.{key}: expected {kind.__name__}, got {entry.get(key)!r}")
+    if entry["id"] != feature_backbone:
+        raise ModelLoadError(f"{path}: feature_backbone {feature_backbone!r} is not the model's own backbone "
+                             f"{entry['id']!r}")
+    return dict(entry)
 
 
 def _inside(folder: Path, name: str) -> Path:

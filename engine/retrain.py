@@ -252,9 +252,9 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
     record = service.catalog.model(model)
     trained = TrainedSearch.open(record, service.catalog, service.features, service.encoders, service.library_dir)
     paths_ = [item.path for item in view.items]
-    for _ in ensure_features(paths_, service.features, service.encoders):
+    for _ in ensure_features(paths_, service.features, trained.encoders):  # the model's backbone's features
         pass
-    backbone = service.encoders.backbone.id
+    backbone = trained.encoders.backbone.id
     feats = [service.features.get(content_hash(p), backbone) for p in paths_]
     keep = [i for i, f in enumerate(feats) if f is not None]
     position = {item: row for row, item in enumerate(keep)}

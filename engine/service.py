@@ -103,6 +103,28 @@ class Encoders:
 
         return FeatureExtractor(self.backbone, self.class_names)
 
+    def for_model(self, runner) -> Encoders:
+        """These encoders as ``runner``'s model sees them: its own fine-tuned backbone in place of the stock
+        one when it has one (cached per model version), the text encoders shared."""
+        if runner.manifest.backbone is None:
+            return self
+        return self._get(f"model:{runner.model_id}", lambda: _ModelEncoders(self, runner.own_backbone()))
+
+
+class _ModelEncoders(Encoders):
+    """:class:`Encoders` sharing everything with ``base`` but the backbone."""
+
+    def __init__(self, base: Encoders, backbone) -> None:  # not super().__init__: that starts a fresh cache
+        self._base, self._own_backbone = base, backbone
+        self._assets, self._lock, self._cache = base._assets, base._lock, base._cache
+
+    @property
+    def backbone(self):
+        return self._own_backbone
+
+    def for_model(self, runner) -> Encoders:
+        return self._base.for_model(runner)
+
 
 class SearchService:
     """Index, search, explain and annotate one library."""
@@ -220,10 +242,10 @@ class SearchService:
         """The items that look most like a picture, GIF or video file (cosine of global features)."""
         from engine.media import MediaError
 
-        result = self.encoders.extractor().extract([Path(path)])[0]
+        trained = self._active_trained()
+        result = (trained.encoders if trained is not None else self.encoders).extractor().extract([Path(path)])[0]
         if isinstance(result, MediaError):
             raise result
-        trained = self._active_trained()
         if trained is not None:
             return self._trained_hits(trained.rank(trained.encode_media_features(result.record), top, offset, None))
         ids, matrix = self._global_matrix()
@@ -258,7 +280,7 @@ class SearchService:
             if isinstance(query, Path):
                 from engine.media import MediaError
 
-                result = self.encoders.extractor().extract([query])[0]
+                result = trained.encoders.extractor().extract([query])[0]
                 if isinstance(result, MediaError):
                     raise result
                 encoded = trained.encode_media_features(result.record)
@@ -395,6 +417,8 @@ class SearchService:
 
         model_dir = Path(model_dir).resolve()
         runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=self.encoders.backbone.id)
+        if runner.manifest.backbone is not None:
+            self.encoders.for_model(runner)  # its backbone graph must open, or registering fails here
         metrics_file = model_dir / "metrics.json"
         metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         name = name or model_dir.name

@@ -57,7 +57,7 @@ class TrainedSearch:
              library_dir: Path) -> TrainedSearch:
         folder = model_export_dir(record.path)
         runner = ModelRunner.load(folder, backbone_id=encoders.backbone.id)
-        return cls(record, runner, catalog, features, encoders, library_dir / "index" / record.name)
+        return cls(record, runner, catalog, features, encoders.for_model(runner), library_dir / "index" / record.name)
 
     # -- embeddings and index -----------------------------------------------------------------------------
 
@@ -86,6 +86,7 @@ class TrainedSearch:
         for start in range(0, len(todo), BATCH):
             cancel.raise_if_cancelled()
             batch = todo[start:start + BATCH]
+            self._ensure_own_features(batch)
             ids, encoded = self.encode_items(batch)
             extras = {"log_sigma": encoded.log_sigma} if encoded.log_sigma is not None else None
             self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
@@ -98,6 +99,20 @@ class TrainedSearch:
             self.index.rebuild()
         if todo or stale or outdated:
             self.index.save(self.index_dir)
+
+    def _ensure_own_features(self, media: list[MediaRecord]) -> None:
+        """A model with its own fine-tuned backbone reads features the indexer did not compute: they are
+        computed here once per file (and kept in the shared store under that backbone's id)."""
+        if self.runner.manifest.backbone is None:
+            return
+        from engine.evaluate import ensure_features
+
+        backbone = self.encoders.backbone.id
+        missing = set(self.features.missing([m.content_hash for m in media], backbone))
+        todo = [Path(m.path) for m in media if m.content_hash in missing]
+        if todo:
+            for _ in ensure_features(todo, self.features, self.encoders):
+                pass
 
     def encode_items(self, media: list[MediaRecord]) -> tuple[list[int], Encoded]:
         """Encodings of items from their cached features (photos and animations/videos batched apart)."""

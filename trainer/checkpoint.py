@@ -56,6 +56,8 @@ class TrainerState:
     ``epoch`` counts finished epochs; ``step`` the steps already done in the next one (non-zero only after an
     interruption mid-epoch). ``lr_scale`` and ``plateau_epochs`` are the halving-on-plateau schedule's state,
     ``bad_epochs`` the early-stopping counter. ``history`` has one record per finished epoch.
+    ``finetune_from`` is set when phase two (:mod:`trainer.finetune`) starts; the checkpoint then holds the
+    backbone and the head together.
     """
 
     method: str
@@ -72,6 +74,7 @@ class TrainerState:
     history: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     resume: dict[str, str] | None = None
+    finetune_from: int | None = None  # the epoch count when backbone fine-tuning began (None: not begun)
     version: int = STATE_VERSION
 
     def to_json(self) -> str:

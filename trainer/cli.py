@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="learning-rate schedule (default: the method's recipe)")
     p.add_argument("--no-pseudo-pairs", action="store_true",
                    help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
+    p.add_argument("--finetune-epochs", type=int, default=0, metavar="N",
+                   help="after the warm-up, N epochs fine-tuning the image backbone with the head "
+                        "(photos only; meant for CUDA)")
+    p.add_argument("--finetune-lr", type=float, default=1e-5, help="the backbone's learning rate in fine-tuning")
+    p.add_argument("--finetune-head-lr", type=float, default=2e-5, help="the head's learning rate in fine-tuning")
 
     p = sub.add_parser("evaluate", help="retrieval metrics of a trained model on a caption folder")
     p.add_argument("--model", required=True, type=Path, help="a model folder written by train --out")
@@ -239,7 +244,8 @@ def _train(args: argparse.Namespace) -> int:
         json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
         pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
-        epoch_captions=args.epoch_captions)
+        epoch_captions=args.epoch_captions, finetune_epochs=args.finetune_epochs, finetune_lr=args.finetune_lr,
+        finetune_head_lr=args.finetune_head_lr)
     if not (args.data / "captions.tsv").is_file():
         from trainer.data import DataError
 
@@ -316,20 +322,22 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
     from trainer.checkpoint import load_model
     from trainer.data import DataError, FeatureNeeds, FeatureSource, split_view
     from trainer.evaluation import encode_pairs, evaluate_pairs, rerank_report, similarity_matrix
+    from trainer.finetune import model_pairs
     from trainer.train import Reporter
 
     model = load_model(model_dir, device)
     view = split_view(data, split)
     source = FeatureSource.open(progress=Reporter(False).progress("features"))  # log lines on stderr
     try:
-        pairs = source.pairs(view.item_captions(), FeatureNeeds.of(model))
+        pairs = model_pairs(model_dir, source.pairs(view.item_captions(), FeatureNeeds.of(model)), data, device)
         if not pairs.captions:
             raise DataError(f"--data: {data} has no captions in split {split or 'all'!r}")
         if rerank is not None:
             first = None
             if candidates is not None:
                 first_model = load_model(candidates, device)
-                first_pairs = source.pairs(view.item_captions(), FeatureNeeds.of(first_model))
+                first_pairs = model_pairs(candidates, source.pairs(view.item_captions(),
+                                                                   FeatureNeeds.of(first_model)), data, device)
                 first = similarity_matrix(first_model, encode_pairs(first_model, first_pairs, device))
             report = rerank_report(model, pairs, device, rerank, first)
         else:
@@ -347,9 +355,9 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
 
 def _export(args: argparse.Namespace) -> int:
     from trainer.checkpoint import load_model
-    from trainer.methods import export_model
+    from trainer.finetune import export_folder
 
-    model = load_model(_model_dir(args.model))
-    manifest = export_model(model, args.out)
+    model_dir = _model_dir(args.model)
+    manifest = export_folder(model_dir, load_model(model_dir), args.out)
     print(f"exported {manifest['method']} encoders ({', '.join(manifest['encoders'])}) to {args.out}")
     return 0

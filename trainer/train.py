@@ -7,9 +7,12 @@ early stopping on the validation rsum and a checkpoint after every epoch (:mod:`
 At the end the best epoch's weights are evaluated on the whole validation split (``metrics.json``) and
 exported to ONNX (``onnx/``) for the engine.
 
-Every method trains on frozen backbone features (the backbone is never fine-tuned here) and, by default,
-MiniLM text features: the sentence vector gives the global text feature and, where a method attends over
-words, MiniLM's token vectors are the words. A3VSE reads token vectors only (MiniLM's).
+Every method trains on frozen backbone features and, by default, MiniLM text features: the sentence vector
+gives the global text feature and, where a method attends over words, MiniLM's token vectors are the words.
+A3VSE reads token vectors only (MiniLM's).
+``--finetune-epochs N`` adds the papers' second phase: N epochs in which the image backbone reads pixels and
+is fine-tuned with the head (:mod:`trainer.finetune`; meant for CUDA). Its epochs follow the warm-up's in the
+same history, checkpoints and early stopping; the best epoch of either phase is the model.
 
 Interruption: SIGINT / SIGTERM set a :class:`StopRequest`; the loop finishes its current step, writes a
 resumable checkpoint (including how far into the epoch it got) and raises :class:`Interrupted`, which the
@@ -42,6 +45,22 @@ from engine.progress import Progress
 from trainer import checkpoint as ckpt
 from trainer.data import FeatureNeeds, FeatureSource, PairSet, TrainingData, feature_dims, load_training_data
 from trainer.evaluation import evaluate_pairs, nan_to_none, quick_rsum
+from trainer.finetune import (
+    FineTuned,
+    PixelFeed,
+    TorchBackbone,
+    backbone_features,
+    decode_for_eval,
+    export_backbone,
+    finetuned_backbone,
+    item_paths,
+    load_backbone,
+    optimizer_groups,
+    require_photos,
+    save_best,
+    to_pixels,
+    with_visual,
+)
 from trainer.methods import (
     ConfigError,
     MethodConfig,
@@ -181,6 +200,9 @@ class TrainOptions:
     schedule: str | None = None
     epoch_captions: int | None = None  # captions of each item per epoch; 0 = all (default: the recipe's)
     assets: Path | None = None
+    finetune_epochs: int = 0  # phase two: epochs with the backbone fine-tuned (trainer.finetune)
+    finetune_lr: float = 1e-5  # the backbone's rate in phase two
+    finetune_head_lr: float = 2e-5  # the head's rate in phase two
 
 
 def resolve_config(method: str, overrides: dict[str, Any], preset: str = "paper",
@@ -347,11 +369,13 @@ def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item:
 
 
 def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progress: float,
-               pseudo_rng: np.random.Generator | None) -> PairBatch:
-    """The :class:`PairBatch` of caption ``rows``; for A3VSE also as many pseudo pairs of the same kind."""
+               pseudo_rng: np.random.Generator | None, pictures: np.ndarray | None = None) -> PairBatch:
+    """The :class:`PairBatch` of caption ``rows``; for A3VSE also as many pseudo pairs of the same kind.
+    ``pictures`` (phase two) are the rows' items as pixels, in place of their cached features."""
     train = data.train
     items = train.caption_item[rows]
-    batch = PairBatch(train.visual.batch(items, device), train.text.batch(rows, device),
+    visual = to_pixels(pictures, device) if pictures is not None else train.visual.batch(items, device)
+    batch = PairBatch(visual, train.text.batch(rows, device),
                       visual_ids=torch.as_tensor(items, device=device), progress=min(1.0, max(0.0, progress)))
     pseudo = data.pseudo
     if pseudo is not None and pseudo_rng is not None:
@@ -367,14 +391,19 @@ def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progr
 # ------------------------------------------------------------------------------------------ optimisation
 
 
-def make_optimizer(recipe: Recipe, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Adam, AMSGrad (PVSE) or AdamW (PCME's AdamP stand-in) with the recipe's weight decay."""
+def make_optimizer(recipe: Recipe, params: list[nn.Parameter] | list[dict], lr: float) -> torch.optim.Optimizer:
+    """Adam, AMSGrad (PVSE) or AdamW (PCME's AdamP stand-in) with the recipe's weight decay. Every parameter
+    group keeps its ``base_lr`` (``lr`` unless the group names its own), which the schedule scales."""
     if recipe.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=recipe.weight_decay)
-    if recipe.optimizer in ("adam", "amsgrad"):
-        return torch.optim.Adam(params, lr=lr, weight_decay=recipe.weight_decay,
-                                amsgrad=recipe.optimizer == "amsgrad")
-    raise TrainingError(f"optimizer: unknown {recipe.optimizer!r}")
+        optimizer: torch.optim.Optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=recipe.weight_decay)
+    elif recipe.optimizer in ("adam", "amsgrad"):
+        optimizer = torch.optim.Adam(params, lr=lr, weight_decay=recipe.weight_decay,
+                                     amsgrad=recipe.optimizer == "amsgrad")
+    else:
+        raise TrainingError(f"optimizer: unknown {recipe.optimizer!r}")
+    for group in optimizer.param_groups:
+        group.setdefault("base_lr", lr)
+    return optimizer
 
 
 def learning_rate(recipe: Recipe, base: float, epoch: int, epochs: int, state: ckpt.TrainerState) -> float:
@@ -427,6 +456,14 @@ class Run:
     reporter: Reporter
     stop: StopRequest
     val_subset: PairSet
+    backbone: TorchBackbone | None = None  # phase two: the backbone being fine-tuned
+    trainable: nn.Module | None = None  # what checkpoints hold: the model, or FineTuned(backbone, model)
+    feed: PixelFeed | None = None
+    val_pixels: np.ndarray | None = None  # phase two: the validation subset's pictures, decoded once
+
+    @property
+    def checkpointed(self) -> nn.Module:
+        return self.trainable if self.trainable is not None else self.model
 
 
 def train(options: TrainOptions, stop: StopRequest | None = None, source: FeatureSource | None = None,
@@ -466,25 +503,43 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     recipe = dataclasses.replace(RECIPES[options.method], schedule=settings["schedule"])
     torch.manual_seed(settings["seed"])
     data = _load_data(options, config, world, source, stop)
+    if settings["finetune_epochs"] and (saved is None or saved.finetune_from is None):
+        require_photos(data.train, "training")  # refused before the warm-up, not after it
+        require_photos(data.val, "validation")
     if config.method == "instance" and not saved:
         config = dataclasses.replace(config, num_classes=data.train.n_items)  # type: ignore[call-arg]
     model = build_model(config).to(device)
-    optimizer = make_optimizer(recipe, list(model.parameters()), settings["lr"])
+    backbone = trainable = None
+    if saved is not None and saved.finetune_from is not None:  # resuming inside phase two
+        backbone = load_backbone().to(device)
+        trainable = FineTuned(backbone, model)
+        optimizer = make_optimizer(recipe, optimizer_groups(backbone, model, settings["finetune_lr"],
+                                                            settings["finetune_head_lr"]), settings["lr"])
+    else:
+        optimizer = make_optimizer(recipe, list(model.parameters()), settings["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     state = ckpt.TrainerState(method=config.method, options=_jsonable(settings, options))
     if saved:
-        state = _restore(out, model, optimizer, scaler, settings)
+        state = _restore(out, trainable or model, optimizer, scaler, settings)
         reporter.emit({"event": "resumed", "epoch": state.epoch, "step": state.step})
     elif world.main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.save_config(out, config)
-    wrapped: nn.Module = model
-    if world.active:
-        wrapped = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
     val_subset = _validation_subset(data.val, settings["val_items"], settings["seed"])
-    return Run(options, recipe, settings, config, model, wrapped, build_loss(config).to(device), optimizer,
-               scaler, data, state, device, world, reporter, stop, val_subset)
+    run = Run(options, recipe, settings, config, model, _wrap(trainable or model, world, device),
+              build_loss(config).to(device), optimizer, scaler, data, state, device, world, reporter, stop,
+              val_subset, backbone, trainable)
+    if backbone is not None:
+        _open_pixels(run)
+    return run
+
+
+def _wrap(module: nn.Module, world: Dist, device: torch.device) -> nn.Module:
+    """``module`` itself, or its DistributedDataParallel wrapper under torchrun."""
+    if not world.active:
+        return module
+    return nn.parallel.DistributedDataParallel(
+        module, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=True)
 
 
 def _resumable(options: TrainOptions, out: Path) -> ckpt.TrainerState | None:
@@ -525,18 +580,23 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
              "epochs": pick(options.epochs, recipe.epochs), "patience": pick(options.patience, recipe.patience),
              "seed": options.seed, "group": recipe.group, "per_item": _per_item(options, recipe),
              "val_items": pick(options.val_items, recipe.val_items),
-             "schedule": pick(options.schedule, recipe.schedule)}
+             "schedule": pick(options.schedule, recipe.schedule), "finetune_epochs": options.finetune_epochs,
+             "finetune_lr": options.finetune_lr, "finetune_head_lr": options.finetune_head_lr}
     if fresh["schedule"] not in SCHEDULES:
         raise TrainingError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {fresh['schedule']!r}")
-    for name in ("lr", "batch_size", "epochs", "patience", "val_items"):
+    for name in ("lr", "batch_size", "epochs", "patience", "val_items", "finetune_lr", "finetune_head_lr"):
         if fresh[name] <= 0:
             raise TrainingError(f"--{name.replace('_', '-')}: must be positive, got {fresh[name]}")
+    if fresh["finetune_epochs"] < 0:
+        raise TrainingError(f"--finetune-epochs: must be 0 or more, got {fresh['finetune_epochs']}")
     if fresh["batch_size"] < 2:
         raise TrainingError(f"--batch-size: must be at least 2, got {fresh['batch_size']}")
     if saved is None:
         return fresh
     kept = {k: saved.options.get(k, v) for k, v in fresh.items()}
     kept["epochs"] = pick(options.epochs, kept["epochs"])
+    if options.finetune_epochs:
+        kept["finetune_epochs"] = options.finetune_epochs
     return kept
 
 
@@ -593,25 +653,48 @@ def _validation_subset(val: PairSet, limit: int, seed: int) -> PairSet:
 
 
 def _loop(run: Run) -> None:
+    """Phase one (the warm-up on cached features), then phase two when ``finetune_epochs`` asks for it."""
     state, settings = run.state, run.settings
-    epochs = settings["epochs"]
     timer = _Eta()
-    while state.epoch < epochs and not state.stopped_early:
+    if state.finetune_from is None:
+        _phase(run, 0, settings["epochs"], timer)
+        if settings["finetune_epochs"]:
+            _begin_finetune(run)
+    if state.finetune_from is not None:
+        try:
+            _phase(run, state.finetune_from, state.finetune_from + settings["finetune_epochs"], timer)
+        finally:
+            if run.feed is not None:
+                run.feed.close()
+
+
+def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
+    """Epochs ``first`` .. ``end`` - 1 (the schedule restarts at ``first``), until early stopping."""
+    state, settings = run.state, run.settings
+    while state.epoch < end and not state.stopped_early:
         batches = epoch_batches(run.data.train, state.epoch, settings["seed"], settings["batch_size"],
                                 settings["group"], settings["per_item"], run.data.n_split_items)
         mine = _shard(batches, run.dist)
-        lr = learning_rate(run.recipe, settings["lr"], state.epoch, epochs, state)
+        scale = learning_rate(run.recipe, 1.0, state.epoch - first, end - first, state)
         for group in run.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = group["base_lr"] * scale
+        lr = run.optimizer.param_groups[-1]["lr"]  # the head's (phase two's last group)
+        pictures = None
+        if run.feed is not None:
+            pictures = run.feed.batches([run.data.train.caption_item[rows] for rows in mine], state.epoch,
+                                        state.step)
         sums: dict[str, float] = {}
         done_here, started = 0, time.monotonic()
-        run.model.train()
+        run.checkpointed.train()
         for index, rows in enumerate(mine):
             if index < state.step:
                 continue  # done before the interruption this run resumes from
-            progress = (state.epoch * len(mine) + index) / max(1, epochs * len(mine))
-            pseudo_rng = np.random.default_rng([settings["seed"], state.epoch, index, 1])
-            terms = _train_step(run, make_batch(run.data, rows, run.device, progress, pseudo_rng))
+            progress = (state.epoch * len(mine) + index) / max(1, end * len(mine))
+            # Phase two has no pseudo pairs: their cached features come from the stock backbone.
+            pseudo_rng = np.random.default_rng([settings["seed"], state.epoch, index, 1]) if pictures is None else None
+            batch = make_batch(run.data, rows, run.device, progress, pseudo_rng,
+                               next(pictures) if pictures is not None else None)
+            terms = _train_step(run, batch)
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0.0) + value
             done_here += 1
@@ -619,14 +702,42 @@ def _loop(run: Run) -> None:
             timer.tick()
             run.reporter.step({"event": "step", "epoch": state.epoch + 1, "step": index + 1, "total": len(mine),
                                "loss": terms, "lr": lr,
-                               "eta_s": timer.eta(epochs * len(mine) - (state.epoch * len(mine) + index + 1),
-                                                  epochs - state.epoch)},
+                               "eta_s": timer.eta(end * len(mine) - (state.epoch * len(mine) + index + 1),
+                                                  end - state.epoch)},
                               last=index + 1 == len(mine))
             if _should_stop(run):
                 _checkpoint(run)
                 raise Interrupted(run.stop.signum or signal.SIGTERM)
         _end_epoch(run, {k: v / max(1, done_here) for k, v in sums.items()}, lr, timer,
                    time.monotonic() - started)
+
+
+def _begin_finetune(run: Run) -> None:
+    """Phase two from the warm-up's best head: the backbone joins, with its own optimizer group; the
+    schedule, early stopping and the gradient scaler start afresh, the best rsum so far stays to beat."""
+    require_photos(run.data.train, "training")
+    require_photos(run.data.val, "validation")
+    settings, state = run.settings, run.state
+    ckpt.load_weights(Path(run.options.out) / ckpt.WEIGHTS_FILE, run.model)
+    run.backbone = load_backbone().to(run.device)
+    run.trainable = FineTuned(run.backbone, run.model)
+    run.optimizer = make_optimizer(run.recipe, optimizer_groups(run.backbone, run.model, settings["finetune_lr"],
+                                                                settings["finetune_head_lr"]), settings["lr"])
+    run.scaler = torch.amp.GradScaler(run.device.type, enabled=run.device.type == "cuda")
+    run.wrapped = _wrap(run.trainable, run.dist, run.device)
+    state.finetune_from, state.step = state.epoch, 0
+    state.bad_epochs, state.plateau_epochs, state.lr_scale, state.stopped_early = 0, 0, 1.0, False
+    _open_pixels(run)
+    _checkpoint(run)
+    run.reporter.emit({"event": "phase", "phase": "finetune", "epoch": state.epoch,
+                       "epochs": settings["finetune_epochs"], "lr": settings["finetune_lr"]})
+
+
+def _open_pixels(run: Run) -> None:
+    """Phase two's pictures: the training feed and the validation subset decoded once."""
+    run.feed = PixelFeed(item_paths(run.options.data, run.data.train.files), run.settings["seed"],
+                         threads=min(8, os.cpu_count() or 1))
+    run.val_pixels = decode_for_eval(item_paths(run.options.data, run.val_subset.files))
 
 
 def _shard(batches: list[np.ndarray], world: Dist) -> list[np.ndarray]:
@@ -649,7 +760,7 @@ def _train_step(run: Run, batch: PairBatch) -> dict[str, float]:
                             f"{ {k: float(v) for k, v in terms.items()} }; try a lower --lr")
     run.scaler.scale(total).backward()
     run.scaler.unscale_(run.optimizer)
-    nn.utils.clip_grad_norm_(run.model.parameters(), GRAD_CLIP)
+    nn.utils.clip_grad_norm_(run.checkpointed.parameters(), GRAD_CLIP)
     run.scaler.step(run.optimizer)
     run.scaler.update()
     return {k: float(v.detach()) for k, v in terms.items()}
@@ -672,14 +783,18 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
     started = time.monotonic()
     decision = torch.zeros(2, device=run.device)
     if run.dist.main:
-        report = quick_rsum(run.model, run.val_subset, run.device)
+        val = run.val_subset
+        if run.backbone is not None:
+            assert run.val_pixels is not None
+            val = with_visual(val, backbone_features(run.backbone, run.val_pixels, run.device))
+        report = quick_rsum(run.model, val, run.device)
         state.epoch += 1
         state.step = 0
         best = update_after_validation(run.recipe, state, report["rsum"], run.settings["patience"])
         state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best,
                               "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2)})
         if best:
-            ckpt.save_weights(Path(run.options.out) / ckpt.WEIGHTS_FILE, run.model)
+            save_best(Path(run.options.out), run.model, run.backbone)
         _checkpoint(run)
         run.reporter.emit({"event": "epoch", "epoch": state.epoch, "val": report, "best": best, "loss": losses,
                            "lr": lr})
@@ -697,19 +812,26 @@ def _checkpoint(run: Run) -> None:
         return
     training = {"optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
                 "torch_rng": torch.get_rng_state()}
-    ckpt.save_checkpoint(Path(run.options.out), run.model, training, run.state)
+    ckpt.save_checkpoint(Path(run.options.out), run.checkpointed, training, run.state)
 
 
 def _finish(run: Run) -> dict[str, Any]:
     """Evaluate the best epoch on the whole validation split, write metrics.json, export ONNX, report."""
     out = Path(run.options.out)
     ckpt.load_weights(out / ckpt.WEIGHTS_FILE, run.model)
-    report = evaluate_pairs(run.model, run.data.val, run.device)
+    val, found, backbone = run.data.val, finetuned_backbone(out), None
+    if found is not None:
+        backbone = load_backbone(found[1]).to(run.device)
+        pictures = decode_for_eval(item_paths(run.options.data, val.files))
+        val = with_visual(val, backbone_features(backbone, pictures, run.device))
+    report = evaluate_pairs(run.model, val, run.device)
     report.update(method=run.config.method, split=run.options.val_split, best_epoch=run.state.best_epoch,
-                  epochs=run.state.epoch)
+                  epochs=run.state.epoch, backbone=found[0] if found else None,
+                  finetune_from=run.state.finetune_from)
     report = nan_to_none(report)
     ckpt.write_json(out / ckpt.METRICS_FILE, report)
-    export_model(run.model, out / ckpt.ONNX_DIR)
+    export_model(run.model, out / ckpt.ONNX_DIR,
+                 backbone=(lambda dest: export_backbone(backbone, found[0], dest)) if found and backbone else None)
     run.state.finished = True
     ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
     run.reporter.emit({"event": "done", "model_dir": str(out), "val": report})

@@ -14,6 +14,9 @@
   ``attention_heads`` (H), ``similarity`` ('cosine' | 'max-cosine' | 'network'), ``probabilistic``,
   ``max_frames``, PCME's ``match_scale``/``match_shift``/``num_samples``, ``encoders`` (per modality: file,
   inputs and outputs with shapes, symbolic axes as strings) and the full ``config``.
+- for a model whose backbone was fine-tuned (:mod:`trainer.finetune`): ``backbone.onnx`` (the stock backbone's
+  inputs and outputs) and ``backbone`` in the manifest (``id``, ``file``, ``image_size``, ``mean``, ``std``);
+  ``feature_backbone`` is then that id.
 
 The legacy TorchScript exporter (``dynamo=False``) is used: it traces these small graphs predictably.
 """
@@ -27,6 +30,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,10 +169,14 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
 
 
 def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
-                 modalities: tuple[str, ...] = MODALITIES) -> dict[str, Any]:
+                 modalities: tuple[str, ...] = MODALITIES,
+                 backbone: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Export ``model``'s encoders and manifest into ``out_dir`` (replaced atomically); returns the manifest.
 
     The model is copied to the CPU and put in eval mode, so the caller's model is left as it was.
+    ``backbone``, for a model trained with its own fine-tuned backbone, writes that backbone's graph into the
+    staging folder it is given and returns its manifest entry (``id``, ``file``, ``image_size``, ...): the
+    manifest then names it under ``backbone`` and its id as ``feature_backbone``.
     """
     unknown = [m for m in modalities if m not in MODALITIES]
     if unknown:
@@ -189,6 +197,9 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
             spec = manifest["similarity_model"]
             _export_graph(_PairScores(frozen), dummy_inputs(spec["inputs"]), staging / spec["file"],
                           spec["inputs"], spec["outputs"])
+        if backbone is not None:
+            manifest["backbone"] = backbone(staging)
+            manifest["feature_backbone"] = manifest["backbone"]["id"]
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         _swap_into_place(staging, target)
     except BaseException:
