@@ -661,8 +661,8 @@ def _loop(run: Run) -> None:
         if settings["finetune_epochs"]:
             _begin_finetune(run)
     if state.finetune_from is not None:
-        try:
-            _phase(run, state.finetune_from, state.finetune_from + settings["finetune_epochs"], timer)
+        try:  # a fresh ETA: a fine-tuning step costs 100x a warm-up step
+            _phase(run, state.finetune_from, state.finetune_from + settings["finetune_epochs"], _Eta())
         finally:
             if run.feed is not None:
                 run.feed.close()

@@ -169,3 +169,19 @@ def test_two_process_data_parallel_training(shared, tmp_path):
     assert step["total"] == 1  # 2 batches (12 items, one caption each, 6 a batch) shared by 2 processes
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["finished"] and state["epoch"] == 2 and (out / "onnx" / "manifest.json").is_file()
+
+
+@pytest.mark.slow
+def test_two_process_data_parallel_fine_tuning(shared, tmp_path):
+    """Phase two under DDP: the backbone and head wrapped together, both ranks stepping in lockstep."""
+    out = tmp_path / "ddp-ft"
+    args = train_args(shared["folder"], out, "--epochs", "1", "--finetune-epochs", "1", "--json-progress")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "trainer", *args], capture_output=True, text=True, env=shared["env"],
+                         timeout=TIMEOUT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    stream = events("\n".join(line for line in run.stdout.splitlines() if line.startswith("{")))
+    assert [e["event"] for e in stream].count("phase") == 1 and [e["event"] for e in stream].count("done") == 1
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["finished"] and state["epoch"] == 2 and state["finetune_from"] == 1
+    assert len(state["history"]) == 2

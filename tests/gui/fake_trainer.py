@@ -1,10 +1,11 @@
 """A stand-in trainer for GUI tests: prints ``--json-progress`` lines like ``python -m trainer train``.
 
-Usage: ``python fake_trainer.py train --method M --data D --out O --epochs N --device X [--resume] ...
---json-progress`` (other trainer options are accepted and ignored). ``FAKE_TRAINER_STEP_S`` sets the pause
-between steps; ``FAKE_TRAINER_FAIL=1`` makes it exit with code 3. Like the real trainer, SIGTERM stops it
-after the current step with a "stopped" event and a checkpoint (``trainer_state.json``) that ``--resume``
-continues from, exit status 143. A finished run writes ``config.json`` and ``metrics.json``.
+Usage: ``python fake_trainer.py train --method M --data D --out O --epochs N --device X [--resume]
+[--finetune-epochs F] ... --json-progress`` (F more epochs after a "phase" event; other trainer options are
+accepted and ignored). ``FAKE_TRAINER_STEP_S`` sets the pause between steps; ``FAKE_TRAINER_FAIL=1`` makes it
+exit with code 3. Like the real trainer, SIGTERM stops it after the current step with a "stopped" event and a
+checkpoint (``trainer_state.json``) that ``--resume`` continues from, exit status 143. A finished run writes
+``config.json`` and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main() -> int:
     for flag in ("--method", "--data", "--out", "--device"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--finetune-epochs", type=int, default=0)
     parser.add_argument("--val-split", default="dev")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--json-progress", action="store_true")
@@ -46,7 +48,11 @@ def main() -> int:
         first = json.loads((out / "trainer_state.json").read_text())["epoch"] + 1
         print(json.dumps({"event": "resumed", "epoch": first - 1, "step": 0}), flush=True)
     print("loading data (not JSON)", flush=True)
-    for epoch in range(first, args.epochs + 1):
+    total = args.epochs + args.finetune_epochs
+    for epoch in range(first, total + 1):
+        if epoch == args.epochs + 1:
+            print(json.dumps({"event": "phase", "phase": "finetune", "epoch": args.epochs,
+                              "epochs": args.finetune_epochs, "lr": 1e-5}), flush=True)
         for step in range(1, STEPS + 1):
             loss = 1.0 / (epoch * STEPS + step)
             print(json.dumps({"event": "step", "epoch": epoch, "step": step, "total": STEPS,
@@ -64,7 +70,7 @@ def main() -> int:
         print("Traceback: something broke", file=sys.stderr, flush=True)
         return 3
     out.mkdir(parents=True, exist_ok=True)
-    final = {**metrics(args.epochs), "split": args.val_split, "method": args.method}
+    final = {**metrics(total), "split": args.val_split, "method": args.method}
     (out / "metrics.json").write_text(json.dumps(final))
     (out / "config.json").write_text(json.dumps({"method": args.method}))
     print(json.dumps({"event": "done", "model_dir": str(out), "val": final}), flush=True)

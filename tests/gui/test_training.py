@@ -53,6 +53,8 @@ def test_request_arguments_follow_the_cli_contract(tmp_path: Path) -> None:
     assert resumed[resumed.index("--val-split") + 1] == "heldout"
     assert "--low-priority" in args  # the trainer yields the CPU to the GUI
     assert "--low-priority" not in TrainingRequest("vse", tmp_path, tmp_path, low_priority=False).arguments()
+    tuned = TrainingRequest("vse", tmp_path, tmp_path, epochs=4, finetune_epochs=2)
+    assert tuned.arguments()[tuned.arguments().index("--finetune-epochs") + 1] == "2" and tuned.total_epochs == 6
 
 
 def test_headline_reads_text_to_item_recalls_and_rsum() -> None:
@@ -121,6 +123,23 @@ def test_a_run_plots_loss_and_rsum_and_reports_the_model(qtbot, dialog, tmp_path
     assert values == sorted(values) and {maximum for _, maximum, _ in bar} == {10}
     assert (5, 10, "epoch 1/2 · 50%") in bar and (6, 10, "epoch 2/2 · 60%") in bar
     assert [x for x, _ in dialog.losses] == list(range(1, 11))  # the loss curve's x: the step of the run
+
+
+def test_fine_tuning_epochs_extend_the_run_and_are_announced(qtbot, dialog, tmp_path: Path) -> None:
+    dialog.epochs.setValue(2)
+    assert dialog.finetune.value() == 0 and dialog.finetune.text() == "off"
+    assert "--finetune-epochs" not in dialog.request().arguments()
+    dialog.finetune.setValue(1)
+    args = dialog.request().arguments()
+    assert args[args.index("--finetune-epochs") + 1] == "1"
+    with qtbot.waitSignal(dialog.model_trained, timeout=15000):
+        dialog.start_button.click()
+        assert not dialog.finetune.isEnabled()
+    assert len(dialog.losses) == 15 and [e for e, _ in dialog.rsums] == [1, 2, 3]
+    assert dialog.progress.maximum() == 15 and dialog.progress.text() == "epoch 3/3 · 100%"
+    assert "epoch 2: fine-tuning the image backbone for 1 epoch" in dialog.log_view.toPlainText()
+    assert dialog._phase_marker is not None and dialog._phase_marker.value() == 2.5  # between the phases
+    assert dialog.finetune.isEnabled()
 
 
 def test_cancel_stops_the_trainer_and_resume_continues_it(qtbot, dialog,
