@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(photos only; meant for CUDA)")
     p.add_argument("--finetune-lr", type=float, default=1e-5, help="the backbone's learning rate in fine-tuning")
     p.add_argument("--finetune-head-lr", type=float, default=2e-5, help="the head's learning rate in fine-tuning")
+    p.add_argument("--finetune-blocks", type=int, default=16, metavar="N",
+                   help="fine-tune only the last N of the backbone's 16 blocks (and its head convolution); below "
+                        "16 the frozen part runs once per picture and is cached (fast on a CPU, no augmentation)")
 
     p = sub.add_parser("evaluate", help="retrieval metrics of a trained model on a caption folder")
     p.add_argument("--model", required=True, type=Path, help="a model folder written by train --out")
@@ -245,7 +248,7 @@ def _train(args: argparse.Namespace) -> int:
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
         pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
         epoch_captions=args.epoch_captions, finetune_epochs=args.finetune_epochs, finetune_lr=args.finetune_lr,
-        finetune_head_lr=args.finetune_head_lr)
+        finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks)
     if not (args.data / "captions.tsv").is_file():
         from trainer.data import DataError
 

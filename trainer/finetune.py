@@ -63,6 +63,7 @@ CROP_SCALE = (0.5, 1.0)
 CROP_RATIO = (3 / 4, 4 / 3)
 CUTOUT_SIDE = IMAGE_SIZE // 4
 CUTOUT_P = 0.5
+NUM_BLOCKS = 16  # EfficientNet-Lite0's MBConv blocks
 FEATURE_BATCH = 64  # pictures per forward pass when computing validation features
 BACKBONE_PREFIX = "backbone-"
 BACKBONE_META = "backbone"  # metadata key of model.safetensors naming the fine-tuned backbone
@@ -85,19 +86,55 @@ class Pixels:
         return self.images.shape[0]
 
 
+@dataclasses.dataclass
+class Trunk:
+    """A batch of the frozen trunk's outputs (:meth:`TorchBackbone.trunk`), cached once per picture."""
+
+    features: Tensor
+
+    def __len__(self) -> int:
+        return self.features.shape[0]
+
+
 class TorchBackbone(nn.Module):
-    """EfficientNet-Lite0 giving the features the heads read: ``local`` (B, 49, 1280) and their mean."""
+    """EfficientNet-Lite0 giving the features the heads read: ``local`` (B, 49, 1280) and their mean.
 
-    def __init__(self, net: nn.Module) -> None:
+    ``trainable_from`` = k freezes the stem and the first k of the 16 MBConv blocks (the *trunk*); the last
+    16 - k blocks and the 1x1 head convolution learn. The same computation as ``net.extract_features``,
+    split in two so the trunk's output can be cached.
+    """
+
+    def __init__(self, net: nn.Module, trainable_from: int = 0) -> None:
         super().__init__()
-        self.net = net
-        for p in net._fc.parameters():
-            p.requires_grad_(False)
+        if not 0 <= trainable_from < len(net._blocks):
+            raise FinetuneError(f"--finetune-blocks: between 1 and {len(net._blocks)} blocks can be fine-tuned")
+        self.net, self.trainable_from = net, trainable_from
+        frozen = [net._fc, *net._blocks[:trainable_from]] + ([net._conv_stem, net._bn0] if trainable_from else [])
+        for module in frozen:
+            for p in module.parameters():
+                p.requires_grad_(False)
 
-    def forward(self, images: Tensor) -> ImageInput:
-        fmap = self.net.extract_features((images - PIXEL_MEAN) / PIXEL_STD)  # (B, 1280, 7, 7)
+    def _block(self, index: int, x: Tensor) -> Tensor:
+        rate = self.net._global_params.drop_connect_rate  # stochastic depth, scaled by depth as the package does
+        return self.net._blocks[index](x, drop_connect_rate=rate * index / len(self.net._blocks) if rate else rate)
+
+    def trunk(self, images: Tensor) -> Tensor:
+        """Stem and the frozen blocks: (B, 3, S, S) pixels in 0..255 to the first trainable block's input."""
+        x = self.net._swish(self.net._bn0(self.net._conv_stem((images - PIXEL_MEAN) / PIXEL_STD)))
+        for index in range(self.trainable_from):
+            x = self._block(index, x)
+        return x
+
+    def top(self, x: Tensor) -> ImageInput:
+        """The trainable blocks and the head convolution on the trunk's output."""
+        for index in range(self.trainable_from, len(self.net._blocks)):
+            x = self._block(index, x)
+        fmap = self.net._swish(self.net._bn1(self.net._conv_head(x)))  # (B, 1280, 7, 7)
         local = fmap.flatten(2).transpose(1, 2).float()
         return ImageInput(local, local.mean(dim=1))
+
+    def forward(self, images: Tensor) -> ImageInput:
+        return self.top(self.trunk(images))
 
     def train(self, mode: bool = True) -> TorchBackbone:
         super().train(mode)
@@ -121,14 +158,16 @@ class FineTuned(nn.Module):
         visual, unlabelled = batch.visual, batch.unlabelled_visual
         if isinstance(visual, Pixels):
             visual = self.backbone(visual.images)
+        elif isinstance(visual, Trunk):
+            visual = self.backbone.top(visual.features)
         if isinstance(unlabelled, Pixels):
             unlabelled = self.backbone(unlabelled.images)
         return dataclasses.replace(batch, visual=visual, unlabelled_visual=unlabelled)
 
 
-def load_backbone(weights: Path | None = None) -> TorchBackbone:
+def load_backbone(weights: Path | None = None, trainable_from: int = 0) -> TorchBackbone:
     """The ImageNet backbone, or a fine-tuned one from ``weights`` (safetensors of a TorchBackbone)."""
-    backbone = TorchBackbone(load_efficientnet_lite0())
+    backbone = TorchBackbone(load_efficientnet_lite0(), trainable_from)
     if weights is not None:
         ckpt.load_weights(weights, backbone)
     return backbone
@@ -212,15 +251,40 @@ def decode_for_eval(paths: Sequence[Path], threads: int = 4) -> np.ndarray:
 
 
 @torch.no_grad()
-def backbone_features(backbone: TorchBackbone, pictures: np.ndarray, device: torch.device) -> VisualFeatures:
-    """Photo features of ``pictures`` (N, 3, S, S uint8) under ``backbone``, as :class:`VisualFeatures`."""
+def trunk_outputs(backbone: TorchBackbone, paths: Sequence[Path], device: torch.device) -> np.ndarray:
+    """The frozen trunk's float16 outputs for the pictures at ``paths`` (decoded as the engine decodes them),
+    computed a chunk at a time so the decoded pictures never all sit in memory."""
+    was_training = backbone.training
+    backbone.eval()
+    parts = []
+    try:
+        for start in range(0, len(paths), FEATURE_BATCH * 4):
+            pictures = decode_for_eval(paths[start:start + FEATURE_BATCH * 4])
+            for first in range(0, len(pictures), FEATURE_BATCH):
+                with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=device.type == "cuda"):
+                    out = backbone.trunk(to_pixels(pictures[first:first + FEATURE_BATCH], device).images)
+                parts.append(out.float().cpu().numpy().astype(np.float16))
+    finally:
+        backbone.train(was_training)
+    return np.concatenate(parts)
+
+
+@torch.no_grad()
+def backbone_features(backbone: TorchBackbone, pictures: np.ndarray, device: torch.device,
+                      from_trunk: bool = False) -> VisualFeatures:
+    """Photo features of ``pictures`` (N, 3, S, S uint8) under ``backbone``, as :class:`VisualFeatures`;
+    with ``from_trunk``, ``pictures`` are cached trunk outputs (:func:`trunk_outputs`) instead."""
     was_training = backbone.training
     backbone.eval()
     local, pooled = [], []
     try:
         for start in range(0, len(pictures), FEATURE_BATCH):
             with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=device.type == "cuda"):
-                out = backbone(to_pixels(pictures[start:start + FEATURE_BATCH], device).images)
+                chunk = pictures[start:start + FEATURE_BATCH]
+                if from_trunk:
+                    out = backbone.top(torch.from_numpy(chunk).to(device).float())
+                else:
+                    out = backbone(to_pixels(chunk, device).images)
             local.append(out.local.float().cpu().numpy().astype(np.float16))
             pooled.append(out.pooled.float().cpu().numpy().astype(np.float16))
     finally:

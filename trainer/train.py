@@ -31,7 +31,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +46,12 @@ from trainer import checkpoint as ckpt
 from trainer.data import FeatureNeeds, FeatureSource, PairSet, TrainingData, feature_dims, load_training_data
 from trainer.evaluation import evaluate_pairs, nan_to_none, quick_rsum
 from trainer.finetune import (
+    NUM_BLOCKS,
     FineTuned,
     PixelFeed,
+    Pixels,
     TorchBackbone,
+    Trunk,
     backbone_features,
     decode_for_eval,
     export_backbone,
@@ -59,6 +62,7 @@ from trainer.finetune import (
     require_photos,
     save_best,
     to_pixels,
+    trunk_outputs,
     with_visual,
 )
 from trainer.methods import (
@@ -203,6 +207,7 @@ class TrainOptions:
     finetune_epochs: int = 0  # phase two: epochs with the backbone fine-tuned (trainer.finetune)
     finetune_lr: float = 1e-5  # the backbone's rate in phase two
     finetune_head_lr: float = 2e-5  # the head's rate in phase two
+    finetune_blocks: int = NUM_BLOCKS  # phase two trains the last N MBConv blocks (fewer: their input is cached)
 
 
 def resolve_config(method: str, overrides: dict[str, Any], preset: str = "paper",
@@ -369,12 +374,12 @@ def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item:
 
 
 def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progress: float,
-               pseudo_rng: np.random.Generator | None, pictures: np.ndarray | None = None) -> PairBatch:
+               pseudo_rng: np.random.Generator | None, visual: Pixels | Trunk | None = None) -> PairBatch:
     """The :class:`PairBatch` of caption ``rows``; for A3VSE also as many pseudo pairs of the same kind.
-    ``pictures`` (phase two) are the rows' items as pixels, in place of their cached features."""
+    ``visual`` (phase two) is the rows' items as pixels or trunk outputs, in place of their cached features."""
     train = data.train
     items = train.caption_item[rows]
-    visual = to_pixels(pictures, device) if pictures is not None else train.visual.batch(items, device)
+    visual = visual if visual is not None else train.visual.batch(items, device)
     batch = PairBatch(visual, train.text.batch(rows, device),
                       visual_ids=torch.as_tensor(items, device=device), progress=min(1.0, max(0.0, progress)))
     pseudo = data.pseudo
@@ -460,6 +465,8 @@ class Run:
     trainable: nn.Module | None = None  # what checkpoints hold: the model, or FineTuned(backbone, model)
     feed: PixelFeed | None = None
     val_pixels: np.ndarray | None = None  # phase two: the validation subset's pictures, decoded once
+    train_trunk: np.ndarray | None = None  # phase two on part of the backbone: the frozen trunk's outputs
+    val_trunk: np.ndarray | None = None
 
     @property
     def checkpointed(self) -> nn.Module:
@@ -511,7 +518,7 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     model = build_model(config).to(device)
     backbone = trainable = None
     if saved is not None and saved.finetune_from is not None:  # resuming inside phase two
-        backbone = load_backbone().to(device)
+        backbone = load_backbone(trainable_from=NUM_BLOCKS - settings["finetune_blocks"]).to(device)
         trainable = FineTuned(backbone, model)
         optimizer = make_optimizer(recipe, optimizer_groups(backbone, model, settings["finetune_lr"],
                                                             settings["finetune_head_lr"]), settings["lr"])
@@ -581,12 +588,15 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
              "seed": options.seed, "group": recipe.group, "per_item": _per_item(options, recipe),
              "val_items": pick(options.val_items, recipe.val_items),
              "schedule": pick(options.schedule, recipe.schedule), "finetune_epochs": options.finetune_epochs,
-             "finetune_lr": options.finetune_lr, "finetune_head_lr": options.finetune_head_lr}
+             "finetune_lr": options.finetune_lr, "finetune_head_lr": options.finetune_head_lr,
+             "finetune_blocks": options.finetune_blocks}
     if fresh["schedule"] not in SCHEDULES:
         raise TrainingError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {fresh['schedule']!r}")
     for name in ("lr", "batch_size", "epochs", "patience", "val_items", "finetune_lr", "finetune_head_lr"):
         if fresh[name] <= 0:
             raise TrainingError(f"--{name.replace('_', '-')}: must be positive, got {fresh[name]}")
+    if not 1 <= fresh["finetune_blocks"] <= NUM_BLOCKS:
+        raise TrainingError(f"--finetune-blocks: between 1 and {NUM_BLOCKS}, got {fresh['finetune_blocks']}")
     if fresh["finetune_epochs"] < 0:
         raise TrainingError(f"--finetune-epochs: must be 0 or more, got {fresh['finetune_epochs']}")
     if fresh["batch_size"] < 2:
@@ -691,9 +701,9 @@ def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
                 continue  # done before the interruption this run resumes from
             progress = (state.epoch * len(mine) + index) / max(1, end * len(mine))
             # Phase two has no pseudo pairs: their cached features come from the stock backbone.
-            pseudo_rng = np.random.default_rng([settings["seed"], state.epoch, index, 1]) if pictures is None else None
-            batch = make_batch(run.data, rows, run.device, progress, pseudo_rng,
-                               next(pictures) if pictures is not None else None)
+            pseudo_rng = np.random.default_rng([settings["seed"], state.epoch, index, 1]) \
+                if state.finetune_from is None else None
+            batch = make_batch(run.data, rows, run.device, progress, pseudo_rng, _phase_two_visual(run, rows, pictures))
             terms = _train_step(run, batch)
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0.0) + value
@@ -712,6 +722,16 @@ def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
                    time.monotonic() - started)
 
 
+def _phase_two_visual(run: Run, rows: np.ndarray, pictures: Iterator[np.ndarray] | None) -> Pixels | Trunk | None:
+    """The batch's visual input in phase two (None in phase one: the cached features)."""
+    if pictures is not None:
+        return to_pixels(next(pictures), run.device)
+    if run.train_trunk is not None:
+        items = run.data.train.caption_item[rows]
+        return Trunk(torch.from_numpy(run.train_trunk[items]).to(run.device).float())
+    return None
+
+
 def _begin_finetune(run: Run) -> None:
     """Phase two from the warm-up's best head: the backbone joins, with its own optimizer group; the
     schedule, early stopping and the gradient scaler start afresh, the best rsum so far stays to beat."""
@@ -719,7 +739,7 @@ def _begin_finetune(run: Run) -> None:
     require_photos(run.data.val, "validation")
     settings, state = run.settings, run.state
     ckpt.load_weights(Path(run.options.out) / ckpt.WEIGHTS_FILE, run.model)
-    run.backbone = load_backbone().to(run.device)
+    run.backbone = load_backbone(trainable_from=NUM_BLOCKS - settings["finetune_blocks"]).to(run.device)
     run.trainable = FineTuned(run.backbone, run.model)
     run.optimizer = make_optimizer(run.recipe, optimizer_groups(run.backbone, run.model, settings["finetune_lr"],
                                                                 settings["finetune_head_lr"]), settings["lr"])
@@ -734,10 +754,17 @@ def _begin_finetune(run: Run) -> None:
 
 
 def _open_pixels(run: Run) -> None:
-    """Phase two's pictures: the training feed and the validation subset decoded once."""
-    run.feed = PixelFeed(item_paths(run.options.data, run.data.train.files), run.settings["seed"],
-                         threads=min(8, os.cpu_count() or 1))
-    run.val_pixels = decode_for_eval(item_paths(run.options.data, run.val_subset.files))
+    """Phase two's pictures: the augmented training feed and the validation subset decoded once; or, when
+    only the last blocks learn, the frozen trunk's output of every picture computed once (no augmentation)."""
+    assert run.backbone is not None
+    train_paths = item_paths(run.options.data, run.data.train.files)
+    val_paths = item_paths(run.options.data, run.val_subset.files)
+    if run.backbone.trainable_from:
+        run.train_trunk = trunk_outputs(run.backbone, train_paths, run.device)
+        run.val_trunk = trunk_outputs(run.backbone, val_paths, run.device)
+        return
+    run.feed = PixelFeed(train_paths, run.settings["seed"], threads=min(8, os.cpu_count() or 1))
+    run.val_pixels = decode_for_eval(val_paths)
 
 
 def _shard(batches: list[np.ndarray], world: Dist) -> list[np.ndarray]:
@@ -785,8 +812,10 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
     if run.dist.main:
         val = run.val_subset
         if run.backbone is not None:
-            assert run.val_pixels is not None
-            val = with_visual(val, backbone_features(run.backbone, run.val_pixels, run.device))
+            cached = run.val_trunk if run.val_trunk is not None else run.val_pixels
+            assert cached is not None
+            val = with_visual(val, backbone_features(run.backbone, cached, run.device,
+                                                     from_trunk=run.val_trunk is not None))
         report = quick_rsum(run.model, val, run.device)
         state.epoch += 1
         state.step = 0

@@ -108,6 +108,29 @@ def test_finetune_follows_the_warmup_and_exports_its_own_backbone(workspace, tmp
     assert again["rsum"] == pytest.approx(report["rsum"], abs=1e-6)
 
 
+def test_fine_tuning_the_last_blocks_reads_the_cached_trunk_and_leaves_it_unchanged(workspace, tmp_path,
+                                                                                     monkeypatch):
+    folder, source, assets = workspace
+    scripted_rsums(monkeypatch, [50.0, 80.0])
+    import trainer.finetune as finetune
+
+    seen = []
+    real_top = finetune.TorchBackbone.top
+    monkeypatch.setattr(finetune.TorchBackbone, "top", lambda self, x: seen.append(tuple(x.shape)) or real_top(self, x))
+    out = tmp_path / "top2"
+    report = train(options(folder, out, assets, finetune_blocks=2), source=source,
+                   reporter=Reporter(True, enabled=False))
+    # two training steps and the validation read the cached trunk (the final evaluation runs whole pictures)
+    assert report["backbone"] is not None and [shape[1:] for shape in seen[:3]] == [(192, 7, 7)] * 3
+    tuned, stock = load_backbone(finetuned_backbone(out)[1]).state_dict(), load_backbone().state_dict()
+    moved = {n.split(".")[2] if n.startswith("net._blocks.") else n.split(".")[1]
+             for n, p in tuned.items() if p.is_floating_point() and not torch.equal(p, stock[n])}
+    assert moved == {"14", "15", "_conv_head", "_bn1"}  # only the last two blocks and the head convolution
+    with pytest.raises(Exception, match="--finetune-blocks"):
+        train(options(folder, tmp_path / "bad", assets, finetune_blocks=17), source=source,
+              reporter=Reporter(True, enabled=False))
+
+
 def test_a_warmup_that_stays_best_keeps_the_stock_backbone(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
     scripted_rsums(monkeypatch, [80.0, 50.0])
