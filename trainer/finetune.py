@@ -39,7 +39,7 @@ import hashlib
 import json
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from engine.media import MediaError
 from engine.media.decode import decode_image
+from engine.progress import Progress
 from trainer import checkpoint as ckpt
 from trainer.data import PairSet, VisualFeatures
 from trainer.methods import ImageInput, PairBatch, RetrievalModel
@@ -251,7 +252,8 @@ def decode_for_eval(paths: Sequence[Path], threads: int = 4) -> np.ndarray:
 
 
 @torch.no_grad()
-def trunk_outputs(backbone: TorchBackbone, paths: Sequence[Path], device: torch.device) -> np.ndarray:
+def trunk_outputs(backbone: TorchBackbone, paths: Sequence[Path], device: torch.device,
+                  progress: Callable[[Progress], None] | None = None) -> np.ndarray:
     """The frozen trunk's float16 outputs for the pictures at ``paths`` (decoded as the engine decodes them),
     computed a chunk at a time so the decoded pictures never all sit in memory."""
     was_training = backbone.training
@@ -264,6 +266,9 @@ def trunk_outputs(backbone: TorchBackbone, paths: Sequence[Path], device: torch.
                 with torch.autocast(device_type=device.type, dtype=torch.float16, enabled=device.type == "cuda"):
                     out = backbone.trunk(to_pixels(pictures[first:first + FEATURE_BATCH], device).images)
                 parts.append(out.float().cpu().numpy().astype(np.float16))
+            if progress is not None:
+                done = min(len(paths), start + FEATURE_BATCH * 4)
+                progress(Progress(done, len(paths), f"frozen backbone blocks for {done} of {len(paths)} pictures"))
     finally:
         backbone.train(was_training)
     return np.concatenate(parts)

@@ -747,10 +747,10 @@ def _begin_finetune(run: Run) -> None:
     run.wrapped = _wrap(run.trainable, run.dist, run.device)
     state.finetune_from, state.step = state.epoch, 0
     state.bad_epochs, state.plateau_epochs, state.lr_scale, state.stopped_early = 0, 0, 1.0, False
-    _open_pixels(run)
-    _checkpoint(run)
     run.reporter.emit({"event": "phase", "phase": "finetune", "epoch": state.epoch,
                        "epochs": settings["finetune_epochs"], "lr": settings["finetune_lr"]})
+    _open_pixels(run)
+    _checkpoint(run)
 
 
 def _open_pixels(run: Run) -> None:
@@ -760,8 +760,9 @@ def _open_pixels(run: Run) -> None:
     train_paths = item_paths(run.options.data, run.data.train.files)
     val_paths = item_paths(run.options.data, run.val_subset.files)
     if run.backbone.trainable_from:
-        run.train_trunk = trunk_outputs(run.backbone, train_paths, run.device)
-        run.val_trunk = trunk_outputs(run.backbone, val_paths, run.device)
+        report = run.reporter.progress("fine-tuning cache")
+        run.train_trunk = trunk_outputs(run.backbone, train_paths, run.device, report)
+        run.val_trunk = trunk_outputs(run.backbone, val_paths, run.device, report)
         return
     run.feed = PixelFeed(train_paths, run.settings["seed"], threads=min(8, os.cpu_count() or 1))
     run.val_pixels = decode_for_eval(val_paths)

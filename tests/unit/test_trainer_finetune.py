@@ -242,3 +242,17 @@ def test_a_manifest_whose_backbone_is_not_its_feature_backbone_is_refused(tmp_pa
     path.write_text(json.dumps(manifest))
     with pytest.raises(ModelLoadError, match="backbone.onnx: missing"):
         ModelRunner.load(model_dir / "onnx", backbone_id="efficientnet-lite0")
+
+
+def test_a_finished_model_can_be_fine_tuned_later_with_resume(workspace, tmp_path, monkeypatch):
+    folder, source, assets = workspace
+    quiet = Reporter(True, enabled=False)
+    out = tmp_path / "later"
+    train(options(folder, out, assets, finetune_epochs=0), source=source, reporter=quiet)
+    assert ckpt.load_state(out).finetune_from is None and finetuned_backbone(out) is None
+    scripted_rsums(monkeypatch, [1000.0])  # the fine-tuned epoch wins
+    report = train(options(folder, out, assets, finetune_epochs=1, finetune_blocks=3, resume=True), source=source,
+                   reporter=quiet)
+    state = ckpt.load_state(out)
+    assert state.finished and state.finetune_from == 1 and [h["epoch"] for h in state.history] == [1, 2]
+    assert report["backbone"] == finetuned_backbone(out)[0]
