@@ -128,10 +128,12 @@ def test_a_run_plots_loss_and_rsum_and_reports_the_model(qtbot, dialog, tmp_path
 def test_fine_tuning_epochs_extend_the_run_and_are_announced(qtbot, dialog, tmp_path: Path) -> None:
     dialog.epochs.setValue(2)
     assert dialog.finetune.value() == 0 and dialog.finetune.text() == "off"
-    assert "--finetune-epochs" not in dialog.request().arguments()
+    assert "--finetune-epochs" not in dialog.request().arguments() and not dialog.finetune_blocks.isEnabled()
     dialog.finetune.setValue(1)
+    assert dialog.finetune_blocks.isEnabled()
+    dialog.finetune_blocks.setValue(5)
     args = dialog.request().arguments()
-    assert args[args.index("--finetune-epochs") + 1] == "1"
+    assert args[args.index("--finetune-epochs") + 1] == "1" and args[args.index("--finetune-blocks") + 1] == "5"
     with qtbot.waitSignal(dialog.model_trained, timeout=15000):
         dialog.start_button.click()
         assert not dialog.finetune.isEnabled()
