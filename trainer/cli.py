@@ -69,14 +69,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="learning-rate schedule (default: the method's recipe)")
     p.add_argument("--no-pseudo-pairs", action="store_true",
                    help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
-    p.add_argument("--finetune-epochs", type=int, default=0, metavar="N",
+    p.add_argument("--finetune-epochs", type=int, default=None, metavar="N",
                    help="after the warm-up, N epochs fine-tuning the image backbone with the head "
                         "(photos only; meant for CUDA)")
-    p.add_argument("--finetune-lr", type=float, default=1e-5, help="the backbone's learning rate in fine-tuning")
-    p.add_argument("--finetune-head-lr", type=float, default=2e-5, help="the head's learning rate in fine-tuning")
-    p.add_argument("--finetune-blocks", type=int, default=16, metavar="N",
-                   help="fine-tune only the last N of the backbone's 16 blocks (and its head convolution); below "
-                        "16 the frozen part runs once per picture and is cached (fast on a CPU, no augmentation)")
+    p.add_argument("--finetune-lr", type=float, default=None,
+                   help="the backbone's learning rate in fine-tuning (default 1e-5)")
+    p.add_argument("--finetune-head-lr", type=float, default=None,
+                   help="the head's learning rate in fine-tuning (default 2e-5)")
+    p.add_argument("--finetune-blocks", type=int, default=None, metavar="N",
+                   help="fine-tune only the last N of the backbone's 16 blocks (and its head convolution; "
+                        "default 16); below 16 the frozen part runs once per picture and is cached (fast on a CPU, "
+                        "no augmentation)")
 
     p = sub.add_parser("evaluate", help="retrieval metrics of a trained model on a caption folder")
     p.add_argument("--model", required=True, type=Path, help="a model folder written by train --out")

@@ -179,6 +179,10 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+FINETUNE_DEFAULTS = {"finetune_epochs": 0, "finetune_lr": 1e-5, "finetune_head_lr": 2e-5,
+                     "finetune_blocks": NUM_BLOCKS}
+
+
 @dataclass
 class TrainOptions:
     """One ``train`` command. ``None`` fields take the method's recipe value."""
@@ -204,10 +208,11 @@ class TrainOptions:
     schedule: str | None = None
     epoch_captions: int | None = None  # captions of each item per epoch; 0 = all (default: the recipe's)
     assets: Path | None = None
-    finetune_epochs: int = 0  # phase two: epochs with the backbone fine-tuned (trainer.finetune)
-    finetune_lr: float = 1e-5  # the backbone's rate in phase two
-    finetune_head_lr: float = 2e-5  # the head's rate in phase two
-    finetune_blocks: int = NUM_BLOCKS  # phase two trains the last N MBConv blocks (fewer: their input is cached)
+    # Phase two (trainer.finetune); None: the saved run's value when resuming, else FINETUNE_DEFAULTS.
+    finetune_epochs: int | None = None  # epochs with the backbone fine-tuned
+    finetune_lr: float | None = None  # the backbone's rate
+    finetune_head_lr: float | None = None  # the head's rate
+    finetune_blocks: int | None = None  # the last N MBConv blocks learn (fewer than all: their input is cached)
 
 
 def resolve_config(method: str, overrides: dict[str, Any], preset: str = "paper",
@@ -574,7 +579,9 @@ def _restore(out: Path, model: RetrievalModel, optimizer: torch.optim.Optimizer,
     scaler.load_state_dict(training["scaler"])
     torch.set_rng_state(training["torch_rng"])
     state.finished = False
-    state.options = {**state.options, "epochs": settings["epochs"]}
+    # the budget may have changed; settings an older run did not record (phase two's) are recorded now
+    state.options = {**settings, **state.options, "epochs": settings["epochs"],
+                     **{name: settings[name] for name in FINETUNE_DEFAULTS}}
     return state
 
 
@@ -587,9 +594,8 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
              "epochs": pick(options.epochs, recipe.epochs), "patience": pick(options.patience, recipe.patience),
              "seed": options.seed, "group": recipe.group, "per_item": _per_item(options, recipe),
              "val_items": pick(options.val_items, recipe.val_items),
-             "schedule": pick(options.schedule, recipe.schedule), "finetune_epochs": options.finetune_epochs,
-             "finetune_lr": options.finetune_lr, "finetune_head_lr": options.finetune_head_lr,
-             "finetune_blocks": options.finetune_blocks}
+             "schedule": pick(options.schedule, recipe.schedule),
+             **{k: pick(getattr(options, k), v) for k, v in FINETUNE_DEFAULTS.items()}}
     if fresh["schedule"] not in SCHEDULES:
         raise TrainingError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {fresh['schedule']!r}")
     for name in ("lr", "batch_size", "epochs", "patience", "val_items", "finetune_lr", "finetune_head_lr"):
@@ -605,8 +611,11 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
         return fresh
     kept = {k: saved.options.get(k, v) for k, v in fresh.items()}
     kept["epochs"] = pick(options.epochs, kept["epochs"])
-    if options.finetune_epochs:
-        kept["finetune_epochs"] = options.finetune_epochs
+    for name in FINETUNE_DEFAULTS:  # given on the command line: it wins, as the epoch budget does
+        kept[name] = pick(getattr(options, name), kept[name])
+    if saved.finetune_from is not None and kept["finetune_blocks"] != saved.options.get("finetune_blocks"):
+        raise TrainingError(f"--finetune-blocks: {options.out} is fine-tuning "
+                            f"{saved.options.get('finetune_blocks')} blocks; it cannot change mid-run")
     return kept
 
 

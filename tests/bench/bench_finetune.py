@@ -29,8 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "bench-results" / "finetune.json"
 
 
-def summarise(model_dir: Path) -> dict:
-    """One table row from a finished two-phase model folder."""
+def _flag(arguments: list[str], name: str, default: float) -> float:
+    return float(arguments[arguments.index(name) + 1]) if name in arguments else default
+
+
+def summarise(model_dir: Path, arguments: list[str]) -> dict:
+    """One table row from a finished two-phase model folder (a run resumed by an older trainer did not record
+    phase two's settings: they are read from its arguments, with the CLI's defaults)."""
     state = json.loads((model_dir / "trainer_state.json").read_text())
     metrics = json.loads((model_dir / "metrics.json").read_text())
     start = state.get("finetune_from")
@@ -39,9 +44,11 @@ def summarise(model_dir: Path) -> dict:
     tuned = [h for h in history if start is not None and h["epoch"] > start]
     options = state["options"]
     return {
-        "method": state["method"], "finetune_epochs": options.get("finetune_epochs"),
-        "finetune_blocks": options.get("finetune_blocks") or 16, "finetune_lr": options.get("finetune_lr"),
-        "finetune_head_lr": options.get("finetune_head_lr"),
+        "method": state["method"],
+        "finetune_epochs": options.get("finetune_epochs") or int(_flag(arguments, "--finetune-epochs", 0)),
+        "finetune_blocks": options.get("finetune_blocks") or int(_flag(arguments, "--finetune-blocks", 16)),
+        "finetune_lr": options.get("finetune_lr") or _flag(arguments, "--finetune-lr", 1e-5),
+        "finetune_head_lr": options.get("finetune_head_lr") or _flag(arguments, "--finetune-head-lr", 2e-5),
         "warmup_best_rsum": round(max(h["val"]["rsum"] for h in warm), 2), "warmup_epochs": len(warm),
         "finetune_rsums": [round(h["val"]["rsum"], 2) for h in tuned],
         "best_epoch": state["best_epoch"], "backbone": metrics.get("backbone"),
@@ -108,7 +115,7 @@ def main() -> int:
     rows = json.loads(args.out.read_text()) if args.out.is_file() else []
     if args.run and args.record:
         arguments = [a for a in args.arguments if a != "--"]
-        row = {"name": args.run, "arguments": arguments, **summarise(args.record), **time_log(args.time_log),
+        row = {"name": args.run, "arguments": arguments, **summarise(args.record, arguments), **time_log(args.time_log),
                "recorded": True}
         rows = [r for r in rows if r["name"] != args.run] + [row]
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
@@ -125,7 +132,7 @@ def main() -> int:
             print(f"{args.run}: the trainer failed (exit {proc.returncode})", file=sys.stderr)
             return 1
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        row = {"name": args.run, "arguments": arguments, **summarise(out), "wall_s": round(wall, 1),
+        row = {"name": args.run, "arguments": arguments, **summarise(out, arguments), "wall_s": round(wall, 1),
                "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024)}
         rows = [r for r in rows if r["name"] != args.run] + [row]
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -256,3 +256,4 @@ def test_a_finished_model_can_be_fine_tuned_later_with_resume(workspace, tmp_pat
     state = ckpt.load_state(out)
     assert state.finished and state.finetune_from == 1 and [h["epoch"] for h in state.history] == [1, 2]
     assert report["backbone"] == finetuned_backbone(out)[0]
+    assert (state.options["finetune_epochs"], state.options["finetune_blocks"]) == (1, 3)  # recorded for a resume
