@@ -613,9 +613,10 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
     kept["epochs"] = pick(options.epochs, kept["epochs"])
     for name in FINETUNE_DEFAULTS:  # given on the command line: it wins, as the epoch budget does
         kept[name] = pick(getattr(options, name), kept[name])
-    if saved.finetune_from is not None and kept["finetune_blocks"] != saved.options.get("finetune_blocks"):
-        raise TrainingError(f"--finetune-blocks: {options.out} is fine-tuning "
-                            f"{saved.options.get('finetune_blocks')} blocks; it cannot change mid-run")
+    recorded = saved.options.get("finetune_blocks")  # None: not recorded by the run (the command must say)
+    if saved.finetune_from is not None and recorded is not None and kept["finetune_blocks"] != recorded:
+        raise TrainingError(f"--finetune-blocks: {options.out} is fine-tuning {recorded} blocks; it cannot change "
+                            "mid-run")
     return kept
 
 

@@ -30,21 +30,10 @@ from trainer.finetune import (
     finetuned_backbone,
     load_backbone,
 )
-from trainer.synthetic import make_motion_gif_folder, make_toy_photo_folder
+from trainer.synthetic import make_motion_gif_folder
 from trainer.train import Interrupted, Reporter, StopRequest, TrainOptions, train
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, assets_dir: Path):
-    root = tmp_path_factory.mktemp("finetune")
-    folder = root / "toy"
-    make_toy_photo_folder(folder, 16, seed=5, dev_fraction=0.25)
-    store = FeatureStore(root / "features.sqlite")
-    source = FeatureSource(store, Encoders(assets_dir), root / "text-cache", assets_dir)
-    yield folder, source, assets_dir
-    store.close()
 
 
 def options(folder: Path, out: Path, assets: Path, **changes) -> TrainOptions:

@@ -21,7 +21,7 @@ from trainer.data import FeatureNeeds, FeatureSource, split_view
 from trainer.evaluation import encode_pairs, similarity_matrix
 from trainer.methods import ConfigError, list_methods, load_manifest
 from trainer.sparse import SparseConfig
-from trainer.synthetic import make_motion_gif_folder, make_toy_photo_folder
+from trainer.synthetic import make_motion_gif_folder
 from trainer.train import (
     RECIPES,
     Interrupted,
@@ -37,18 +37,6 @@ from trainer.train import (
 )
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, assets_dir: Path):
-    """A toy photo folder (train/dev) and a feature source whose store and text cache the module shares."""
-    root = tmp_path_factory.mktemp("trainer")
-    folder = root / "toy"
-    make_toy_photo_folder(folder, 16, seed=5, dev_fraction=0.25)
-    store = FeatureStore(root / "features.sqlite")
-    source = FeatureSource(store, Encoders(assets_dir), root / "text-cache", assets_dir)
-    yield folder, source, assets_dir
-    store.close()
 
 
 def options(folder: Path, out: Path, assets: Path, method: str = "vse", **changes) -> TrainOptions:
