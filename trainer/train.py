@@ -576,6 +576,8 @@ def _restore(out: Path, model: RetrievalModel, optimizer: torch.optim.Optimizer,
     """Load the checkpoint: weights, optimizer, gradient scaler, RNG; the epoch budget may have changed."""
     state, training = ckpt.load_checkpoint(out, model)
     optimizer.load_state_dict(training["optimizer"])
+    for group in optimizer.param_groups:  # a checkpoint from before groups kept their base rate
+        group.setdefault("base_lr", settings["lr"])
     scaler.load_state_dict(training["scaler"])
     torch.set_rng_state(training["torch_rng"])
     state.finished = False
