@@ -363,7 +363,7 @@ def finetuned_backbone(model_dir: Path) -> tuple[str, Path] | None:
     try:
         with safe_open(str(weights), framework="pt") as f:
             meta = f.metadata() or {}
-    except (OSError, Exception) as exc:  # safetensors raises its own error type for a damaged header
+    except Exception as exc:  # OSError, or safetensors' own error type for a damaged header
         raise ckpt.CheckpointError(f"{weights}: cannot read weights: {exc}") from exc
     bid = meta.get(BACKBONE_META)
     if not bid:
