@@ -54,10 +54,11 @@ from trainer.finetune import (
     Trunk,
     backbone_features,
     decode_for_eval,
-    export_backbone,
+    export_folder,
     finetuned_backbone,
     item_paths,
     load_backbone,
+    model_pairs,
     optimizer_groups,
     require_photos,
     save_best,
@@ -73,7 +74,6 @@ from trainer.methods import (
     build_config,
     build_loss,
     build_model,
-    export_model,
     get_method,
 )
 from trainer.sparse import SparseConfig
@@ -861,19 +861,14 @@ def _finish(run: Run) -> dict[str, Any]:
     """Evaluate the best epoch on the whole validation split, write metrics.json, export ONNX, report."""
     out = Path(run.options.out)
     ckpt.load_weights(out / ckpt.WEIGHTS_FILE, run.model)
-    val, found, backbone = run.data.val, finetuned_backbone(out), None
-    if found is not None:
-        backbone = load_backbone(found[1]).to(run.device)
-        pictures = decode_for_eval(item_paths(run.options.data, val.files))
-        val = with_visual(val, backbone_features(backbone, pictures, run.device))
-    report = evaluate_pairs(run.model, val, run.device)
+    found = finetuned_backbone(out)
+    report = evaluate_pairs(run.model, model_pairs(out, run.data.val, run.options.data, run.device), run.device)
     report.update(method=run.config.method, split=run.options.val_split, best_epoch=run.state.best_epoch,
                   epochs=run.state.epoch, backbone=found[0] if found else None,
                   finetune_from=run.state.finetune_from)
     report = nan_to_none(report)
     ckpt.write_json(out / ckpt.METRICS_FILE, report)
-    export_model(run.model, out / ckpt.ONNX_DIR,
-                 backbone=(lambda dest: export_backbone(backbone, found[0], dest)) if found and backbone else None)
+    export_folder(out, run.model, out / ckpt.ONNX_DIR)
     run.state.finished = True
     ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
     run.reporter.emit({"event": "done", "model_dir": str(out), "val": report})
