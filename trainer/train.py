@@ -834,7 +834,8 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
         state.step = 0
         best = update_after_validation(run.recipe, state, report["rsum"], run.settings["patience"])
         state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best,
-                              "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2)})
+                              "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2),
+                              **_gpu_peak(run.device)})
         if best:
             save_best(Path(run.options.out), run.model, run.backbone)
         _checkpoint(run)
@@ -847,6 +848,13 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
             state.epoch, state.step = state.epoch + 1, 0
             state.stopped_early, state.lr_scale = bool(decision[0].item()), float(decision[1].item())
     timer.validation(time.monotonic() - started)
+
+
+def _gpu_peak(device: torch.device) -> dict[str, float]:
+    """``{"gpu_peak_mib": ...}``, the most GPU memory this process's tensors have held, on CUDA; else ``{}``."""
+    if device.type != "cuda":
+        return {}
+    return {"gpu_peak_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)}
 
 
 def _checkpoint(run: Run) -> None:
@@ -865,7 +873,7 @@ def _finish(run: Run) -> dict[str, Any]:
     report = evaluate_pairs(run.model, model_pairs(out, run.data.val, run.options.data, run.device), run.device)
     report.update(method=run.config.method, split=run.options.val_split, best_epoch=run.state.best_epoch,
                   epochs=run.state.epoch, backbone=found[0] if found else None,
-                  finetune_from=run.state.finetune_from)
+                  finetune_from=run.state.finetune_from, **_gpu_peak(run.device))
     report = nan_to_none(report)
     ckpt.write_json(out / ckpt.METRICS_FILE, report)
     export_folder(out, run.model, out / ckpt.ONNX_DIR)

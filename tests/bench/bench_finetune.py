@@ -27,6 +27,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "bench-results" / "finetune.json"
+CPU_HOST = "2 CPU cores, no GPU"  # the machine of the rows measured before rows named theirs
+
+
+def machine() -> str:
+    """This machine in words: its CPU count and, where ``nvidia-smi`` answers, its GPUs."""
+    words = f"{os.cpu_count()} CPU cores"
+    try:
+        gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return words + ", no GPU"
+    return words + ", " + ", ".join(g.strip() for g in gpus if g.strip())
 
 
 def _flag(arguments: list[str], name: str, default: float) -> float:
@@ -57,6 +69,7 @@ def summarise(model_dir: Path, arguments: list[str]) -> dict:
         "t2i": {k: round(metrics["t2i"][k], 2) for k in ("r1", "r5", "r10")},
         "warmup_s": round(sum(h["train_s"] + h["val_s"] for h in warm), 1),
         "finetune_s": round(sum(h["train_s"] + h["val_s"] for h in tuned), 1),
+        **({"gpu_peak_mib": metrics["gpu_peak_mib"]} if "gpu_peak_mib" in metrics else {}),
     }
 
 
@@ -78,23 +91,26 @@ def time_log(path: Path | None) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["Two-phase training on Flickr8k (train 6,000 photos; dev 1,000 photos / 5,000 captions), measured on this "
-             "machine (2 CPU cores, no GPU) with `python tests/bench/bench_finetune.py --home DIR --run NAME -- "
-             "ARGS` (each row's arguments below). rsum per phase-two epoch is the per-epoch validation; the R@K "
+    lines = ["Two-phase training on Flickr8k (train 6,000 photos; dev 1,000 photos / 5,000 captions, unless a row's "
+             "`--data` below is another folder), measured with `python tests/bench/bench_finetune.py --home DIR "
+             "--run NAME -- ARGS` on the machine each row names (each row's arguments below). rsum per phase-two "
+             "epoch is the per-epoch validation; the R@K "
              "columns are the best epoch's final evaluation (that epoch's backbone). Warm-up and phase-two seconds "
              "are the trainer's own per-epoch records (wall; the one-off caching of the frozen trunk and the final "
-             "evaluation are outside them); child CPU s and peak RSS cover the whole command.",
+             "evaluation are outside them); child CPU s and peak RSS cover the whole command; GPU peak is the most "
+             "memory the trainer's tensors held on the GPU.",
              "",
              "| run | blocks tuned | lr (backbone / head) | warm-up best rsum | phase-two rsum per epoch | i2t R@1 | "
-             "R@5 | R@10 | t2i R@1 | R@5 | R@10 | rsum | warm-up s | phase-two s | child CPU s | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "R@5 | R@10 | t2i R@1 | R@5 | R@10 | rsum | warm-up s | phase-two s | child CPU s | peak RSS MiB | "
+             "machine | GPU peak MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per_epoch = " → ".join(f"{v:.1f}" for v in r["finetune_rsums"])
         lines.append(f"| {r['name']} | {r['finetune_blocks']} of 16 | {r['finetune_lr']:g} / {r['finetune_head_lr']:g} "
                      f"| {r['warmup_best_rsum']} | {per_epoch} | {r['i2t']['r1']} | {r['i2t']['r5']} | "
                      f"{r['i2t']['r10']} | {r['t2i']['r1']} | {r['t2i']['r5']} | {r['t2i']['r10']} | **{r['rsum']}** "
                      f"| {r['warmup_s']:.0f} | {r['finetune_s']:.0f} | {r.get('cpu_s', 0):.0f} | "
-                     f"{r.get('peak_rss_mib', '')} |")
+                     f"{r.get('peak_rss_mib', '')} | {r.get('machine', CPU_HOST)} | {r.get('gpu_peak_mib', '')} |")
     lines += ["", "Arguments of each run:"]
     lines += [f"- {r['name']}: `polyseek train {' '.join(r['arguments'])}`"
               + (" (run by hand under `/usr/bin/time -v`, added with `--record`)" if r.get("recorded") else "")
@@ -133,7 +149,8 @@ def main() -> int:
             return 1
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         row = {"name": args.run, "arguments": arguments, **summarise(out, arguments), "wall_s": round(wall, 1),
-               "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024)}
+               "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024),
+               "machine": machine()}
         rows = [r for r in rows if r["name"] != args.run] + [row]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=2) + "\n")

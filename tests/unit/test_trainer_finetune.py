@@ -246,3 +246,11 @@ def test_a_finished_model_can_be_fine_tuned_later_with_resume(workspace, tmp_pat
     assert state.finished and state.finetune_from == 1 and [h["epoch"] for h in state.history] == [1, 2]
     assert report["backbone"] == finetuned_backbone(out)[0]
     assert (state.options["finetune_epochs"], state.options["finetune_blocks"]) == (1, 3)  # recorded for a resume
+
+
+def test_gpu_peak_memory_is_reported_on_cuda_only(monkeypatch):
+    from trainer.train import _gpu_peak
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3.5 * 2**20)
+    assert _gpu_peak(torch.device("cuda", 0)) == {"gpu_peak_mib": 3.5}
+    assert _gpu_peak(torch.device("cpu")) == {}
