@@ -10,6 +10,7 @@ Still images keep their 49 local features; animations and videos keep the pooled
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ class Extracted:
     semantics: Semantics
 
 
+def default_decode_threads() -> int:
+    """Decode threads beside the backbone: half the cores, at least 2.
+
+    The backbone's intra-op threads use every core; a 12 MP JPEG's entropy decoding costs about as much CPU as
+    the backbone's work for it, so half the cores keep both stages fed on a large machine, and 2 threads overlap
+    the two stages on a small one (decoding one file is single-threaded).
+    """
+    return max(2, (os.cpu_count() or 2) // 2)
+
+
 def decode_for_backbone(path: Path, size: int, n_frames: int = FRAMES_PER_ITEM) -> Decoded:
     """Probe and decode one file for the backbone (one pass over the file); raises MediaError."""
     info, frames = probe_and_decode(path, n_frames, size)
@@ -54,10 +65,11 @@ def decode_for_backbone(path: Path, size: int, n_frames: int = FRAMES_PER_ITEM) 
 class FeatureExtractor:
     """Backbone features and regional semantics for media files."""
 
-    def __init__(self, backbone: Backbone, names: list[str] | None = None, decode_threads: int = 2) -> None:
+    def __init__(self, backbone: Backbone, names: list[str] | None = None, decode_threads: int | None = None) -> None:
         self.backbone = backbone
         self.names = names or class_names()
-        self._pool = ThreadPoolExecutor(max_workers=decode_threads, thread_name_prefix="decode")
+        self.decode_threads = decode_threads or default_decode_threads()
+        self._pool = ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode")
 
     @property
     def backbone_id(self) -> str:

@@ -52,10 +52,10 @@ def backbone_alone(backbone, images: np.ndarray, batch: int) -> tuple[float, flo
 
 
 def decode_only(paths: list[Path], size: int) -> float:
-    """Items/s of the indexer's decode on two threads (the extractor's pool), no backbone."""
-    from engine.extract import decode_for_backbone
+    """Items/s of the indexer's decode on as many threads as the extractor's pool has, no backbone."""
+    from engine.extract import decode_for_backbone, default_decode_threads
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=default_decode_threads()) as pool:
         list(pool.map(lambda p: decode_for_backbone(p, size), paths[:2]))  # warm-up: imports, plugin init
         start = time.perf_counter()
         list(pool.map(lambda p: decode_for_backbone(p, size), paths))
@@ -90,17 +90,24 @@ def main() -> int:
     parser.add_argument("--n-large", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "indexing.json")
+    parser.add_argument("--photos", type=Path, default=FLICKR, help="a folder of Flickr8k photos")
+    parser.add_argument("--decode-threads", type=int, default=None,
+                        help="the indexer's decode threads (default: engine.extract.default_decode_threads())")
     args = parser.parse_args()
-    if not FLICKR.is_dir():
-        print(f"skipped: {FLICKR} is absent")
+    if args.decode_threads:
+        import engine.extract
+
+        engine.extract.default_decode_threads = lambda: args.decode_threads
+    if not args.photos.is_dir():
+        print(f"skipped: {args.photos} is absent")
         return 0
     from engine.backbone import Backbone
-    from engine.extract import decode_for_backbone
+    from engine.extract import decode_for_backbone, default_decode_threads
     from engine.indexer import BATCH
     from engine.paths import assets_dir
 
     assets = Path(os.environ.get("POLYSEEK_ASSETS") or assets_dir())
-    files = sorted(FLICKR.iterdir())[: args.n]
+    files = sorted(args.photos.resolve().iterdir())[: args.n]
     backbone = Backbone(assets)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +144,8 @@ def main() -> int:
                   f"(cpu ratio {row['cpu_ratio']:.2f})", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    args.out.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "load_average_1min_at_end": load,
+    args.out.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "decode_threads": default_decode_threads(),
+                                    "load_average_1min_at_end": load,
                                     "target_ratio": 0.8, "results": results}, indent=2))
     return 0
 

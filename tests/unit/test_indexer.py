@@ -155,3 +155,11 @@ def test_search_by_example_finds_the_same_picture_first(service, library, tmp_pa
     hits = service.search_media(query, top=3)
     assert Path(hits[0].path).name == "green.png"
     assert np.isclose(hits[0].score, 1.0, atol=0.02)
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(None, 2), (1, 2), (2, 2), (4, 2), (16, 8)])
+def test_decode_threads_grow_with_the_cores(monkeypatch, cores, threads):
+    import engine.extract as extract
+
+    monkeypatch.setattr(extract.os, "cpu_count", lambda: cores)
+    assert extract.default_decode_threads() == threads
