@@ -131,7 +131,19 @@ def _schema_v1(conn: sqlite3.Connection) -> None:
         )
 
 
-_MIGRATIONS = (_schema_v1,)
+def _schema_v2(conn: sqlite3.Connection) -> None:
+    """The number of ``locals`` rows, kept by triggers (cascaded deletes of items fire them too), so storing a
+    batch reads one row instead of counting a table whose rows are ~125 KB each (a scan that grew with the
+    library: 19 ms a batch at 8,000 photos, every batch)."""
+    conn.execute("CREATE TABLE counts (name TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+    conn.execute("INSERT INTO counts (name, n) VALUES ('locals', (SELECT COUNT(*) FROM locals))")
+    conn.execute("CREATE TRIGGER locals_added AFTER INSERT ON locals "
+                 "BEGIN UPDATE counts SET n = n + 1 WHERE name = 'locals'; END")
+    conn.execute("CREATE TRIGGER locals_removed AFTER DELETE ON locals "
+                 "BEGIN UPDATE counts SET n = n - 1 WHERE name = 'locals'; END")
+
+
+_MIGRATIONS = (_schema_v1, _schema_v2)
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -292,7 +304,7 @@ class FeatureStore(SQLiteStore):
         """
         dropped = 0
         with self.transaction(f"storing {backbone} features") as conn:
-            n_local = conn.execute("SELECT COUNT(*) FROM locals").fetchone()[0]
+            n_local = conn.execute("SELECT n FROM counts WHERE name = 'locals'").fetchone()[0]
             for content_hash, record in items:
                 encoded = _encode(f"{content_hash} ({backbone})", record)
                 item_id = self._upsert_item(conn, content_hash, backbone, encoded)

@@ -56,13 +56,17 @@ _STOP = frozenset(
 _WORDS = re.compile(r"[a-z]+")
 
 
+def basic_name(class_id: int) -> str | None:
+    """The basic-level noun of ImageNet class ``class_id`` (as in :func:`basic_names`), or None."""
+    for first, last, noun in reversed(_BASIC_RANGES):  # a later range wins where two overlap
+        if first <= class_id <= last:
+            return noun
+    return None
+
+
 def basic_names(names: list[str]) -> list[str | None]:
     """The basic-level noun of each ImageNet class, or None where the class name already is one."""
-    basic: list[str | None] = [None] * len(names)
-    for first, last, noun in _BASIC_RANGES:
-        for i in range(first, min(last, len(names) - 1) + 1):
-            basic[i] = noun
-    return basic
+    return [basic_name(i) for i in range(len(names))]
 
 
 def class_texts(names: list[str]) -> list[str]:
@@ -102,6 +106,20 @@ def region_colours(image: np.ndarray, grid: int = 7) -> list[str]:
             for r in range(grid) for c in range(grid)]
 
 
+def region_colour(image: np.ndarray, cell: int, grid: int = 7) -> str:
+    """The colour name of one cell (row-major index) of :func:`region_colours`' split, from the same pixels."""
+    h, w = image.shape[:2]
+    row, col = divmod(cell, grid)
+    if h % grid == 0 and w % grid == 0:
+        ch, cw = h // grid, w // grid
+        pixels = image[row * ch:(row + 1) * ch:2, col * cw:(col + 1) * cw:2]
+    else:
+        ys = np.linspace(0, h, grid + 1).astype(int)
+        xs = np.linspace(0, w, grid + 1).astype(int)
+        pixels = image[ys[row]:ys[row + 1], xs[col]:xs[col + 1]]
+    return colour_name(np.median(pixels.reshape(-1, 3), axis=0))
+
+
 def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x = x - x.max(axis=axis, keepdims=True)
     e = np.exp(x)
@@ -131,15 +149,17 @@ def regional_semantics(probs: np.ndarray, region_max: np.ndarray, region_best: n
     dist = IMAGE_WEIGHT * image_probs + (1 - IMAGE_WEIGHT) * best_max / best_max.sum()
     top = np.argsort(-dist)[:TOP_CLASSES]
     top_probs = dist[top] / dist[top].sum()
-    colours = [region_colours(frame) for frame in images]
-    basic = basic_names(names)
+    colours: dict[tuple[int, int], str] = {}  # only the cells the caption names (a few of 49 per frame)
     phrases: list[str] = []
     for c in top:
         if len(phrases) == PHRASES:
             break
-        frame = int(best_frame[c])
-        noun = f"{basic[c]} ({names[c]})" if basic[c] else names[c]
-        phrase = f"{colours[frame][int(region_best[frame, c])]} {noun}"
+        where = (int(best_frame[c]), int(region_best[int(best_frame[c]), c]))
+        if where not in colours:
+            colours[where] = region_colour(images[where[0]], where[1])
+        basic = basic_name(int(c))
+        noun = f"{basic} ({names[c]})" if basic else names[c]
+        phrase = f"{colours[where]} {noun}"
         if phrase not in phrases:
             phrases.append(phrase)
     return Semantics(", ".join(phrases), top.astype(np.int16), top_probs.astype(np.float32))

@@ -202,3 +202,47 @@ def test_stored_halves_are_numpys_float16_bit_for_bit(store: FeatureStore, shape
     if shape == (49, D):
         store.put("h", BACKBONE, FeatureRecord(global_=values[0], local=values))
         assert np.array_equal(store.get("h", BACKBONE).local.view(np.uint16), got.view(np.uint16))
+
+
+def _counted(store: FeatureStore) -> tuple[int, int]:
+    conn = store._live()
+    return (conn.execute("SELECT n FROM counts WHERE name = 'locals'").fetchone()[0],
+            conn.execute("SELECT COUNT(*) FROM locals").fetchone()[0])
+
+
+def test_the_local_count_follows_every_write(tmp_path: Path) -> None:
+    """The cap reads a trigger-kept count instead of counting the table: it must never drift."""
+    with FeatureStore(tmp_path / "features.sqlite", max_local_items=3) as store:
+        store.put_many([(f"p{i}", _photo(i, dim=8)) for i in range(4)], BACKBONE)  # one dropped by the cap
+        assert _counted(store) == (3, 3)
+        store.put_many([("p0", _photo(10, dim=8)), ("c", _clip(1, 2))], BACKBONE)  # replaced; a clip has none
+        assert _counted(store) == (3, 3)
+        with pytest.raises(FeatureStoreError):
+            store.put_many([("p1", FeatureRecord(global_=np.ones(8))),
+                            ("bad", FeatureRecord(global_=np.ones(8), local=np.ones((49, 9))))], BACKBONE)
+        assert _counted(store) == (3, 3)  # rolled back with the batch
+        store.put("p1", BACKBONE, FeatureRecord(global_=np.ones(8)))  # no local any more
+        assert _counted(store) == (2, 2)
+        assert store.delete_unreferenced(["p0"]) == 4  # cascaded deletes of items
+        assert _counted(store) == (1, 1)
+        store.put_many([(f"q{i}", _photo(20 + i, dim=8)) for i in range(3)], BACKBONE)
+        assert _counted(store) == (3, 3) and store.get("q2", BACKBONE).local is None
+
+
+def test_a_version_1_store_gets_its_count_on_opening(tmp_path: Path) -> None:
+    from engine.catalog import SQLiteStore
+    from engine.featurestore import _MIGRATIONS
+
+    path = tmp_path / "features.sqlite"
+    with FeatureStore(path) as store:
+        store.put_many([(f"p{i}", _photo(i, dim=8)) for i in range(3)], BACKBONE)
+        conn = store._live()
+        for statement in ("DROP TRIGGER locals_added", "DROP TRIGGER locals_removed", "DROP TABLE counts",
+                          "UPDATE meta SET value = '1' WHERE key = 'schema_version'"):
+            conn.execute(statement)  # back to the file an older Polyseek wrote
+    old = SQLiteStore(path, _MIGRATIONS[:1])
+    assert old.schema_version == 1
+    old.close()
+    with FeatureStore(path, max_local_items=4) as store:
+        assert store.schema_version == 2 and _counted(store) == (3, 3)
+        assert store.put_many([(f"n{i}", _photo(10 + i, dim=8)) for i in range(2)], BACKBONE) == 1

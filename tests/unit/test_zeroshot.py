@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.regional import ZeroShotIndex, class_texts, colour_name, content_words, region_colours
+from engine.regional import (
+    ZeroShotIndex,
+    class_texts,
+    colour_name,
+    content_words,
+    region_colour,
+    region_colours,
+)
 from engine.service import SearchService
 
 SAMPLES = {"chelsea": "cat.jpg", "coffee": "coffee.jpg", "astronaut": "astronaut.jpg", "rocket": "rocket.jpg",
@@ -71,6 +78,20 @@ def test_colour_names():
     image[:, 112:] = (20, 40, 220)
     colours = region_colours(image)
     assert colours[0] == "black" and colours[6] == "blue" and len(colours) == 49
+
+
+@pytest.mark.parametrize("shape", [(224, 224), (100, 150)])
+def test_one_cells_colour_is_the_colour_of_that_cell_in_the_whole_grid(shape):
+    """The indexer names only the cells its caption uses; each must read as in the whole 7 x 7 split."""
+    rng = np.random.default_rng(1)
+    cells = rng.integers(0, 256, (7, 7, 3))
+    rows = np.minimum(np.arange(shape[0]) * 7 // shape[0], 6)
+    cols = np.minimum(np.arange(shape[1]) * 7 // shape[1], 6)
+    image = cells[rows][:, cols] + rng.integers(-12, 13, (*shape, 3))
+    image = np.clip(image, 0, 255).astype(np.uint8)
+    whole = region_colours(image)
+    assert len(set(whole)) >= 4  # the cells really differ
+    assert [region_colour(image, cell) for cell in range(49)] == whole
 
 
 def test_content_words_drop_stop_words():
