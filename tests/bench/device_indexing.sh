@@ -8,21 +8,10 @@
 set -u
 BUNDLE=${BUNDLE:-.devidx}
 OUT=${OUT:-/tmp/device-indexing-out}
-PY=${PY:-python3}
 N=${N:-512}
 NL=${NL:-48}
 REPEAT=${REPEAT:-3}
-mkdir -p "$OUT"
-if ! $PY -c "import faiss, efficientnet_lite_pytorch" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$BUNDLE"/wheels/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 POLYSEEK_ASSETS=$PWD/$BUNDLE/assets
-if [ ! -f "$BUNDLE/assets/backbone/efficientnet_lite0.onnx" ]; then
-    $PY -c "from pathlib import Path; from trainer.prepare import _export_backbone; \
-_export_backbone(Path('$BUNDLE/assets/backbone'))" 2>/dev/null || exit 1
-fi
+source tests/bench/gpu_env.sh
 echo "cores: $(nproc); $(grep -m1 'model name' /proc/cpuinfo)"
 for threads in default 2; do
     flag=()

@@ -14,31 +14,10 @@
 #
 # DEVICE=cpu FT=1 BLOCKS_ONLY=1 bash tests/bench/gpu_check.sh   rehearses the script on a CPU (minutes).
 set -u
-BUNDLE=${BUNDLE:-.devcheck}
 OUT=${OUT:-/tmp/gpu-check-out}
 DEVICE=${DEVICE:-cuda}
 FT=${FT:-10}
-PY=${PY:-python3}
-mkdir -p "$OUT"
-ROOT=$PWD
-if [ -d "$BUNDLE/wheels" ] && ! $PY -c "import efficientnet_lite_pytorch" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$BUNDLE"/wheels/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export POLYSEEK_ASSETS=$ROOT/$BUNDLE/assets POLYSEEK_HOME=${POLYSEEK_HOME:-/tmp/gpu-check-home}
-H=$POLYSEEK_HOME
-D=$ROOT/$BUNDLE/data
-rm -rf "$H" && mkdir -p "$H/models" && cp -r "$BUNDLE/home/." "$H/"
-# MiniLM's weights stay behind: a stub with their size and mtime keeps the carried text cache's fingerprint.
-read -r size mtime < "$BUNDLE/assets/minilm_stat.txt"
-truncate -s "$size" "$BUNDLE/assets/minilm/model.onnx"
-touch -d "@${mtime:0:${#mtime}-9}.${mtime:${#mtime}-9}" "$BUNDLE/assets/minilm/model.onnx"
-if [ ! -f "$BUNDLE/assets/backbone/efficientnet_lite0.onnx" ]; then
-    $PY -c "from pathlib import Path; from trainer.prepare import _export_backbone; \
-_export_backbone(Path('$BUNDLE/assets/backbone'))" || exit 1
-fi
+source tests/bench/gpu_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 $PY -c "import torch, onnxruntime as o; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
 'ort', o.__version__, o.get_available_providers())"

@@ -7,30 +7,11 @@
 # whole: the whole backbone at the default rates; whole-fast: the whole backbone at 3e-5 / 4e-5; last5: the last
 # 5 blocks at the default rates. Rows go to $OUT/<name>.json / .md (tests/bench/bench_finetune.py).
 set -u
-BUNDLE=${BUNDLE:-.devcheck}
 OUT=${OUT:-/tmp/gpu-sweep-out}
 DEVICE=${DEVICE:-cuda}
 FT=${FT:-30}
-PY=${PY:-python3}
-mkdir -p "$OUT"
-ROOT=$PWD
-if [ -d "$BUNDLE/wheels" ] && ! $PY -c "import efficientnet_lite_pytorch" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$BUNDLE"/wheels/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export POLYSEEK_ASSETS=$ROOT/$BUNDLE/assets POLYSEEK_HOME=${POLYSEEK_HOME:-/tmp/gpu-sweep-home}
-H=$POLYSEEK_HOME
-D=$ROOT/$BUNDLE/data
-rm -rf "$H" && mkdir -p "$H/models" && cp -r "$BUNDLE/home/." "$H/"
-read -r size mtime < "$BUNDLE/assets/minilm_stat.txt"
-truncate -s "$size" "$BUNDLE/assets/minilm/model.onnx"
-touch -d "@${mtime:0:${#mtime}-9}.${mtime:${#mtime}-9}" "$BUNDLE/assets/minilm/model.onnx"
-if [ ! -f "$BUNDLE/assets/backbone/efficientnet_lite0.onnx" ]; then
-    $PY -c "from pathlib import Path; from trainer.prepare import _export_backbone; \
-_export_backbone(Path('$BUNDLE/assets/backbone'))" 2>/dev/null || exit 1
-fi
+export POLYSEEK_HOME=${POLYSEEK_HOME:-/tmp/gpu-sweep-home}
+source tests/bench/gpu_env.sh
 stamp() { echo "[$(date +%T)] $*"; }
 stamp "caching features (one short warm-up)"
 $PY -m trainer train --method vse --data "$D" --device "$DEVICE" --epochs 1 --out "$H/models/cache" \
