@@ -93,21 +93,10 @@ def colour_name(rgb: np.ndarray) -> str:
     return "pink"
 
 
-def region_colours(image: np.ndarray, grid: int = 7) -> list[str]:
-    """The colour name of the median pixel of each cell of a ``grid`` x ``grid`` split, row-major."""
-    h, w = image.shape[:2]
-    if h % grid == 0 and w % grid == 0:  # the backbone's 224 x 224 input: one vectorised median
-        cells = image.reshape(grid, h // grid, grid, w // grid, 3)[:, ::2, :, ::2]  # every 4th pixel is plenty
-        medians = np.median(cells.transpose(0, 2, 1, 3, 4).reshape(grid * grid, -1, 3), axis=1)
-        return [colour_name(m) for m in medians]
-    ys = np.linspace(0, h, grid + 1).astype(int)
-    xs = np.linspace(0, w, grid + 1).astype(int)
-    return [colour_name(np.median(image[ys[r]:ys[r + 1], xs[c]:xs[c + 1]].reshape(-1, 3), axis=0))
-            for r in range(grid) for c in range(grid)]
-
-
 def region_colour(image: np.ndarray, cell: int, grid: int = 7) -> str:
-    """The colour name of one cell (row-major index) of :func:`region_colours`' split, from the same pixels."""
+    """The colour name of the median pixel of one cell (row-major index) of a ``grid`` x ``grid`` split: every
+    4th pixel of the cell when the image divides evenly (the backbone's 224 x 224 input; plenty for a median),
+    all of them otherwise. The indexer names only the few cells a pseudo caption uses."""
     h, w = image.shape[:2]
     row, col = divmod(cell, grid)
     if h % grid == 0 and w % grid == 0:
@@ -154,7 +143,8 @@ def regional_semantics(probs: np.ndarray, region_max: np.ndarray, region_best: n
     for c in top:
         if len(phrases) == PHRASES:
             break
-        where = (int(best_frame[c]), int(region_best[int(best_frame[c]), c]))
+        frame = int(best_frame[c])
+        where = (frame, int(region_best[frame, c]))
         if where not in colours:
             colours[where] = region_colour(images[where[0]], where[1])
         basic = basic_name(int(c))

@@ -14,7 +14,6 @@ from engine.regional import (
     colour_name,
     content_words,
     region_colour,
-    region_colours,
 )
 from engine.service import SearchService
 
@@ -76,22 +75,26 @@ def test_colour_names():
     assert colour_name(np.array([30, 60, 200])) == "blue"
     image = np.zeros((224, 224, 3), np.uint8)
     image[:, 112:] = (20, 40, 220)
-    colours = region_colours(image)
-    assert colours[0] == "black" and colours[6] == "blue" and len(colours) == 49
+    assert region_colour(image, 0) == "black" and region_colour(image, 6) == "blue"
 
 
 @pytest.mark.parametrize("shape", [(224, 224), (100, 150)])
-def test_one_cells_colour_is_the_colour_of_that_cell_in_the_whole_grid(shape):
-    """The indexer names only the cells its caption uses; each must read as in the whole 7 x 7 split."""
+def test_each_cell_is_named_by_its_own_colour(shape):
+    """A 7 x 7 grid of named colours with noise: every cell reads as its colour, none as a neighbour's."""
+    palette = {"red": (220, 20, 20), "green": (30, 160, 40), "blue": (30, 60, 200), "black": (10, 10, 10),
+               "white": (245, 245, 245), "yellow": (230, 220, 30), "purple": (140, 40, 200)}
+    names = list(palette)
     rng = np.random.default_rng(1)
-    cells = rng.integers(0, 256, (7, 7, 3))
-    rows = np.minimum(np.arange(shape[0]) * 7 // shape[0], 6)
-    cols = np.minimum(np.arange(shape[1]) * 7 // shape[1], 6)
-    image = cells[rows][:, cols] + rng.integers(-12, 13, (*shape, 3))
-    image = np.clip(image, 0, 255).astype(np.uint8)
-    whole = region_colours(image)
-    assert len(set(whole)) >= 4  # the cells really differ
-    assert [region_colour(image, cell) for cell in range(49)] == whole
+    expected = [names[i] for i in rng.integers(0, len(names), 49)]
+    colours = np.array([palette[n] for n in expected]).reshape(7, 7, 3)
+    ys = np.linspace(0, shape[0], 8).astype(int)
+    xs = np.linspace(0, shape[1], 8).astype(int)
+    image = np.zeros((*shape, 3), np.int64)
+    for r in range(7):
+        for c in range(7):
+            image[ys[r]:ys[r + 1], xs[c]:xs[c + 1]] = colours[r, c]
+    image = np.clip(image + rng.integers(-8, 9, image.shape), 0, 255).astype(np.uint8)
+    assert [region_colour(image, cell) for cell in range(49)] == expected
 
 
 def test_content_words_drop_stop_words():
