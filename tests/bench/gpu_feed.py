@@ -46,10 +46,11 @@ def feed_rate(paths: list[Path], threads: int, steps: int) -> float:
 
 
 def step_rate(device: torch.device, steps: int, feed: PixelFeed | None = None, paths_n: int = 0,
-              channels_last: bool = False) -> float:
+              channels_last: bool = False, fused: bool = False) -> float:
     layout = torch.channels_last if channels_last else torch.contiguous_format
     backbone = load_backbone().to(device, memory_format=layout).train()
-    optimizer = torch.optim.Adam([p for p in backbone.parameters() if p.requires_grad], lr=1e-5)
+    optimizer = torch.optim.Adam([p for p in backbone.parameters() if p.requires_grad], lr=1e-5,
+                                 **({"fused": True} if fused else {}))
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     if feed is None:
         rng = np.random.default_rng(0)
@@ -84,24 +85,38 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", default="8,14")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--variants", default="",
+                        help="comma-separated step variants instead of the layouts: base, benchmark, fused, "
+                             "benchmark+fused")
     args = parser.parse_args()
     device = torch.device(args.device)
     paths = sorted(args.images.iterdir())
     result: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                     "batch": BATCH, "steps": args.steps, "feed_per_s": {}, "feed_and_step_per_s": {}}
-    for threads in (int(t) for t in args.threads.split(",")):
+    for threads in (int(t) for t in args.threads.split(",") if not args.variants):
         result["feed_per_s"][threads] = round(feed_rate(paths, threads, args.steps), 1)
         print(f"feed alone, {threads} threads: {result['feed_per_s'][threads]} pictures/s", flush=True)
-    for layout in ("NCHW", "channels_last"):
-        rate = step_rate(device, args.steps, channels_last=layout == "channels_last")
-        result[f"step_per_s_{layout}"] = round(rate, 1)
-        print(f"step alone, {layout}: {rate:.1f} pictures/s", flush=True)
-        for threads in (int(t) for t in args.threads.split(",")):
-            feed = PixelFeed(paths, seed=0, threads=threads)
-            rate = step_rate(device, args.steps, feed, len(paths), channels_last=layout == "channels_last")
+    if args.variants:  # the GPU step's knobs, channels-last throughout: cuDNN autotuning, a fused Adam
+        for name in args.variants.split(","):
+            torch.backends.cudnn.benchmark = "benchmark" in name
+            fused = "fused" in name
+            rate = step_rate(device, args.steps, channels_last=True, fused=fused)
+            feed = PixelFeed(paths, seed=0, threads=8)
+            both = step_rate(device, args.steps, feed, len(paths), channels_last=True, fused=fused)
             feed.close()
-            result["feed_and_step_per_s"][f"{threads} threads, {layout}"] = round(rate, 1)
-            print(f"feed + step, {threads} threads, {layout}: {rate:.1f} pictures/s", flush=True)
+            result[f"variant {name}"] = {"step_per_s": round(rate, 1), "feed_and_step_per_s": round(both, 1)}
+            print(f"{name}: step alone {rate:.1f}, feed + step (8 threads) {both:.1f} pictures/s", flush=True)
+    else:
+        for layout in ("NCHW", "channels_last"):
+            rate = step_rate(device, args.steps, channels_last=layout == "channels_last")
+            result[f"step_per_s_{layout}"] = round(rate, 1)
+            print(f"step alone, {layout}: {rate:.1f} pictures/s", flush=True)
+            for threads in (int(t) for t in args.threads.split(",")):
+                feed = PixelFeed(paths, seed=0, threads=threads)
+                rate = step_rate(device, args.steps, feed, len(paths), channels_last=layout == "channels_last")
+                feed.close()
+                result["feed_and_step_per_s"][f"{threads} threads, {layout}"] = round(rate, 1)
+                print(f"feed + step, {threads} threads, {layout}: {rate:.1f} pictures/s", flush=True)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -31,6 +31,8 @@ from trainer.train import (
     TrainingError,
     TrainOptions,
     learning_rate,
+    load_optimizer,
+    make_optimizer,
     resolve_config,
     train,
     update_after_validation,
@@ -253,3 +255,21 @@ def test_similarity_network_reranks_the_embedding_networks_candidates(workspace,
     first_stage = evaluate_folder(tmp_path / "twobranch-embed", folder, "dev", cpu)
     assert top_one["t2i"]["r1"] == pytest.approx(first_stage["t2i"]["r1"])  # re-ranking one keeps the order
     assert top_one["i2t"]["r1"] == pytest.approx(first_stage["i2t"]["r1"])
+
+
+@pytest.mark.parametrize("method", ["vse", "pvse", "pcme"])
+def test_a_checkpointed_optimizer_keeps_this_devices_implementation(method):
+    """A state saved by the fused (CUDA) optimizer resumes with the CPU one here, moments and steps intact."""
+    recipe = RECIPES[method]
+    weights = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(3))]
+    saving = type(make_optimizer(recipe, weights, 1e-3))(weights, lr=1e-3, fused=True)  # as made on CUDA
+    for p in weights:
+        p.grad = torch.ones_like(p)
+    saving.step()
+    mine = make_optimizer(recipe, weights, 1e-3)
+    assert not mine.defaults.get("fused")  # CPU parameters: the plain implementation
+    load_optimizer(mine, saving.state_dict(), 1e-3)
+    assert all(not g["fused"] and g["base_lr"] == 1e-3 for g in mine.param_groups)
+    assert torch.equal(mine.state[weights[0]]["exp_avg"], saving.state[weights[0]]["exp_avg"])
+    mine.step()  # runs (a fused group on CPU parameters would take another code path)
+    assert float(mine.state[weights[0]]["step"]) == 2
