@@ -12,7 +12,9 @@
 #   4. DistributedDataParallel on the NCCL backend (torchrun, one process; the CPU test covers two with gloo).
 # Rows go to $OUT/gpu.json and $OUT/gpu.md (tests/bench/bench_finetune.py), logs to $OUT/logs.tgz.
 #
-# DEVICE=cpu FT=1 BLOCKS_ONLY=1 bash tests/bench/gpu_check.sh   rehearses the script on a CPU (minutes).
+# DEVICE=cpu FT=1 BLOCKS_ONLY=1 bash tests/bench/gpu_check.sh   rehearses the script on a CPU (minutes). A
+# rehearsal leaves MiniLM's stub (90 MB apparent) and the backbone ONNX (23 MB) in the bundle: delete
+# assets/minilm/model.onnx and assets/backbone/efficientnet_lite0.onnx before carrying it (64 MiB at most).
 set -u
 OUT=${OUT:-/tmp/gpu-check-out}
 DEVICE=${DEVICE:-cuda}
