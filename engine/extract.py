@@ -68,8 +68,8 @@ class FeatureExtractor:
     def __init__(self, backbone: Backbone, names: list[str] | None = None, decode_threads: int | None = None) -> None:
         self.backbone = backbone
         self.names = names or class_names()
-        self.decode_threads = decode_threads or default_decode_threads()
-        self._pool = ThreadPoolExecutor(max_workers=self.decode_threads, thread_name_prefix="decode")
+        self._pool = ThreadPoolExecutor(max_workers=decode_threads or default_decode_threads(),
+                                        thread_name_prefix="decode")
 
     @property
     def backbone_id(self) -> str:

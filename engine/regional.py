@@ -146,7 +146,7 @@ def regional_semantics(probs: np.ndarray, region_max: np.ndarray, region_best: n
         frame = int(best_frame[c])
         where = (frame, int(region_best[frame, c]))
         if where not in colours:
-            colours[where] = region_colour(images[where[0]], where[1])
+            colours[where] = region_colour(images[frame], where[1])
         basic = basic_name(int(c))
         noun = f"{basic} ({names[c]})" if basic else names[c]
         phrase = f"{colours[where]} {noun}"
