@@ -391,3 +391,30 @@ def test_pcme_criterion_combines_match_kl_and_uniformity() -> None:
     uni = float(UniformityLoss(2.0)(torch.cat([v.reshape(-1, 8), t.reshape(-1, 8)]))["total"])
     want = ref_soft_contrastive(v, t, 2.0, 1.0) + 0.1 * kl + 0.5 * uni
     assert float(got["total"]) == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("weights", [(1.0, 1.0, 1.0), (0.7, 0.4, 1.3)])
+def test_instance_criterion_is_eq9(weights: tuple[float, float, float]) -> None:
+    """Zheng et al. eq. 9: lambda_1 L_rank (eq. 4, cosine, margin alpha) + lambda_2 L_visual + lambda_3 L_textual."""
+    torch.manual_seed(12)
+    w_rank, w_visual, w_text = weights
+    config = build_config("instance", {"rank_weight": w_rank, "visual_weight": w_visual,
+                                       "textual_weight": w_text, "margin": 0.5}, preset="test")
+    visual, text = EncoderOutput(torch.randn(4, 1, 6)), EncoderOutput(torch.randn(4, 1, 6))
+    labels = torch.tensor([0, 2, 2, 1])  # rows 1 and 2 show the same photo: they are each other's positives
+    extras = {"visual_logits": torch.randn(4, 3), "text_logits": torch.randn(4, 3), "labels": labels}
+    batch = _fake_batch(4)
+    batch = PairBatch(batch.visual, batch.text, visual_ids=labels)
+    got = build_loss(config)(PairOutput(visual, text, extras), batch)
+
+    sims = torch.tensor([[_cos(visual.emb[i, 0], text.emb[j, 0]) for j in range(4)] for i in range(4)])
+    rank = ref_triplet(sims, labels[:, None] == labels[None, :], 0.5, hardest=True)
+
+    def ce(logits: torch.Tensor) -> float:
+        return sum(-math.log(math.exp(float(logits[i, labels[i]])) / sum(math.exp(float(v)) for v in logits[i]))
+                   for i in range(4)) / 4
+
+    assert rank > 0.1  # the ranking term is large enough that leaving it out of the total shows
+    assert float(got["rank"]) == pytest.approx(rank, rel=1e-5)
+    want = w_rank * rank + w_visual * ce(extras["visual_logits"]) + w_text * ce(extras["text_logits"])
+    assert float(got["total"]) == pytest.approx(want, rel=1e-5)
