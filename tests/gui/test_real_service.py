@@ -47,7 +47,10 @@ def test_search_without_assets_fails_visibly_not_fatally(qtbot, real_window) -> 
     qtbot.keyClick(window.search_bar.edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(messages), timeout=10000)
     assert window.results_model.rowCount() == 0
-    assert messages[0] == "loaded 0" or "assets" in messages[0]
+    # an empty result ("loaded 0") would hide the missing assets: the search must fail and say how to fix it
+    assert len(messages) == 1 and not messages[0].startswith("loaded"), messages
+    assert "assets are missing" in messages[0] and "polyseek prepare" in messages[0]
+    assert window.statusBar().currentMessage().startswith("Search failed: ")
 
 
 @pytest.mark.slow
