@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtGui import QColor, QFontMetrics, QImage
 
 from app.widgets.inspector import TokenStrip, bin_weights, ellipse_axes, heatmap_image, overlay
 from tests.gui.fakes import FakeService
@@ -48,12 +48,30 @@ def test_ellipse_axes_from_2d_sigma_or_scalars() -> None:
     assert ellipse_axes(None, None) is None
 
 
-def test_token_strip_paints_markup_as_text(qtbot) -> None:
-    strip = TokenStrip(("<b>bold</b>", "&amp;"), np.array([0.9, 0.1]), QColor("red"))
-    qtbot.addWidget(strip)
-    strip.resize(300, 40)
-    assert strip.heightForWidth(300) > 0
-    assert strip.grab().width() == 300  # painting works; tokens are drawn with drawText (never parsed)
+def _ink_columns(strip: TokenStrip) -> int:
+    """How many pixels wide the dark (text-coloured) ink of a painted strip is."""
+    image = strip.grab().toImage()
+    dark = [x for x in range(image.width())
+            if any(image.pixelColor(x, y).lightness() < 110 for y in range(image.height()))]
+    return max(dark) - min(dark) + 1 if dark else 0
+
+
+@pytest.mark.parametrize("token,parsed", [("<b>bold</b>", "bold"), ("&amp;", "&")])
+def test_token_strip_paints_markup_as_text(qtbot, token: str, parsed: str) -> None:
+    """A query word is drawn as the characters typed: markup in it is never parsed as rich text."""
+    strips = {}
+    for text in (token, parsed):
+        strip = TokenStrip((text,), np.zeros(1), QColor("red"))  # weight 0: pale fill, text in palette colour
+        qtbot.addWidget(strip)
+        strip.resize(400, 40)
+        strips[text] = strip
+    assert strips[token].palette().color(strips[token].palette().ColorRole.Text).lightness() < 110
+    metrics = QFontMetrics(strips[token].font())
+    literal, rendered = metrics.horizontalAdvance(token), metrics.horizontalAdvance(parsed)
+    assert literal > rendered + 10  # the two readings are told apart by the ink's width
+    assert strips[token].heightForWidth(400) > 0
+    assert _ink_columns(strips[token]) >= literal - 4  # every character of the markup was painted
+    assert _ink_columns(strips[parsed]) < literal - 4
 
 
 def test_hovering_an_animation_cycles_its_preview_frames(qtbot, window, service: FakeService) -> None:
