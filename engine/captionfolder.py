@@ -43,7 +43,7 @@ SPLITS_HEADER = ("file", "split")
 DEFAULT_SPLIT = "all"  # the one split of a folder without splits.tsv
 UNASSIGNED_SPLIT = "unassigned"  # files a splits.tsv does not list
 MEDIA_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".apng",
+    {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".apng", ".heic", ".heif", ".hif", ".avif",
      ".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi"}
 )
 

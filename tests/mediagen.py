@@ -330,3 +330,46 @@ def make_random_bytes(path: Path, n_bytes: int = 4096, seed: int = 0) -> Path:
     data[:4] = b"\0\0\0\0"
     Path(path).write_bytes(bytes(data))
     return Path(path)
+
+
+# ---- phone media: HEIF/AVIF stills, rotated videos ------------------------------------------------------------
+
+
+def make_heif_or_avif(
+    path: Path,
+    fmt: str,
+    pixels: np.ndarray,
+    exif_orientation: int | None = None,
+    thumbnails: Sequence[int] = (),
+) -> Path:
+    """A HEIC (``fmt`` 'HEIF', written by pillow-heif's x265) or AVIF ('AVIF', Pillow's own libavif) still of
+    ``pixels``, optionally with an EXIF orientation tag and embedded thumbnails (HEIF only; each fits a box of
+    that many pixels). The orientation is stored the way phones do: the writer records it as the file's
+    rotation, so a reader that ignores both shows the picture on its side."""
+    from pillow_heif import register_heif_opener
+
+    register_heif_opener()
+    extra: dict = {"quality": 95}
+    if exif_orientation is not None:
+        exif = Image.Exif()
+        exif[ORIENTATION_TAG] = exif_orientation
+        extra["exif"] = exif.tobytes()
+    if thumbnails:
+        extra["thumbnails"] = list(thumbnails)
+    Image.fromarray(pixels).save(path, fmt, **extra)
+    return Path(path)
+
+
+def set_video_rotation(path: Path, degrees: int) -> Path:
+    """Rewrite the first track header's display matrix of an .mp4/.mov in place, as a phone held upright does
+    (``degrees`` 90, 180 or 270, clockwise); the stored frames stay as they are."""
+    cos, sin = {0: (1, 0), 90: (0, 1), 180: (-1, 0), 270: (0, -1)}[degrees]
+    data = bytearray(Path(path).read_bytes())
+    at = data.find(b"tkhd")
+    if at < 0:
+        raise ValueError(f"{path} has no track header")
+    matrix_at = at + 4 + 4 + (32 if data[at + 4] == 1 else 20) + 8 + 8  # version/flags, times, reserved, layer...
+    one = 0x10000  # 16.16 fixed point
+    struct.pack_into(">9i", data, matrix_at, cos * one, sin * one, 0, -sin * one, cos * one, 0, 0, 0, 0x40000000)
+    Path(path).write_bytes(bytes(data))
+    return Path(path)

@@ -22,8 +22,12 @@ are composited as browsers show them (``engine.media.gif``: disposal 1/2/3, tran
 palettes), WebP/APNG frames by libwebp/Pillow; a broken animation frame ends the animation (the frames
 before it are used; a broken first frame is an error); JPEGs are decoded in draft mode at the smallest
 scale that still covers the requested size; video frames are fetched by seeking, falling back to a
-bounded sequential read. Pillow's ``LOAD_TRUNCATED_IMAGES`` is never set: a truncated file is an error,
-not a grey picture. Nothing here changes global Pillow, OpenCV or warnings state.
+bounded sequential read; a rotated video (phone held upright) is decoded upright. HEIF/HEIC (pillow-heif) and
+AVIF (Pillow's own plugin) decode like JPEGs: orientation applied, and a HEIF's embedded thumbnail stands in
+for the full picture when it is large enough (like JPEG draft mode). Pillow's ``LOAD_TRUNCATED_IMAGES`` is never
+set: a truncated file is an error, not a grey picture. Global state touched, and only that: the HEIF opener is
+registered with Pillow on the first HEIF file, and OpenCV's and FFmpeg's stderr logging is turned off before the
+first video is opened (``engine.media.video.quiet_decoders``; a bad file is reported once, as a MediaError).
 
 Public API: :func:`sniff_format`, :func:`iter_media_files`, :func:`probe` / :class:`MediaInfo`,
 :func:`load_image`, :func:`decode_image`, :func:`decode_frames`, :func:`probe_and_decode`,

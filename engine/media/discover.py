@@ -108,7 +108,8 @@ def _sorted_entries(folder: Path, report: ErrorCallback) -> list[os.DirEntry[str
 # A file with one of these names claims to be media: when its content is not, indexing records it as a failure
 # with the reason ("not a media file") instead of skipping it silently, so the user learns of the broken file.
 MEDIA_SUFFIXES = frozenset(
-    ".jpg .jpeg .jpe .png .apng .gif .webp .bmp .tif .tiff .mp4 .m4v .mov .webm .mkv .avi".split()
+    ".jpg .jpeg .jpe .png .apng .gif .webp .bmp .tif .tiff .heic .heif .hif .avif"
+    " .mp4 .m4v .mov .webm .mkv .avi".split()
 )
 
 

@@ -13,7 +13,7 @@ from typing import BinaryIO
 from engine.media import limits
 from engine.media.errors import MediaError
 
-IMAGE_FORMATS = frozenset({"jpeg", "png", "gif", "webp", "bmp", "tiff"})
+IMAGE_FORMATS = frozenset({"jpeg", "png", "gif", "webp", "bmp", "tiff", "heif", "avif"})
 ANIMATABLE_FORMATS = frozenset({"gif", "png", "webp"})  # may hold an animation (GIF, APNG, animated WebP)
 VIDEO_FORMATS = frozenset({"mp4", "mov", "webm", "mkv", "avi"})
 
@@ -27,19 +27,32 @@ DISPLAY_NAMES = {
     "webp": "WebP",
     "bmp": "BMP",
     "tiff": "TIFF",
+    "heif": "HEIF",
+    "avif": "AVIF",
     "mp4": "MP4 video",
     "mov": "QuickTime video",
     "webm": "WebM video",
     "mkv": "Matroska video",
     "avi": "AVI video",
 }
-PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG", "gif": "GIF", "webp": "WEBP", "bmp": "BMP", "tiff": "TIFF"}
+PILLOW_FORMATS = {
+    "jpeg": "JPEG",
+    "png": "PNG",
+    "gif": "GIF",
+    "webp": "WEBP",
+    "bmp": "BMP",
+    "tiff": "TIFF",
+    "heif": "HEIF",  # pillow-heif's plugin (engine.media.stills registers it)
+    "avif": "AVIF",  # Pillow's own (libavif, Pillow >= 11.3)
+}
 
-# ISO-BMFF brands that are stills or audio, not video: HEIF/AVIF photos, Canon CR3 raw, iTunes audio.
-_NOT_VIDEO_BRANDS = frozenset(
-    brand.encode().ljust(4)
-    for brand in "heic heix hevc hevx heim heis hevm hevs mif1 mif2 msf1 avif avis crx M4A M4B M4P".split()
-)
+# ISO-BMFF brands. HEIF (what phones write: HEVC stills) and AVIF (AV1 stills) are pictures; a file whose major
+# brand is the generic "mif1"/"msf1" is AVIF when its compatible brands name AVIF, else HEIF. Canon CR3 raw
+# and iTunes audio are neither picture nor video.
+_HEIF_BRANDS = frozenset(b.encode() for b in "heic heix hevc hevx heim heis hevm hevs".split())
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+_GENERIC_IMAGE_BRANDS = frozenset({b"mif1", b"mif2", b"msf1"})
+_NOT_VIDEO_BRANDS = frozenset(brand.encode().ljust(4) for brand in "crx M4A M4B M4P".split())
 # Old QuickTime files start with a top-level atom instead of "ftyp".
 _QUICKTIME_ATOMS = frozenset({b"moov", b"mdat", b"wide", b"free", b"skip", b"pnot"})
 _BMP_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
@@ -65,8 +78,9 @@ def sniff_bytes(head: bytes) -> str | None:
 def _sniff_video(head: bytes) -> str | None:
     if head[4:8] == b"ftyp":
         brand = head[8:12]
-        if brand in _NOT_VIDEO_BRANDS:
-            return None
+        picture = _sniff_heif(head, brand)
+        if picture is not None or brand in _NOT_VIDEO_BRANDS:
+            return picture
         return "mov" if brand == b"qt  " else "mp4"
     if head[4:8] in _QUICKTIME_ATOMS:
         return "mov"
@@ -77,9 +91,22 @@ def _sniff_video(head: bytes) -> str | None:
     return None
 
 
+def _sniff_heif(head: bytes, brand: bytes) -> str | None:
+    """'heif' or 'avif' for an ISO-BMFF still image (its ``ftyp`` major and compatible brands), else None."""
+    if brand in _AVIF_BRANDS:
+        return "avif"
+    if brand in _HEIF_BRANDS:
+        return "heif"
+    if brand not in _GENERIC_IMAGE_BRANDS:
+        return None
+    box_end = min(int.from_bytes(head[:4], "big"), len(head))
+    compatible = {head[at : at + 4] for at in range(16, box_end - 3, 4)}
+    return "avif" if compatible & _AVIF_BRANDS else "heif"
+
+
 def sniff_format(path: Path) -> str | None:
     """The media format of ``path`` from its first bytes, not its name: one of 'jpeg', 'png', 'gif',
-    'webp', 'bmp', 'tiff', 'mp4', 'mov', 'webm', 'mkv', 'avi', or None when the file is readable but
+    'webp', 'bmp', 'tiff', 'heif', 'avif', 'mp4', 'mov', 'webm', 'mkv', 'avi', or None when the file is readable but
     not media we know (also for directories, devices and pipes, which are never opened for reading).
 
     Raises MediaError when the file cannot be read (vanished, permission denied).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,6 +31,7 @@ _TRANSPOSE_FOR_ORIENTATION = {
     8: Image.Transpose.ROTATE_90,
 }
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
+_DRAFT_FORMATS = frozenset({"jpeg", "heif"})  # formats whose Pillow plugin can decode a smaller picture
 
 
 @contextmanager
@@ -39,12 +41,27 @@ def open_pillow(checked: CheckedFile) -> Iterator[Image.Image]:
     Opening reads the header only (WebP: the container), so the size limit is enforced here, before
     anything is decoded.
     """
+    if checked.fmt == "heif":
+        _register_heif()
     with translated_errors(checked.display), open(checked.path, "rb") as file:
         image = Image.open(file, formats=[PILLOW_FORMATS[checked.fmt]])
         try:
             yield image
         finally:
             image.close()
+
+
+@functools.cache
+def _register_heif() -> None:
+    """Teach Pillow HEIF (pillow-heif), once, the first time a HEIF file is opened.
+
+    Only the primary picture is wanted: depth maps and auxiliary images are not read. libheif applies the
+    file's rotation and mirroring (``irot``/``imir``) itself and resets the EXIF orientation to 1, so
+    :func:`apply_orientation` leaves a decoded HEIF as it is.
+    """
+    from pillow_heif import register_heif_opener
+
+    register_heif_opener(thumbnails=True, depth_images=False, aux_images=False)
 
 
 def check_pixels(width: int, height: int, what: str) -> None:
@@ -60,9 +77,10 @@ def prepare_still(image: Image.Image, checked: CheckedFile, min_size: int | None
 
     ``min_size``: for JPEG, decode at the smallest DCT scale (1/2, 1/4, 1/8) whose width and height stay
     at least ``min_size`` (Pillow draft mode), so a 12 MP photo wanted at 224 px decodes 1/8 of its
-    pixels. The pixel limit applies to that reduced size.
+    pixels; for HEIF, decode the smallest embedded thumbnail (phones write one) whose sides are both at
+    least ``min_size``, when there is one. The pixel limit applies to that reduced size.
     """
-    if min_size is not None and checked.fmt == "jpeg":
+    if min_size is not None and checked.fmt in _DRAFT_FORMATS:
         image.draft(None, (min_size, min_size))
     check_pixels(*image.size, what=checked.display)
     image.load()

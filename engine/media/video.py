@@ -4,11 +4,23 @@ The container's frame count is trusted first and frames are fetched by seeking t
 seeking fails (a read after a seek returns nothing: the count was too high, or the stream cannot seek)
 or the count is missing or absurd, the frames are counted by reading them in order, at most
 :data:`limits.MAX_VIDEO_SEQUENTIAL_FRAMES`, and the sample is taken among those.
+
+A rotated video (a phone held upright: the track's display matrix says 90 degrees) is decoded upright, and its
+width and height are the upright ones; OpenCV's FFmpeg backend applies the rotation, asked for explicitly here.
+
+OpenCV and FFmpeg write their own complaints about a broken file ("moov atom not found", "VIDEOIO(FFMPEG):
+backend is generally available but can't be used to capture by name") straight to file descriptor 2. The media
+layer reports a broken file once, as a :class:`MediaError`, so :func:`quiet_decoders` turns both logs off when
+this module is imported: OpenCV reads the FFmpeg level once, when the process first uses FFmpeg (a capture or a
+writer, anywhere), so the first video opened would be too late if something else had used FFmpeg before.
+Setting ``OPENCV_LOG_LEVEL`` or ``OPENCV_FFMPEG_LOGLEVEL`` in the environment keeps that choice (for debugging).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +55,23 @@ class VideoStream:
         return self.n_frames / self.fps if self.fps else None
 
 
+@functools.cache
+def quiet_decoders() -> None:
+    """Silence OpenCV's and FFmpeg's own stderr logging for this process, once, unless the user set a level.
+
+    Measured with OpenCV 5.0 (opencv-python-headless): ``OPENCV_FFMPEG_LOGLEVEL`` works when set before the
+    process first uses FFmpeg (not after: a ``VideoWriter`` made first is enough to defeat it);
+    ``cv2.utils.logging.setLogLevel`` silences OpenCV's own warnings at any time but not FFmpeg's. The two
+    together leave stderr clean for a truncated or moov-less MP4.
+    """
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+    if "OPENCV_LOG_LEVEL" not in os.environ:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+
+
+quiet_decoders()
+
+
 @contextmanager
 def _capture(checked: CheckedFile) -> Iterator[cv2.VideoCapture]:
     capture = cv2.VideoCapture(str(checked.path), cv2.CAP_FFMPEG)
@@ -51,6 +80,7 @@ def _capture(checked: CheckedFile) -> Iterator[cv2.VideoCapture]:
             if not checked.path.exists():
                 raise MediaError("file disappeared")
             raise MediaError(f"corrupt or unsupported {checked.display}")
+        capture.set(cv2.CAP_PROP_ORIENTATION_AUTO, 1)  # the default of the FFmpeg backend; not left to chance
         yield capture
     finally:
         capture.release()

@@ -76,7 +76,7 @@ def test_sniff_ignores_the_file_name(tmp_path: Path) -> None:
         (b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01\x42\x82\x84webm", "webm"),
         (b"\x1a\x45\xdf\xa3\xa3\x42\x86\x81\x01\x42\x82\x88matroska", "mkv"),
         (b"RIFF\0\0\0\0AVI LIST", "avi"),
-        (b"\0\0\0\x18ftypheic\0\0\0\0mif1heic", None),  # an iPhone photo is not an mp4
+        (b"\0\0\0\x18ftypheic\0\0\0\0mif1heic", "heif"),  # an iPhone photo is a picture, not an mp4
         (b"\0\0\0\x18ftypM4A \0\0\0\0", None),  # audio only
         (b"BM garbage that is not a bitmap", None),
         (b"", None),
