@@ -25,7 +25,16 @@ Schema
     A ``meta`` table holds ``schema_version``; ``_MIGRATIONS[v]`` takes a catalog from version ``v`` to
     ``v + 1`` and runs in one transaction on open, so an interrupted upgrade leaves the old version intact.
     v1 is the first layout; v2 adds ``media.features_backbone``, ``embedding_extras``, the lookup indexes
-    and the "one pseudo caption per item" / "one active model" rules (fixing rows that broke them).
+    and the "one pseudo caption per item" / "one active model" rules (fixing rows that broke them); v3 adds
+    ``roots.device`` (the ``st_dev`` a folder was on, so an unplugged drive's empty mount point is told apart
+    from an emptied folder).
+
+Annotations outlive files
+    Captions and pairs are the user's work. A scan never deletes a media row: a file that is gone is marked
+    ``missing`` (offline) and keeps its captions, pairs and content hash, so it gets them back when the same
+    content shows up again, at its old path or another one. Only the user deletes rows (:meth:`Catalog.purge_missing`,
+    :meth:`Catalog.remove_root`), and both first write a snapshot of every annotation
+    (:mod:`engine.snapshots`) beside the catalog.
 
 Paths are stored as given and must be absolute; the scanner decides how to normalise them.
 """
@@ -49,6 +58,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from sqlite_utils import Database
 
+from engine import snapshots
 from engine.types import CaptionSource, MediaKind
 
 BUSY_TIMEOUT_S = 30.0
@@ -71,7 +81,7 @@ class MediaStatus(StrEnum):
     PENDING = "pending"  # found, not yet indexed (an interrupted index resumes from these)
     OK = "ok"
     FAILED = "failed"  # retried only when the file's size or mtime changes
-    MISSING = "missing"  # file gone at the last scan; kept until moves are matched
+    MISSING = "missing"  # file gone (or its drive offline) at the last scan; kept, with its annotations
 
 
 class JobState(StrEnum):
@@ -448,7 +458,12 @@ def _schema_v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE UNIQUE INDEX one_active_model ON models (is_active) WHERE is_active = 1")
 
 
-_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2)
+def _schema_v3(conn: sqlite3.Connection) -> None:
+    """``roots.device``: the device id (``st_dev``) of each folder, recorded when it is first seen online."""
+    conn.execute("ALTER TABLE roots ADD COLUMN device INTEGER")
+
+
+_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3)
 LATEST_SCHEMA_VERSION = len(_MIGRATIONS)
 
 _MEDIA_COLUMNS = (
@@ -523,6 +538,10 @@ def _path_value(path: Path | str) -> str | bytes:
     return text
 
 
+def _is_under_text(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _path_text(value: str | bytes) -> str:
     """The inverse of :func:`_path_value`, as text (with surrogates for an undecodable name)."""
     return os.fsdecode(value) if isinstance(value, bytes) else value
@@ -542,22 +561,63 @@ class Catalog(SQLiteStore):
 
     # -- roots ---------------------------------------------------------------------------------------------
 
-    def add_root(self, path: Path) -> int:
-        """Add a folder to the library (idempotent); returns its id."""
+    def add_root(self, path: Path, device: int | None = None) -> int:
+        """Add a folder to the library (idempotent); returns its id. ``device`` (its ``st_dev``) is recorded
+        when the root is new or has none yet."""
         text = _absolute(path, "root")
         with self.transaction(f"adding root {path}") as conn:
             conn.execute(
-                "INSERT INTO roots (path, added_at) VALUES (?, ?) ON CONFLICT(path) DO NOTHING",
-                (text, time.time()),
+                "INSERT INTO roots (path, added_at, device) VALUES (?, ?, ?) ON CONFLICT(path) DO NOTHING",
+                (text, time.time(), device),
             )
-            return conn.execute("SELECT id FROM roots WHERE path = ?", (text,)).fetchone()[0]
+            root_id, known = conn.execute("SELECT id, device FROM roots WHERE path = ?", (text,)).fetchone()
+            if known is None and device is not None:
+                conn.execute("UPDATE roots SET device = ? WHERE id = ?", (device, root_id))
+            return root_id
+
+    def set_root_device(self, root_id: int, device: int) -> None:
+        """Record the device a root is on now (its drive came back under another device id)."""
+        with self.transaction(f"recording the device of root {root_id}") as conn:
+            conn.execute("UPDATE roots SET device = ? WHERE id = ?", (device, root_id))
+
+    def root_device(self, root_id: int) -> int | None:
+        """The device id recorded for a root, or None (not known yet)."""
+        rows = self._read("reading root device", "SELECT device FROM roots WHERE id = ?", (root_id,))
+        return rows[0][0] if rows else None
+
+    def root_media_paths(self, root_id: int, limit: int | None = None) -> list[Path]:
+        """Paths of the media rows under a root (any status), oldest first; at most ``limit``."""
+        rows = self._read(
+            "listing media of a root",
+            f"SELECT path FROM media WHERE root_id = ? ORDER BY id{'' if limit is None else f' LIMIT {int(limit)}'}",
+            (root_id,),
+        )
+        return [Path(_path_text(p)) for (p,) in rows]
+
+    def root_media_count(self, root_id: int) -> int:
+        """How many media rows (any status) are under a root."""
+        return self._read("counting media of a root", "SELECT COUNT(*) FROM media WHERE root_id = ?", (root_id,))[0][0]
+
+    def mark_root_missing(self, root_id: int) -> int:
+        """Mark every row under a root missing (its drive is offline); returns how many changed."""
+        with self.transaction(f"marking root {root_id} offline") as conn:
+            return conn.execute(
+                "UPDATE media SET status = 'missing' WHERE root_id = ? AND status <> 'missing'", (root_id,)
+            ).rowcount
 
     def remove_root(self, path: Path) -> None:
-        """Remove a folder and, with it, every media row under it (and their captions, pairs, vectors)."""
+        """Remove a folder and, with it, every media row under it (and their captions, pairs, vectors).
+
+        The user's annotations are first written to a snapshot (:mod:`engine.snapshots`); when it cannot be
+        written (a full disk) nothing is removed."""
         text = str(Path(path))
         with self.transaction(f"removing root {text}") as conn:
-            if conn.execute("DELETE FROM roots WHERE path = ?", (_path_value(text),)).rowcount == 0:
+            row = conn.execute("SELECT id FROM roots WHERE path = ?", (_path_value(text),)).fetchone()
+            if row is None:
                 raise NotFound(f"root {text} is not in {self.path}")
+            if self._annotation_count(conn, "root_id = ?", (row[0],)) != (0, 0):
+                self._snapshot(conn, "remove-root")
+            conn.execute("DELETE FROM roots WHERE id = ?", (row[0],))
 
     def roots(self) -> list[Path]:
         """The library's folders, in the order they were added."""
@@ -683,10 +743,70 @@ class Catalog(SQLiteStore):
             conn.executemany("UPDATE media SET status = 'missing' WHERE path = ?", params)
             return conn.total_changes - before
 
-    def delete_missing(self) -> int:
-        """Delete rows still marked missing (call after moves were matched); returns how many."""
-        with self.transaction("deleting missing media") as conn:
-            return conn.execute("DELETE FROM media WHERE status = 'missing'").rowcount
+    def missing_summary(self) -> tuple[int, int, int]:
+        """``(items, captions, pairs)`` that :meth:`purge_missing` would delete: the rows marked missing and
+        their user and imported captions and pairs (pseudo ones are not counted: indexing remakes them)."""
+        with self._lock:
+            conn = self._live()
+            items = conn.execute("SELECT COUNT(*) FROM media WHERE status = 'missing'").fetchone()[0]
+            return (items, *self._annotation_count(conn, "status = 'missing'"))
+
+    def purge_missing(self) -> tuple[int, int, int, Path | None]:
+        """Delete the rows marked missing with their captions, pairs and vectors -- only the user asks for
+        this. Returns ``(items, captions, pairs, snapshot)``: what went and the snapshot of every annotation
+        written first (None when there were none to save). A snapshot that cannot be written (a full disk)
+        raises and deletes nothing."""
+        with self.transaction("purging missing media") as conn:
+            captions, pairs = self._annotation_count(conn, "status = 'missing'")
+            snapshot = self._snapshot(conn, "purge-missing") if captions or pairs else None
+            items = conn.execute("DELETE FROM media WHERE status = 'missing'").rowcount
+            return items, captions, pairs, snapshot
+
+    @staticmethod
+    def _annotation_count(conn: sqlite3.Connection, media_where: str, params: Sequence[Any] = ()) -> tuple[int, int]:
+        """``(captions, pairs)`` of the user's (user and imported) annotations on the media rows selected."""
+        return tuple(  # type: ignore[return-value]
+            conn.execute(
+                f"SELECT COUNT(*) FROM {table} WHERE source <> 'pseudo' AND media_id IN "
+                f"(SELECT id FROM media WHERE {media_where})",
+                params,
+            ).fetchone()[0]
+            for table in ("captions", "pairs")
+        )
+
+    def annotation_snapshot(self) -> dict[str, Any]:
+        """Every user and imported caption and pair, grouped per item with the item's content hash, path,
+        size and mtime (the snapshot format of :mod:`engine.snapshots`)."""
+        with self._lock:
+            return snapshots.collect(self._live())
+
+    def _snapshot(self, conn: sqlite3.Connection, reason: str) -> Path:
+        """Write a snapshot of the annotations as they are in this (open) transaction."""
+        try:
+            return snapshots.write(snapshots.folder_of(self.path), snapshots.collect(conn), reason)
+        except OSError as exc:
+            raise CatalogError(
+                f"cannot save a snapshot of the annotations before deleting ({exc}); nothing was deleted"
+            ) from exc
+
+    def snapshot_annotations(self, reason: str = "manual") -> Path:
+        """Write a snapshot of every annotation now; returns its file."""
+        with self.transaction("snapshotting annotations") as conn:
+            return self._snapshot(conn, reason)
+
+    def restore_media(self, path: Path, size: int, mtime_ns: int, content_hash: str) -> int:
+        """A row for an item known only from a snapshot: its captions go on it now, and it is marked
+        missing, so the next scan that finds the same content (anywhere) takes it over as a move."""
+        text = _absolute(path, "media")
+        with self.transaction(f"restoring media {path}") as conn:
+            root = next((rid for rid, rpath in conn.execute("SELECT id, path FROM roots")
+                         if _is_under_text(str(path), _path_text(rpath))), None)
+            cursor = conn.execute(
+                "INSERT INTO media (root_id, path, size, mtime_ns, content_hash, status) "
+                "VALUES (?, ?, ?, ?, ?, 'missing')",
+                (root, text, size, mtime_ns, content_hash),
+            )
+            return int(cursor.lastrowid or 0)
 
     # -- media: indexing results -----------------------------------------------------------------------------
 
@@ -734,6 +854,15 @@ class Catalog(SQLiteStore):
             "reading media", f"SELECT {_MEDIA_COLUMNS} FROM media WHERE path = ?", (_path_value(path),)
         )
         return _media_record(rows[0]) if rows else None
+
+    def media_by_hash(self, digest: str) -> list[MediaRecord]:
+        """The media rows with this content hash, present ones first, then oldest first."""
+        rows = self._read(
+            "reading media",
+            f"SELECT {_MEDIA_COLUMNS} FROM media WHERE content_hash = ? ORDER BY status = 'missing', id",
+            (digest,),
+        )
+        return [_media_record(r) for r in rows]
 
     def iter_media(self, status: MediaStatus | str | None = None) -> Iterator[MediaRecord]:
         """Every media row (optionally of one status) in id order, read a page at a time."""

@@ -49,13 +49,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--library", default="default")
     p.add_argument("--json", action="store_true")
     _retrain_parser(sub)
-    p = sub.add_parser("annotations", help="export or import a library's captions (caption folder or COCO JSON)")
-    p.add_argument("action", choices=["export", "import"])
-    p.add_argument("path", type=Path, help="export: the folder or .json to write; import: a caption folder or "
-                                           "COCO captions JSON")
+    p = sub.add_parser("annotations", help="export or import a library's captions (caption folder or COCO JSON); "
+                                           "export is the backup of what you wrote")
+    p.add_argument("action", choices=["export", "import", "snapshots"],
+                   help="snapshots: list the automatic snapshots taken before anything deleted annotations")
+    p.add_argument("path", type=Path, nargs="?", help="export: the folder or .json to write; import: a caption "
+                                                      "folder, COCO captions JSON or an annotation snapshot")
     p.add_argument("--library", default="default")
     p.add_argument("--format", default=None, choices=["folder", "coco"],
                    help="export format (default: coco for a .json path, else folder)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("purge-missing", help="delete the items whose files are missing or offline, with their "
+                                             "captions and pairs (a snapshot of every annotation is kept)")
+    p.add_argument("--library", default="default")
+    p.add_argument("--yes", action="store_true", help="delete; without it, only say what would be deleted")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("prepare", help="prepare the pretrained ONNX assets (run once by the installer)")
     p.add_argument("--force", action="store_true")
@@ -112,7 +119,21 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # one clear line, details in the log with -v
         log.debug("failed", exc_info=True)
         print(f"polyseek: error: {error}", file=sys.stderr)
+        if _disk_full(error):
+            print("polyseek: the disk is full: nothing already saved was lost (the catalog is intact and every "
+                  "finished step is kept); free some space and run the command again", file=sys.stderr)
         return 1
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether an error (or one it was raised from) is a full disk (ENOSPC, SQLite's "disk is full")."""
+    import errno
+
+    while error is not None:
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _is_zero_shot(argv: list[str]) -> bool:
@@ -139,6 +160,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _retrain(args)
     if args.command == "annotations":
         return _annotations(args)
+    if args.command == "purge-missing":
+        return _purge_missing(args)
     raise CliError(f"unknown command {args.command!r}")
 
 
@@ -154,23 +177,53 @@ def _open(library: str):
 
 
 def _index(args: argparse.Namespace) -> int:
-    for path in args.paths:
-        if not path.exists():
-            raise CliError(f"no such file or folder: {path}")
     service = _open(args.library)
     try:
-        _drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
-        counts, failures = service.counts(), service.failures()
+        try:
+            _drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
+        except FileNotFoundError as error:  # not a library folder either (a known one that is gone is offline)
+            raise CliError(str(error)) from None
+        counts, failures, offline = service.counts(), service.failures(), service.offline_roots()
     finally:
         service.close()
     if args.json:
         print(json.dumps({"library": args.library, "counts": counts,
-                          "failures": [{"path": p, "error": e} for p, e in failures]}, indent=2))
+                          "failures": [{"path": p, "error": e} for p, e in failures],
+                          "offline": [{"path": str(o.path), "reason": o.reason, "items": o.items}
+                                      for o in offline]}, indent=2))
     else:
         kinds = ", ".join(f"{counts.get(k, 0)} {k}s" for k in ("image", "animation", "video"))
-        print(f"{args.library}: {kinds}; {counts.get('failed', 0)} failed")
+        print(f"{args.library}: {kinds}; {counts.get('failed', 0)} failed; {counts.get('missing', 0)} missing "
+              "or offline (kept with their annotations)")
         for path, error in failures[:20]:
             print(f"  failed: {path}: {error}")
+        for o in offline:
+            print(f"  offline, skipped: {o.path}: {o.reason} ({o.items} items kept)")
+    return 0
+
+
+def _purge_missing(args: argparse.Namespace) -> int:
+    service = _open(args.library)
+    try:
+        items, captions, pairs = service.missing_summary()
+        snapshot = None
+        if args.yes and items:
+            items, captions, pairs, snapshot = service.purge_missing()
+    finally:
+        service.close()
+    purged = bool(args.yes and items)
+    if args.json:
+        print(json.dumps({"library": args.library, "missing_items": items, "captions": captions, "pairs": pairs,
+                          "purged": purged, "snapshot": str(snapshot) if snapshot else None}))
+    elif not items:
+        print(f"{args.library}: no missing or offline items")
+    elif purged:
+        print(f"{args.library}: deleted {items} missing items with {captions} captions and {pairs} pairs")
+        if snapshot:
+            print(f"  their annotations are saved in {snapshot} (`polyseek annotations import` restores them)")
+    else:
+        print(f"{args.library}: {items} missing or offline items with {captions} captions and {pairs} pairs "
+              "would be deleted; run again with --yes to delete them")
     return 0
 
 
@@ -288,29 +341,65 @@ def _retrain(args: argparse.Namespace) -> int:
 
 
 def _annotations(args: argparse.Namespace) -> int:
+    from engine import snapshots
     from engine.retrain import AnnotationError
 
+    if args.action == "snapshots":
+        return _snapshots(args)
+    if args.path is None:
+        raise CliError(f"annotations {args.action} needs a PATH")
     service = _open(args.library)
+    skipped: tuple[str, ...] = ()
+    pairs = None
     try:
         if args.action == "export":
             fmt = args.format or ("coco" if args.path.suffix.lower() == ".json" else "folder")
             count = service.export_annotations(args.path, fmt)
+            skipped = getattr(count, "skipped", ())
         else:
             if args.format is not None:
                 raise CliError("--format is for export; import reads either format")
             if not args.path.exists():
                 raise CliError(f"no such file or folder: {args.path}")
-            count = service.import_annotations(args.path)
-    except AnnotationError as error:
+            if snapshots.is_snapshot_file(args.path):
+                restored = service.restore_snapshot(args.path)
+                count, pairs = restored.captions, restored.pairs
+            else:
+                count = service.import_annotations(args.path)
+    except (AnnotationError, snapshots.SnapshotError) as error:
         raise CliError(str(error)) from None
     finally:
         service.close()
     if args.json:
-        print(json.dumps({"library": args.library, "action": args.action, "path": str(args.path),
-                          "captions": count}))
+        out = {"library": args.library, "action": args.action, "path": str(args.path), "captions": int(count)}
+        if args.action == "export":
+            out["skipped"] = list(skipped)
+        if pairs is not None:
+            out["pairs"] = pairs
+        print(json.dumps(out))
     else:
         verb = "wrote" if args.action == "export" else "imported"
-        print(f"{args.library}: {verb} {count} captions ({args.path})")
+        extra = f" and {pairs} pairs" if pairs is not None else ""
+        print(f"{args.library}: {verb} {count} captions{extra} ({args.path})")
+        if skipped:
+            print(f"  skipped {len(skipped)} annotated items whose files are missing or offline (a .json export "
+                  f"keeps their captions): {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}")
+    return 0
+
+
+def _snapshots(args: argparse.Namespace) -> int:
+    service = _open(args.library)
+    try:
+        files = service.annotation_snapshots()
+    finally:
+        service.close()
+    if args.json:
+        print(json.dumps({"library": args.library, "snapshots": [str(f) for f in files]}))
+    else:
+        for f in files:
+            print(f)
+        if not files:
+            print(f"{args.library}: no annotation snapshots yet (one is written before anything deletes annotations)")
     return 0
 
 

@@ -4,7 +4,16 @@ Steps: (1) walk the roots (files recognised by content) and stat every file; (2)
 new, changed, unchanged and missing files; hash new and changed files so a moved file keeps its row, captions
 and vectors; (3) extract features for every *pending* item in batches, reusing the feature store when the same
 content was seen before (another library, a training folder, a move) — pending rows are also what an
-interrupted run left, so indexing resumes where it stopped; (4) drop rows whose files are gone.
+interrupted run left, so indexing resumes where it stopped; (4) mark rows whose files are gone ``missing``.
+
+A scan never deletes a row: a missing item keeps its captions and pairs (the user's work) and gets them back
+when its content shows up again; only the user purges missing items. A root that looks unplugged is not a
+folder that was emptied: a root that does not exist, that is empty where it held items, or that sits on
+another device than when it was added while none of its known files are there (an empty mount point, or
+another drive mounted there) is *offline*: its rows are marked missing, it is not scanned, and it is reported
+in :attr:`Indexer.offline`; the other roots are indexed as usual. A root whose device changed but whose files
+are there (a drive that came back under a new device id, a folder copied to a new disk) is online and its new
+device is recorded.
 
 Every batch is committed as it is finished: its failures and pseudo captions, then its features, then its
 rows marked indexed (see ``Indexer._store`` for why in that order), so a kill loses at most the batch in
@@ -22,6 +31,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.catalog import Catalog, MediaRecord, content_hash
@@ -35,6 +45,16 @@ log = logging.getLogger(__name__)
 
 BATCH = 32
 HASH_CHUNK = 200  # files hashed, then recorded in one catalog transaction, between progress reports
+KNOWN_FILES_PROBED = 64  # known files of a root that moved to another device checked for presence
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineRoot:
+    """A library folder that looked unplugged at the last scan: skipped, its items kept (marked missing)."""
+
+    path: Path
+    reason: str
+    items: int  # media rows under it, kept with their annotations
 
 
 class Indexer:
@@ -46,6 +66,7 @@ class Indexer:
         self.features = features
         self._extractor_factory = extractor
         self._extractor: FeatureExtractor | None = None
+        self.offline: list[OfflineRoot] = []  # of the last :meth:`index` run
 
     @property
     def extractor(self) -> FeatureExtractor:
@@ -56,11 +77,17 @@ class Indexer:
     def index(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Index ``roots`` (folders or single files), yielding progress; raises Cancelled when cancelled."""
         cancel = cancel or CancelToken()
+        self.offline = []
         roots = [Path(os.path.abspath(r)) for r in roots]
-        root_ids = [self.catalog.add_root(r) for r in roots]
+        roots, root_ids = self._online_roots(roots)
         yield Progress(0, 0, "looking for media")
         unreadable: set[str] = set()
         found = list(self._scan(roots, root_ids, cancel, unreadable))
+        roots, root_ids = self._not_emptied(roots, root_ids, {rid for *_, rid in found})
+        scanned = set(root_ids)
+        found = [f for f in found if f[3] in scanned]
+        for offline in self.offline:
+            yield Progress(0, 0, f"{offline.path} is offline ({offline.reason}); its {offline.items} items are kept")
         plan = self.catalog.plan_scan(((p, s, m) for p, s, m, _ in found), root_ids)
         plan.missing = [p for p in plan.missing if not _inside(p, unreadable)]
         root_of = {p: rid for p, _, _, rid in found}
@@ -79,11 +106,61 @@ class Indexer:
             with self.catalog.transaction("recording new and changed files"):
                 for entry, digest in hashed:
                     self.catalog.upsert_media(entry.path, entry.size, entry.mtime_ns, digest, root_of[entry.path])
-        self.catalog.mark_missing(plan.missing)
-        removed = self.catalog.delete_missing()
-        if removed:
-            log.info("%d files are gone from the library", removed)
+        gone = self.catalog.mark_missing(plan.missing)
+        if gone:
+            log.info("%d files are gone; they are kept as missing, with their annotations", gone)
         yield from self._extract_pending(cancel)
+
+    def _online_roots(self, roots: list[Path]) -> tuple[list[Path], list[int]]:
+        """The roots to scan and their ids; roots that are absent or on the wrong device go to :attr:`offline`
+        (a root the library does not know yet is added, with its device, when it exists)."""
+        online: list[Path] = []
+        ids: list[int] = []
+        for root in roots:
+            known = self.catalog.root_id(root)
+            try:
+                device = os.stat(root).st_dev
+            except OSError as error:
+                if known is None:
+                    raise FileNotFoundError(f"no such file or folder: {root}") from error
+                self._go_offline(root, known, "not found: is its drive unplugged?")
+                continue
+            if known is not None and self._moved_away(root, known, device):
+                self._go_offline(root, known, "on another device than when it was added, and none of its "
+                                              "files are there: is its drive unplugged?")
+                continue
+            online.append(root)
+            ids.append(self.catalog.add_root(root, device))
+        return online, ids
+
+    def _moved_away(self, root: Path, root_id: int, device: int) -> bool:
+        """True when the root is on another device than the one recorded and none of its known files exist;
+        a changed device with the files there is recorded (the drive came back under a new id)."""
+        recorded = self.catalog.root_device(root_id)
+        if recorded is None or recorded == device:
+            return False
+        known = self.catalog.root_media_paths(root_id, KNOWN_FILES_PROBED)
+        if known and not any(os.path.exists(p) for p in known):
+            return True
+        log.info("%s is now on device %d (was %d); its files are there", root, device, recorded)
+        self.catalog.set_root_device(root_id, device)
+        return False
+
+    def _not_emptied(self, roots: list[Path], root_ids: list[int], seen: set[int]) -> tuple[list[Path], list[int]]:
+        """Drop (to :attr:`offline`) the roots where the scan found nothing but the library has items."""
+        keep = [(r, i) for r, i in zip(roots, root_ids, strict=True)
+                if i in seen or not self.catalog.root_media_paths(i, 1)]
+        for root, root_id in zip(roots, root_ids, strict=True):
+            if (root, root_id) not in keep:
+                self._go_offline(root, root_id, "empty, where it held items: is its drive unplugged?")
+        return [r for r, _ in keep], [i for _, i in keep]
+
+    def _go_offline(self, root: Path, root_id: int, reason: str) -> None:
+        marked = self.catalog.mark_root_missing(root_id)
+        items = self.catalog.root_media_count(root_id)
+        log.info("%s is offline (%s): skipped; %d items kept (%d marked missing now)", root, reason, items,
+                    marked)
+        self.offline.append(OfflineRoot(root, reason, items))
 
     def _scan(self, roots: list[Path], root_ids: list[int], cancel: CancelToken,
               unreadable: set[str]) -> Iterator[tuple[Path, int, int, int]]:

@@ -394,24 +394,48 @@ def _is_under(path: Path, root: Path) -> bool:
         return False
 
 
-def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> int:
+class AnnotationExport(int):
+    """The number of captions an export wrote (an int, so callers that only count keep working), with
+    ``skipped``: the keys (or paths) of the annotated items it had to leave out."""
+
+    skipped: tuple[str, ...]
+
+    def __new__(cls, captions: int, skipped: Sequence[str] = ()) -> AnnotationExport:
+        made = super().__new__(cls, captions)
+        made.skipped = tuple(skipped)
+        return made
+
+
+def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> AnnotationExport:
     """Write the library's training captions (user, imported, accepted pairs) of every annotated item as a
     caption folder (media are links to the library's files) or a COCO captions JSON; returns the number of
-    captions written. Keys are paths relative to the library's folders, which is what an import matches."""
+    captions written. Keys are paths relative to the library's folders, which is what an import matches.
+
+    Items whose files are missing or offline are exported too: their captions are in the catalog. A COCO JSON
+    holds them all; a caption folder cannot link to a file that is not there, so it leaves them out and names
+    them in the result's ``skipped`` (so does either format for a name an annotation file cannot hold)."""
     if fmt not in ANNOTATION_FORMATS:
         raise AnnotationError(f"format: expected one of {', '.join(ANNOTATION_FORMATS)}, got {fmt!r}")
     annotations = library_annotations(catalog)
-    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.id in annotations]
+    media = [m for m in catalog.iter_media() if m.id in annotations]
     keys = annotation_keys(catalog, media)
-    usable = []
+    usable, skipped = [], []
     for record in media:
         try:
             keys[record.id].encode("utf-8")
             check_file_key(keys[record.id], str(record.path))
-            usable.append(record)
         except (UnicodeEncodeError, CaptionFolderError):
             log.warning("%s: its name cannot be written to an annotation file; its captions are skipped",
                         record.path)
+            skipped.append(str(record.path))
+            continue
+        if fmt == "folder" and not record.path.is_file():
+            skipped.append(keys[record.id])
+            continue
+        usable.append(record)
+    if skipped:
+        log.warning("%d annotated items were not exported (files missing or names unwritable), e.g. %s",
+                    len(skipped), skipped[0])
     captions = [(i, text) for i, record in enumerate(usable) for text in annotations[record.id]]
     dest = Path(dest)
     if fmt == "coco":
@@ -419,9 +443,13 @@ def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> int
         export_coco_captions(CaptionFolder(dest.parent, dest.parent, items, captions), dest)
     else:
         if not usable:
+            if skipped:
+                raise AnnotationError(f"{dest}: none of the {len(skipped)} annotated items' files is there (offline "
+                                      "or missing) to link into a caption folder; export to a .json (COCO) file, "
+                                      "which needs no files")
             raise AnnotationError(f"{dest}: the library has no annotations to export")
         write_linked_folder(dest, [(keys[r.id], r.path) for r in usable], captions)
-    return len(captions)
+    return AnnotationExport(len(captions), skipped)
 
 
 def import_annotations(catalog: Catalog, path: Path) -> int:

@@ -12,6 +12,7 @@ global features.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -169,11 +170,14 @@ class SearchService:
         self._invalidate()
 
     def index_paths(self, paths_: list[Path] | None = None, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Index folders (default: every root of the library); a generator of progress records."""
+        """Index folders (default: every root of the library); a generator of progress records.
+
+        A library folder that looks unplugged is skipped and reported by :meth:`offline_roots`, the others are
+        indexed; a path that does not exist and is not a library folder raises FileNotFoundError."""
         targets = [Path(p) for p in paths_] if paths_ else self.roots()
-        missing = [p for p in targets if not p.exists()]
-        if missing:
-            raise FileNotFoundError(f"no such file or folder: {missing[0]}")
+        unknown = [p for p in targets if not p.exists() and self.catalog.root_id(Path(os.path.abspath(p))) is None]
+        if unknown:
+            raise FileNotFoundError(f"no such file or folder: {unknown[0]}")
         try:
             yield from self.indexer.index(targets, cancel)
         finally:
@@ -181,6 +185,10 @@ class SearchService:
         trained = self._active_trained()
         if trained is not None:
             yield from trained.sync(cancel)
+
+    def offline_roots(self) -> list:
+        """The library folders the last index run found offline (:class:`engine.indexer.OfflineRoot`)."""
+        return list(self.indexer.offline)
 
     def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Re-index every root (new, changed, moved and deleted files; interrupted work resumes), then embed
@@ -197,6 +205,7 @@ class SearchService:
         out = {str(k): v for k, v in raw["kind"].items() if k}
         out["failed"] = raw["status"].get(MediaStatus.FAILED, 0)
         out["pending"] = raw["status"].get(MediaStatus.PENDING, 0)
+        out["missing"] = raw["status"].get(MediaStatus.MISSING, 0)
         out["total"] = sum(raw["status"].values())
         return out
 
@@ -299,6 +308,8 @@ class SearchService:
         hits = []
         for r in ranked:
             media = self.catalog.media(r.media_id)
+            if media.status == MediaStatus.MISSING:  # gone since the index was loaded (another process scanned)
+                continue
             captions = tuple(c.text for c in self.catalog.captions(media.id))
             hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), r.score, captions,
                                   r.match_probability, r.uncertainty, r.head_pair))
@@ -316,7 +327,8 @@ class SearchService:
 
                 self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,
                                                    self.library_dir)
-                if len(self._trained.index) < self.counts().get("total", 0) - self.counts().get("failed", 0):
+                counts = self.counts()
+                if len(self._trained.index) < counts["total"] - counts["failed"] - counts["missing"]:
                     for _ in self._trained.sync():
                         pass
             return self._trained
@@ -462,7 +474,8 @@ class SearchService:
 
     def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
         """Write the library's annotations as a caption folder (``folder``) or a COCO JSON (``coco``); returns
-        the number of captions written."""
+        the number of captions written (:class:`engine.retrain.AnnotationExport`: its ``skipped`` names the
+        annotated items a caption folder could not link because their files are missing or offline)."""
         from engine.retrain import export_annotations
 
         return export_annotations(self.catalog, Path(dest), fmt)
@@ -473,6 +486,30 @@ class SearchService:
         from engine.retrain import import_annotations
 
         return import_annotations(self.catalog, Path(path))
+
+    def missing_summary(self) -> tuple[int, int, int]:
+        """``(items, captions, pairs)`` :meth:`purge_missing` would delete (user and imported annotations)."""
+        return self.catalog.missing_summary()
+
+    def purge_missing(self) -> tuple[int, int, int, Path | None]:
+        """Delete the items marked missing (offline or gone) with their annotations, after writing a snapshot
+        of every annotation; returns ``(items, captions, pairs, snapshot file or None)``."""
+        try:
+            return self.catalog.purge_missing()
+        finally:
+            self._invalidate()
+
+    def annotation_snapshots(self) -> list[Path]:
+        """The library's automatic annotation snapshots, oldest first (:mod:`engine.snapshots`)."""
+        from engine import snapshots
+
+        return snapshots.snapshots(snapshots.folder_of(self.catalog.path))
+
+    def restore_snapshot(self, path: Path):
+        """Put back the captions and pairs of a snapshot (:func:`engine.snapshots.restore`)."""
+        from engine import snapshots
+
+        return snapshots.restore(self.catalog, Path(path))
 
     def delete_model(self, name: str) -> None:
         """Forget a registered model (its vectors and index; the model directory itself is left alone)."""

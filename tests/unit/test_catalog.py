@@ -47,7 +47,8 @@ def _scan(folder: Path) -> list[tuple[Path, int, int]]:
 
 
 def _apply(cat: Catalog, folder: Path, root_id: int) -> dict[str, list[Path]]:
-    """The indexer's scan step: plan, mark missing, upsert new and changed files, drop what stayed missing."""
+    """The indexer's scan step (plan, mark missing, upsert new and changed files), then the user's purge of what
+    stayed missing."""
     plan = cat.plan_scan(_scan(folder))
     cat.mark_missing(plan.missing)
     outcomes: dict[str, list[Path]] = {}
@@ -55,7 +56,7 @@ def _apply(cat: Catalog, folder: Path, root_id: int) -> dict[str, list[Path]]:
         _, outcome = cat.upsert_media(path, size, mtime_ns, content_hash(path), root_id)
         outcomes.setdefault(outcome, []).append(path)
     outcomes["deleted"] = [m.path for m in cat.iter_media(MediaStatus.MISSING)]
-    assert cat.delete_missing() == len(outcomes["deleted"])
+    assert cat.purge_missing()[0] == len(outcomes["deleted"])
     outcomes["unchanged"] = [f.path for f in plan.unchanged]
     return outcomes
 
@@ -408,7 +409,7 @@ def test_deleting_media_cascades_to_annotations_and_vectors(catalog: Catalog) ->
     model = catalog.register_model("m", "pcme", Path("/m"))
     catalog.put_embeddings(model, [media_id], np.ones((1, 1, 2), np.float32), {"sigma": np.ones((1, 1, 2))})
     catalog.mark_missing([Path("/lib/a.jpg")])
-    assert catalog.delete_missing() == 1
+    assert catalog.purge_missing()[:3] == (1, 1, 1)
     assert catalog.pairs() == [] and list(catalog.iter_captions()) == []
     assert catalog.get_embeddings(model)[0].size == 0 and catalog.integrity_ok()
 

@@ -78,7 +78,7 @@ def test_reindex_handles_add_modify_move_delete(service, library):
     run(service.reindex())
 
     after = {m.path.name: m for m in service.catalog.iter_media()}
-    assert "clip.mp4" not in after and "red.jpg" not in after
+    assert after["clip.mp4"].status == "missing" and "red.jpg" not in after  # deleted: kept, marked missing
     assert after["moved-red.jpg"].id == ids_before["red.jpg"]  # same row: the caption survives the move
     assert [c.id for c in service.captions(after["moved-red.jpg"].id) if c.source == "user"] == [caption_id]
     assert after["blue.jpg"].status == "ok"
