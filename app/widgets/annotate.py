@@ -55,6 +55,25 @@ class CaptionEdit(QLineEdit):
         return super().event(event)
 
 
+class UndoButton(QPushButton):
+    """The panel's Undo button; its tooltip names the action it would undo.
+
+    The tooltip follows ``QUndoStack.undoTextChanged`` through a method of the button itself, so Qt drops the
+    connection when the button is destroyed. (A lambda holding the button outlived it: the stack, destroyed
+    after the button when the window closes, clears itself and emits once more -> "already deleted".)
+    """
+
+    def __init__(self, stack: QUndoStack, parent: QWidget | None = None) -> None:
+        super().__init__("Undo", parent)
+        self.setEnabled(False)
+        self.clicked.connect(stack.undo)
+        stack.canUndoChanged.connect(self.setEnabled)
+        stack.undoTextChanged.connect(self.show_undo_text)
+
+    def show_undo_text(self, text: str) -> None:
+        self.setToolTip(plain_tooltip(f"Undo {text} (Ctrl+Z)") if text else "Nothing to undo")
+
+
 class _CaptionIds:
     """Caption ids across undo/redo: re-creating a deleted caption gives it a new id; old ids alias it."""
 
@@ -207,12 +226,7 @@ class AnnotationPanel(QWidget):
         self.reject_button.setToolTip("This result does not match the query (Alt+R); moves to the next item")
         self.accept_button.clicked.connect(lambda: self.judge(+1))
         self.reject_button.clicked.connect(lambda: self.judge(-1))
-        self.undo_button = QPushButton("Undo")
-        self.undo_button.setEnabled(False)
-        self.undo_button.clicked.connect(self.undo_stack.undo)
-        self.undo_stack.canUndoChanged.connect(self.undo_button.setEnabled)
-        self.undo_stack.undoTextChanged.connect(
-            lambda text: self.undo_button.setToolTip(f"Undo {text} (Ctrl+Z)"))
+        self.undo_button = UndoButton(self.undo_stack)
         self.status = QLabel("")
         self.status.setTextFormat(Qt.TextFormat.PlainText)
         self.status.setWordWrap(True)
@@ -420,9 +434,9 @@ class AnnotationPanel(QWidget):
         self._in_flight += 1
         worker = Worker(job)
         wrote = action is not None
-        worker.signals.returned.connect(lambda captions: self._written(media_id, captions, wrote))
-        worker.signals.errored.connect(self._write_failed)
-        worker.signals.finished.connect(self._write_finished)
+        worker.signals.returned.connect(while_alive(self, lambda captions: self._written(media_id, captions, wrote)))
+        worker.signals.errored.connect(while_alive(self, self._write_failed))
+        worker.signals.finished.connect(while_alive(self, self._write_finished))
         worker.start(self._pool)
 
     def _written(self, media_id: int, captions: list[Any], wrote: bool = False) -> None:
