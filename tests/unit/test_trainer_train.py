@@ -21,7 +21,7 @@ from trainer.data import FeatureNeeds, FeatureSource, split_view
 from trainer.evaluation import encode_pairs, similarity_matrix
 from trainer.methods import ConfigError, list_methods, load_manifest
 from trainer.sparse import SparseConfig
-from trainer.synthetic import make_motion_gif_folder
+from trainer.synthetic import make_motion_gif_folder, make_toy_photo_folder
 from trainer.train import (
     RECIPES,
     Interrupted,
@@ -69,7 +69,9 @@ def test_every_method_trains_one_epoch_and_leaves_a_complete_model_folder(worksp
     sparse = SparseConfig(0.75, None, 0) if method == "a3vse" else SparseConfig()
     report = train(options(folder, out, assets, method, sparse=sparse), source=source,
                    reporter=Reporter(True, write=lines))
-    assert report["n_media"] == 4 and report["n_captions"] == 8 and 0 <= report["rsum"] <= 600
+    assert report["n_media"] == 4 and report["n_captions"] == 8
+    recalls = [report[d][k] for d in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
+    assert all(0 <= r <= 100 for r in recalls) and report["rsum"] == pytest.approx(sum(recalls))
     for name in ("config.json", "model.safetensors", "trainer_state.json", "metrics.json", "onnx/manifest.json"):
         assert (out / name).is_file(), name
     assert len(list(out.glob("last-*.safetensors"))) == 1 and len(list(out.glob("optimizer-*.pt"))) == 1
@@ -84,6 +86,27 @@ def test_every_method_trains_one_epoch_and_leaves_a_complete_model_folder(worksp
     assert steps[-1]["step"] == steps[-1]["total"] and "total" in steps[-1]["loss"]
     assert len(epochs) == 1 and epochs[0]["best"] is True and "rsum" in epochs[0]["val"]
     assert done == [{"event": "done", "model_dir": str(out), "val": done[0]["val"]}]
+
+
+def test_training_learns_a_separable_toy_set_far_above_chance(tmp_path, assets_dir):
+    """40 toy photos whose captions name their colour, shape, size and background; 16 held out (dev).
+
+    Chance on 16 photos x 32 captions is rsum ~188 (R@1 6.25 both ways); one epoch stays near it, 30 epochs
+    of VSE on frozen features reach ~530. A loop that does not learn (no optimizer step, a loss that does not
+    reach the parameters, captions scored against the wrong photos) stays near chance.
+    """
+    folder = tmp_path / "toy"
+    make_toy_photo_folder(folder, 40, seed=5, dev_fraction=0.4)
+    store = FeatureStore(tmp_path / "features.sqlite")
+    try:
+        source = FeatureSource(store, Encoders(assets_dir), tmp_path / "text-cache", assets_dir)
+        report = train(options(folder, tmp_path / "vse", assets_dir, epochs=30, batch_size=8), source=source,
+                       reporter=Reporter(True, enabled=False))
+    finally:
+        store.close()
+    assert report["n_media"] == 16 and report["n_captions"] == 32
+    assert report["rsum"] >= 400, report
+    assert report["i2t"]["r1"] >= 30 and report["t2i"]["r1"] >= 30, report
 
 
 def test_a3vse_reads_pseudo_pairs_for_unannotated_items(workspace, tmp_path, monkeypatch):
