@@ -14,14 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDesktopServices,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeyEvent,
+    QKeySequence,
+)
+from PySide6.QtWidgets import QFileDialog, QLineEdit, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from app.search import SearchSession
 from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
 from app.settings import GuiSettings
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.inspector import Inspector
+from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, show_message
@@ -56,6 +65,7 @@ class MainWindow(QMainWindow):
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
         self._models: list[Any] = []
+        self._window_actions: list[QAction] = []  # their shortcuts win over the line edits' own keys
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
@@ -113,6 +123,27 @@ class MainWindow(QMainWindow):
         self.annotate.suggestion_chosen.connect(self.select_media)
         self.library.status_message.connect(self._status)
         self.library.indexing_finished.connect(self._indexing_finished)
+        bar.edit.down_pressed.connect(self._focus_results)
+        for edit in (bar.edit, self.annotate.caption_edit):
+            edit.leave_keys_to(self._window_claims)
+        # Tab goes from the query to the results and on to the caption line (not to the model picker)
+        QWidget.setTabOrder(bar.edit, self.results)
+        QWidget.setTabOrder(self.results, self.annotate.caption_edit)
+
+    def _window_claims(self, edit: QLineEdit, event: QKeyEvent) -> bool:
+        """Whether a key pressed in ``edit`` belongs to one of the window's actions (see ``app.widgets.keys``).
+
+        Ctrl+Z undoes the last annotation (what the Edit menu offers) unless a caption is being typed, whose
+        text keeps its own undo.
+        """
+        pressed = key_sequence(event)
+        for action in self._window_actions:
+            if not any(s.matches(pressed) == QKeySequence.SequenceMatch.ExactMatch for s in action.shortcuts()):
+                continue
+            if action in (self.undo_action, self.redo_action) and edit is self.annotate.caption_edit:
+                return action.isEnabled() and not edit.text()
+            return action.isEnabled()
+        return False
 
     def _menus(self) -> None:
         menu = self.menuBar()
@@ -129,16 +160,21 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         edit = menu.addMenu("&Edit")
-        undo = self.annotate.undo_stack.createUndoAction(self, "&Undo")
-        undo.setShortcut(QKeySequence.StandardKey.Undo)
-        redo = self.annotate.undo_stack.createRedoAction(self, "&Redo")
-        redo.setShortcut(QKeySequence.StandardKey.Redo)
-        edit.addActions([undo, redo])
+        self.undo_action = self.annotate.undo_stack.createUndoAction(self, "&Undo")
+        self.undo_action.setShortcuts(QKeySequence.StandardKey.Undo)
+        self.redo_action = self.annotate.undo_stack.createRedoAction(self, "&Redo")
+        self.redo_action.setShortcuts(QKeySequence.StandardKey.Redo)
+        edit.addActions([self.undo_action, self.redo_action])
+        self._window_actions += [self.undo_action, self.redo_action]
+        edit.addSeparator()
+        self._action(edit, "&Accept match", lambda: self.annotate.judge(+1), "Alt+A")
+        self._action(edit, "&Reject match", lambda: self.annotate.judge(-1), "Alt+R")
         nav = menu.addMenu("&Navigate")
         self._action(nav, "&Next item", self.results.select_next, "Ctrl+Right")
         self._action(nav, "&Previous item", self.results.select_previous, "Ctrl+Left")
         self._action(nav, "&Search box", self._focus_search, "Ctrl+L")
-        self._action(nav, "&Caption box", self.annotate.caption_edit.setFocus, "Ctrl+E")
+        self._action(nav, "&Caption box", self._focus_caption, "Ctrl+E")
+        self._action(nav, "&Results grid", self._focus_results, "Ctrl+G")
         models = menu.addMenu("&Models")
         self._action(models, "&Train…", self.open_training, "Ctrl+T")
         self._action(models, "&Manage models…", self.open_models)
@@ -149,6 +185,7 @@ class MainWindow(QMainWindow):
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
+            self._window_actions.append(action)
         action.triggered.connect(lambda _checked=False: slot())
         menu.addAction(action)
         return action
@@ -164,6 +201,8 @@ class MainWindow(QMainWindow):
             self.training_dialog.set_service(service)
         self.results_model.set_fetch(None)
         self.search_bar.setEnabled(service is not None)
+        if service is not None and not self.annotate.caption_edit.hasFocus():
+            self.search_bar.edit.setFocus()  # where typing starts
         if service is None:
             self.empty_label.setText("Opening the library…")
             return
@@ -383,6 +422,18 @@ class MainWindow(QMainWindow):
     def _focus_search(self) -> None:
         self.search_bar.edit.setFocus()
         self.search_bar.edit.selectAll()
+
+    def _focus_caption(self) -> None:
+        if self.annotate.caption_edit.isEnabled():
+            self.annotate.caption_edit.setFocus()
+        else:
+            self._status("Select a result first: its captions are edited in the caption box.")
+
+    def _focus_results(self) -> None:
+        """Move the keyboard into the grid (Down from the search box), on the current result or the first."""
+        self.results.setFocus()
+        if not self.results.currentIndex().isValid():
+            self.results.select_row(0)
 
     def _open_logs(self) -> None:
         folder = paths.log_dir()

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, QThreadPool, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence, QUndoCommand, QUndoStack
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import SearchServiceLike
+from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
 from app.workers import Worker, while_alive
 from engine.types import SearchHit
@@ -41,18 +41,11 @@ MEDIA_ID_ROLE = Qt.ItemDataRole.UserRole + 2
 SUGGESTIONS = 20  # how many "what to annotate next" items to ask for
 SUGGESTION_POLICY = "auto"
 TICK = "✓ "  # prefix of a suggestion that has been captioned since the list was loaded
-_STEP_KEYS = {Qt.Key.Key_Left, Qt.Key.Key_Right}
 
 
-class CaptionEdit(QLineEdit):
-    """A line edit that leaves Ctrl+Left / Ctrl+Right to the window (next / previous item)."""
-
-    def event(self, event: QEvent) -> bool:
-        if (event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent)
-                and event.key() in _STEP_KEYS and event.modifiers() == Qt.KeyboardModifier.ControlModifier):
-            event.ignore()  # not overriding lets the window's shortcut fire instead of word navigation
-            return True
-        return super().event(event)
+class CaptionEdit(WindowKeysEdit):
+    """The caption line; the window's shortcuts (Ctrl+Right / Ctrl+Left next / previous item...) win over
+    its line-editing keys (see :mod:`app.widgets.keys`)."""
 
 
 class UndoButton(QPushButton):
@@ -220,8 +213,8 @@ class AnnotationPanel(QWidget):
         self.caption_edit.returnPressed.connect(self.save_caption_and_advance)
         self.delete_button = QPushButton("Delete caption")
         self.delete_button.clicked.connect(self.delete_selected_caption)
-        self.accept_button = QPushButton("&Accept match")
-        self.reject_button = QPushButton("&Reject match")
+        self.accept_button = QPushButton("Accept match")
+        self.reject_button = QPushButton("Reject match")
         self.accept_button.setToolTip("This result matches the query (Alt+A); moves to the next item")
         self.reject_button.setToolTip("This result does not match the query (Alt+R); moves to the next item")
         self.accept_button.clicked.connect(lambda: self.judge(+1))

@@ -12,20 +12,20 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QSlider,
     QToolButton,
     QWidget,
 )
 
 from app.service_api import ZERO_SHOT, is_probabilistic
+from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
 from engine import paths
 
 
 def pasted_dir() -> Path:
     """Where images pasted from the clipboard are saved so the engine can read them as files."""
-    return paths.home() / "cache" / "pasted"
+    return paths.cache_dir() / "pasted"
 
 
 def local_file(mime: QMimeData) -> Path | None:
@@ -40,10 +40,14 @@ def local_file(mime: QMimeData) -> Path | None:
     return None
 
 
-class QueryEdit(QLineEdit):
-    """A line edit that also takes a media file: dropped on it, or pasted (as a file or as an image)."""
+class QueryEdit(WindowKeysEdit):
+    """A line edit that also takes a media file: dropped on it, or pasted (as a file or as an image).
+
+    Down moves into the results (``down_pressed``); the window's shortcuts win over line-editing keys.
+    """
 
     file_given = Signal(object)  # Path
+    down_pressed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,6 +70,9 @@ class QueryEdit(QLineEdit):
         self.file_given.emit(path)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Down and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            self.down_pressed.emit()
+            return
         pasting = event.matches(QKeySequence.StandardKey.Paste)
         if pasting and self.paste_media(QGuiApplication.clipboard().mimeData()):
             return
@@ -118,8 +125,11 @@ class SearchBar(QWidget):
         self.model_combo = QComboBox(toolTip="The model that ranks results")
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.model_combo.activated.connect(self._model_activated)
+        # Reached by clicking only: on Tab's way through the bar, arrow keys would switch the model.
+        self.model_combo.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.cutoff = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=99, singleStep=5, pageStep=10)
         self.cutoff.setFixedWidth(120)
+        self.cutoff.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.cutoff_label = QLabel()
         self._cutoff_timer = QTimer(self, singleShot=True, interval=250)
         self._cutoff_timer.timeout.connect(lambda: self.cutoff_changed.emit(self.min_probability))
@@ -195,6 +205,7 @@ class SearchBar(QWidget):
         name = self.model_combo.itemData(index)
         self._update_cutoff_enabled()
         self.model_chosen.emit(None if name == ZERO_SHOT else name)
+        self.edit.setFocus()  # back to typing: arrow keys on the picker would switch the model again
 
     @property
     def probabilistic(self) -> bool:
