@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -65,6 +66,7 @@ BUSY_TIMEOUT_S = 30.0
 _PAGE = 1000  # rows per page when iterating, so no cursor stays open across a yield
 _CHUNK = 500  # ids per "IN (...)" query, well under SQLite's bound-parameter limit
 _HASH_WINDOW = 1 << 20
+_FULL_DISK_BYTES = 1 << 20  # less free space than this next to a failed write: the disk is the cause
 
 
 class CatalogError(Exception):
@@ -215,6 +217,18 @@ class JobRecord:
 Migration = Callable[[sqlite3.Connection], None]
 
 
+def _full_disk_note(path: Path, exc: BaseException) -> str:
+    """" (the disk is full)" when an error came from a full disk that SQLite reports as a plain I/O error
+    (it cannot grow its shared-memory file), so the user reads the cause and the fix."""
+    if "disk is full" in str(exc):
+        return ""
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return ""
+    return " (the disk is full: free some space; nothing saved was lost)" if free < _FULL_DISK_BYTES else ""
+
+
 def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -253,7 +267,7 @@ class SQLiteStore:
             self._migrate(migrations)
         except (sqlite3.Error, OSError) as exc:
             self.close()
-            raise self.error(f"cannot open {self.path}: {exc}") from exc
+            raise self.error(f"cannot open {self.path}: {exc}{_full_disk_note(self.path, exc)}") from exc
 
     @staticmethod
     def _configure(conn: sqlite3.Connection) -> None:
@@ -297,7 +311,7 @@ class SQLiteStore:
         return self._conn
 
     def _wrap(self, what: str, exc: sqlite3.Error) -> CatalogError:
-        return self.error(f"{what} failed in {self.path}: {exc}")
+        return self.error(f"{what} failed in {self.path}: {exc}{_full_disk_note(self.path, exc)}")
 
     @contextmanager
     def transaction(self, what: str = "write") -> Iterator[sqlite3.Connection]:
