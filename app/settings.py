@@ -1,4 +1,4 @@
-"""The GUI's own settings: window state and a few preferences, in one INI file under ``engine.paths.home()``.
+"""The GUI's own settings: window state and a few preferences, in one INI file under ``engine.paths.config_dir()``.
 
 One typed wrapper over :class:`QSettings` so widgets never spell keys themselves. The file carries a schema
 version; :data:`_MIGRATIONS` lifts older files (napari's settings do the same). QSettings writes the file
@@ -24,8 +24,8 @@ _MIGRATIONS: dict[int, Callable[[QSettings], None]] = {}
 
 
 def settings_file() -> Path:
-    """Where the GUI settings live (inside the Polyseek home, beside the libraries)."""
-    return paths.home() / FILE_NAME
+    """Where the GUI settings live (the platform's settings folder, or the Polyseek home when set)."""
+    return paths.settings_file(FILE_NAME)
 
 
 class GuiSettings:

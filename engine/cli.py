@@ -13,10 +13,9 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
-from engine.progress import Progress
+from engine.progressbar import ProgressBar, drain
 
 log = logging.getLogger("polyseek")
 
@@ -30,6 +29,7 @@ class CliError(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="polyseek", description="Search your media by meaning.")
+    parser.add_argument("--version", action="version", version=f"polyseek {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("index", help="index folders (or files) into a library")
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--library", default="default")
     p.add_argument("--yes", action="store_true", help="delete; without it, only say what would be deleted")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("prepare", help="prepare the pretrained ONNX assets (run once by the installer)")
+    p = sub.add_parser("prepare", help="prepare the pretrained ONNX assets (done on first use otherwise)")
     p.add_argument("--force", action="store_true")
     for name in TRAINER_COMMANDS:
         sub.add_parser(name, help=f"{name} (runs the trainer process; see `polyseek {name} --help`)", add_help=False)
@@ -145,9 +145,33 @@ def _is_zero_shot(argv: list[str]) -> bool:
     return False
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("polyseek")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _prepare(force: bool = False) -> None:
+    """The pretrained assets, prepared in the trainer process with a progress bar when missing (or forced)."""
+    from engine.assets import ensure_assets
+    from engine.backbone import AssetsMissing
+
+    try:
+        drain(ensure_assets(force=force))
+    except AssetsMissing as error:
+        raise CliError(str(error)) from None
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "prepare":
-        return subprocess.call([sys.executable, "-m", "trainer", "prepare", *(["--force"] if args.force else [])])
+        from engine import paths
+
+        _prepare(args.force)
+        print(f"assets ready in {paths.assets_dir()}")
+        return 0
     if args.command == "index":
         return _index(args)
     if args.command == "search":
@@ -166,13 +190,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _open(library: str):
-    from engine.backbone import AssetsMissing, require_assets
     from engine.service import SearchService
 
-    try:
-        require_assets()
-    except AssetsMissing as error:
-        raise CliError(str(error)) from None
+    _prepare()  # first use of a new home: prepared here, with progress, instead of an error
     return SearchService.open(library)
 
 
@@ -180,7 +200,7 @@ def _index(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
         try:
-            _drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
+            drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
         except FileNotFoundError as error:  # not a library folder either (a known one that is gone is offline)
             raise CliError(str(error)) from None
         counts, failures, offline = service.counts(), service.failures(), service.offline_roots()
@@ -278,15 +298,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if not (args.data / "captions.tsv").is_file():
         raise CliError(f"{args.data} is not a caption folder (no captions.tsv)")
-    from engine.backbone import AssetsMissing, require_assets
-
-    try:
-        require_assets()
-    except AssetsMissing as error:
-        raise CliError(str(error)) from None
+    _prepare()
     paths.home().mkdir(parents=True, exist_ok=True)
     store = FeatureStore(paths.home() / "features.sqlite")
-    bar = _Bar(quiet=args.json)
+    bar = ProgressBar(quiet=args.json)
     try:
         report = evaluate_zero_shot(args.data, args.split, store, Encoders(), progress=bar)
     finally:
@@ -317,7 +332,7 @@ def _retrain(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
         job = Retrain(service, options, on_event=emit)
-        bar, shown = _Bar(quiet=args.json), set()
+        bar, shown = ProgressBar(quiet=args.json), set()
         try:
             for p in job.run():
                 bar(p)
@@ -403,35 +418,5 @@ def _snapshots(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Bar:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise or when ``quiet``."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.live = not quiet and sys.stderr.isatty()
-        self.width = 30
-
-    def __call__(self, p: Progress) -> None:
-        if not self.live:
-            return
-        filled = int(self.width * p.fraction)
-        total = f"{p.done}/{p.total}" if p.total else ""
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {total} {p.message[:50]:50s}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.live:
-            sys.stderr.write("\n")
-
-
-def _drain(progress: Iterable[Progress], quiet: bool = False) -> None:
-    bar = _Bar(quiet)
-    try:
-        for p in progress:
-            bar(p)
-    finally:
-        bar.close()
-
-
 if __name__ == "__main__":
-    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
     sys.exit(main())

@@ -1,9 +1,20 @@
 """Where Polyseek keeps its files.
 
-Everything lives under one home folder, ``$POLYSEEK_HOME`` or the XDG data folder
-(``~/.local/share/polyseek``). Prepared pretrained assets (ONNX backbone, text encoder, vocabularies)
-live in ``<home>/assets`` unless ``$POLYSEEK_ASSETS`` points elsewhere, so tests and benchmarks can
-share one prepared copy while isolating everything else.
+With ``$POLYSEEK_HOME`` set (tests, benchmarks, a portable install) everything lives under that one folder:
+``libraries/``, ``models/``, ``assets/``, ``features.sqlite``, ``cache/``, ``logs/`` and the settings files.
+
+Without it, each kind of file goes where the platform keeps it (``platformdirs``, app name "polyseek"):
+
+- data (the home: libraries, models, assets): Linux ``$XDG_DATA_HOME/polyseek`` (``~/.local/share/polyseek``),
+  macOS ``~/Library/Application Support/polyseek``, Windows ``%LOCALAPPDATA%\\polyseek``;
+- cache: ``~/.cache/polyseek``, ``~/Library/Caches/polyseek``, ``%LOCALAPPDATA%\\polyseek\\Cache``;
+- logs: ``~/.local/state/polyseek/log``, ``~/Library/Logs/polyseek``, ``%LOCALAPPDATA%\\polyseek\\Logs``;
+- settings: ``~/.config/polyseek``, ``~/Library/Application Support/polyseek``, ``%LOCALAPPDATA%\\polyseek``.
+
+The data folder is the one Polyseek always used on Linux, so existing libraries and models stay where they
+are; a settings file written there by an older version keeps being used (:func:`settings_file`). Prepared
+pretrained assets live in ``<home>/assets`` unless ``$POLYSEEK_ASSETS`` points elsewhere, so tests and
+benchmarks can share one prepared copy while isolating everything else.
 """
 
 from __future__ import annotations
@@ -11,18 +22,52 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
+APP_NAME = "polyseek"
+
+
+def _override() -> Path | None:
+    env = os.environ.get("POLYSEEK_HOME")
+    return Path(env).expanduser().resolve() if env else None
+
+
+def _platform() -> platformdirs.PlatformDirs:
+    return platformdirs.PlatformDirs(APP_NAME, appauthor=False)
+
 
 def home() -> Path:
-    """The root folder for libraries, models, caches, settings and logs."""
-    env = os.environ.get("POLYSEEK_HOME")
-    if env:
-        return Path(env).expanduser().resolve()
-    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(xdg) / "polyseek"
+    """The root folder for libraries, models, the feature store and the prepared assets."""
+    return _override() or _platform().user_data_path
+
+
+def cache_dir() -> Path:
+    """Files that can be rebuilt at any time (pasted query pictures, text-feature caches)."""
+    override = _override()
+    return override / "cache" if override else _platform().user_cache_path
+
+
+def log_dir() -> Path:
+    """Rotating logs of the app, the trainer and the first-use preparation."""
+    override = _override()
+    return override / "logs" if override else _platform().user_log_path
+
+
+def config_dir() -> Path:
+    """Settings the user chose (window state, preferences)."""
+    return _override() or _platform().user_config_path
+
+
+def settings_file(name: str) -> Path:
+    """The settings file ``name`` in :func:`config_dir`, or where an older version wrote it (in :func:`home`)
+    when only that one exists, so an upgrade keeps the user's settings."""
+    current = config_dir() / name
+    legacy = home() / name
+    return legacy if not current.exists() and legacy.exists() else current
 
 
 def assets_dir() -> Path:
-    """Prepared pretrained assets (see ``engine.prepare``)."""
+    """Prepared pretrained assets (see ``trainer.prepare``; prepared on first use by ``engine.assets``)."""
     env = os.environ.get("POLYSEEK_ASSETS")
     return Path(env).expanduser().resolve() if env else home() / "assets"
 
@@ -43,8 +88,5 @@ def models_dir() -> Path:
 
 
 def settings_path() -> Path:
-    return home() / "settings.json"
-
-
-def log_dir() -> Path:
-    return home() / "logs"
+    """The engine's own settings (JSON)."""
+    return settings_file("settings.json")

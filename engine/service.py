@@ -56,6 +56,14 @@ class Encoders:
         self._lock = threading.RLock()  # class_embeddings needs minilm: nested creation
         self._cache: dict[str, Any] = {}
 
+    def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Prepare the default pretrained assets when they are missing (first use; progress records); an
+        assets folder given explicitly is used as it is."""
+        if self._assets is None:
+            from engine.assets import ensure_assets
+
+            yield from ensure_assets(cancel)
+
     def _get(self, key: str, make: Callable[[], Any]) -> Any:
         with self._lock:
             if key not in self._cache:
@@ -178,6 +186,7 @@ class SearchService:
         unknown = [p for p in targets if not p.exists() and self.catalog.root_id(Path(os.path.abspath(p))) is None]
         if unknown:
             raise FileNotFoundError(f"no such file or folder: {unknown[0]}")
+        yield from self.encoders.prepare(cancel)
         try:
             yield from self.indexer.index(targets, cancel)
         finally:

@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="export the pretrained backbone and text encoder to ONNX")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--json-progress", action="store_true", help="one JSON event per line on stdout")
 
     p = sub.add_parser("train", help="train a model on a caption folder")
     p.add_argument("--method", required=True, choices=list_methods())
@@ -110,8 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prepare":
         from trainer.prepare import prepare
 
-        root = prepare(force=args.force)
-        print(f"assets ready in {root}")
+        if args.json_progress:
+            emit = _json_printer()
+            root = prepare(force=args.force, progress=lambda p: emit(
+                {"event": "progress", "stage": "prepare", "done": p.done, "total": p.total, "message": p.message}))
+            emit({"event": "done", "assets": str(root)})
+        else:
+            root = prepare(force=args.force)
+            print(f"assets ready in {root}")
         return 0
     command: Callable[[argparse.Namespace], int] = {"train": _train, "evaluate": _evaluate,
                                                     "export": _export}[args.command]

@@ -5,7 +5,7 @@ Nothing here runs a network on pixels twice. Media features come from the shared
 :func:`engine.evaluate.ensure_features`; photos give ``global`` (C,) and ``local`` (R, C), GIFs and videos
 ``global`` and ``frames`` (T, C). Caption features come from the configured text encoder (MiniLM token
 vectors and sentence vector, or GloVe token vectors) and are cached per caption under
-``engine.paths.home()/cache/text`` (:class:`TextCache`), so a changed caption list (a sparse subset, one
+``engine.paths.cache_dir()/text`` (:class:`TextCache`), so a changed caption list (a sparse subset, one
 caption added to a library before a retrain, another split) encodes only the captions never seen before.
 
 The text cache is one SQLite file per encoder fingerprint (:func:`text_cache_path`: the encoder's name plus a
@@ -259,7 +259,7 @@ class FeatureSource:
 
         home = paths.home()
         home.mkdir(parents=True, exist_ok=True)
-        return cls(FeatureStore(home / "features.sqlite"), Encoders(assets), home / "cache" / "text", assets,
+        return cls(FeatureStore(home / "features.sqlite"), Encoders(assets), paths.cache_dir() / "text", assets,
                    progress)
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ import torch
 from torch import nn
 
 from engine.paths import assets_dir
+from engine.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -182,20 +184,32 @@ def is_prepared(root: Path | None = None) -> bool:
         return False
 
 
-def prepare(root: Path | None = None, force: bool = False) -> Path:
-    """Write every asset into ``root`` (default ``assets_dir()``) atomically; returns the folder."""
+PREPARE_STEPS = 4  # backbone, MiniLM, GloVe, zero-shot class embeddings
+
+
+def prepare(root: Path | None = None, force: bool = False,
+            progress: Callable[[Progress], None] | None = None) -> Path:
+    """Write every asset into ``root`` (default ``assets_dir()``) atomically; returns the folder.
+
+    ``progress`` receives a record before each of the :data:`PREPARE_STEPS` steps and one when all are done.
+    """
     root = root or assets_dir()
     if is_prepared(root) and not force:
         return root
+    report = progress or (lambda p: None)
     root.parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory(dir=root.parent, prefix=".assets-") as tmp:
         work = Path(tmp)
-        for name, step in (("backbone", _export_backbone), ("minilm", _export_minilm), ("glove", _export_glove)):
+        steps = (("image backbone", "backbone", _export_backbone), ("text encoder", "minilm", _export_minilm),
+                 ("word vectors", "glove", _export_glove))
+        for done, (what, name, step) in enumerate(steps):
             log.info("preparing %s", name)
+            report(Progress(done, PREPARE_STEPS, f"preparing the {what}"))
             (work / name).mkdir()
             step(work / name)
         _export_class_names(work)
+        report(Progress(len(steps), PREPARE_STEPS, "preparing zero-shot search"))
         _embed_class_texts(work)
         (work / "manifest.json").write_text(json.dumps({"version": ASSETS_VERSION, "backbone": BACKBONE_ID}))
         if root.exists():
@@ -203,4 +217,5 @@ def prepare(root: Path | None = None, force: bool = False) -> Path:
         os.replace(work, root)
         root.chmod(0o755)
         work.mkdir()  # TemporaryDirectory wants to remove something
+    report(Progress(PREPARE_STEPS, PREPARE_STEPS, f"assets ready in {root}"))
     return root
