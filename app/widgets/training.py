@@ -67,7 +67,12 @@ log = logging.getLogger(__name__)
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
 DEVICES = ("auto", "cpu", "cuda")
-KILL_AFTER_MS = 3000  # a trainer that ignores SIGTERM this long is killed
+# After Cancel the trainer finishes its current step and writes a checkpoint. Niced (--low-priority) on a busy
+# machine, with the backbone being fine-tuned, that took well over the 3 s once allowed here, so it was
+# killed mid-save and the dialog said no checkpoint existed. A trainer silent this long is killed.
+STOP_WAIT_MS = 60_000
+CLOSE_WAIT_MS = 15_000  # closing the dialog (or the app) during a run blocks this long at most
+TRAINER_STATE_FILE = "trainer_state.json"  # trainer.checkpoint.STATE_FILE (trainer imports torch; not here)
 SOURCE_FOLDER = "folder"
 SOURCE_LIBRARY = "library"
 SOURCES = ((SOURCE_FOLDER, "A caption folder"), (SOURCE_LIBRARY, "This library's annotations"))
@@ -75,6 +80,41 @@ SOURCES = ((SOURCE_FOLDER, "A caption folder"), (SOURCE_LIBRARY, "This library's
 LIBRARY_METHOD = "a3vse"
 HOLDOUT = 0.2  # share of the annotated items kept aside to compare the old and the new model
 HOLDOUT_SEED = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SavedCheckpoint:
+    """A resumable checkpoint a run left on disk: ``epochs_done`` finished epochs, ``step`` steps of the next."""
+
+    folder: Path
+    epochs_done: int
+    step: int
+
+    def describe(self) -> str:
+        where = f"epoch {self.epochs_done}" + (f", step {self.step} of the next" if self.step else "")
+        return f"a resumable checkpoint (after {where}) is in {self.folder}"
+
+
+def saved_checkpoint(folder: Path | None) -> SavedCheckpoint | None:
+    """What ``--resume`` would continue from in ``folder``, read from the disk, or None.
+
+    ``trainer.checkpoint`` writes ``trainer_state.json`` last, naming the ``last-*.safetensors`` and
+    ``optimizer-*.pt`` files of the checkpoint, so a state file whose files exist is a complete checkpoint; a
+    finished run has nothing to resume. The trainer's own "stopped" event is not needed (a trainer killed
+    while saving never prints it, yet its previous checkpoint is intact).
+    """
+    if folder is None:
+        return None
+    try:
+        state = json.loads((Path(folder) / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = state.get("resume") if isinstance(state, dict) else None
+    if not isinstance(files, dict) or state.get("finished") or not files:
+        return None
+    if not all(isinstance(name, str) and (Path(folder) / name).is_file() for name in files.values()):
+        return None
+    return SavedCheckpoint(Path(folder), int(state.get("epoch", 0)), int(state.get("step", 0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +337,8 @@ class TrainingDialog(QDialog):
         self._parser = JsonLines()
         self._cancelling = False
         self._process: QProcess | None = None
-        self._kill_timer = QTimer(self, singleShot=True, interval=KILL_AFTER_MS)
+        self.stop_wait_ms = STOP_WAIT_MS  # how long Cancel waits for the trainer's checkpoint before killing it
+        self._kill_timer = QTimer(self, singleShot=True, interval=STOP_WAIT_MS)
         self._kill_timer.timeout.connect(self._kill)
         self._build(data_folder)
         self.set_service(service)
@@ -586,13 +627,14 @@ class TrainingDialog(QDialog):
         if self._process is None:
             return
         self._cancelling = True
-        self.status.setText("Cancelling… (the trainer saves a checkpoint to resume from)")
+        self.status.setText("Cancelling… the trainer finishes its step and saves a checkpoint to resume from")
         self.cancel_button.setEnabled(False)
         self._process.terminate()
-        self._kill_timer.start()
+        self._kill_timer.start(self.stop_wait_ms)
 
     def _kill(self) -> None:
         if self._process is not None:
+            self._append_log(f"the trainer did not stop within {self._kill_timer.interval() // 1000} s; killed it")
             self._process.kill()
 
     @property
@@ -736,11 +778,19 @@ class TrainingDialog(QDialog):
         self._handle(self._parser.flush())
         self._kill_timer.stop()
         self._cleanup()
-        if self._cancelling or self.resumable_dir is not None:
-            if self.resumable_dir is not None:
-                message = f"Cancelled. A resumable checkpoint is in {self.resumable_dir}; Resume continues it."
+        stopped = self._cancelling or self.resumable_dir is not None
+        saved: SavedCheckpoint | None = None
+        if stopped or status != QProcess.ExitStatus.NormalExit or code != 0:
+            # what Resume would continue from is on the disk, whatever the trainer managed to say
+            request = self._last_request
+            saved = saved_checkpoint(Path(self.resumable_dir) if self.resumable_dir
+                                     else request.out if request is not None else None)
+            self.resumable_dir = str(saved.folder) if saved is not None else None
+        if stopped:
+            if saved is not None:
+                message = f"Cancelled: {saved.describe()}; Resume continues it."
             else:
-                message = "Cancelled (no checkpoint was written; Start begins again)"
+                message = "Cancelled before the first checkpoint was written; Start begins again."
             self._set_state("cancelled", message)
         elif status == QProcess.ExitStatus.NormalExit and code == 0 and self.model_dir:
             self._set_state("done", f"Done: model written to {self.model_dir}")
@@ -748,7 +798,8 @@ class TrainingDialog(QDialog):
             self._compare(Path(self.model_dir))
         else:
             reason = f": {self._error}" if self._error else "; see the log below"
-            self._set_state("failed", f"The trainer stopped with exit code {code}{reason}")
+            resume = " Resume continues from its last checkpoint." if self.resumable_dir else ""
+            self._set_state("failed", f"The trainer stopped with exit code {code}{reason}.{resume}")
 
     def _cleanup(self) -> None:
         if self._process is not None:
@@ -821,7 +872,7 @@ class TrainingDialog(QDialog):
         busy = self.busy
         self.start_button.setEnabled(not busy)
         self.cancel_button.setEnabled(busy)
-        self.resume_button.setEnabled(state == "cancelled" and self.resumable_dir is not None)
+        self.resume_button.setEnabled(state in {"cancelled", "failed"} and self.resumable_dir is not None)
         self._enable_form(not busy)
         self.state_changed.emit(state)
 
@@ -838,7 +889,7 @@ class TrainingDialog(QDialog):
             self.cancel()
         if self._process is not None:
             self.cancel()
-            self._process.waitForFinished(KILL_AFTER_MS)
+            self._process.waitForFinished(CLOSE_WAIT_MS)
             if self._process is not None:
                 self._process.kill()
                 self._process.waitForFinished(1000)

@@ -3,9 +3,11 @@
 Usage: ``python fake_trainer.py train --method M --data D --out O --epochs N --device X [--resume]
 [--finetune-epochs F] ... --json-progress`` (F more epochs after a "phase" event; other trainer options are
 accepted and ignored). ``FAKE_TRAINER_STEP_S`` sets the pause between steps; ``FAKE_TRAINER_FAIL=1`` makes it
-exit with code 3. Like the real trainer, SIGTERM stops it after the current step with a "stopped" event and a
-checkpoint (``trainer_state.json``) that ``--resume`` continues from, exit status 143. A finished run writes
-``config.json`` and ``metrics.json``.
+exit with code 3. Like the real trainer it writes a checkpoint at the end of every epoch (``trainer_state.json``
+naming ``last-*.safetensors`` and ``optimizer-*.pt``, as ``trainer.checkpoint`` does), and SIGTERM stops it
+after the current step with a "stopped" event, a checkpoint that ``--resume`` continues from, and exit status
+143. ``FAKE_TRAINER_IGNORE_TERM=1`` makes it a trainer too busy to answer SIGTERM (it must be killed). A
+finished run writes ``config.json`` and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,19 @@ def metrics(epoch: int) -> dict:
     return {"i2t": i2t, "t2i": t2i, "rsum": sum(t2i.values()) + sum(i2t.values())}
 
 
+def checkpoint(out: Path, method: str, epochs_done: int) -> None:
+    """The files ``trainer.checkpoint.save_checkpoint`` leaves (the weights are not real ones)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"{epochs_done * STEPS:08d}-000000"
+    for old in [*out.glob("last-*.safetensors"), *out.glob("optimizer-*.pt")]:
+        old.unlink()
+    (out / f"last-{tag}.safetensors").write_bytes(b"fake weights")
+    (out / f"optimizer-{tag}.pt").write_bytes(b"fake optimizer")
+    state = {"version": 1, "method": method, "epoch": epochs_done, "step": 0, "global_step": epochs_done * STEPS,
+             "finished": False, "resume": {"weights": f"last-{tag}.safetensors", "optimizer": f"optimizer-{tag}.pt"}}
+    (out / "trainer_state.json").write_text(json.dumps(state))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("command", choices=["train"])
@@ -42,7 +57,10 @@ def main() -> int:
     out = Path(args.out)
     pause = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.01"))
     stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: stop.append(signum))
+    if os.environ.get("FAKE_TRAINER_IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: stop.append(signum))
     first = 1
     if args.resume:
         first = json.loads((out / "trainer_state.json").read_text())["epoch"] + 1
@@ -60,16 +78,19 @@ def main() -> int:
                               "eta_s": pause * (STEPS - step)}), flush=True)
             time.sleep(pause)
             if stop:
-                out.mkdir(parents=True, exist_ok=True)
-                (out / "trainer_state.json").write_text(json.dumps({"epoch": epoch - 1}))
+                checkpoint(out, args.method, epoch - 1)
                 print(json.dumps({"event": "stopped", "signal": "SIGTERM", "model_dir": str(out),
                                   "resumable": True}), flush=True)
                 return 128 + stop[0]
+        checkpoint(out, args.method, epoch)
         print(json.dumps({"event": "epoch", "epoch": epoch, "val": metrics(epoch)}), flush=True)
     if os.environ.get("FAKE_TRAINER_FAIL") == "1":
         print("Traceback: something broke", file=sys.stderr, flush=True)
         return 3
     out.mkdir(parents=True, exist_ok=True)
+    if (out / "trainer_state.json").is_file():
+        state = json.loads((out / "trainer_state.json").read_text())
+        (out / "trainer_state.json").write_text(json.dumps({**state, "finished": True}))
     final = {**metrics(total), "split": args.val_split, "method": args.method}
     (out / "metrics.json").write_text(json.dumps(final))
     (out / "config.json").write_text(json.dumps({"method": args.method}))

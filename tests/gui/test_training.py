@@ -18,6 +18,7 @@ from app.widgets.training import (
     describe_training_set,
     format_eta,
     headline,
+    saved_checkpoint,
 )
 from tests.gui.fake_trainer import metrics as fake_metrics
 from tests.gui.fakes import FakeService
@@ -318,3 +319,41 @@ def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp
     QThreadPool.globalInstance().waitForDone(10000)
     qtbot.wait(200)  # its result is delivered now, and must be dropped (pytest-qt fails on an exception)
     assert any(name == "register_model" for name, _ in service.calls)
+
+
+def test_a_trainer_killed_after_cancel_still_offers_its_checkpoint(qtbot, dialog,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #20: a trainer too busy to answer SIGTERM in time is killed; its last epoch's checkpoint is on
+    disk, so the dialog says so and Resume is enabled (it once said "no checkpoint was written")."""
+    monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.05")
+    monkeypatch.setenv("FAKE_TRAINER_IGNORE_TERM", "1")
+    dialog.epochs.setValue(50)
+    dialog.stop_wait_ms = 200  # do not wait a minute for a trainer that will never answer
+    dialog.start()
+    qtbot.waitUntil(lambda: len(dialog.rsums) >= 2, timeout=30000)  # two epochs checkpointed
+    with qtbot.waitSignal(dialog.state_changed, timeout=10000) as changed:
+        dialog.cancel_button.click()
+    assert changed.args == ["cancelled"]
+    assert "killed it" in dialog.log_view.toPlainText()  # it really was killed, not stopped
+    out = Path(dialog.resumable_dir)
+    epochs_done = json.loads((out / "trainer_state.json").read_text())["epoch"]
+    assert epochs_done >= 2
+    assert f"after epoch {epochs_done}" in dialog.status.text() and "Resume continues it" in dialog.status.text()
+    assert dialog.resume_button.isEnabled()
+
+
+def test_saved_checkpoint_reads_what_the_trainer_left(tmp_path: Path) -> None:
+    from tests.gui.fake_trainer import checkpoint
+
+    assert saved_checkpoint(tmp_path) is None  # nothing there
+    checkpoint(tmp_path, "vse", 3)
+    saved = saved_checkpoint(tmp_path)
+    assert saved is not None and (saved.folder, saved.epochs_done, saved.step) == (tmp_path, 3, 0)
+    next(tmp_path.glob("optimizer-*.pt")).unlink()  # a state naming a file that is not there is no checkpoint
+    assert saved_checkpoint(tmp_path) is None
+    checkpoint(tmp_path, "vse", 4)
+    state = json.loads((tmp_path / "trainer_state.json").read_text())
+    (tmp_path / "trainer_state.json").write_text(json.dumps({**state, "finished": True}))
+    assert saved_checkpoint(tmp_path) is None  # a finished run has nothing to resume
+    (tmp_path / "trainer_state.json").write_text("{not json")
+    assert saved_checkpoint(tmp_path) is None
