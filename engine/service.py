@@ -224,6 +224,25 @@ class SearchService:
     def media(self, media_id: int) -> MediaRecord:
         return self.catalog.media(media_id)
 
+    def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
+               kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
+        """The library without a query, a page at a time, sorted and filtered (:func:`engine.browse.browse`)."""
+        from engine import browse
+
+        return browse.browse(self.catalog, offset, top, sort, folder, kind, annotation)
+
+    def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
+        """Caption sources and the verdict for ``query`` of each item (:func:`engine.browse.annotation_states`)."""
+        from engine import browse
+
+        return browse.annotation_states(self.catalog, media_ids, query)
+
+    def annotation_progress(self) -> Any:
+        """How many indexed items carry a human caption (:func:`engine.browse.annotation_progress`)."""
+        from engine import browse
+
+        return browse.annotation_progress(self.catalog)
+
     def thumbnail(self, media_id: int, size: int = 256) -> Path:
         from engine.media import thumbnail
 

@@ -1,0 +1,131 @@
+"""The library without a query: its items listed, sorted and filtered, and what the user has annotated.
+
+A person opening the app (or clearing the search box) sees their library, as in a photo manager: newest or
+by name, one folder, one kind, or only the items still to caption. The same module says which items carry
+captions (and from whom) and which the user accepted or rejected for a query, so a grid can badge them.
+Everything here reads the catalog; nothing is embedded or decoded.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from engine.catalog import Catalog, MediaRecord, MediaStatus
+from engine.types import CaptionSource, MediaKind, SearchHit
+
+
+class BrowseSort(StrEnum):
+    """The order of a browsed library."""
+
+    NEWEST = "newest"  # file modification time, newest first
+    OLDEST = "oldest"
+    NAME = "name"  # file name, A to Z (then the folder)
+
+
+class AnnotationFilter(StrEnum):
+    """Which items a browsed library shows by what the user wrote about them."""
+
+    ALL = "all"
+    CAPTIONED = "captioned"  # has a caption a person wrote or imported
+    UNCAPTIONED = "uncaptioned"  # none (a pseudo caption does not count)
+    JUDGED = "judged"  # accepted or rejected for some query
+
+
+# Captions a person stands behind; a pseudo caption is the model's guess.
+HUMAN_SOURCES = frozenset({CaptionSource.USER, CaptionSource.IMPORTED})
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationState:
+    """What is known about one item: its captions' sources and the user's verdict for one query.
+
+    ``judgement`` is +1 (accepted) / -1 (rejected) for the query asked about (the latest verdict wins), 0 when
+    there is none or no query was given; ``judged`` says whether it was judged for any query.
+    """
+
+    sources: frozenset[str] = frozenset()
+    judgement: int = 0
+    judged: bool = False
+
+    @property
+    def captioned(self) -> bool:
+        return bool(self.sources & HUMAN_SOURCES)
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationProgress:
+    """How much of the library carries a caption a person wrote or imported."""
+
+    captioned: int
+    total: int
+
+
+def _sources(catalog: Catalog) -> dict[int, set[str]]:
+    by_media: dict[int, set[str]] = defaultdict(set)
+    for caption in catalog.iter_captions():
+        by_media[caption.media_id].add(str(caption.source))
+    return by_media
+
+
+def annotation_states(catalog: Catalog, media_ids: Iterable[int], query: str | None = None
+                      ) -> dict[int, AnnotationState]:
+    """The :class:`AnnotationState` of each of ``media_ids`` (verdicts for the text ``query``, if given)."""
+    wanted = set(media_ids)
+    out: dict[int, AnnotationState] = {}
+    key = query.strip().casefold() if query else None
+    for media_id in wanted:
+        sources = frozenset(str(c.source) for c in catalog.captions(media_id))
+        pairs = catalog.pairs(media_id=media_id)
+        verdicts = [p.label for p in pairs if key is not None and p.query.strip().casefold() == key]
+        out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(pairs))
+    return out
+
+
+def annotation_progress(catalog: Catalog) -> AnnotationProgress:
+    """Indexed items with a human caption, of all indexed items."""
+    ok = {m.id for m in catalog.iter_media(MediaStatus.OK)}
+    captioned = {m for m, sources in _sources(catalog).items() if sources & HUMAN_SOURCES} & ok
+    return AnnotationProgress(len(captioned), len(ok))
+
+
+def _sort_key(sort: BrowseSort):  # noqa: ANN202 - a key function for sorted()
+    if sort is BrowseSort.NAME:
+        return lambda m: (m.path.name.casefold(), str(m.path.parent))
+    return lambda m: (m.mtime_ns, m.id)
+
+
+def _under(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+    except ValueError:
+        return False
+    return True
+
+
+def browse(catalog: Catalog, offset: int = 0, top: int = 60, sort: BrowseSort | str = BrowseSort.NEWEST,
+           folder: Path | None = None, kind: MediaKind | str | None = None,
+           annotation: AnnotationFilter | str = AnnotationFilter.ALL) -> list[SearchHit]:
+    """One page of the indexed library as hits (score 0), sorted and filtered.
+
+    ``folder`` keeps the items under it, ``kind`` one media kind, ``annotation`` filters by what the user wrote.
+    """
+    sort, annotation = BrowseSort(sort), AnnotationFilter(annotation)
+    kind = MediaKind(kind) if kind is not None else None
+    items: list[MediaRecord] = [
+        m for m in catalog.iter_media(MediaStatus.OK)
+        if (kind is None or m.kind is kind) and (folder is None or _under(m.path, Path(folder)))]
+    if annotation is not AnnotationFilter.ALL:
+        if annotation is AnnotationFilter.JUDGED:
+            keep = {p.media_id for p in catalog.pairs()}
+        else:
+            human = {m for m, sources in _sources(catalog).items() if sources & HUMAN_SOURCES}
+            keep = human if annotation is AnnotationFilter.CAPTIONED else {m.id for m in items} - human
+        items = [m for m in items if m.id in keep]
+    items.sort(key=_sort_key(sort), reverse=sort is BrowseSort.NEWEST)
+    page = items[offset:offset + top]
+    return [SearchHit(m.id, str(m.path), m.kind or MediaKind.IMAGE, 0.0,
+                      tuple(c.text for c in catalog.captions(m.id))) for m in page]
