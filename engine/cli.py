@@ -75,8 +75,13 @@ def _retrain_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("retrain", help="train a new model version on the library's annotations, re-index, and "
                                        "compare R@K on the held-aside annotations")
     p.add_argument("--library", default="default")
-    p.add_argument("--method", default="a3vse", help="trainer method (default: a3vse, which also learns from "
-                                                     "the un-annotated items)")
+    p.add_argument("--method", default=None,
+                   help="trainer method (default: the active model's, starting from its weights; a3vse, which "
+                        "also learns from the un-annotated items, when zero-shot ranking is active)")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="train from random weights instead of starting from the active model")
+    p.add_argument("--always-activate", action="store_true",
+                   help="activate the new model even when it is worse on the held-aside annotations")
     p.add_argument("--holdout", type=float, default=0.2,
                    help="fraction of the annotated items kept aside for evaluation (default 0.2)")
     p.add_argument("--holdout-seed", type=int, default=0, help="seed of the held-aside choice (keep it fixed)")
@@ -104,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].split("=")[0] in GUI_OPTIONS:
         # the GUI lives in the app package, which the engine never imports: become that process
         os.execv(sys.executable, [sys.executable, "-m", "app", *argv])
+    if argv[0] == "train" and sys.stderr.isatty() and not {"--json-progress", "-h", "--help"} & set(argv):
+        from engine.trainerrun import run_with_progress
+
+        return run_with_progress(argv)  # the trainer's events drawn as a progress bar
     if argv[0] in TRAINER_COMMANDS or (argv[0] == "evaluate" and not _is_zero_shot(argv)):
         return subprocess.call([sys.executable, "-m", "trainer", *argv])
     args = _parser().parse_args(argv)
@@ -326,7 +335,8 @@ def _retrain(args: argparse.Namespace) -> int:
     extra = [*(["--preset", args.preset] if args.preset else []),
              *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
              *(["--device", args.device] if args.device else [])]
-    options = RetrainOptions(method=args.method, holdout=args.holdout, seed=args.holdout_seed, epochs=args.epochs,
+    options = RetrainOptions(method=args.method, warm_start=not args.from_scratch,
+                             always_activate=args.always_activate, holdout=args.holdout, seed=args.holdout_seed, epochs=args.epochs,
                              overrides=tuple(args.set), trainer_args=tuple(extra), name=args.name)
     emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
     service = _open(args.library)

@@ -537,6 +537,73 @@ def _match_key(key: str, by_suffix: dict[str, set[int]]) -> int | None:
     return None
 
 
+# ------------------------------------------------------------------------------------------ the gate
+
+# How a retrain warm-starts from the active model (trainer ``--init-from``): chosen on
+# tests/bench/bench_user_loop.py, see docs/benchmarks.md ("the user's loop").
+WARM_START_ARGS: tuple[str, ...] = ("--lr", "5e-5", "--epochs", "10", "--patience", "3", "--schedule", "constant")
+PSEUDO_CHECK_ITEMS = 300  # un-annotated items whose pseudo captions check that a retrain kept the general skill
+MIN_PSEUDO_CHECK_ITEMS = 20
+PSEUDO_TOLERANCE = 12.0  # rsum a retrain may lose on the pseudo pairs (noisy labels): 2 points of mean recall
+
+
+def mean_r10(report: dict[str, Any]) -> float:
+    """The mean of text->item and item->text R@10 of a retrieval report."""
+    return 0.5 * (float(report["i2t"]["r10"]) + float(report["t2i"]["r10"]))
+
+
+def heldout_tolerance(report: dict[str, Any]) -> float:
+    """The rsum that one query in each direction moves on a held-aside set (dropping out of the top 1, 5 and
+    10): 300/items + 300/captions. A new model within this of the old one is "not worse": a set this small
+    cannot tell them apart. (R@10 alone cannot judge a set of 10 items or fewer: it is 100 for any model.)"""
+    return 300.0 / max(1, int(report["n_media"])) + 300.0 / max(1, int(report["n_captions"]))
+
+
+def gate(result: RetrainResult) -> tuple[bool, str]:
+    """Whether a retrained model replaces the active one, and why, as one line.
+
+    The rule: the new model is activated when its rsum (R@1+R@5+R@10, both directions) on the held-aside
+    annotations is not below the old model's by more than :func:`heldout_tolerance`, AND its rsum on the
+    library's pseudo pairs (:func:`pseudo_check_set`; not measured when the old ranking is zero-shot, which wrote
+    those captions) is not below the old one's by more than :data:`PSEUDO_TOLERANCE`. With neither measure it is
+    not activated: nothing says it is not worse. A model that is not activated stays registered.
+    """
+    checks: list[tuple[bool, str]] = []
+    if result.before is not None and result.after is not None:
+        old, new, tol = float(result.before["rsum"]), float(result.after["rsum"]), heldout_tolerance(result.after)
+        checks.append((new >= old - tol, f"held-aside rsum {old:.0f} -> {new:.0f} "
+                                         f"(R@10 {mean_r10(result.before):.0f} -> {mean_r10(result.after):.0f})"))
+    if result.pseudo_before is not None and result.pseudo_after is not None:
+        old, new = float(result.pseudo_before["rsum"]), float(result.pseudo_after["rsum"])
+        checks.append((new >= old - PSEUDO_TOLERANCE, f"pseudo-pair rsum {old:.0f} -> {new:.0f}"))
+    name = result.model_name
+    if not checks:
+        return False, (f"not activated: nothing to compare {name} with (no annotation held aside); "
+                       f"`polyseek models --activate {name}` uses it")
+    measured = ", ".join(text for _, text in checks)
+    if all(ok for ok, _ in checks):
+        return True, f"activated {name}: {measured}"
+    worse = ", ".join(text for ok, text in checks if not ok)
+    return False, (f"not activated: {worse}, worse than {result.old_model or 'zero-shot'}; {name} is kept, "
+                   f"`polyseek models --activate {name}` uses it")
+
+
+def pseudo_check_set(catalog: Catalog, dest: Path, seed: int = 0,
+                     limit: int = PSEUDO_CHECK_ITEMS) -> Path | None:
+    """A caption folder of up to ``limit`` un-annotated items with their pseudo captions (A3VSE's regional
+    semantics), chosen from their content hashes; None when the library has too few."""
+    annotated = set(library_annotations(catalog)) | {p.media_id for p in catalog.pairs()}
+    pseudo = {c.media_id: c.text for c in catalog.iter_captions(CaptionSource.PSEUDO)}
+    media = [m for m in catalog.iter_media(MediaStatus.OK)
+             if m.id in pseudo and m.id not in annotated and m.path.is_file()]
+    if len(media) < MIN_PSEUDO_CHECK_ITEMS:
+        return None
+    media = sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))[:limit]
+    write_linked_folder(dest, [(_training_key(m), m.path) for m in media],
+                        [(i, pseudo[m.id]) for i, m in enumerate(media)])
+    return Path(dest)
+
+
 # ------------------------------------------------------------------------------------------ the retraining job
 
 
@@ -544,7 +611,9 @@ def _match_key(key: str, by_suffix: dict[str, set[int]]) -> int | None:
 class RetrainOptions:
     """One retraining's settings; ``trainer_args`` are extra ``python -m trainer train`` options."""
 
-    method: str = DEFAULT_METHOD
+    method: str | None = None  # None: the active model's method, warm-started from it (a3vse from zero-shot)
+    warm_start: bool = True  # start from the active model's weights when it has a warm-startable method
+    always_activate: bool = False  # activate the new model whatever :func:`gate` says (the decision is still given)
     holdout: float = DEFAULT_HOLDOUT
     seed: int = 0
     epochs: int | None = None
@@ -569,6 +638,11 @@ class RetrainResult:
     after: dict[str, Any] | None = None
     trainer_metrics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    init_from: str | None = None  # the model the run started from (None: random weights)
+    pseudo_before: dict[str, Any] | None = None  # R@K on the library's pseudo pairs (:func:`pseudo_check_set`)
+    pseudo_after: dict[str, Any] | None = None
+    activated: bool = False
+    decision: str = ""  # why the new model was or was not activated (:func:`gate`)
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
@@ -582,7 +656,8 @@ class RetrainResult:
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
             "before": self.before, "after": self.after, "trainer_metrics": self.trainer_metrics,
-            "warnings": self.warnings})
+            "init_from": self.init_from, "pseudo_before": self.pseudo_before, "pseudo_after": self.pseudo_after,
+            "activated": self.activated, "decision": self.decision, "warnings": self.warnings})
 
     def summary_lines(self) -> list[str]:
         """Before/after R@1/5/10 on the held-aside annotations, as lines for a terminal."""
@@ -602,7 +677,7 @@ class RetrainResult:
             cells = "  ".join(f"{way} R@1 {report[way]['r1']:5.1f} R@5 {report[way]['r5']:5.1f} "
                               f"R@10 {report[way]['r10']:5.1f}" for way in ("i2t", "t2i"))
             lines.append(f"  {label} {cells}  rsum {report['rsum']:6.1f}  ({name})")
-        return lines
+        return lines + ([self.decision] if self.decision else [])
 
 
 class Retrain:
@@ -619,7 +694,8 @@ class Retrain:
         self.result: RetrainResult | None = None
 
     def run(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Export, evaluate the old model, train, register and activate, re-index, evaluate the new one."""
+        """Export, evaluate the old model, train from it, register, evaluate the new one, and activate it
+        only when :func:`gate` finds it not worse (then re-index with it)."""
         cancel = cancel or CancelToken()
         service, options = self.service, self.options
         yield Progress(0, 0, "writing the training set")
@@ -632,46 +708,70 @@ class Retrain:
         if ts.n_train_annotated < 1:
             raise RetrainError(f"nothing to train on: {ts.n_annotated_items} annotated items, "
                                f"{ts.n_heldout_items} of them held aside; annotate some items first")
+        method, start = self._method_and_start()
+        result.init_from = str(start) if start is not None else None
         cancel.raise_if_cancelled()
         if ts.n_heldout_items:
             yield Progress(0, 0, f"evaluating {result.old_model or 'zero-shot'} on the held-aside annotations")
-            result.before = self._evaluate_old(ts)
+            result.before = self._evaluate_old(ts.folder, ts.val_split)
         else:
             result.warnings.append("no annotated item is held aside: the trainer validates on a part of the "
                                    "training items and before/after cannot be compared")
-        name, out = self._name_and_folder()
-        yield from self._train(ts, out, cancel)
+        pseudo = pseudo_check_set(service.catalog, ts.folder.parent / "pseudo-check", options.seed)
+        if pseudo is not None and result.old_model is not None:  # zero-shot wrote the pseudo captions itself
+            yield Progress(0, 0, f"evaluating {result.old_model} on the library's pseudo pairs")
+            result.pseudo_before = self._evaluate_old(pseudo, None)
+        name, out = self._name_and_folder(method)
+        yield from self._train(ts, out, cancel, method, start)
         metrics_file = out / "metrics.json"
         result.trainer_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         result.model_name = service.register_model(out, name)
         result.model_dir = out
-        service.set_active_model(result.model_name)
-        yield from _staged(service.reindex(cancel), f"re-indexing with {result.model_name}")
         if ts.n_heldout_items:
             yield Progress(0, 0, f"evaluating {result.model_name} on the held-aside annotations")
             result.after = service.evaluate_on(ts.folder, ts.val_split, result.model_name)
+        if result.pseudo_before is not None:
+            result.pseudo_after = service.evaluate_on(pseudo, None, result.model_name)
+        result.activated, result.decision = gate(result)
+        if options.always_activate and not result.activated:
+            result.activated, result.decision = True, f"activated as asked ({result.decision})"
+        if result.activated:
+            service.set_active_model(result.model_name)
+            yield from _staged(service.reindex(cancel), f"re-indexing with {result.model_name}")
         yield Progress(1, 1, "done")
 
-    def _evaluate_old(self, ts: TrainingSet) -> dict[str, Any] | None:
-        """The active model's R@K on the held-aside annotations; a model whose files are gone or unreadable
+    def _method_and_start(self) -> tuple[str, Path | None]:
+        """The method to train and the model folder to start from: the active model's own method and
+        weights when it can warm-start (and the options do not name another method), else random weights."""
+        active = self.service.catalog.active_model()
+        method = self.options.method
+        if active is not None and self.options.warm_start and method in (None, active.method):
+            start = Path(active.path)
+            if (start / "model.safetensors").is_file() and (start / "config.json").is_file():
+                return active.method, start
+            self.result.warnings.append(f"{active.name}: no weights in {start}; training from scratch")
+        return method or DEFAULT_METHOD, None
+
+    def _evaluate_old(self, folder: Path, split: str | None) -> dict[str, Any] | None:
+        """The active model's R@K on one split of a caption folder; a model whose files are gone or unreadable
         must not stop the retraining that replaces it (a warning says why there is no "before")."""
         from engine.modelrunner import ModelLoadError
 
         assert self.result is not None
         try:
-            return self.service.evaluate_on(ts.folder, ts.val_split, self.result.old_model)
+            return self.service.evaluate_on(folder, split, self.result.old_model)
         except (ModelLoadError, OSError, LookupError) as exc:
             self.result.warnings.append(f"the current model {self.result.old_model!r} could not be evaluated "
                                         f"({exc}); there is no 'before' to compare with")
             return None
 
-    def _name_and_folder(self) -> tuple[str, Path]:
+    def _name_and_folder(self, method: str) -> tuple[str, Path]:
         from engine import paths
 
         options = self.options
         taken = {m.name for m in self.service.models()}
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = options.name or f"{options.method}-{self.service.name}-{stamp}"
+        base = options.name or f"{method}-{self.service.name}-{stamp}"
         if options.name and options.name in taken:
             raise RetrainError(f"a model named {options.name!r} is already registered")
         name, n = base, 1
@@ -680,12 +780,14 @@ class Retrain:
             name = f"{base}-{n}"
         return name, Path(options.out) if options.out else paths.models_dir() / name
 
-    def _train(self, ts: TrainingSet, out: Path, cancel: CancelToken) -> Iterator[Progress]:
+    def _train(self, ts: TrainingSet, out: Path, cancel: CancelToken, method: str,
+               start: Path | None) -> Iterator[Progress]:
         """Run ``python -m trainer train`` and turn its JSON events into progress records."""
         options = self.options
-        command = [sys.executable, "-m", "trainer", "train", "--method", options.method, "--data", str(ts.folder),
+        warm = ["--init-from", str(start), *WARM_START_ARGS] if start is not None else []
+        command = [sys.executable, "-m", "trainer", "train", "--method", method, "--data", str(ts.folder),
                    "--train-split", ts.train_split, "--val-split", ts.val_split, "--out", str(out),
-                   "--json-progress", *(["--epochs", str(options.epochs)] if options.epochs else []),
+                   "--json-progress", *warm, *(["--epochs", str(options.epochs)] if options.epochs else []),
                    *[arg for pair in options.overrides for arg in ("--set", pair)], *options.trainer_args]
         log.info("running %s", " ".join(command))
         out.parent.mkdir(parents=True, exist_ok=True)

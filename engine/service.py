@@ -159,7 +159,11 @@ class SearchService:
         folder.mkdir(parents=True, exist_ok=True)
         catalog = Catalog(folder / "catalog.sqlite")
         features = FeatureStore(paths.home() / "features.sqlite")
-        return cls(library, catalog, features, Encoders(assets), folder / "thumbnails")
+        service = cls(library, catalog, features, Encoders(assets), folder / "thumbnails")
+        from engine.starter import offer_starter
+
+        offer_starter(service)  # a new library searches with the shipped starter model (engine/starter.py)
+        return service
 
     def close(self) -> None:
         self.catalog.close()

@@ -51,6 +51,9 @@ def polyseek_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("POLYSEEK_HOME", str(home))
     monkeypatch.setenv("POLYSEEK_ASSETS", str(_assets_root()))
+    # Tests of ranking, indexing and the GUI start from zero-shot ranking; tests of the shipped starter model
+    # (tests/unit/test_starter.py) turn the offer back on.
+    monkeypatch.setenv("POLYSEEK_STARTER", "off")
     return home
 
 

@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="learning-rate schedule (default: the method's recipe)")
     p.add_argument("--no-pseudo-pairs", action="store_true",
                    help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
+    p.add_argument("--init-from", type=Path, default=None, metavar="DIR",
+                   help="start from this model folder's weights and config (same method) instead of random ones; "
+                        "its validation score is the one to beat, so the run never ends worse than its start")
+    p.add_argument("--l2sp", type=float, default=None, metavar="ALPHA",
+                   help="with --init-from: pull the weights toward the starting ones (L2-SP; default: "
+                        "the warm-start recipe's)")
     p.add_argument("--finetune-epochs", type=int, default=None, metavar="N",
                    help="after the warm-up, N epochs fine-tuning the image backbone with the head "
                         "(photos only; meant for CUDA)")
@@ -258,7 +264,8 @@ def _train(args: argparse.Namespace) -> int:
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
         pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
         epoch_captions=args.epoch_captions, finetune_epochs=args.finetune_epochs, finetune_lr=args.finetune_lr,
-        finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks)
+        finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks, init_from=args.init_from,
+        l2sp=args.l2sp)
     if not (args.data / "captions.tsv").is_file():
         from trainer.data import DataError
 

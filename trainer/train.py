@@ -213,6 +213,10 @@ class TrainOptions:
     finetune_lr: float | None = None  # the backbone's rate
     finetune_head_lr: float | None = None  # the head's rate
     finetune_blocks: int | None = None  # the last N MBConv blocks learn (fewer than all: their input is cached)
+    # Warm start (:func:`_warm_start`): a model folder of the same method whose config and weights the run
+    # starts from, and the L2-SP strength pulling the weights back toward them (None: WARM_START_L2SP).
+    init_from: Path | None = None
+    l2sp: float | None = None
 
 
 def resolve_config(method: str, overrides: dict[str, Any], preset: str = "paper",
@@ -489,6 +493,8 @@ class Run:
     val_pixels: np.ndarray | None = None  # phase two: the validation subset's pictures, decoded once
     train_trunk: np.ndarray | None = None  # phase two on part of the backbone: the frozen trunk's outputs
     val_trunk: np.ndarray | None = None
+    anchor: list[tuple[nn.Parameter, torch.Tensor]] = field(default_factory=list)  # warm start: L2-SP's w0
+    l2sp: float = 0.0
 
     @property
     def checkpointed(self) -> nn.Module:
@@ -526,8 +532,12 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     if world.main and out.is_dir():
         ckpt.remove_temporaries(out)  # left by a run killed while writing
     saved = _resumable(options, out)
-    config = ckpt.load_config(out) if saved else resolve_config(options.method, options.overrides,
-                                                                  options.preset, options.assets)
+    if saved:
+        config = ckpt.load_config(out)
+    elif options.init_from is not None:
+        config = _warm_start_config(options)
+    else:
+        config = resolve_config(options.method, options.overrides, options.preset, options.assets)
     settings = _settings(options, RECIPES[options.method], saved)
     recipe = dataclasses.replace(RECIPES[options.method], schedule=settings["schedule"])
     torch.manual_seed(settings["seed"])
@@ -558,9 +568,54 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     run = Run(options, recipe, settings, config, model, _wrap(trainable or model, world, device),
               build_loss(config).to(device), optimizer, scaler, data, state, device, world, reporter, stop,
               val_subset, backbone, trainable)
+    if options.init_from is not None:
+        _warm_start(run, Path(options.init_from), saved is None)
     if backbone is not None:
         _open_pixels(run)
     return run
+
+
+# L2-SP strength of a warm start (Li, Grandvalet & Davoine 2018: alpha/2 * ||w - w0||^2 on the weights the
+# starting model had), chosen on tests/bench/bench_user_loop.py (see docs/benchmarks.md).
+WARM_START_L2SP = 1.0
+
+
+def _warm_start_config(options: TrainOptions) -> MethodConfig:
+    """The starting model's config (``--set`` may change what does not change a weight's shape)."""
+    start = Path(options.init_from)  # type: ignore[arg-type]
+    config = ckpt.load_config(start)
+    if config.method != options.method:
+        raise TrainingError(f"--init-from: {start} is a {config.method!r} model, not {options.method!r}")
+    if finetuned_backbone(start):
+        raise TrainingError(f"--init-from: {start} has its own fine-tuned backbone; warm starts read the stock "
+                            "backbone's cached features, so they cannot start from it")
+    if options.overrides:
+        try:
+            config = dataclasses.replace(config, **options.overrides)
+        except TypeError as exc:
+            raise TrainingError(f"--set: {exc}") from exc
+    return config
+
+
+def _warm_start(run: Run, start: Path, fresh: bool) -> None:
+    """Load the starting weights (a fresh run), keep them as the L2-SP anchor, and score them on the
+    validation subset as epoch 0: an epoch is kept only if it beats the model the run started from."""
+    if fresh:
+        ckpt.load_weights(start / ckpt.WEIGHTS_FILE, run.model)
+    anchor_model = build_model(run.config).to(run.device)
+    ckpt.load_weights(start / ckpt.WEIGHTS_FILE, anchor_model)
+    anchor = dict(anchor_model.named_parameters())
+    run.anchor = [(p, anchor[name].detach()) for name, p in run.model.named_parameters() if name in anchor]
+    strength = run.options.l2sp
+    run.l2sp = WARM_START_L2SP if strength is None else strength
+    if run.l2sp < 0:
+        raise TrainingError(f"--l2sp: must be 0 or more, got {run.l2sp}")
+    run.state.options.update(init_from=str(start), l2sp=run.l2sp)
+    if fresh and run.dist.main:
+        report = quick_rsum(run.model, run.val_subset, run.device)
+        run.state.best_rsum, run.state.best_epoch = report["rsum"], 0
+        save_best(Path(run.options.out), run.model, None)
+        run.reporter.emit({"event": "epoch", "epoch": 0, "val": report, "best": True, "loss": {}, "lr": 0.0})
 
 
 def _wrap(module: nn.Module, world: Dist, device: torch.device) -> nn.Module:
@@ -809,6 +864,10 @@ def _train_step(run: Run, batch: PairBatch) -> dict[str, float]:
     run.optimizer.zero_grad(set_to_none=True)
     with torch.autocast(device_type=run.device.type, dtype=torch.float16, enabled=run.device.type == "cuda"):
         terms = run.criterion(run.wrapped(batch), batch)
+    if run.anchor and run.l2sp > 0:  # L2-SP: alpha/2 * sum ||w - w0||^2 over the starting weights
+        drift = sum(((p - p0) ** 2).sum() for p, p0 in run.anchor)
+        terms = {**terms, "l2sp": 0.5 * run.l2sp * drift}
+        terms["total"] = terms["total"] + terms["l2sp"]
     total = terms["total"]
     if not torch.isfinite(total):
         raise TrainingError(f"the loss is not finite at epoch {run.state.epoch + 1}, step {run.state.step + 1}: "

@@ -57,7 +57,7 @@ def annotated_library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> 
 def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_library):
     lib = annotated_library
     run = polyseek("retrain", "--library", LIBRARY, "--holdout", str(HOLDOUT), "--epochs", "1", "--preset", "test",
-                   "--batch-size", "4", "--device", "cpu", "--name", "loop-v1", "--json",
+                   "--batch-size", "4", "--device", "cpu", "--name", "loop-v1", "--json", "--always-activate",
                    home=lib["home"], assets=lib["assets"])
     assert run.returncode == 0, run.stderr
     events = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
@@ -65,6 +65,8 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
     assert kinds[-1] == "result" and "epoch" in kinds and "done" in kinds  # the trainer's lines, forwarded
     result = events[-1]
     assert result["model"] == "loop-v1" and result["old_model"] == "zero-shot"
+    assert result["activated"] and result["decision"].startswith("activated")
+    assert result["init_from"] is None  # zero-shot has no weights to start from: a3vse from scratch
 
     service = SearchService.open(LIBRARY, lib["assets"])
     try:

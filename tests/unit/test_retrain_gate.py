@@ -1,0 +1,167 @@
+"""A retrain never silently makes search worse (issue #17): the gate's rule on reports, and the whole Retrain job
+keeping a worse model registered but inactive while activating a better one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.metrics import retrieval_report
+from engine.retrain import (
+    PSEUDO_TOLERANCE,
+    Retrain,
+    RetrainOptions,
+    RetrainResult,
+    TrainingSet,
+    gate,
+    heldout_tolerance,
+    mean_r10,
+)
+
+
+def _report(n: int, hits_in_top10: int) -> dict:
+    """A retrieval report over ``n`` items, one caption each, where the first ``hits_in_top10`` rank right."""
+    scores = np.zeros((n, n))
+    rng = np.random.default_rng(n)
+    for i in range(n):
+        scores[i] = rng.random(n)
+        scores[i, i] = 2.0 if i < hits_in_top10 else -1.0
+    report = retrieval_report(scores, np.arange(n))
+    return report
+
+
+def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> RetrainResult:
+    result = RetrainResult(TrainingSet(Path("."), n_annotated_items=40, n_heldout_items=8),
+                           old_model="starter", model_name="v2", before=before, after=after)
+    if pseudo is not None:
+        result.pseudo_before, result.pseudo_after = pseudo
+    return result
+
+
+def test_a_worse_model_is_not_activated_and_the_reason_names_the_figures():
+    before, after = _report(40, 40), _report(40, 20)  # every caption's item first -> half of them last
+    activated, why = gate(_result(before, after))
+    assert not activated
+    assert why.startswith(f"not activated: held-aside rsum {before['rsum']:.0f} -> {after['rsum']:.0f}")
+    assert "polyseek models --activate v2" in why and "worse than starter" in why
+
+
+def test_a_better_or_equal_model_is_activated():
+    activated, why = gate(_result(_report(40, 20), _report(40, 30)))
+    assert activated and why.startswith("activated v2: held-aside rsum")
+    assert gate(_result(_report(40, 30), _report(40, 30)))[0]
+
+
+def test_a_tiny_held_aside_set_tolerates_one_query_each_way_and_no_more():
+    before = _report(50, 50)
+    one_less, two_less = _report(50, 49), _report(50, 48)
+    tol = heldout_tolerance(before)
+    assert before["rsum"] - one_less["rsum"] <= tol < before["rsum"] - two_less["rsum"]
+    assert gate(_result(before, one_less))[0]
+    assert not gate(_result(before, two_less))[0]
+
+
+def test_r10_alone_could_not_judge_a_set_of_ten_items_but_the_gate_can():
+    before, after = _report(8, 8), _report(8, 4)
+    assert mean_r10(before) == mean_r10(after) == 100.0
+    assert not gate(_result(before, after))[0]
+
+
+def test_the_pseudo_pairs_veto_a_model_that_lost_its_general_skill():
+    held = _report(40, 30)
+    good, bad = _report(200, 120), _report(200, 100)
+    assert good["rsum"] - bad["rsum"] > PSEUDO_TOLERANCE
+    activated, why = gate(_result(held, held, (good, bad)))
+    assert not activated and why.startswith("not activated: pseudo-pair rsum")
+    assert gate(_result(held, held, (good, good)))[0]
+
+
+def test_without_any_measure_the_model_is_kept_but_not_activated():
+    activated, why = gate(_result(None, None))
+    assert not activated and "nothing to compare" in why
+
+
+# ------------------------------------------------------------------------------------------ the whole job
+
+
+@pytest.fixture
+def library(tmp_path: Path, assets_dir: Path):
+    """A toy library (distinct shapes and colours, captions saying which), 14 of 24 items captioned, and two
+    model folders: one trained on the toy captions, one untrained."""
+    from engine.service import SearchService
+    from trainer.synthetic import make_toy_photo_folder
+    from trainer.train import TrainOptions, train
+
+    toy = make_toy_photo_folder(tmp_path / "toy", 24, seed=5)
+    good = tmp_path / "good"
+    train(TrainOptions(method="vse", data=toy.root, out=good, train_split="all", val_split="all", epochs=6,
+                       preset="test", batch_size=8, device="cpu", assets=assets_dir))
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    _scramble(bad)
+    service = SearchService.open("gate", assets_dir)
+    list(service.index_paths([toy.media_dir]))
+    by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+    for item, texts in toy.item_captions()[:14]:
+        service.add_caption(by_path[item.path.resolve()], texts[0])
+    yield service, good, bad
+    service.close()
+
+
+def _scramble(folder: Path) -> None:
+    """Replace a model folder's weights with random ones and re-export it (an untrained model)."""
+    import torch
+
+    from trainer import checkpoint as ckpt
+    from trainer.methods import build_model, export_model
+
+    torch.manual_seed(1)
+    model = build_model(ckpt.load_config(folder)).eval()
+    ckpt.save_weights(folder / ckpt.WEIGHTS_FILE, model)
+    shutil.rmtree(folder / "onnx")
+    export_model(model, folder / "onnx")
+
+
+def _retrain_into(monkeypatch, result_folder: Path):
+    """Retrain whose trainer process is replaced by copying ``result_folder`` into the run's output."""
+    def fake_train(self, ts, out, cancel, method, start):
+        shutil.copytree(result_folder, out)
+        yield from ()
+
+    monkeypatch.setattr(Retrain, "_train", fake_train)
+
+
+def _run(service, holdout=0.4) -> RetrainResult:
+    job = Retrain(service, RetrainOptions(holdout=holdout))
+    for _ in job.run():
+        pass
+    assert job.result is not None
+    return job.result
+
+
+def test_a_worse_retrain_is_kept_listed_and_explained_but_not_activated(library, monkeypatch):
+    service, good, bad = library
+    service.set_active_model(str(good))
+    _retrain_into(monkeypatch, bad)
+    result = _run(service)
+    assert result.init_from == str(good.resolve()) or Path(result.init_from).resolve() == good.resolve()
+    assert result.before is not None and result.after is not None
+    assert result.after["rsum"] < result.before["rsum"] - heldout_tolerance(result.after)
+    assert not result.activated and result.decision.startswith("not activated")
+    assert service.catalog.active_model().name == good.name  # the old one still searches
+    listed = {m.name: m for m in service.models()}
+    assert result.model_name in listed and not listed[result.model_name].active
+
+
+def test_a_better_retrain_is_activated_and_the_library_is_embedded_with_it(library, monkeypatch):
+    service, good, bad = library
+    service.set_active_model(str(bad))
+    _retrain_into(monkeypatch, good)
+    result = _run(service)
+    assert result.activated and result.decision.startswith(f"activated {result.model_name}")
+    assert service.catalog.active_model().name == result.model_name
+    record = service.catalog.model(result.model_name)
+    assert len(service.catalog.embedded_ids(record.id)) == 24
