@@ -1,0 +1,80 @@
+"""Warm starts (``train --init-from DIR``, issue #17): the run starts from the model's weights and config, the
+starting model's validation score is epoch 0 (so a run never ends below its start), and L2-SP pulls the weights
+toward the start (Li et al. 2018: alpha/2 * ||w - w0||^2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer.train import TrainingError, TrainOptions, train
+
+torch.set_num_threads(1)
+
+
+def _options(folder: Path, out: Path, assets: Path, **changes) -> TrainOptions:
+    base = dict(method="vse", data=folder, out=out, epochs=3, preset="test", batch_size=6, assets=assets,
+                device="cpu")
+    return TrainOptions(**{**base, **changes})
+
+
+@pytest.fixture(scope="module")
+def start(workspace, tmp_path_factory) -> Path:
+    folder, source, assets = workspace
+    out = tmp_path_factory.mktemp("warm") / "start"
+    train(_options(folder, out, assets, epochs=4), source=source)
+    return out
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    model = ckpt.load_model(folder)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_a_warm_start_begins_at_the_start_model_and_keeps_it_unless_an_epoch_beats_it(workspace, start, tmp_path):
+    folder, source, assets = workspace
+    out = tmp_path / "warm"
+    events: list[dict] = []
+    from trainer.train import Reporter
+
+    reporter = Reporter(False)
+    reporter.emit = events.append  # type: ignore[method-assign]
+    # a learning rate this high wrecks the weights: no epoch may beat the start, so the start is what is kept
+    report = train(_options(folder, out, assets, init_from=start, lr=5.0, l2sp=0.0, schedule="constant"),
+                   source=source, reporter=reporter)
+    first = next(e for e in events if e.get("event") == "epoch")
+    assert first["epoch"] == 0 and first["best"]
+    state = ckpt.load_state(out)
+    assert state is not None and state.options["init_from"] == str(start)
+    assert state.best_epoch == 0 and report["best_epoch"] == 0
+    start_w, kept = _weights(start), _weights(out)
+    assert all(torch.equal(start_w[k], kept[k]) for k in start_w)
+    assert json.loads((out / "config.json").read_text()) == json.loads((start / "config.json").read_text())
+
+
+def test_l2sp_keeps_the_weights_nearer_the_start(workspace, start, tmp_path):
+    folder, source, assets = workspace
+
+    def drift(l2sp: float) -> float:
+        out = tmp_path / f"l2sp-{l2sp}"
+        train(_options(folder, out, assets, init_from=start, lr=1e-2, l2sp=l2sp, schedule="constant", epochs=2,
+                       patience=10), source=source)
+        model = ckpt.load_model(out)
+        # the last epoch's weights, not the best (which may be the start itself)
+        last = sorted(out.glob("last-*.safetensors"))[-1]
+        ckpt.load_weights(last, model)
+        w0 = _weights(start)
+        return float(sum(((v - w0[k]) ** 2).sum() for k, v in model.state_dict().items() if k in w0))
+
+    free, pulled = drift(0.0), drift(50.0)
+    assert pulled < 0.5 * free
+
+
+def test_a_warm_start_from_another_method_is_refused(workspace, start, tmp_path):
+    folder, source, assets = workspace
+    with pytest.raises(TrainingError, match="is a 'vse' model, not 'pvse'"):
+        train(_options(folder, tmp_path / "x", assets, method="pvse", init_from=start), source=source)
