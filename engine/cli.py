@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.trainerrun import run_with_progress
 
         return run_with_progress(argv)  # the trainer's events drawn as a progress bar
+    if argv[0] == "train" and sys.stderr.isatty() and not {"--json-progress", "-h", "--help"} & set(argv):
+        from engine.trainerrun import run_with_progress
+
+        return run_with_progress(argv)  # the trainer's events drawn as a progress bar
     if argv[0] in TRAINER_COMMANDS or (argv[0] == "evaluate" and not _is_zero_shot(argv)):
         return subprocess.call([sys.executable, "-m", "trainer", *argv])
     args = _parser().parse_args(argv)

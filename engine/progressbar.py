@@ -10,8 +10,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from engine.progress import Progress
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class ProgressBar:
@@ -21,10 +25,11 @@ class ProgressBar:
     the record's own ("indexing cat.jpg", "epoch 3 step 40/120").
     """
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, console: Console | None = None) -> None:
+        """``console``: where to draw (default: stderr, and only when it is a terminal)."""
         self._progress = None
         self._task = None
-        if quiet or not sys.stderr.isatty():
+        if quiet or (console is None and not sys.stderr.isatty()):
             return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -33,10 +38,23 @@ class ProgressBar:
         self._progress = RichProgress(
             BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.description}", markup=False),  # file names may hold '[' and ']'
-            console=Console(stderr=True), transient=False,
+            console=console or Console(stderr=True), transient=False,
+            redirect_stdout=False,  # stdout is the command's output (maybe a pipe): never moved to the bar's stream
         )
         self._progress.start()
         self._task = self._progress.add_task("", total=None)
+
+    @property
+    def live(self) -> bool:
+        return self._progress is not None
+
+    def log(self, line: str) -> None:
+        """A line of text on stderr, printed above the bar while it is drawn (thread-safe)."""
+        progress = self._progress  # close() may run meanwhile on another thread
+        if progress is not None:
+            progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def __call__(self, record: Progress) -> None:
         if self._progress is None or self._task is None:

@@ -1,0 +1,88 @@
+"""``polyseek train`` on a terminal: the trainer process's JSON events drawn as a progress bar.
+
+The trainer runs in its own process (torch lives there). Asked for ``--json-progress`` it reports one JSON
+event per line on stdout (README, "--json-progress"); this module reads them and shows steps and feature
+extraction as a bar, epochs, phases and resumes as lines above it, and ends with the line the plain run prints
+("model written to ..."). The trainer's stderr (warnings, errors) is relayed line by line above the bar.
+Used only when stderr is a terminal and the user did not ask for ``--json-progress`` (then the JSON lines
+are the output, unchanged).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from engine.progress import Progress
+from engine.progressbar import ProgressBar
+
+
+def trainer_command(argv: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "trainer", *argv, "--json-progress"]
+
+
+def run_with_progress(argv: Sequence[str], bar: ProgressBar | None = None,
+                      command: Sequence[str] | None = None) -> int:
+    """Run ``python -m trainer ARGV --json-progress`` (or ``command``), drawing its events; its exit status.
+
+    Ctrl+C reaches the trainer too (same process group); it then writes a resumable checkpoint, and this
+    waits for it to finish instead of leaving it behind.
+    """
+    bar = bar or ProgressBar()
+    child = subprocess.Popen(list(command or trainer_command(argv)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="backslashreplace")
+    assert child.stdout is not None and child.stderr is not None
+    relay = threading.Thread(target=lambda: [bar.log(line.rstrip("\n")) for line in child.stderr], daemon=True)
+    relay.start()
+    summary = None
+    try:
+        for line in child.stdout:
+            summary = _show(line, bar) or summary
+        status = child.wait()
+    except KeyboardInterrupt:
+        status = child.wait()
+    finally:
+        relay.join(timeout=5)  # the trainer's last words go above the bar, before it closes
+        bar.close()
+    if summary:
+        print(summary, flush=True)
+    return status
+
+
+def _show(line: str, bar: ProgressBar) -> str | None:
+    """Draw one line of the trainer's stdout; returns the closing summary when the line is the "done" event."""
+    try:
+        event: Any = json.loads(line)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict) or "event" not in event:
+        print(line, end="", flush=True)  # not an event: what the trainer printed, passed on
+        return None
+    kind = event["event"]
+    if kind == "step":
+        loss = (event.get("loss") or {}).get("total")
+        loss_text = f" loss {loss:.4f}" if isinstance(loss, int | float) else ""
+        bar(Progress(int(event["step"]), int(event["total"]), f"epoch {event['epoch']}{loss_text}"))
+    elif kind == "progress":
+        bar(Progress(int(event["done"]), int(event["total"]), f"{event.get('stage', '')}: {event.get('message', '')}"))
+    elif kind == "epoch":
+        val = event.get("val") or {}
+        best = " (best so far)" if event.get("best") else ""
+        bar.log(f"epoch {event['epoch']}: validation rsum {_number(val.get('rsum'))}{best}")
+    elif kind == "phase":
+        bar.log(f"phase: {event.get('phase')} from epoch {event.get('epoch')}")
+    elif kind == "resumed":
+        bar.log(f"resumed at epoch {event.get('epoch')}, step {event.get('step')}")
+    elif kind == "done":
+        val = event.get("val") or {}
+        return f"model written to {event['model_dir']} (validation rsum {_number(val.get('rsum'))})"
+    # "error" and "stopped" are also said on stderr by the trainer, which is relayed
+    return None
+
+
+def _number(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) else "n/a"
