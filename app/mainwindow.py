@@ -151,6 +151,7 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&Add folder…", lambda: self.library.add_folder(), "Ctrl+O")
         self._action(file_menu, "Search by &example file…", self._choose_example)
         self._action(file_menu, "&Re-index library", self.library.reindex)
+        self._action(file_menu, "&Purge missing items…", self._confirm_purge_missing)
         file_menu.addSeparator()
         self._action(file_menu, "&Export annotations as a caption folder…", lambda: self._choose_export("folder"))
         self._action(file_menu, "Export annotations as &COCO captions JSON…", lambda: self._choose_export("coco"))
@@ -328,6 +329,34 @@ class MainWindow(QMainWindow):
         return run_in_background(service.import_annotations, Path(path), pool=self.write_pool,
                                  on_result=while_alive(self, imported),
                                  on_error=while_alive(self, lambda exc: self._status(f"Import failed: {exc}")))
+
+    def _confirm_purge_missing(self) -> None:
+        """Delete the items whose files are missing or offline, with their annotations, once the user has seen
+        the counts and agreed; a snapshot of every annotation is written first (issue #21)."""
+        service = self.service
+        if service is None:
+            return
+        items, captions, pairs = service.missing_summary()
+        if not items:
+            self._status("No missing or offline items to purge.")
+            return
+        answer = QMessageBox.question(
+            self, "Purge missing items",
+            f"Delete {items} items whose files are missing or on an unplugged drive, with their {captions} "
+            f"captions and {pairs} accepted/rejected pairs?\n\nKept items get their annotations back when their "
+            "files return. A snapshot of every annotation is saved first; importing it restores them.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+
+        def purged(result: Any) -> None:
+            n, c, p, snapshot = result
+            saved = f"; their annotations are saved in {snapshot}" if snapshot else ""
+            self._status(f"Deleted {n} missing items with {c} captions and {p} pairs{saved}")
+            self.library.refresh()
+
+        run_in_background(service.purge_missing, pool=self.write_pool, on_result=while_alive(self, purged),
+                          on_error=while_alive(self, lambda exc: self._status(f"Purge failed: {exc}")))
 
     def _transferred(self, what: str, count: int, message: str) -> None:
         self._status(message)

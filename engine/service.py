@@ -496,6 +496,15 @@ class SearchService:
 
         return evaluate_trained(self, Path(folder), split, model)
 
+    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
+                    seed: int = 0):
+        """A registered new model beside ``old_model`` (None: zero-shot) on the held-aside split of a retraining
+        folder and the library's pseudo pairs, with the activation rule's decision (:func:`engine.retrain.judge`:
+        the one rule the CLI and the GUI apply). Activates nothing."""
+        from engine.retrain import judge
+
+        return judge(self, new_model, old_model, Path(folder), split, seed)
+
     def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]:
         """``(media_id, score)`` of the un-annotated items to annotate next, best first: ``uncertainty`` (the
         active PCME model's sigma), ``disagreement`` (the active model's K >= 2 heads), ``random``, or ``auto``
@@ -514,9 +523,13 @@ class SearchService:
 
     def import_annotations(self, path: Path) -> int:
         """Add the captions of a caption folder or COCO JSON to the matching items (provenance ``imported``);
-        returns how many captions were added."""
+        returns how many captions were added. An annotation snapshot (:mod:`engine.snapshots`) is restored
+        instead, with its provenance and pairs (:meth:`restore_snapshot`)."""
+        from engine import snapshots
         from engine.retrain import import_annotations
 
+        if snapshots.is_snapshot_file(Path(path)):
+            return self.restore_snapshot(Path(path)).captions
         return import_annotations(self.catalog, Path(path))
 
     def missing_summary(self) -> tuple[int, int, int]:

@@ -1,0 +1,51 @@
+"""File > Purge missing items: the confirmation shows the counts; No deletes nothing; Yes deletes the missing items
+and their annotations after writing a snapshot (issue #21). Real service, catalog rows made directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QMessageBox
+
+from app.mainwindow import MainWindow
+from app.settings import GuiSettings
+
+service_module = pytest.importorskip("engine.service")
+
+
+@pytest.fixture
+def window_and_service(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))  # never the developer's assets
+    service = service_module.SearchService.open("purge-test")
+    catalog = service.catalog
+    root = catalog.add_root(tmp_path / "drive")
+    gone, _ = catalog.upsert_media(tmp_path / "drive" / "gone.jpg", 10, 1, "hash-gone", root)
+    here, _ = catalog.upsert_media(tmp_path / "drive" / "here.jpg", 11, 1, "hash-here", root)
+    catalog.add_caption(gone, "a caption of a file that is gone", "user")
+    catalog.add_pair(gone, "gone", 1, "user")
+    catalog.add_caption(here, "still here", "user")
+    catalog.mark_missing([tmp_path / "drive" / "gone.jpg"])
+    window = MainWindow(GuiSettings(), service)
+    qtbot.addWidget(window)
+    yield window, service
+    window.shutdown()
+    service.close()
+
+
+def test_purge_asks_with_the_counts_and_no_keeps_everything(qtbot, window_and_service, monkeypatch):
+    window, service = window_and_service
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a[2]) or QMessageBox.StandardButton.No)
+    window._confirm_purge_missing()
+    assert len(asked) == 1 and "Delete 1 items" in asked[0] and "1 captions and 1 accepted/rejected" in asked[0]
+    assert service.missing_summary() == (1, 1, 1) and service.annotation_snapshots() == []
+
+
+def test_purge_yes_deletes_the_missing_items_after_a_snapshot(qtbot, window_and_service, monkeypatch):
+    window, service = window_and_service
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    window._confirm_purge_missing()
+    qtbot.waitUntil(lambda: service.missing_summary() == (0, 0, 0), timeout=10000)
+    assert [c.text for c in service.catalog.iter_captions()] == ["still here"]
+    assert len(service.annotation_snapshots()) == 1
