@@ -25,10 +25,11 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
-from app.search import SearchSession
+from app.search import BrowseOptions, SearchSession
 from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
 from app.settings import GuiSettings
 from app.widgets.annotate import AnnotationPanel
+from app.widgets.browsebar import BrowseBar
 from app.widgets.inspector import Inspector
 from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
@@ -66,6 +67,7 @@ class MainWindow(QMainWindow):
         self.models_dialog: ModelsDialog | None = None
         self._models: list[Any] = []
         self._window_actions: list[QAction] = []  # their shortcuts win over the line edits' own keys
+        self._searched = False  # example queries are offered until the first search
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
@@ -83,10 +85,12 @@ class MainWindow(QMainWindow):
         self.inspector = Inspector(self.pool)
         self.annotate = AnnotationPanel(self.write_pool)
         self.empty_label = plain_label("", wrap=True)
+        self.browse_bar = BrowseBar()
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
         centre_layout.setContentsMargins(0, 0, 0, 0)
         centre_layout.addWidget(self.empty_label)
+        centre_layout.addWidget(self.browse_bar)
         centre_layout.addWidget(self.results, 1)
         self.right_splitter = QSplitter(Qt.Orientation.Vertical)
         self.right_splitter.addWidget(self.inspector)
@@ -111,6 +115,10 @@ class MainWindow(QMainWindow):
         bar = self.search_bar
         bar.text_search.connect(self.search)
         bar.media_search.connect(self.search)
+        bar.browse_requested.connect(lambda: self.search(None))
+        self.browse_bar.options_changed.connect(self._browse_options_changed)
+        self.browse_bar.example_chosen.connect(self._search_example_query)
+        self.annotate.writes_done.connect(self.refresh_progress)
         bar.cutoff_changed.connect(self._cutoff_changed)
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
@@ -208,8 +216,9 @@ class MainWindow(QMainWindow):
             self.empty_label.setText("Opening the library…")
             return
         self.setWindowTitle(f"Polyseek — {service.name}")
-        self.empty_label.setText("Describe what you are looking for and press Enter, or drop a file here.")
         self.refresh_models()
+        self.refresh_library()
+        self.search(None)  # the library itself until the user asks for something
 
     def show_error(self, title: str, message: str) -> None:
         """A modal error the user must see (e.g. the library could not be opened)."""
@@ -229,16 +238,50 @@ class MainWindow(QMainWindow):
             self.models_dialog.set_models(self._models)
 
     # --- searching
-    def search(self, query: str | Path) -> None:
-        """Run a text or example-file search; the grid fills page by page."""
+    def search(self, query: str | Path | None) -> None:
+        """Run a text or example-file search (None: list the library); the grid fills page by page."""
         self.session.set_query(query)
         self.session.min_probability = self.search_bar.min_probability
+        if query is not None:
+            self._searched = True
+        self.browse_bar.set_browsing(self.session.browsing, show_examples=not self._searched)
         self.inspector.show_hit(None, None)
         self.annotate.set_item(None, None)
         fetch = self.session.page_fetcher()
         self.results_model.set_fetch(fetch)
         if fetch is not None:
-            self.empty_label.setText(f"Searching {self.session.describe()}…")
+            verb = "Listing" if self.session.browsing else "Searching"
+            self.empty_label.setText(f"{verb} {self.session.describe()}…")
+
+    def _browse_options_changed(self, options: BrowseOptions) -> None:
+        self.session.browse = options
+        if self.session.browsing:
+            self.search(None)
+
+    def _search_example_query(self, text: str) -> None:
+        self.search_bar.edit.setText(text)
+        self.search_bar.submit()
+        self.search_bar.edit.setFocus()
+
+    def refresh_library(self) -> None:
+        """Ask for the library's folders (the browse folder picker) and its caption progress."""
+        service = self.service
+        if service is not None:
+            run_in_background(service.roots, pool=self.pool, priority=5,
+                              on_result=while_alive(self, self.browse_bar.set_folders))
+        self.refresh_progress()
+
+    def refresh_progress(self) -> None:
+        service = self.service
+        if service is None:
+            return
+
+        def show(progress: Any) -> None:
+            self.browse_bar.set_progress(int(progress.captioned), int(progress.total))
+
+        run_in_background(service.annotation_progress, pool=self.pool, priority=5,
+                          on_result=while_alive(self, show),
+                          on_error=lambda exc: log.warning("annotation progress: %s", exc))
 
     def _cutoff_changed(self, cutoff: float | None) -> None:
         self.settings.cutoff_percent = self.search_bar.cutoff.value()
@@ -247,10 +290,26 @@ class MainWindow(QMainWindow):
 
     def _page_loaded(self, added: int) -> None:
         total = self.results_model.rowCount()
-        described = self.session.describe()
-        self.empty_label.setText(f"{total} results {described}" if total else f"No results {described}")
+        self.empty_label.setText(self._results_summary(total))
         if total and not self.results.currentIndex().isValid() and added == total:
             self.results.select_row(0)
+
+    def _results_summary(self, total: int) -> str:
+        described = self.session.describe()
+        more = "+" if self.results_model.canFetchMore() else ""
+        if self.session.browsing:
+            if total:
+                return f"{total}{more} items {described}; type a description above to search"
+            if self.session.browse != BrowseOptions():
+                return "Nothing in the library matches these filters."
+            return "The library is empty: add a folder (File ▸ Add folder…) or drop files here."
+        if total:
+            return f"{total}{more} results {described}"
+        cutoff = self.session.min_probability
+        if cutoff is not None and isinstance(self.session.query, str):
+            return (f"No result {described} reaches a match probability of {cutoff:.2f}: "
+                    "lower the p ≥ cutoff (right of the search box) to see weaker matches.")
+        return f"No results {described}"
 
     def _show_hit(self, hit: SearchHit | None) -> None:
         self.inspector.show_hit(self.session.query, hit)
@@ -384,6 +443,11 @@ class MainWindow(QMainWindow):
             self.import_annotations(Path(chosen))
 
     def _indexing_finished(self, outcome: str) -> None:
+        self.refresh_library()
+        if self.session.browsing:
+            if self.results_model.rowCount() == 0 or outcome == "done":
+                self.search(None)
+            return
         if self.session.query is not None and self.results_model.rowCount() == 0:
             self.search(self.session.query)
         elif outcome == "done" and self.session.query is not None:

@@ -3,32 +3,55 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.service_api import SearchServiceLike
 from engine.types import SearchHit
 
 
+@dataclass(frozen=True, slots=True)
+class BrowseOptions:
+    """How the library is listed when there is no query (``SearchService.browse``'s arguments)."""
+
+    sort: str = "newest"  # "newest", "oldest", "name"
+    kind: str | None = None  # a MediaKind value, None: every kind
+    folder: Path | None = None  # one library folder, None: all
+    annotation: str = "all"  # "all", "captioned", "uncaptioned", "judged"
+
+
 class SearchSession:
     """Holds the query (text or example file) and the relevance cutoff; builds the results' page fetcher.
 
     The fetcher captures the service, the query and the cutoff when the search starts, so a page that
-    arrives late still belongs to the search that asked for it.
+    arrives late still belongs to the search that asked for it. Without a query the fetcher browses the
+    library with the current :class:`BrowseOptions`.
     """
 
     def __init__(self) -> None:
         self.service: SearchServiceLike | None = None
         self.query: str | Path | None = None
         self.min_probability: float | None = None
+        self.browse = BrowseOptions()
+
+    @property
+    def browsing(self) -> bool:
+        """No query: the grid lists the library."""
+        return self.query is None
 
     def set_query(self, query: str | Path | None) -> None:
         self.query = Path(query) if isinstance(query, Path) else (query.strip() or None if query else None)
 
     def page_fetcher(self) -> Callable[[int, int], list[SearchHit]] | None:
-        """``fetch(offset, top) -> list[SearchHit]`` for the current query, or None when there is none."""
-        service, query, cutoff = self.service, self.query, self.min_probability
-        if service is None or query is None:
+        """``fetch(offset, top) -> list[SearchHit]`` for the current query (or the library), None without a service."""
+        service, query, cutoff, options = self.service, self.query, self.min_probability, self.browse
+        if service is None:
             return None
+        if query is None:
+            def fetch_library(offset: int, top: int) -> list[SearchHit]:
+                return service.browse(top=top, offset=offset, sort=options.sort, folder=options.folder,
+                                      kind=options.kind, annotation=options.annotation)
+            return fetch_library
         if isinstance(query, Path):
             def fetch_media(offset: int, top: int) -> list[SearchHit]:
                 return service.search_media(query, top=top, offset=offset)
@@ -42,4 +65,4 @@ class SearchSession:
         """The query as the status bar shows it."""
         if isinstance(self.query, Path):
             return f"like {self.query.name}"
-        return f"“{self.query}”" if self.query else ""
+        return f"for “{self.query}”" if self.query else "in the library"

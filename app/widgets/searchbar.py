@@ -43,11 +43,13 @@ def local_file(mime: QMimeData) -> Path | None:
 class QueryEdit(WindowKeysEdit):
     """A line edit that also takes a media file: dropped on it, or pasted (as a file or as an image).
 
-    Down moves into the results (``down_pressed``); the window's shortcuts win over line-editing keys.
+    Down moves into the results (``down_pressed``), Escape clears the query; the window's shortcuts win
+    over line-editing keys.
     """
 
     file_given = Signal(object)  # Path
     down_pressed = Signal()
+    escape_pressed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -72,6 +74,9 @@ class QueryEdit(WindowKeysEdit):
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() == Qt.Key.Key_Down and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
             self.down_pressed.emit()
+            return
+        if event.key() == Qt.Key.Key_Escape and not event.modifiers():
+            self.escape_pressed.emit()
             return
         pasting = event.matches(QKeySequence.StandardKey.Paste)
         if pasting and self.paste_media(QGuiApplication.clipboard().mimeData()):
@@ -108,6 +113,7 @@ class SearchBar(QWidget):
 
     text_search = Signal(str)
     media_search = Signal(object)  # Path
+    browse_requested = Signal()  # the query was cleared (Enter on an empty box, Escape, the clear button)
     model_chosen = Signal(object)  # model name, or None for zero-shot
     cutoff_changed = Signal(object)  # float in (0, 1], or None when off
 
@@ -117,6 +123,8 @@ class SearchBar(QWidget):
         self._probabilistic = False
         self.edit = QueryEdit()
         self.edit.returnPressed.connect(self.submit)
+        self.edit.textEdited.connect(self._edited)
+        self.edit.escape_pressed.connect(self.clear_query)
         self.edit.file_given.connect(self.search_example)
         self.example_label = QLabel()
         self.example_label.setTextFormat(Qt.TextFormat.PlainText)
@@ -164,9 +172,23 @@ class SearchBar(QWidget):
     def submit(self) -> None:
         """Search for the typed text (Enter)."""
         text = self.edit.text().strip()
+        self._show_example(None)
         if text:
-            self._show_example(None)
             self.text_search.emit(text)
+        else:
+            self.browse_requested.emit()
+
+    def clear_query(self) -> None:
+        """Forget the query (text and example): the grid goes back to the library."""
+        had_query = self.query is not None
+        self.edit.clear()
+        self._show_example(None)
+        if had_query:
+            self.browse_requested.emit()
+
+    def _edited(self, text: str) -> None:
+        if not text and self._example is None:  # the clear button, or every letter deleted
+            self.browse_requested.emit()
 
     def search_example(self, path: Path) -> None:
         """Search by an example file (dropped, pasted or chosen)."""
@@ -174,8 +196,10 @@ class SearchBar(QWidget):
         self.media_search.emit(Path(path))
 
     def clear_example(self) -> None:
+        """Stop searching by the example: the typed text is searched, or the library shown."""
         self._show_example(None)
         self.edit.setFocus()
+        self.submit()
 
     def _show_example(self, path: Path | None) -> None:
         self._example = path

@@ -612,3 +612,48 @@ class FakeService:
             scored.append((media_id, round(distance / 442.0, 4)))  # 442 = the RGB cube's diagonal
         scored.sort(key=lambda pair: (-pair[1], pair[0]))
         return scored[:n]
+
+    # --- the library without a query (engine.browse's semantics)
+    def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
+               kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
+        """Indexed items sorted by file mtime (ties: id) or name, filtered by folder, kind and annotations."""
+        self.calls.append(("browse", (top, offset, sort, str(folder) if folder else None, kind, annotation)))
+        entries = [e for e in self._entries.values()
+                   if (kind is None or e.media.kind.value == kind)
+                   and (folder is None or Path(folder).resolve() in e.media.path.parents)]
+        states = self.annotation_states([e.media.id for e in entries])
+        if annotation == "captioned":
+            entries = [e for e in entries if states[e.media.id].captioned]
+        elif annotation == "uncaptioned":
+            entries = [e for e in entries if not states[e.media.id].captioned]
+        elif annotation == "judged":
+            entries = [e for e in entries if states[e.media.id].judged]
+        if sort == "name":
+            entries.sort(key=lambda e: (e.media.path.name.casefold(), e.media.id))
+        else:
+            entries.sort(key=lambda e: (e.media.path.stat().st_mtime_ns, e.media.id), reverse=sort == "newest")
+        return [self._hit(e, 0.0) for e in entries[offset:offset + top]]
+
+    def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
+        from engine.browse import AnnotationState
+
+        key = query.strip().casefold() if query else None
+        out = {}
+        for media_id in media_ids:
+            sources = frozenset(str(c.source) for c in self.captions(media_id))
+            pairs = [(q, label) for q, m, label in self._pairs.values() if m == media_id]
+            verdicts = [label for q, label in pairs if key is not None and q.strip().casefold() == key]
+            out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(pairs))
+        return out
+
+    def annotation_progress(self) -> Any:
+        from engine.browse import AnnotationProgress
+
+        states = self.annotation_states(list(self._entries))
+        return AnnotationProgress(sum(s.captioned for s in states.values()), len(states))
+
+    def add_caption_from(self, media_id: int, text: str, source: CaptionSource) -> int:
+        """Test helper: a caption of another provenance (imported, pseudo)."""
+        caption_id = self._id()
+        self._captions[caption_id] = FakeCaption(caption_id, media_id, text, source)
+        return caption_id

@@ -1,0 +1,97 @@
+"""The strip above the results: how the library is listed when there is no query, example queries to try,
+and how much of the library is captioned."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from app.search import BrowseOptions
+
+SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("name", "By name"))
+KINDS = ((None, "Every kind"), ("image", "Photos"), ("animation", "GIFs"), ("video", "Videos"))
+ANNOTATIONS = (("all", "Captioned or not"), ("captioned", "Captioned"), ("uncaptioned", "Not captioned yet"),
+               ("judged", "Accepted / rejected"))
+# What the demo library answers well; shown until the user has searched for something.
+EXAMPLE_QUERIES = ("a cat lying on a rug", "a cup of coffee", "a rocket on the launch pad",
+                   "a bouncing red ball", "sunset over the sea")
+
+
+def _combo(choices: tuple[tuple[Any, str], ...], tip: str) -> QComboBox:
+    combo = QComboBox(toolTip=tip)
+    for value, label in choices:
+        combo.addItem(label, value)
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+    return combo
+
+
+class BrowseBar(QWidget):
+    """Sort / kind / folder / annotation pickers (shown while browsing), example queries, caption progress."""
+
+    options_changed = Signal(object)  # BrowseOptions
+    example_chosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sort = _combo(SORTS, "Order of the library")
+        self.kind = _combo(KINDS, "Show one kind of media")
+        self.folder = _combo(((None, "All folders"),), "Show one library folder")
+        self.annotation = _combo(ANNOTATIONS, "Show items by what you wrote about them")
+        for combo in (self.sort, self.kind, self.folder, self.annotation):
+            combo.currentIndexChanged.connect(lambda _i: self.options_changed.emit(self.options()))
+        self.progress = QLabel()
+        self.progress.setTextFormat(Qt.TextFormat.PlainText)
+        self.progress.setToolTip("Items with a caption you wrote or imported (the model's guesses do not count)")
+        self.examples = QLabel()
+        self.examples.setTextFormat(Qt.TextFormat.RichText)
+        self.examples.setWordWrap(True)
+        self.examples.setText("Try: " + " · ".join(
+            f"<a href='{html.escape(q, quote=True)}'>{html.escape(q)}</a>" for q in EXAMPLE_QUERIES))
+        self.examples.linkActivated.connect(self.example_chosen.emit)
+        self.pickers = QWidget()
+        row = QHBoxLayout(self.pickers)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel("Library:"))
+        for combo in (self.sort, self.kind, self.folder, self.annotation):
+            row.addWidget(combo)
+        row.addStretch(1)
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.pickers, 1)
+        top.addWidget(self.progress)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 2, 6, 2)
+        layout.addLayout(top)
+        layout.addWidget(self.examples)
+
+    def options(self) -> BrowseOptions:
+        folder = self.folder.currentData()
+        return BrowseOptions(self.sort.currentData(), self.kind.currentData(),
+                             Path(folder) if folder else None, self.annotation.currentData())
+
+    def set_folders(self, roots: list[Path]) -> None:
+        """Offer the library's folders (the choice is kept when it is still one of them)."""
+        current = self.folder.currentData()
+        self.folder.blockSignals(True)
+        self.folder.clear()
+        self.folder.addItem("All folders", None)
+        for root in roots:
+            self.folder.addItem(Path(root).name or str(root), str(root))
+            self.folder.setItemData(self.folder.count() - 1, str(root), Qt.ItemDataRole.ToolTipRole)
+        index = self.folder.findData(current) if current else 0
+        self.folder.setCurrentIndex(max(0, index))
+        self.folder.blockSignals(False)
+        if current and index < 0:
+            self.options_changed.emit(self.options())
+
+    def set_browsing(self, browsing: bool, show_examples: bool) -> None:
+        """The pickers only mean something without a query; the examples until the first search."""
+        self.pickers.setVisible(browsing)
+        self.examples.setVisible(show_examples)
+
+    def set_progress(self, captioned: int, total: int) -> None:
+        self.progress.setText(f"{captioned} of {total} captioned" if total else "")

@@ -1,0 +1,101 @@
+"""Without a query the grid shows the library, sorted and filtered; examples and progress (issue #20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from engine.types import MediaKind
+from tests.gui.fakes import FakeService
+from tests.gui.test_search import search
+
+
+def names(window) -> list[str]:
+    model = window.results_model
+    return [Path(model.hit(r).path).name for r in range(model.rowCount())]
+
+
+def wait_listed(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: window.results_model.rowCount() > 0 and not window.results_model.is_loading,
+                    timeout=3000)
+
+
+def choose(qtbot, window, combo, value) -> None:
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        combo.setCurrentIndex(combo.findData(value))
+
+
+def test_the_window_opens_on_the_library_not_an_empty_page(qtbot, window, service: FakeService) -> None:
+    wait_listed(qtbot, window)
+    indexed = service.counts()["total"] - service.counts()["failed"]
+    assert window.results_model.rowCount() == indexed
+    assert window.session.browsing and window.browse_bar.pickers.isVisible()
+    assert window.browse_bar.examples.isVisible()  # example queries on a first start
+    assert f"{indexed} items in the library" in window.empty_label.text()
+    assert window.results.currentIndex().row() == 0  # and something is selected to annotate
+
+
+def test_sort_and_filter_the_library(qtbot, window, service: FakeService, media_folder: Path) -> None:
+    wait_listed(qtbot, window)
+    bar = window.browse_bar
+    choose(qtbot, window, bar.sort, "name")
+    assert names(window) == sorted(names(window), key=str.casefold)
+    choose(qtbot, window, bar.kind, "animation")
+    assert names(window) and all(window.results_model.hit(r).kind is MediaKind.ANIMATION
+                                 for r in range(window.results_model.rowCount()))
+    choose(qtbot, window, bar.kind, None)
+    red = next(h for h in service.browse() if "red" in Path(h.path).name)
+    service.add_caption(red.media_id, "a red thing")
+    choose(qtbot, window, bar.annotation, "captioned")
+    assert names(window) == [Path(red.path).name]
+    assert bar.folder.findData(str(media_folder.resolve())) > 0  # the library's folder can be picked
+
+
+def test_no_match_for_the_filters_says_so(qtbot, window) -> None:
+    wait_listed(qtbot, window)
+    choose(qtbot, window, window.browse_bar.annotation, "judged")
+    assert window.results_model.rowCount() == 0
+    assert "Nothing in the library matches these filters" in window.empty_label.text()
+
+
+def test_escape_in_the_search_box_goes_back_to_the_library(qtbot, window) -> None:
+    wait_listed(qtbot, window)
+    search(qtbot, window, "red")
+    assert not window.session.browsing and not window.browse_bar.pickers.isVisible()
+    assert not window.browse_bar.examples.isVisible()  # offered until the first search only
+    edit = QApplication.focusWidget()
+    assert edit is window.search_bar.edit
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        qtbot.keyClick(edit, Qt.Key.Key_Escape)
+    assert window.session.browsing and edit.text() == "" and window.browse_bar.pickers.isVisible()
+
+
+def test_an_example_query_runs_as_a_search(qtbot, window, service: FakeService) -> None:
+    wait_listed(qtbot, window)
+    example = "a bouncing red ball"
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        window.browse_bar.examples.linkActivated.emit(example)
+    assert window.search_bar.edit.text() == example
+    assert ("search_text", (example, 60, 0, None)) in service.calls
+
+
+def test_caption_progress_counts_what_the_user_wrote(qtbot, window, service: FakeService) -> None:
+    wait_listed(qtbot, window)
+    total = service.counts()["total"] - service.counts()["failed"]
+    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"0 of {total} captioned", timeout=3000)
+    window.annotate.caption_edit.setText("first caption")
+    window.annotate.save_caption_and_advance()
+    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"1 of {total} captioned", timeout=3000)
+
+
+def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: FakeService) -> None:
+    service.set_active_model("fake-pcme")
+    window.refresh_models()
+    qtbot.waitUntil(window.search_bar.cutoff.isEnabled, timeout=3000)
+    window.search_bar.cutoff.setValue(99)
+    search(qtbot, window, "nothing matches this")
+    assert window.results_model.rowCount() == 0
+    assert "reaches a match probability of 0.99" in window.empty_label.text()
+    assert "lower the p ≥ cutoff" in window.empty_label.text()
