@@ -559,7 +559,7 @@ def heldout_tolerance(report: dict[str, Any]) -> float:
     return 300.0 / max(1, int(report["n_media"])) + 300.0 / max(1, int(report["n_captions"]))
 
 
-def gate(result: RetrainResult) -> tuple[bool, str]:
+def gate(result: RetrainResult | Judgement) -> tuple[bool, str]:
     """Whether a retrained model replaces the active one, and why, as one line.
 
     The rule: the new model is activated when its rsum (R@1+R@5+R@10, both directions) on the held-aside
@@ -586,6 +586,50 @@ def gate(result: RetrainResult) -> tuple[bool, str]:
     worse = ", ".join(text for ok, text in checks if not ok)
     return False, (f"not activated: {worse}, worse than {result.old_model or 'zero-shot'}; {name} is kept, "
                    f"`polyseek models --activate {name}` uses it")
+
+
+@dataclass
+class Judgement:
+    """A new model measured beside the active one, and the gate's decision (:func:`judge`)."""
+
+    model_name: str
+    old_model: str | None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    pseudo_before: dict[str, Any] | None = None
+    pseudo_after: dict[str, Any] | None = None
+    activated: bool = False
+    decision: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def judge(service: SearchService, new_model: str, old_model: str | None, folder: Path, split: str | None,
+          seed: int = 0) -> Judgement:
+    """Measure a registered new model and the old one (None: zero-shot) on the held-aside split of a training
+    folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply :func:`gate`.
+    The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing."""
+    from engine.modelrunner import ModelLoadError
+
+    out = Judgement(new_model, old_model)
+
+    def old(on: Path, on_split: str | None) -> dict[str, Any] | None:
+        try:
+            return service.evaluate_on(on, on_split, old_model)
+        except (ModelLoadError, OSError, LookupError) as exc:  # a broken old model must not block its successor
+            out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
+            return None
+
+    if split is not None:
+        out.before = old(folder, split)
+        out.after = service.evaluate_on(folder, split, new_model)
+    pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
+              if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
+    if pseudo is not None:
+        out.pseudo_before = old(pseudo, None)
+        if out.pseudo_before is not None:
+            out.pseudo_after = service.evaluate_on(pseudo, None, new_model)
+    out.activated, out.decision = gate(out)
+    return out
 
 
 def pseudo_check_set(catalog: Catalog, dest: Path, seed: int = 0,
@@ -711,28 +755,22 @@ class Retrain:
         method, start = self._method_and_start()
         result.init_from = str(start) if start is not None else None
         cancel.raise_if_cancelled()
-        if ts.n_heldout_items:
-            yield Progress(0, 0, f"evaluating {result.old_model or 'zero-shot'} on the held-aside annotations")
-            result.before = self._evaluate_old(ts.folder, ts.val_split)
-        else:
+        if not ts.n_heldout_items:
             result.warnings.append("no annotated item is held aside: the trainer validates on a part of the "
                                    "training items and before/after cannot be compared")
-        pseudo = pseudo_check_set(service.catalog, ts.folder.parent / "pseudo-check", options.seed)
-        if pseudo is not None and result.old_model is not None:  # zero-shot wrote the pseudo captions itself
-            yield Progress(0, 0, f"evaluating {result.old_model} on the library's pseudo pairs")
-            result.pseudo_before = self._evaluate_old(pseudo, None)
         name, out = self._name_and_folder(method)
         yield from self._train(ts, out, cancel, method, start)
         metrics_file = out / "metrics.json"
         result.trainer_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         result.model_name = service.register_model(out, name)
         result.model_dir = out
-        if ts.n_heldout_items:
-            yield Progress(0, 0, f"evaluating {result.model_name} on the held-aside annotations")
-            result.after = service.evaluate_on(ts.folder, ts.val_split, result.model_name)
-        if result.pseudo_before is not None:
-            result.pseudo_after = service.evaluate_on(pseudo, None, result.model_name)
-        result.activated, result.decision = gate(result)
+        yield Progress(0, 0, f"comparing {result.model_name} with {result.old_model or 'zero-shot'} on the "
+                             "held-aside annotations and the library's pseudo pairs")
+        verdict = judge(service, result.model_name, result.old_model, ts.folder,
+                        ts.val_split if ts.n_heldout_items else None, options.seed)
+        result.warnings.extend(verdict.warnings)
+        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision"):
+            setattr(result, name_, getattr(verdict, name_))
         if options.always_activate and not result.activated:
             result.activated, result.decision = True, f"activated as asked ({result.decision})"
         if result.activated:
@@ -751,19 +789,6 @@ class Retrain:
                 return active.method, start
             self.result.warnings.append(f"{active.name}: no weights in {start}; training from scratch")
         return method or DEFAULT_METHOD, None
-
-    def _evaluate_old(self, folder: Path, split: str | None) -> dict[str, Any] | None:
-        """The active model's R@K on one split of a caption folder; a model whose files are gone or unreadable
-        must not stop the retraining that replaces it (a warning says why there is no "before")."""
-        from engine.modelrunner import ModelLoadError
-
-        assert self.result is not None
-        try:
-            return self.service.evaluate_on(folder, split, self.result.old_model)
-        except (ModelLoadError, OSError, LookupError) as exc:
-            self.result.warnings.append(f"the current model {self.result.old_model!r} could not be evaluated "
-                                        f"({exc}); there is no 'before' to compare with")
-            return None
 
     def _name_and_folder(self, method: str) -> tuple[str, Path]:
         from engine import paths
