@@ -109,11 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].split("=")[0] in GUI_OPTIONS:
         # the GUI lives in the app package, which the engine never imports: become that process
         os.execv(sys.executable, [sys.executable, "-m", "app", *argv])
-    if argv[0] == "train" and sys.stderr.isatty() and not {"--json-progress", "-h", "--help"} & set(argv):
-        from engine.trainerrun import run_with_progress
-
-        return run_with_progress(argv)  # the trainer's events drawn as a progress bar
-    if argv[0] == "train" and sys.stderr.isatty() and not {"--json-progress", "-h", "--help"} & set(argv):
+    trained_evaluate = argv[0] == "evaluate" and not _is_zero_shot(argv)
+    if ((argv[0] == "train" or trained_evaluate) and sys.stderr.isatty()
+            and not {"--json", "--json-progress", "-h", "--help"} & set(argv)):
         from engine.trainerrun import run_with_progress
 
         return run_with_progress(argv)  # the trainer's events drawn as a progress bar

@@ -1,11 +1,11 @@
-"""``polyseek train`` on a terminal: the trainer process's JSON events drawn as a progress bar.
+"""``polyseek train`` and ``evaluate`` of a trained model on a terminal: the trainer's events drawn as a bar.
 
 The trainer runs in its own process (torch lives there). Asked for ``--json-progress`` it reports one JSON
 event per line on stdout (README, "--json-progress"); this module reads them and shows steps and feature
-extraction as a bar, epochs, phases and resumes as lines above it, and ends with the line the plain run prints
-("model written to ..."). The trainer's stderr (warnings, errors) is relayed line by line above the bar.
-Used only when stderr is a terminal and the user did not ask for ``--json-progress`` (then the JSON lines
-are the output, unchanged).
+extraction as a bar, epochs, phases and resumes as lines above it, and ends with what the plain run prints
+("model written to ...", or ``evaluate``'s report), once the bar is gone. The trainer's stderr (warnings,
+errors) is relayed line by line above the bar. Used only when stderr is a terminal and the user asked for
+neither ``--json`` nor ``--json-progress`` (their output stays exactly as it was).
 """
 
 from __future__ import annotations
@@ -38,30 +38,30 @@ def run_with_progress(argv: Sequence[str], bar: ProgressBar | None = None,
     assert child.stdout is not None and child.stderr is not None
     relay = threading.Thread(target=lambda: [bar.log(line.rstrip("\n")) for line in child.stderr], daemon=True)
     relay.start()
-    summary = None
+    output: list[str] = []  # stdout that is not an event (the report): printed once the bar is gone
     try:
         for line in child.stdout:
-            summary = _show(line, bar) or summary
+            output.extend(_show(line, bar))
         status = child.wait()
     except KeyboardInterrupt:
         status = child.wait()
     finally:
         relay.join(timeout=5)  # the trainer's last words go above the bar, before it closes
         bar.close()
-    if summary:
-        print(summary, flush=True)
+    sys.stdout.write("".join(output))
+    sys.stdout.flush()
     return status
 
 
-def _show(line: str, bar: ProgressBar) -> str | None:
-    """Draw one line of the trainer's stdout; returns the closing summary when the line is the "done" event."""
+def _show(line: str, bar: ProgressBar) -> list[str]:
+    """Draw one line of the trainer's stdout; returns what it adds to the output (a line that is not an event,
+    or the closing summary for the "done" event)."""
     try:
         event: Any = json.loads(line)
     except ValueError:
         event = None
     if not isinstance(event, dict) or "event" not in event:
-        print(line, end="", flush=True)  # not an event: what the trainer printed, passed on
-        return None
+        return [line]  # not an event: what the trainer printed, passed on
     kind = event["event"]
     if kind == "step":
         loss = (event.get("loss") or {}).get("total")
@@ -79,9 +79,9 @@ def _show(line: str, bar: ProgressBar) -> str | None:
         bar.log(f"resumed at epoch {event.get('epoch')}, step {event.get('step')}")
     elif kind == "done":
         val = event.get("val") or {}
-        return f"model written to {event['model_dir']} (validation rsum {_number(val.get('rsum'))})"
+        return [f"model written to {event['model_dir']} (validation rsum {_number(val.get('rsum'))})\n"]
     # "error" and "stopped" are also said on stderr by the trainer, which is relayed
-    return None
+    return []
 
 
 def _number(value: Any) -> str:

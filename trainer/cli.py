@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, type=Path)
     p.add_argument("--split", default=None, help="default: the whole folder")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--json-progress", action="store_true", help="progress as JSON lines on stdout, before the report")
     p.add_argument("--similarity", default="default", choices=list(SIMILARITIES),
                    help="PCME test-time similarity (default: match probability)")
     p.add_argument("--rerank", type=int, default=None, metavar="N",
@@ -326,7 +327,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     rng = np.random.default_rng(args.seed) if args.shuffle_frames else None
     report = evaluate_folder(_model_dir(args.model), args.data, args.split, device, args.similarity,
-                             args.rerank, _model_dir(args.candidates) if args.candidates else None, rng)
+                             args.rerank, _model_dir(args.candidates) if args.candidates else None, rng,
+                             json_progress=args.json_progress)
     report = nan_to_none(report)
     if args.json:
         print(json.dumps(rounded(report), indent=2))
@@ -336,8 +338,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any, similarity: str = "default",
-                    rerank: int | None = None, candidates: Path | None = None, shuffle_frames: Any = None
-                    ) -> dict[str, Any]:
+                    rerank: int | None = None, candidates: Path | None = None, shuffle_frames: Any = None,
+                    json_progress: bool = False) -> dict[str, Any]:
     """The ``evaluate`` report of a model folder on one split of a caption folder."""
     from trainer.checkpoint import load_model
     from trainer.data import DataError, FeatureNeeds, FeatureSource, split_view
@@ -347,7 +349,7 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
 
     model = load_model(model_dir, device)
     view = split_view(data, split)
-    source = FeatureSource.open(progress=Reporter(False).progress("features"))  # log lines on stderr
+    source = FeatureSource.open(progress=Reporter(json_progress).progress("features"))  # else log lines on stderr
     try:
         pairs = model_pairs(model_dir, source.pairs(view.item_captions(), FeatureNeeds.of(model)), data, device)
         if not pairs.captions:
