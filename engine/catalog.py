@@ -750,11 +750,11 @@ class Catalog(SQLiteStore):
         return None
 
     def mark_missing(self, paths: Iterable[Path]) -> int:
-        """Mark rows whose files are gone; returns how many rows were marked."""
+        """Mark rows whose files are gone; returns how many rows were newly marked."""
         params = [(_path_value(p),) for p in paths]
         with self.transaction("marking missing media") as conn:
             before = conn.total_changes
-            conn.executemany("UPDATE media SET status = 'missing' WHERE path = ?", params)
+            conn.executemany("UPDATE media SET status = 'missing' WHERE path = ? AND status <> 'missing'", params)
             return conn.total_changes - before
 
     def missing_summary(self) -> tuple[int, int, int]:
