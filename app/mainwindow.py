@@ -119,6 +119,9 @@ class MainWindow(QMainWindow):
         self.browse_bar.options_changed.connect(self._browse_options_changed)
         self.browse_bar.example_chosen.connect(self._search_example_query)
         self.annotate.writes_done.connect(self.refresh_progress)
+        self.annotate.verdict_changed.connect(self._verdict_changed)
+        self.annotate.saved.connect(self._status)
+        self.results.find_similar_requested.connect(self.find_similar)
         bar.cutoff_changed.connect(self._cutoff_changed)
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
@@ -176,8 +179,10 @@ class MainWindow(QMainWindow):
         edit.addActions([self.undo_action, self.redo_action])
         self._window_actions += [self.undo_action, self.redo_action]
         edit.addSeparator()
-        self._action(edit, "&Accept match", lambda: self.annotate.judge(+1), "Alt+A")
-        self._action(edit, "&Reject match", lambda: self.annotate.judge(-1), "Alt+R")
+        self._action(edit, "&Accept match", lambda: self.judge(+1), "Alt+A")
+        self._action(edit, "&Reject match", lambda: self.judge(-1), "Alt+R")
+        edit.addSeparator()
+        self._action(edit, "Find &similar", self.find_similar, "Ctrl+Shift+F")
         nav = menu.addMenu("&Navigate")
         self._action(nav, "&Next item", self.results.select_next, "Ctrl+Right")
         self._action(nav, "&Previous item", self.results.select_previous, "Ctrl+Left")
@@ -248,7 +253,11 @@ class MainWindow(QMainWindow):
         self.inspector.show_hit(None, None)
         self.annotate.set_item(None, None)
         fetch = self.session.page_fetcher()
-        self.results_model.set_fetch(fetch)
+        text = self.session.query if isinstance(self.session.query, str) else None
+        service = self.service
+        states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
+        self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
+                                     hide_rejected=text is not None)
         if fetch is not None:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
@@ -293,6 +302,35 @@ class MainWindow(QMainWindow):
         self.empty_label.setText(self._results_summary(total))
         if total and not self.results.currentIndex().isValid() and added == total:
             self.results.select_row(0)
+
+    def judge(self, label: int) -> None:
+        """Accept (+1) / reject (-1) the selected results for the query: several at once, or the current one."""
+        selected = self.results.selected_hits()
+        if len(selected) > 1:
+            self.annotate.judge_many([hit.media_id for hit in selected], label)
+        else:
+            self.annotate.judge(label)
+
+    def _verdict_changed(self, media_id: int, label: int, query: str) -> None:
+        """A rejected item leaves the results of its query; undoing the verdict brings it back."""
+        if self.session.query != query:
+            return
+        if label < 0:
+            self.results_model.drop(media_id)
+            return
+        row = self.results_model.restore(media_id)
+        if row is not None:
+            self.results.select_row(row)
+        else:
+            self.results_model.refresh_states([media_id])
+
+    def find_similar(self, hit: SearchHit | None = None) -> None:
+        """Search by the current (or given) result as an example."""
+        hit = hit or self.results.current_hit()
+        if hit is None:
+            self._status("Select a result first: Find similar searches by it.")
+            return
+        self.search_bar.search_example(Path(hit.path))
 
     def _results_summary(self, total: int) -> str:
         described = self.session.describe()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QThreadPool, Signal
-from PySide6.QtGui import QKeyEvent, QKeySequence, QUndoCommand, QUndoStack
+from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPainter, QPixmap, QUndoCommand, QUndoStack
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -46,6 +46,49 @@ TICK = "✓ "  # prefix of a suggestion that has been captioned since the list w
 class CaptionEdit(WindowKeysEdit):
     """The caption line; the window's shortcuts (Ctrl+Right / Ctrl+Left next / previous item...) win over
     its line-editing keys (see :mod:`app.widgets.keys`)."""
+
+
+# How a caption's origin shows in the list: (what the tooltip calls it, text colour, italic)
+PROVENANCE = {
+    "user": ("written by you", None, False),
+    "imported": ("imported from a caption file", "#5b3fa0", False),
+    "pseudo": ("the model's guess (not yours; training weighs it less)", "#808080", True),
+}
+
+
+def _mark(colour: str) -> QPixmap:
+    """A small coloured dot in front of a caption: its origin at a glance."""
+    pixmap = QPixmap(10, 10)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setBrush(QColor(colour))
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.drawEllipse(1, 1, 8, 8)
+    painter.end()
+    return pixmap
+
+
+class _Marks(dict):
+    """Provenance dots, made on first use (a QPixmap needs the QApplication)."""
+
+    COLOURS = {"user": "#2858aa", "imported": "#7a5cc0", "pseudo": "#a0a0a0"}
+
+    def get(self, source: str, default: Any = None) -> Any:  # type: ignore[override]
+        if source not in self and source in self.COLOURS:
+            self[source] = _mark(self.COLOURS[source])
+        return super().get(source, default)
+
+
+PROVENANCE_MARK = _Marks()
+
+
+def provenance_summary(captions: list[Any]) -> str:
+    """" — 1 yours · 2 imported · 1 model's guess" for a heading ("" without captions)."""
+    names = {"user": "yours", "imported": "imported", "pseudo": "model's guess"}
+    counts = [(names[src], sum(1 for c in captions if str(getattr(c, "source", "")) == src)) for src in names]
+    parts = [f"{n} {name}" for name, n in counts if n]
+    return f" — {' · '.join(parts)}" if parts else ""
 
 
 class UndoButton(QPushButton):
@@ -94,10 +137,10 @@ class _ServiceCommand(QUndoCommand):
         self.panel, self.media_id = panel, media_id
 
     def redo(self) -> None:
-        self.panel.write(self._do, self.media_id)
+        self.panel.write(self._do, self.media_id, f"Saved: {self.text()}")
 
     def undo(self) -> None:
-        self.panel.write(self._undo, self.media_id)
+        self.panel.write(self._undo, self.media_id, f"Undone: {self.text()}")
 
     def _do(self, service: SearchServiceLike) -> None:
         raise NotImplementedError
@@ -172,6 +215,14 @@ class JudgePair(_ServiceCommand):
         if self.pair_id is not None:
             service.delete_pair(self.pair_id)
 
+    def redo(self) -> None:
+        super().redo()
+        self.panel.verdict_changed.emit(self.media_id, self.label, self.query)
+
+    def undo(self) -> None:
+        super().undo()
+        self.panel.verdict_changed.emit(self.media_id, 0, self.query)
+
 
 class AnnotationPanel(QWidget):
     """Captions of the current result (add, edit in place, delete), Accept / Reject, Undo."""
@@ -180,6 +231,8 @@ class AnnotationPanel(QWidget):
     previous_requested = Signal()
     captions_changed = Signal(int, tuple)  # media id, caption texts
     pair_judged = Signal(int, int)  # media id, +1 / -1
+    verdict_changed = Signal(int, int, str)  # media id, +1 / -1 (0: undone), query: results drop / restore it
+    saved = Signal(str)  # an annotation reached the library: "Saved: add caption “…”"
     suggestion_chosen = Signal(int)  # media id picked from "What to annotate next"
     suggestions_loaded = Signal(int)  # how many suggestions the list now shows
     error = Signal(str)
@@ -363,10 +416,20 @@ class AnnotationPanel(QWidget):
             source = str(getattr(caption, "source", ""))
             item = QListWidgetItem(caption.text)
             item.setData(CAPTION_ID_ROLE, int(caption.id))
-            item.setToolTip(plain_tooltip(f"source: {source}") if source else "")
+            label, colour, italic = PROVENANCE.get(source, (source, None, False))
+            item.setToolTip(plain_tooltip(f"{label}: {caption.text}") if source else "")
+            if colour is not None:
+                item.setForeground(QColor(colour))
+            if italic:
+                font = item.font()
+                font.setItalic(True)
+                item.setFont(font)
+            item.setData(Qt.ItemDataRole.DecorationRole, PROVENANCE_MARK.get(source))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.captions_list.addItem(item)
         self._populating = False
+        if self.hit is not None:
+            self.heading.setText(f"Captions of {Path(self.hit.path).name}{provenance_summary(captions)}")
 
     # --- actions
     def save_caption_and_advance(self) -> None:
@@ -385,12 +448,28 @@ class AnnotationPanel(QWidget):
         self.undo_stack.push(DeleteCaption(self, self.hit.media_id, caption_id, item.text()))
 
     def judge(self, label: int) -> None:
-        """Accept (+1) or reject (-1) the current item for the current text query, then move on."""
+        """Accept (+1) or reject (-1) the current item for the current text query, then move on.
+
+        The verdict is pushed after moving on, so a rejected item leaving the results cannot move the
+        selection a second time.
+        """
         if self.hit is None or not isinstance(self.query, str) or not self.query.strip():
             return
-        self.undo_stack.push(JudgePair(self, self.hit.media_id, self.query, label))
+        command = JudgePair(self, self.hit.media_id, self.query, label)
         self.pair_judged.emit(self.hit.media_id, label)
         self._advance()
+        self.undo_stack.push(command)
+
+    def judge_many(self, media_ids: list[int], label: int) -> None:
+        """Accept or reject several items at once (one undo step); the selection stays where it is."""
+        if not media_ids or not isinstance(self.query, str) or not self.query.strip():
+            return
+        verb = "accept" if label > 0 else "reject"
+        self.undo_stack.beginMacro(f"{verb} {len(media_ids)} items for “{self.query}”")
+        for media_id in media_ids:
+            self.undo_stack.push(JudgePair(self, media_id, self.query, label))
+            self.pair_judged.emit(media_id, label)
+        self.undo_stack.endMacro()
 
     def _caption_edited(self, item: QListWidgetItem) -> None:
         if self._populating or self.hit is None:
@@ -413,8 +492,10 @@ class AnnotationPanel(QWidget):
         super().keyPressEvent(event)
 
     # --- the write queue
-    def write(self, action: Callable[[SearchServiceLike], None] | None, media_id: int) -> None:
-        """Queue ``action(service)`` (None: only re-read) and then a re-read of ``media_id``'s captions."""
+    def write(self, action: Callable[[SearchServiceLike], None] | None, media_id: int,
+              done: str | None = None) -> None:
+        """Queue ``action(service)`` (None: only re-read) and then a re-read of ``media_id``'s captions;
+        ``done`` is said (status line, ``saved``) once the write has reached the library."""
         service = self._service
         if service is None:
             return
@@ -427,12 +508,16 @@ class AnnotationPanel(QWidget):
         self._in_flight += 1
         worker = Worker(job)
         wrote = action is not None
-        worker.signals.returned.connect(while_alive(self, lambda captions: self._written(media_id, captions, wrote)))
+        worker.signals.returned.connect(
+            while_alive(self, lambda captions: self._written(media_id, captions, wrote, done)))
         worker.signals.errored.connect(while_alive(self, self._write_failed))
         worker.signals.finished.connect(while_alive(self, self._write_finished))
         worker.start(self._pool)
 
-    def _written(self, media_id: int, captions: list[Any], wrote: bool = False) -> None:
+    def _written(self, media_id: int, captions: list[Any], wrote: bool = False, done: str | None = None) -> None:
+        if done:
+            self.status.setText(done)
+            self.saved.emit(done)
         texts = tuple(c.text for c in captions)
         self.captions_changed.emit(media_id, texts)
         if wrote:  # annotated now: ticked off (kept, so "next suggestion" keeps its place)

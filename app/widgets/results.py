@@ -11,13 +11,14 @@ import html
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import (
     QAbstractListModel,
     QEvent,
+    QItemSelectionModel,
     QModelIndex,
     QObject,
     QPersistentModelIndex,
@@ -26,10 +27,21 @@ from PySide6.QtCore import (
     Qt,
     QThreadPool,
     QTimer,
+    QUrl,
     Signal,
 )
-from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPalette, QPixmap
-from PySide6.QtWidgets import QListView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtGui import (
+    QAction,
+    QColor,
+    QContextMenuEvent,
+    QDesktopServices,
+    QFont,
+    QImage,
+    QPainter,
+    QPalette,
+    QPixmap,
+)
+from PySide6.QtWidgets import QListView, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from app.service_api import SearchServiceLike
 from app.workers import Worker, run_in_background
@@ -38,7 +50,12 @@ from engine.types import MediaKind, SearchHit
 log = logging.getLogger(__name__)
 
 HIT_ROLE = Qt.ItemDataRole.UserRole + 1
+RELEVANCE_ROLE = Qt.ItemDataRole.UserRole + 2  # Relevance | None (None: browsing, no scores)
+STATE_ROLE = Qt.ItemDataRole.UserRole + 3  # engine.browse.AnnotationState | None (None: not known yet)
 PageFetch = Callable[[int, int], list[SearchHit]]  # (offset, top) -> one page of hits
+StatesFetch = Callable[[list[int]], dict[int, Any]]  # media ids -> AnnotationState
+# Relevance bands, on the search's own score range (see relevance()): at least this share of the way up
+BANDS = ((0.75, 3, "strong match"), (0.4, 2, "good match"), (0.0, 1, "weak match"))
 
 
 class ThumbnailError(Exception):
@@ -131,22 +148,75 @@ def _trim(cache: OrderedDict[int, Any], capacity: int) -> None:
         cache.popitem(last=False)
 
 
-def hit_tooltip(hit: SearchHit) -> str:
+@dataclass(frozen=True, slots=True)
+class Relevance:
+    """How well a result matches, in words a person reads: a label, 1-3 dots, and what it is based on."""
+
+    label: str  # "73% match", "strong match"
+    dots: int  # 1..3
+    explanation: str  # the tooltip's sentence, with the raw number
+
+
+def relevance(hit: SearchHit, scale: tuple[float, float] | None) -> Relevance:
+    """A probabilistic model's match probability as a percentage; otherwise a band on this search's range.
+
+    Raw scores are not comparable across models (a trained model's 12.3 and zero-shot's 0.15 can mean the
+    same), so a score is placed between the lowest and the highest of the search's first page (``scale``).
+    """
+    if hit.match_probability is not None:
+        p = hit.match_probability
+        dots = 3 if p >= 0.75 else 2 if p >= 0.4 else 1
+        return Relevance(f"{p:.0%} match", dots,
+                         f"match probability {p:.2f}: the model's estimate that this item fits the query")
+    lo, hi = scale if scale is not None else (hit.score, hit.score)
+    share = 1.0 if hi <= lo else max(0.0, min(1.0, (hit.score - lo) / (hi - lo)))
+    _, dots, label = next(band for band in BANDS if share >= band[0])
+    return Relevance(label, dots, f"score {hit.score:.3f}, between this search's first-page lowest {lo:.3f} and "
+                                  f"best {hi:.3f}; scores rank one search's results, they are not percentages")
+
+
+# the window's actions the context menu offers too (they judge the selected results)
+JUDGE_ACTIONS = ("&Accept match", "&Reject match")
+
+
+def show_in_folder(path: Path) -> None:
+    """Open the file manager on the folder that holds ``path``."""
+    QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+
+
+def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None) -> str:
     """The hover text of a result; every user string is escaped (captions are never markup)."""
     name = html.escape(Path(hit.path).name)
     lines = [f"<b>{name}</b>", html.escape(str(hit.path)), html.escape(hit.kind.value)]
-    lines.append(score_text(hit))
+    if rank is not None:
+        lines.append(f"<b>{html.escape(rank.label)}</b>: {html.escape(rank.explanation)}")
     if hit.uncertainty is not None:
-        lines.append(f"uncertainty σ = {hit.uncertainty:.3f}")
+        lines.append(f"uncertainty σ = {hit.uncertainty:.3f} (higher: the model finds this item more ambiguous)")
+    if state is not None:
+        lines += [html.escape(text) for text, _ in annotation_badges(state)]
     lines += [f"“{html.escape(c)}”" for c in hit.captions[:5]]
     return "<p style='white-space:pre-wrap'>" + "<br>".join(lines) + "</p>"
 
 
-def score_text(hit: SearchHit) -> str:
-    """"p 0.73" for probabilistic models, "score 0.412" otherwise."""
-    if hit.match_probability is not None:
-        return f"p {hit.match_probability:.2f}"
-    return f"score {hit.score:.3f}"
+BADGE_COLOURS = {"accepted": QColor(30, 140, 60, 220), "rejected": QColor(190, 40, 40, 220),
+                 "captioned": QColor(40, 90, 170, 220), "imported": QColor(110, 80, 160, 220),
+                 "guess": QColor(120, 120, 120, 200)}
+
+
+def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
+    """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then its captions' origin."""
+    badges = []
+    if state.judgement > 0:
+        badges.append(("✓ accepted", BADGE_COLOURS["accepted"]))
+    elif state.judgement < 0:
+        badges.append(("✗ rejected", BADGE_COLOURS["rejected"]))
+    if "user" in state.sources:
+        badges.append(("✎ captioned", BADGE_COLOURS["captioned"]))
+    elif "imported" in state.sources:
+        badges.append(("⇩ imported", BADGE_COLOURS["imported"]))
+    elif "pseudo" in state.sources:
+        badges.append(("model's guess", BADGE_COLOURS["guess"]))
+    return badges
 
 
 class ResultsModel(QAbstractListModel):
@@ -166,16 +236,29 @@ class ResultsModel(QAbstractListModel):
         self._loading = False
         self._exhausted = True
         self._hover: tuple[int, QPixmap] | None = None
+        self._scored = True  # False while browsing: the hits carry no scores
+        self._scale: tuple[float, float] | None = None  # the first page's (lowest, best) score
+        self._states_fetch: StatesFetch | None = None
+        self._states: dict[int, Any] = {}  # media id -> AnnotationState
+        self._hide_rejected = False
+        self._dropped: dict[int, tuple[int, SearchHit]] = {}  # rejected for this query: media id -> (row, hit)
         cache.thumbnail_ready.connect(self._media_changed)
 
     # --- searching
-    def set_fetch(self, fetch: PageFetch | None) -> None:
-        """Start a new search: clear, then load the first page of ``fetch(offset, top)``."""
+    def set_fetch(self, fetch: PageFetch | None, scored: bool = True, states: StatesFetch | None = None,
+                  hide_rejected: bool = False) -> None:
+        """Start a new search: clear, then load the first page of ``fetch(offset, top)``.
+
+        ``scored`` False: browsing (no relevance shown). ``states(ids)`` gives the annotation state of the
+        items each page brings (badges); with ``hide_rejected`` the items rejected for the query are dropped.
+        """
         self.beginResetModel()
         self._hits, self._rows = [], {}
         self._generation += 1
         self._fetch = fetch
         self._loading, self._exhausted = False, fetch is None
+        self._scored, self._scale = scored, None
+        self._states_fetch, self._states, self._hide_rejected, self._dropped = states, {}, hide_rejected, {}
         self.endResetModel()
         if fetch is not None:
             self._load_page()
@@ -200,7 +283,9 @@ class ResultsModel(QAbstractListModel):
             return
         self._loading = False
         self._exhausted = len(hits) < self.page_size
-        fresh = [h for h in hits if h.media_id not in self._rows]  # the index may shift between pages
+        fresh = [h for h in hits if h.media_id not in self._rows and h.media_id not in self._dropped]
+        if self._scored and self._scale is None and hits:
+            self._scale = (min(h.score for h in hits), max(h.score for h in hits))
         if fresh:
             start = len(self._hits)
             self.beginInsertRows(QModelIndex(), start, start + len(fresh) - 1)
@@ -208,9 +293,56 @@ class ResultsModel(QAbstractListModel):
                 self._rows[hit.media_id] = row
                 self._hits.append(hit)
             self.endInsertRows()
+            self.refresh_states([h.media_id for h in fresh])
         elif hits:
             self._exhausted = True  # a page of only repeats: nothing new will come
         self.page_loaded.emit(len(fresh))
+
+    # --- annotation states (badges; items rejected for the query drop out)
+    def refresh_states(self, media_ids: list[int]) -> None:
+        """Ask (off the GUI thread) what the user wrote about ``media_ids``; badges follow."""
+        fetch, generation = self._states_fetch, self._generation
+        if fetch is None or not media_ids:
+            return
+        run_in_background(fetch, list(media_ids), pool=self._pool, priority=4,
+                          on_result=lambda states: self._set_states(generation, states),
+                          on_error=lambda exc: log.warning("annotation states: %s", exc))
+
+    def _set_states(self, generation: int, states: dict[int, Any]) -> None:
+        if generation != self._generation:
+            return
+        self._states.update(states)
+        for media_id, state in states.items():
+            if self._hide_rejected and state.judgement < 0:
+                self.drop(media_id)
+            else:
+                self._media_changed(media_id, [STATE_ROLE, Qt.ItemDataRole.ToolTipRole])
+
+    def state(self, media_id: int) -> Any:
+        return self._states.get(media_id)
+
+    def drop(self, media_id: int) -> None:
+        """Take an item out of the results (rejected for this query); :meth:`restore` puts it back."""
+        row = self._rows.get(media_id)
+        if row is None:
+            return
+        self.beginRemoveRows(QModelIndex(), row, row)
+        self._dropped[media_id] = (row, self._hits.pop(row))
+        self._rows = {h.media_id: r for r, h in enumerate(self._hits)}
+        self.endRemoveRows()
+
+    def restore(self, media_id: int) -> int | None:
+        """Put a dropped item back where it was (its verdict was undone); returns its row."""
+        if media_id not in self._dropped:
+            return None
+        row, hit = self._dropped.pop(media_id)
+        row = min(row, len(self._hits))
+        self.beginInsertRows(QModelIndex(), row, row)
+        self._hits.insert(row, hit)
+        self._rows = {h.media_id: r for r, h in enumerate(self._hits)}
+        self.endInsertRows()
+        self.refresh_states([media_id])
+        return row
 
     def _failed(self, generation: int, exc: BaseException) -> None:
         if generation == self._generation:
@@ -246,10 +378,17 @@ class ResultsModel(QAbstractListModel):
                 return self._hover[1]
             return self._cache.thumbnail(hit.media_id)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return hit_tooltip(hit)
+            return hit_tooltip(hit, self._relevance(hit), self._states.get(hit.media_id))
         if role == HIT_ROLE:
             return hit
+        if role == RELEVANCE_ROLE:
+            return self._relevance(hit)
+        if role == STATE_ROLE:
+            return self._states.get(hit.media_id)
         return None
+
+    def _relevance(self, hit: SearchHit) -> Relevance | None:
+        return relevance(hit, self._scale) if self._scored else None
 
     def set_captions(self, media_id: int, captions: tuple[str, ...]) -> None:
         """Keep a hit's captions current after the user edits them."""
@@ -257,6 +396,7 @@ class ResultsModel(QAbstractListModel):
         if row is not None:
             self._hits[row] = replace(self._hits[row], captions=captions)
             self._media_changed(media_id)
+            self.refresh_states([media_id])
 
     def set_hover_frame(self, media_id: int | None, frame: QPixmap | None) -> None:
         """Show ``frame`` instead of the thumbnail of ``media_id`` (None: back to thumbnails)."""
@@ -265,11 +405,11 @@ class ResultsModel(QAbstractListModel):
         for changed in {previous, media_id} - {None}:
             self._media_changed(changed)
 
-    def _media_changed(self, media_id: int) -> None:
+    def _media_changed(self, media_id: int, roles: list[int] | None = None) -> None:
         row = self._rows.get(media_id)
         if row is not None:
             index = self.index(row)
-            self.dataChanged.emit(index, index, [Qt.ItemDataRole.DecorationRole])
+            self.dataChanged.emit(index, index, roles or [Qt.ItemDataRole.DecorationRole])
 
 
 class ResultDelegate(QStyledItemDelegate):
@@ -302,9 +442,12 @@ class ResultDelegate(QStyledItemDelegate):
         icon_rect = QRect(rect.left() + 3, rect.top() + 3, rect.width() - 6, self.icon_size)
         self._paint_thumbnail(painter, icon_rect, index.data(Qt.ItemDataRole.DecorationRole), palette)
         self._paint_badges(painter, icon_rect, hit)
+        state = index.data(STATE_ROLE)
+        if state is not None:
+            self._paint_state(painter, icon_rect, state)
         role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
         text_colour = palette.color(role)
-        self._paint_text(painter, rect, icon_rect, hit, text_colour)
+        self._paint_text(painter, rect, icon_rect, hit, index.data(RELEVANCE_ROLE), text_colour)
         painter.restore()
 
     @staticmethod
@@ -320,21 +463,31 @@ class ResultDelegate(QStyledItemDelegate):
         y = rect.top() + (rect.height() - scaled.height()) // 2
         painter.drawPixmap(x, y, scaled)
 
+    def _paint_state(self, painter: QPainter, rect: QRect, state: Any) -> None:
+        """Verdict and caption badges along the thumbnail's bottom edge."""
+        x = rect.left() + 4
+        for text, colour in annotation_badges(state):
+            x = self._badge(painter, rect, text, colour, right=False, left=x, bottom=True) + 4
+
     @staticmethod
-    def _badge(painter: QPainter, rect: QRect, text: str, background: QColor, right: bool) -> None:
+    def _badge(painter: QPainter, rect: QRect, text: str, background: QColor, right: bool,
+               left: int | None = None, bottom: bool = False) -> int:
+        """Paint a rounded label in a corner of ``rect`` (or at ``left``); returns its right edge."""
         font = QFont(painter.font())
         font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
         font.setBold(True)
         painter.setFont(font)
         width = painter.fontMetrics().horizontalAdvance(text) + 10
         height = painter.fontMetrics().height() + 2
-        x = rect.right() - width - 4 if right else rect.left() + 4
-        badge = QRect(x, rect.top() + 4, width, height)
+        x = rect.right() - width - 4 if right else (left if left is not None else rect.left() + 4)
+        y = rect.bottom() - height - 4 if bottom else rect.top() + 4
+        badge = QRect(x, y, width, height)
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(background)
         painter.drawRoundedRect(badge, 4, 4)
         painter.setPen(QColor("white"))
         painter.drawText(badge, Qt.AlignmentFlag.AlignCenter, text)
+        return badge.right()
 
     def _paint_badges(self, painter: QPainter, rect: QRect, hit: SearchHit) -> None:
         if hit.kind is not MediaKind.IMAGE:
@@ -347,7 +500,8 @@ class ResultDelegate(QStyledItemDelegate):
             self._badge(painter, rect, f"σ {hit.uncertainty:.2f}", colour, right=False)
 
     @staticmethod
-    def _paint_text(painter: QPainter, rect: QRect, icon_rect: QRect, hit: SearchHit, colour: QColor) -> None:
+    def _paint_text(painter: QPainter, rect: QRect, icon_rect: QRect, hit: SearchHit, rank: Relevance | None,
+                    colour: QColor) -> None:
         painter.setFont(QFont(painter.font().family()))
         metrics = painter.fontMetrics()
         line = metrics.height()
@@ -356,14 +510,20 @@ class ResultDelegate(QStyledItemDelegate):
         painter.setPen(colour)
         centred = Qt.AlignmentFlag.AlignHCenter
         painter.drawText(QRect(rect.left() + 4, top, rect.width() - 8, line), centred, name)
-        painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line),
-                         centred, score_text(hit))
+        if rank is not None:
+            second = "●" * rank.dots + "○" * (3 - rank.dots) + "  " + rank.label
+        else:  # browsing: what the user wrote matters more than a score there is none of
+            n = len(hit.captions)
+            second = f"{n} caption{'s' if n != 1 else ''}" if n else "no caption yet"
+        painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line), centred, second)
 
 
 class ResultsView(QListView):
     """An icon grid over a :class:`ResultsModel`; GIFs and videos play their preview frames on hover."""
 
     current_hit_changed = Signal(object)  # SearchHit | None
+    find_similar_requested = Signal(object)  # SearchHit
+    open_requested = Signal(object)  # SearchHit: show it large (the viewer)
 
     def __init__(self, model: ResultsModel, cache: ThumbnailCache, icon_size: int = 160,
                  parent: QWidget | None = None) -> None:
@@ -376,7 +536,9 @@ class ResultsView(QListView):
         self.setSpacing(4)
         self.setWordWrap(False)
         self.setMouseTracking(True)
-        self.setSelectionMode(QListView.SelectionMode.SingleSelection)
+        self.setSelectionMode(QListView.SelectionMode.ExtendedSelection)  # Shift / Ctrl pick several to judge
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
+        self.activated.connect(lambda index: self.open_requested.emit(index.data(HIT_ROLE)))
         self.setItemDelegate(ResultDelegate(icon_size, self))
         self.setModel(model)
         self.selectionModel().currentChanged.connect(self._current_changed)
@@ -396,6 +558,31 @@ class ResultsView(QListView):
         index = self.currentIndex()
         return index.data(HIT_ROLE) if index.isValid() else None
 
+    def selected_hits(self) -> list[SearchHit]:
+        """The selected results in grid order."""
+        rows = sorted(index.row() for index in self.selectionModel().selectedIndexes())
+        return [self.results().hit(row) for row in rows]
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        index = self.indexAt(event.pos())
+        hit: SearchHit | None = index.data(HIT_ROLE) if index.isValid() else None
+        if hit is None:
+            return
+        if not self.selectionModel().isSelected(index):
+            self.setCurrentIndex(index)
+        menu = QMenu(self)
+        menu.addAction("Open", lambda: self.open_requested.emit(hit))
+        menu.addAction("Find similar", lambda: self.find_similar_requested.emit(hit))
+        menu.addAction("Show in folder", lambda: show_in_folder(Path(hit.path)))
+        window = self.window()
+        if window is not None:
+            judge_actions = [a for a in window.findChildren(QAction) if a.text() in JUDGE_ACTIONS]
+            if judge_actions:
+                menu.addSeparator()
+                for action in judge_actions:
+                    menu.addAction(action)
+        menu.exec(event.globalPos())
+
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         self.current_hit_changed.emit(current.data(HIT_ROLE) if current.isValid() else None)
 
@@ -406,7 +593,8 @@ class ResultsView(QListView):
             return
         row = max(0, min(row, model.rowCount() - 1))
         index = model.index(row)
-        self.setCurrentIndex(index)
+        flag = QItemSelectionModel.SelectionFlag.ClearAndSelect  # stepping drops a multi-selection
+        self.selectionModel().setCurrentIndex(index, flag)
         self.scrollTo(index)
         if row == model.rowCount() - 1 and model.canFetchMore():
             model.fetchMore()

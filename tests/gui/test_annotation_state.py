@@ -1,0 +1,140 @@
+"""What the user annotated shows on the results, rejects leave the results, batch verdicts, Find similar,
+relevance a person can read (issue #20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+
+from app.widgets.results import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE, relevance
+from engine.types import CaptionSource, MediaKind, SearchHit
+from tests.gui.fakes import FakeService
+from tests.gui.test_keyboard import ALT, CTRL, focused, press, settle, start_typing_a_query
+
+SHIFT = Qt.KeyboardModifier.ShiftModifier
+
+
+def ids(window) -> list[int]:
+    model = window.results_model
+    return [model.hit(r).media_id for r in range(model.rowCount())]
+
+
+def state_of(window, media_id: int):
+    model = window.results_model
+    r = model.row_of(media_id)
+    return None if r is None else model.data(model.index(r), STATE_ROLE)
+
+
+def test_a_rejected_item_leaves_the_results_and_undo_brings_it_back(qtbot, window, service: FakeService) -> None:
+    start_typing_a_query(qtbot, window, "red")
+    before = ids(window)
+    rejected = before[0]
+    press(qtbot, Qt.Key.Key_R, ALT)
+    settle(qtbot, window)
+    assert ids(window) == before[1:]  # gone from this query's results
+    assert window.results.current_hit().media_id == before[1]  # the selection moved on once, not twice
+    assert "Saved: reject for “red”" in window.annotate.status.text()  # the write is confirmed
+    press(qtbot, Qt.Key.Key_Z, CTRL)
+    settle(qtbot, window)
+    assert ids(window) == before and window.results.current_hit().media_id == rejected
+    press(qtbot, Qt.Key.Key_R, ALT)  # reject again, then search again: it stays out
+    settle(qtbot, window)
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        press(qtbot, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: rejected not in ids(window), timeout=3000)
+    assert sorted(ids(window)) == sorted(before[1:])
+
+
+def test_badges_follow_captions_and_verdicts(qtbot, window, service: FakeService) -> None:
+    start_typing_a_query(qtbot, window, "green")
+    first = window.results.current_hit().media_id
+    press(qtbot, Qt.Key.Key_E, CTRL)
+    qtbot.keyClicks(focused(), "a green thing")
+    press(qtbot, Qt.Key.Key_Return)
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: state_of(window, first) is not None and state_of(window, first).captioned,
+                    timeout=3000)
+    second = window.results.current_hit().media_id
+    press(qtbot, Qt.Key.Key_A, ALT)
+    settle(qtbot, window)
+    qtbot.waitUntil(lambda: state_of(window, second) is not None and state_of(window, second).judgement == 1,
+                    timeout=3000)
+    model = window.results_model
+    tooltip = model.data(model.index(model.row_of(second)), Qt.ItemDataRole.ToolTipRole)
+    assert "✓ accepted" in tooltip
+    assert "✎ captioned" in model.data(model.index(model.row_of(first)), Qt.ItemDataRole.ToolTipRole)
+
+
+def test_caption_provenance_is_visibly_different(qtbot, window, service: FakeService) -> None:
+    start_typing_a_query(qtbot, window, "blue")
+    hit = window.results.current_hit()
+    service.add_caption(hit.media_id, "mine")
+    service.add_caption_from(hit.media_id, "from a file", CaptionSource.IMPORTED)
+    service.add_caption_from(hit.media_id, "a guess", CaptionSource.PSEUDO)
+    window.annotate.refresh()
+    settle(qtbot, window)
+    items = {window.annotate.captions_list.item(i).text(): window.annotate.captions_list.item(i)
+             for i in range(window.annotate.captions_list.count())}
+    assert set(items) == {"mine", "from a file", "a guess"}
+    colours = {text: item.foreground().color().name() for text, item in items.items()}
+    assert len(set(colours.values())) == 3  # three origins, three looks
+    assert items["a guess"].font().italic() and not items["mine"].font().italic()
+    assert "guess (not yours" in items["a guess"].toolTip() and "imported" in items["from a file"].toolTip()
+    assert window.annotate.heading.text().endswith("1 yours · 1 imported · 1 model's guess")
+    assert QColor(colours["mine"]) != QColor(colours["a guess"])
+
+
+def test_select_several_and_reject_them_at_once_one_undo(qtbot, window, service: FakeService) -> None:
+    start_typing_a_query(qtbot, window, "circle")
+    first_three = ids(window)[:3]
+    press(qtbot, Qt.Key.Key_Down)  # into the grid
+    press(qtbot, Qt.Key.Key_Right, SHIFT)
+    press(qtbot, Qt.Key.Key_Right, SHIFT)
+    assert sorted(h.media_id for h in window.results.selected_hits()) == sorted(first_three)
+    press(qtbot, Qt.Key.Key_R, ALT)
+    settle(qtbot, window)
+    assert sorted(m for _, m, label in service.pairs().values() if label == -1) == sorted(first_three)
+    assert not set(first_three) & set(ids(window))
+    press(qtbot, Qt.Key.Key_Z, CTRL)  # one step undoes the batch
+    settle(qtbot, window)
+    assert service.pairs() == {}
+    assert set(first_three) <= set(ids(window))
+
+
+def test_find_similar_searches_by_the_current_result(qtbot, window, service: FakeService) -> None:
+    start_typing_a_query(qtbot, window, "yellow")
+    press(qtbot, Qt.Key.Key_Right, CTRL)
+    hit = window.results.current_hit()
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        press(qtbot, Qt.Key.Key_F, CTRL | SHIFT)
+    assert service.calls[-1][0] == "search_media" and service.calls[-1][1][0] == hit.path
+    assert window.search_bar.example_label.text() == f"Example: {Path(hit.path).name}"
+
+
+def test_relevance_is_a_percentage_or_a_band_never_a_raw_score(qtbot, window, service: FakeService) -> None:
+    start_typing_a_query(qtbot, window, "red circle")
+    model = window.results_model
+    labels = [model.data(model.index(r), RELEVANCE_ROLE).label for r in range(model.rowCount())]
+    assert labels[0] == "strong match" and labels[-1] == "weak match"
+    tip = model.data(model.index(0), Qt.ItemDataRole.ToolTipRole)
+    assert "strong match" in tip and "not percentages" in tip
+    service.set_active_model("fake-pcme")
+    with qtbot.waitSignal(model.page_loaded, timeout=3000):
+        press(qtbot, Qt.Key.Key_Return)
+    hit: SearchHit = model.data(model.index(0), HIT_ROLE)
+    assert model.data(model.index(0), RELEVANCE_ROLE).label == f"{hit.match_probability:.0%} match"
+    with qtbot.waitSignal(model.page_loaded, timeout=3000):
+        press(qtbot, Qt.Key.Key_Escape)  # browsing: no scores to show
+    assert model.data(model.index(0), RELEVANCE_ROLE) is None
+
+
+def test_relevance_bands_on_the_search_range() -> None:
+    def hit(score: float) -> SearchHit:
+        return SearchHit(1, "/x.png", MediaKind.IMAGE, score)
+
+    assert relevance(hit(12.3), (2.0, 12.3)).dots == 3
+    assert relevance(hit(0.15), (0.10, 0.30)).label == "weak match"
+    assert relevance(hit(0.20), (0.10, 0.30)).label == "good match"
+    assert relevance(hit(5.0), (5.0, 5.0)).label == "strong match"  # one result, or all equal
