@@ -269,7 +269,7 @@ def test_files_deleted_replaced_or_growing_after_the_scan(service, tmp_path, mon
     monkeypatch.undo()
     list(service.reindex())
     rows = rows_by_name(service.catalog)
-    assert "vanishes.jpg" not in rows  # gone for good: its row is dropped
+    assert rows["vanishes.jpg"].status == MediaStatus.MISSING  # gone: kept as missing until the user purges it
     assert rows["replaced.jpg"].status == rows["grows.jpg"].status == MediaStatus.OK  # retried: it changed
     assert rows["replaced.jpg"].content_hash != old_hash["replaced.jpg"]
 
@@ -321,8 +321,9 @@ def test_an_unreadable_folder_is_skipped_and_keeps_its_indexed_items(service, tm
 
     monkeypatch.undo()
     (library / "private" / "secret.jpg").unlink()
-    list(service.reindex())  # readable again and really gone: now the row goes
-    assert "secret.jpg" not in rows_by_name(service.catalog)
+    list(service.reindex())  # readable again and really gone: missing now, the caption still kept
+    assert rows_by_name(service.catalog)["secret.jpg"].status == MediaStatus.MISSING
+    assert caption in [c.id for c in service.captions(secret.id)]
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
