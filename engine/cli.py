@@ -108,8 +108,16 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     if not argv or argv[0].split("=")[0] in GUI_OPTIONS:
         # the GUI lives in the app package, which the engine never imports: become that process
+        if os.name == "nt":  # Windows has no exec (execv starts a new process and returns to the shell at once)
+            return subprocess.call([sys.executable, "-m", "app", *argv])
         os.execv(sys.executable, [sys.executable, "-m", "app", *argv])
     trained_evaluate = argv[0] == "evaluate" and not _is_zero_shot(argv)
+    if (argv[0] == "train" or trained_evaluate) and not {"-h", "--help"} & set(argv):
+        try:
+            _prepare()  # the trainer needs the prepared assets too: first use prepares them here
+        except CliError as error:
+            print(f"polyseek: error: {error}", file=sys.stderr)
+            return 2
     if ((argv[0] == "train" or trained_evaluate) and sys.stderr.isatty()
             and not {"--json", "--json-progress", "-h", "--help"} & set(argv)):
         from engine.trainerrun import run_with_progress

@@ -84,3 +84,13 @@ def test_version_is_the_installed_package_version():
     done = subprocess.run([sys.executable, "-m", "engine.cli", "--version"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == f"polyseek {version('polyseek')}"
+
+
+def test_train_prepares_the_assets_before_starting_the_trainer(fresh_home, assets_dir, tmp_path, monkeypatch,
+                                                              capsys):
+    monkeypatch.setattr(engine.assets, "prepare_command",
+                        lambda force=False: fake_prepare(tmp_path, assets_dir, status=4))
+    started = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda *a, **k: started.append(a) or 0)
+    assert cli.main(["train", "--method", "vse", "--data", str(tmp_path)]) == 2
+    assert started == [] and "exit status 4" in capsys.readouterr().err  # no trainer without its assets
