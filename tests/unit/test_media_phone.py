@@ -137,6 +137,27 @@ def test_a_live_photo_pair_indexes_and_previews_both_halves(tmp_path: Path, asse
         service.close()
 
 
+def test_heic_and_avif_photos_are_searched_like_jpegs(tmp_path: Path, assets_dir: Path) -> None:
+    import skimage.data
+
+    from engine.service import SearchService
+
+    folder = tmp_path / "phone"
+    folder.mkdir()
+    mg.make_heif_or_avif(folder / "coffee.heic", "HEIF", skimage.data.coffee())
+    mg.make_heif_or_avif(folder / "cat.avif", "AVIF", skimage.data.chelsea())
+    Image.fromarray(skimage.data.rocket()).save(folder / "rocket.jpg")
+    service = SearchService.open("phone", assets_dir)
+    try:
+        list(service.index_paths([folder]))
+        assert (service.counts().get("image"), service.counts()["failed"]) == (3, 0), service.failures()
+        assert Path(service.search_text("a cup of coffee", top=1)[0].path).name == "coffee.heic"
+        assert Path(service.search_text("a cat", top=1)[0].path).name == "cat.avif"
+        assert Path(service.search_media(folder / "cat.avif", top=1)[0].path).name == "cat.avif"
+    finally:
+        service.close()
+
+
 # ---- OpenCV / FFmpeg noise -----------------------------------------------------------------------------------
 
 
