@@ -43,6 +43,8 @@ def open_pillow(checked: CheckedFile) -> Iterator[Image.Image]:
     """
     if checked.fmt == "heif":
         _register_heif()
+    elif checked.fmt == "avif" and not avif_supported():
+        raise MediaError("AVIF needs a Pillow built with libavif (the PyPI wheels are)")
     with translated_errors(checked.display), open(checked.path, "rb") as file:
         image = Image.open(file, formats=[PILLOW_FORMATS[checked.fmt]])
         try:
@@ -62,6 +64,15 @@ def _register_heif() -> None:
     from pillow_heif import register_heif_opener
 
     register_heif_opener(thumbnails=True, depth_images=False, aux_images=False)
+
+
+@functools.cache
+def avif_supported() -> bool:
+    """Whether this Pillow decodes AVIF (its own plugin, in the PyPI wheels since 11.3; a distribution's build
+    may leave libavif out)."""
+    from PIL import features
+
+    return bool(features.check("avif"))
 
 
 def check_pixels(width: int, height: int, what: str) -> None:

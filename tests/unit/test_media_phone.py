@@ -77,6 +77,15 @@ def test_phone_stills_get_jpeg_thumbnails_upright(tmp_path: Path, writer, name, 
     assert close(pixels[64, 3], BLUE) and close(pixels[64, 80], RED)
 
 
+def test_avif_without_libavif_says_so(tmp_path: Path, monkeypatch) -> None:
+    from engine.media import MediaError, stills
+
+    path = mg.make_heif_or_avif(tmp_path / "a.avif", "AVIF", mg.solid((16, 16), RED))
+    monkeypatch.setattr(stills, "avif_supported", lambda: False)
+    with pytest.raises(MediaError, match="libavif"):
+        decode_image(path)
+
+
 def test_a_truncated_heic_is_a_media_error(tmp_path: Path) -> None:
     from engine.media import MediaError
 
