@@ -38,6 +38,7 @@ from app.widgets.plaintext import plain_label, show_message
 from app.widgets.results import ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
+from app.widgets.viewer import Viewer
 from app.workers import Worker, run_in_background, serial_pool, while_alive
 from engine import paths
 from engine.types import SearchHit
@@ -65,6 +66,7 @@ class MainWindow(QMainWindow):
         self.write_pool = serial_pool("annotation writes")
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
+        self.viewer: Viewer | None = None
         self._models: list[Any] = []
         self._window_actions: list[QAction] = []  # their shortcuts win over the line edits' own keys
         self._searched = False  # example queries are offered until the first search
@@ -122,6 +124,7 @@ class MainWindow(QMainWindow):
         self.annotate.verdict_changed.connect(self._verdict_changed)
         self.annotate.saved.connect(self._status)
         self.results.find_similar_requested.connect(self.find_similar)
+        self.results.open_requested.connect(self.open_viewer)
         bar.cutoff_changed.connect(self._cutoff_changed)
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
@@ -189,6 +192,7 @@ class MainWindow(QMainWindow):
         self._action(nav, "&Search box", self._focus_search, "Ctrl+L")
         self._action(nav, "&Caption box", self._focus_caption, "Ctrl+E")
         self._action(nav, "&Results grid", self._focus_results, "Ctrl+G")
+        self._action(nav, "&Open large (Enter on a result)", self.open_viewer)
         models = menu.addMenu("&Models")
         self._action(models, "&Train…", self.open_training, "Ctrl+T")
         self._action(models, "&Manage models…", self.open_models)
@@ -352,6 +356,25 @@ class MainWindow(QMainWindow):
     def _show_hit(self, hit: SearchHit | None) -> None:
         self.inspector.show_hit(self.session.query, hit)
         self.annotate.set_item(self.session.query, hit)
+        if self.viewer is not None and self.viewer.isVisible() and hit is not None:
+            self.viewer.show_hit(hit)
+
+    def open_viewer(self, hit: SearchHit | None = None) -> Viewer | None:
+        """Show the current (or given) result large; the viewer follows the selection while it is open."""
+        hit = hit or self.results.current_hit()
+        if hit is None:
+            return None
+        if self.viewer is None:
+            self.viewer = Viewer(self.thumbnails, self.pool, self)
+            self.viewer.step_requested.connect(
+                lambda step: self.results.select_next() if step > 0 else self.results.select_previous())
+            self.viewer.judge_requested.connect(self.judge)
+        self.viewer.show_hit(hit)
+        self.viewer.show()
+        self.viewer.raise_()
+        self.viewer.activateWindow()
+        self.viewer.picture.setFocus()
+        return self.viewer
 
     def activate_model(self, name: str | None) -> None:
         """Make ``name`` (None: zero-shot) the active model, then refresh models and results."""

@@ -1,0 +1,173 @@
+"""The viewer: one result large. Photos are read scaled to the window off the GUI thread, GIFs play (QMovie),
+videos play their preview frames; Left / Right step through the results, Alt+A / Alt+R judge, Escape closes,
+"Show in folder" opens the file manager there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtGui import QAction, QImage, QImageReader, QKeySequence, QMovie, QPixmap, QResizeEvent
+from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+
+from app.widgets.plaintext import plain_label
+from app.widgets.results import ThumbnailCache, show_in_folder
+from app.workers import run_in_background, while_alive
+from engine.types import MediaKind, SearchHit
+
+FRAME_MS = 140  # a video's preview frames, as on hover in the grid
+
+
+def read_scaled(path: Path, box: QSize) -> QImage:
+    """Read an image no larger than ``box`` (decoding a 24-megapixel photo whole would be wasted memory)."""
+    reader = QImageReader(str(path))
+    reader.setAutoTransform(True)
+    size = reader.size()
+    if size.isValid() and (size.width() > box.width() or size.height() > box.height()):
+        reader.setScaledSize(size.scaled(box, Qt.AspectRatioMode.KeepAspectRatio))
+    image = reader.read()
+    if image.isNull():
+        raise OSError(f"cannot read {path}: {reader.errorString()}")
+    return image
+
+
+class Viewer(QDialog):
+    """Shows one :class:`SearchHit` large; asks the window to step (``step_requested``) or judge."""
+
+    step_requested = Signal(int)  # -1 previous, +1 next
+    judge_requested = Signal(int)  # +1 accept, -1 reject
+
+    def __init__(self, cache: ThumbnailCache, pool: QThreadPool, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Polyseek — viewer")
+        self._cache, self._pool = cache, pool
+        self.hit: SearchHit | None = None
+        self._generation = 0
+        self._movie: QMovie | None = None
+        self._frames: list[QPixmap] = []
+        self._frame = 0
+        self._timer = QTimer(self, interval=FRAME_MS)
+        self._timer.timeout.connect(self._next_frame)
+        cache.frames_ready.connect(self._frames_arrived)
+        self.picture = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
+        self.picture.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+        self.picture.setMinimumSize(200, 150)
+        self.picture.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the keys (arrows, Alt+A / R) land here
+        self.caption = plain_label("", wrap=True)
+        self.previous_button = QPushButton("◀ Previous")
+        self.next_button = QPushButton("Next ▶")
+        self.folder_button = QPushButton("Show in folder")
+        self.previous_button.clicked.connect(lambda: self.step_requested.emit(-1))
+        self.next_button.clicked.connect(lambda: self.step_requested.emit(+1))
+        self.folder_button.clicked.connect(self._show_in_folder)
+        for button in (self.previous_button, self.next_button, self.folder_button):
+            button.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # arrows step; they never move between buttons
+        for keys, slot in (("Left", lambda: self.step_requested.emit(-1)),
+                           ("Right", lambda: self.step_requested.emit(+1)),
+                           ("Alt+A", lambda: self.judge_requested.emit(+1)),
+                           ("Alt+R", lambda: self.judge_requested.emit(-1))):
+            action = QAction(self, shortcut=QKeySequence(keys))
+            action.triggered.connect(slot)
+            self.addAction(action)
+        row = QHBoxLayout()
+        row.addWidget(self.previous_button)
+        row.addWidget(self.next_button)
+        row.addStretch(1)
+        row.addWidget(self.folder_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.picture, 1)
+        layout.addWidget(self.caption)
+        layout.addLayout(row)
+        self.resize(900, 700)
+
+    def show_hit(self, hit: SearchHit | None) -> None:
+        """Show ``hit`` (None: nothing left to show, the viewer closes)."""
+        if hit is None:
+            self.close()
+            return
+        self._stop()
+        self.hit = hit
+        self._generation += 1
+        name = Path(hit.path).name
+        self.setWindowTitle(f"{name} — Polyseek")
+        lines = [f"{name}  ·  {hit.kind.value}  ·  {hit.path}", *[f"“{c}”" for c in hit.captions[:3]]]
+        self.caption.setText("\n".join(lines))
+        self.caption.setToolTip(str(hit.path))
+        self.picture.setText("Loading…")
+        if hit.kind is MediaKind.ANIMATION:
+            self._play_movie(Path(hit.path))
+        elif hit.kind is MediaKind.VIDEO:
+            self._play_frames(hit.media_id)
+        else:
+            self._load_still(Path(hit.path))
+
+    def _load_still(self, path: Path) -> None:
+        generation, box = self._generation, self.picture.size()
+
+        def shown(image: QImage) -> None:
+            if generation == self._generation:
+                self._set_pixmap(QPixmap.fromImage(image))
+
+        def failed(exc: BaseException) -> None:
+            if generation == self._generation:
+                self.picture.setText(f"Cannot show this file: {exc}")
+
+        run_in_background(read_scaled, path, box, pool=self._pool, priority=10,
+                          on_result=while_alive(self, shown), on_error=while_alive(self, failed))
+
+    def _play_movie(self, path: Path) -> None:
+        movie = QMovie(str(path), parent=self)
+        if not movie.isValid():
+            self._load_still(path)
+            return
+        movie.frameChanged.connect(lambda _n: self._set_pixmap(movie.currentPixmap()))
+        self._movie = movie
+        movie.start()
+
+    def _play_frames(self, media_id: int) -> None:
+        frames = self._cache.frames(media_id)
+        if frames is not None:
+            self._frames_arrived(media_id)
+
+    def _frames_arrived(self, media_id: int) -> None:
+        if self.hit is None or self.hit.media_id != media_id or self.hit.kind is not MediaKind.VIDEO:
+            return
+        self._frames, self._frame = list(self._cache.frames(media_id) or []), 0
+        if not self._frames:
+            self.picture.setText("No preview frames for this video")
+            return
+        self._set_pixmap(self._frames[0])
+        self._timer.start()
+
+    def _next_frame(self) -> None:
+        if self._frames:
+            self._frame = (self._frame + 1) % len(self._frames)
+            self._set_pixmap(self._frames[self._frame])
+
+    def _set_pixmap(self, pixmap: QPixmap) -> None:
+        self._pixmap = pixmap
+        self.picture.setPixmap(pixmap.scaled(self.picture.size(), Qt.AspectRatioMode.KeepAspectRatio,
+                                             Qt.TransformationMode.SmoothTransformation))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        pixmap = getattr(self, "_pixmap", None)
+        if pixmap is not None and not pixmap.isNull():
+            self._set_pixmap(pixmap)
+
+    def _stop(self) -> None:
+        self._timer.stop()
+        self._frames = []
+        self._pixmap = None
+        if self._movie is not None:
+            self._movie.stop()
+            self._movie.deleteLater()
+            self._movie = None
+
+    def _show_in_folder(self) -> None:
+        if self.hit is not None:
+            show_in_folder(Path(self.hit.path))
+
+    def closeEvent(self, event: object) -> None:
+        self._stop()
+        super().closeEvent(event)  # type: ignore[arg-type]
