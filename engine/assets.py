@@ -66,7 +66,7 @@ def ensure_assets(cancel: CancelToken | None = None, force: bool = False) -> Ite
                 child.wait()
     if status != 0 or not assets_ready():
         raise AssetsMissing(f"preparing the pretrained assets failed (exit status {status}); details in {log_path}; "
-                            "`polyseek prepare` runs it in the foreground")
+                            "`polyseek prepare` tries again")
 
 
 def _progress(line: str) -> Progress | None:
