@@ -165,6 +165,8 @@ class Comparison:
     data: Path
     split: str
     measured: bool = True  # False: nothing was held aside, so neither model could be measured fairly
+    activated: bool = False  # the activation rule's decision (engine.retrain.gate, as `polyseek retrain`)
+    decision: str = ""
 
 
 def headline(metrics: dict[str, Any] | None) -> tuple[float | None, float | None, float | None, float | None]:
@@ -184,15 +186,24 @@ def headline(metrics: dict[str, Any] | None) -> tuple[float | None, float | None
 
 
 def compare_models(service: SearchServiceLike, model_dir: Path, data: Path, split: str,
-                   measure: bool = True) -> Comparison:
+                   measure: bool = True, library: bool = False) -> Comparison:
     """Register ``model_dir`` with the library and measure the active model on ``data``/``split`` (blocking).
 
-    The new model's figures are its own ``metrics.json`` (the trainer's final validation on the same split),
-    so only the old model needs evaluating. ``measure=False`` (no held-aside items) only registers.
+    ``library`` (a retrain on the library's annotations): both models are measured by the engine
+    (``judge_model``: the held-aside annotations and the library's pseudo pairs) and the activation rule that
+    ``polyseek retrain`` applies decides whether the new one becomes active. Otherwise the new model's figures are
+    its own ``metrics.json`` (the trainer's final validation on the same split), so only the old model needs
+    evaluating, and the user decides. ``measure=False`` (no held-aside items) only registers.
     """
     old = active_model(list(service.models()))
     old_name = str(old.name) if old is not None else ZERO_SHOT
     name = service.register_model(model_dir)
+    if library:
+        verdict = service.judge_model(name, data, split if measure else None,
+                                      None if old_name == ZERO_SHOT else old_name)
+        error = "; ".join(verdict.warnings) or None
+        return Comparison(name, verdict.after or {}, old_name, verdict.before, error, data, split, measured=measure,
+                          activated=verdict.activated, decision=verdict.decision)
     metrics_file = model_dir / "metrics.json"
     new = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
     if not measure:
@@ -490,8 +501,9 @@ class TrainingDialog(QDialog):
 
     def _source_changed(self) -> None:
         library = self.source_key() == SOURCE_LIBRARY
-        if library:
-            self.method.setCurrentText(LIBRARY_METHOD)
+        if library:  # the active model's method, so the new version can start from it; a3vse from zero-shot
+            start = active_model(list(self._service.models())) if self._service is not None else None
+            self.method.setCurrentText(start.method if start is not None and start.path else LIBRARY_METHOD)
             self.status.setText("The library's captions are exported; a fifth of the annotated items is held "
                                 "aside to compare the new model with the active one.")
         self._enable_form(self.state not in {"preparing", "running"})
@@ -589,11 +601,17 @@ class TrainingDialog(QDialog):
         self.data.setText(str(training_set.folder))
         self.train_split.setText(str(training_set.train_split))
         self.val_split.setText(str(training_set.val_split))
-        method = self.method.currentText()
+        method, epochs, extra = self.method.currentText(), self.epochs.value(), self.extra_args
+        start = active_model(list(self._service.models())) if self._service is not None else None
+        if start is not None and start.path and start.method == method:
+            # the engine's warm-start recipe (engine.retrain): the new version starts from the active one
+            from engine.retrain import WARM_START_ARGS, WARM_START_EPOCHS
+
+            epochs, extra = WARM_START_EPOCHS, [*extra, "--init-from", str(start.path), *WARM_START_ARGS]
         out = self.models_dir / f"{method}-library-{time.strftime('%Y%m%d-%H%M%S')}"
-        request = TrainingRequest(method, Path(training_set.folder), out, self.epochs.value(),
+        request = TrainingRequest(method, Path(training_set.folder), out, epochs,
                                   self.device.currentText(), str(training_set.train_split),
-                                  str(training_set.val_split), extra=self.extra_args,
+                                  str(training_set.val_split), extra=extra,
                                   finetune_epochs=self.finetune.value(),
                                   finetune_blocks=self.finetune_blocks.value())
         self.state = "idle"  # _launch moves it on to "running"
@@ -817,7 +835,7 @@ class TrainingDialog(QDialog):
         # a library set with nothing held aside validated on training data: no fair comparison exists
         measure = self.training_set is None or int(self.training_set.n_heldout_items) > 0
         run_in_background(compare_models, service, model_dir, request.data, request.val_split, measure,
-                          pool=self._pool,
+                          self.training_set is not None, pool=self._pool,
                           on_result=while_alive(self, lambda result: self._show_comparison(generation, result)),
                           on_error=while_alive(self, lambda exc: self._comparison_failed(generation, exc)))
 
@@ -848,10 +866,19 @@ class TrainingDialog(QDialog):
         table.resizeRowsToContents()
         table.setFixedHeight(table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(2))
                              + 2 * table.frameWidth())
-        self.use_button.setEnabled(True)
+        self.use_button.setEnabled(not comparison.activated)
         self.result_box.show()
         self.status.setText(f"Done: {comparison.new_name} is registered with the library.")
+        if comparison.decision:  # a library retrain: the rule `polyseek retrain` applies has decided
+            self.result_note.setText(f"{self.result_note.text()}\n{comparison.decision[0].upper()}"
+                                     f"{comparison.decision[1:]}.")
+            self.status.setText(f"Done: {comparison.new_name} is active; the library re-indexes with it."
+                                if comparison.activated else
+                                f"Done: {comparison.new_name} is kept but not active (worse than "
+                                f"{comparison.old_name}); “Use this model” switches anyway.")
         self.model_registered.emit(comparison.new_name)
+        if comparison.activated:
+            self.use_model_requested.emit(comparison.new_name)
         self.comparison_ready.emit(comparison)
 
     def _comparison_failed(self, generation: int, exc: BaseException) -> None:

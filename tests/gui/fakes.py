@@ -567,6 +567,19 @@ class FakeService:
         return FakeTrainingSet(Path(dest), "train", "heldout", len(annotated), len(rows), n_held, len(bare),
                                warning)
 
+    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
+                    seed: int = 0) -> Any:
+        """The engine's rule (``engine.retrain.gate``) on this fake's evaluations (no pseudo pairs here)."""
+        from engine.retrain import Judgement, gate
+
+        self.calls.append(("judge_model", (new_model, str(folder), split, old_model)))
+        verdict = Judgement(new_model, old_model)
+        if split is not None:
+            verdict.before = self.evaluate_on(folder, split, old_model)
+            verdict.after = self.evaluate_on(folder, split, new_model)
+        verdict.activated, verdict.decision = gate(verdict)
+        return verdict
+
     def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
         """Retrieval metrics (``engine.metrics.retrieval_report``) of split ``split`` of a caption folder.
 

@@ -3,6 +3,8 @@ the library's own annotations, and compares the new model with the active one (f
 
 from __future__ import annotations
 
+import app.widgets.training as training_module
+
 import json
 import sys
 from pathlib import Path
@@ -234,19 +236,54 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
     assert dlg.data_warning.isVisibleTo(dlg) and "too few annotations" in dlg.data_warning.text()
     command = dlg.log_view.toPlainText()
     assert f"--data {ts.folder}" in command and "--train-split train --val-split heldout" in command
-    # the old model measured on the held-aside split of the exported folder, the new one from metrics.json
+    # both models measured by the engine on the held-aside split of the exported folder, and judged by the rule
+    # `polyseek retrain` applies (the fake ranks every model alike: not worse, so the new one is activated)
     assert ("evaluate_on", (str(ts.folder), "heldout", None)) in service.calls
+    assert ("evaluate_on", (str(ts.folder), "heldout", comparison.new_name)) in service.calls
     assert comparison.old == service.evaluate_on(ts.folder, "heldout") | {"model": "zero-shot"}
-    assert comparison.new["rsum"] == fake_metrics(2)["rsum"] and comparison.old_name == "zero-shot"
+    assert comparison.new["rsum"] == comparison.old["rsum"] and comparison.old_name == "zero-shot"
     assert comparison.new_name in {m.name for m in service.models()}
+    # one item held aside cannot say "not worse": kept, not activated, one click away
+    assert not comparison.activated and "nothing to compare" in comparison.decision
     table = dlg.result_table
     assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text().endswith("(new)")
-    assert table.item(1, 4).text() == f"{fake_metrics(2)['rsum']:.1f}"
+    assert table.item(1, 4).text() == f"{comparison.new['rsum']:.1f}"
     assert table.item(0, 1).text() == f"{comparison.old['t2i']['r1']:.1f}"
-    assert "held-aside annotations" in dlg.result_note.text()
+    assert "held-aside annotations" in dlg.result_note.text() and "Not activated" in dlg.result_note.text()
     with qtbot.waitSignal(dlg.use_model_requested) as use:
         dlg.use_button.click()
     assert use.args == [comparison.new_name] and not dlg.use_button.isEnabled()
+
+
+def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated(
+        qtbot, library_dialog: TrainingDialog, service: FakeService, monkeypatch) -> None:
+    caption_some(service, 11)
+    monkeypatch.setattr(training_module, "HOLDOUT", 0.5)  # the fake library has 11 items: hold 3+ aside
+    real = service.evaluate_on
+
+    def worse_for_new(folder, split, model=None):  # the new model ranks every caption's item last
+        report = real(folder, split, model)
+        if model not in (None, "zero-shot"):
+            report = {**report, "rsum": 0.0, "t2i": {**report["t2i"], "r1": 0.0, "r10": 0.0},
+                      "i2t": {**report["i2t"], "r1": 0.0, "r10": 0.0}}
+        return report
+
+    monkeypatch.setattr(service, "evaluate_on", worse_for_new)
+    dlg = library_dialog
+    dlg.set_source(SOURCE_LIBRARY)
+    dlg.epochs.setValue(2)
+    activations: list = []
+    dlg.use_model_requested.connect(activations.append)
+    with qtbot.waitSignal(dlg.comparison_ready, timeout=20000) as ready:
+        dlg.start_button.click()
+    comparison = ready.args[0]
+    assert dlg.training_set.n_heldout_items >= 3
+    assert not comparison.activated and comparison.decision.startswith("not activated: held-aside rsum")
+    assert activations == [] and dlg.use_button.isEnabled()
+    assert "Not activated" in dlg.result_note.text() and "kept but not active" in dlg.status.text()
+    with qtbot.waitSignal(dlg.use_model_requested) as use:  # one click away
+        dlg.use_button.click()
+    assert use.args == [comparison.new_name]
 
 
 def test_a_library_without_annotations_fails_with_the_reason(qtbot, library_dialog: TrainingDialog) -> None:
