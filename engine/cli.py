@@ -51,10 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     _retrain_parser(sub)
     p = sub.add_parser("annotations", help="export or import a library's captions (caption folder or COCO JSON); "
                                            "export is the backup of what you wrote")
-    p.add_argument("action", choices=["export", "import", "snapshots"],
-                   help="snapshots: list the automatic snapshots taken before anything deleted annotations")
-    p.add_argument("path", type=Path, nargs="?", help="export: the folder or .json to write; import: a caption "
-                                                      "folder, COCO captions JSON or an annotation snapshot")
+    p.add_argument("action", choices=["export", "import"])
+    p.add_argument("path", type=Path, help="export: the folder or .json to write; import: a caption folder, COCO "
+                                           "captions JSON or an annotation snapshot (<library>/snapshots/*.json)")
     p.add_argument("--library", default="default")
     p.add_argument("--format", default=None, choices=["folder", "coco"],
                    help="export format (default: coco for a .json path, else folder)")
@@ -379,10 +378,6 @@ def _annotations(args: argparse.Namespace) -> int:
     from engine import snapshots
     from engine.retrain import AnnotationError
 
-    if args.action == "snapshots":
-        return _snapshots(args)
-    if args.path is None:
-        raise CliError(f"annotations {args.action} needs a PATH")
     service = _open(args.library)
     skipped: tuple[str, ...] = ()
     pairs = None
@@ -419,22 +414,6 @@ def _annotations(args: argparse.Namespace) -> int:
         if skipped:
             print(f"  skipped {len(skipped)} annotated items whose files are missing or offline (a .json export "
                   f"keeps their captions): {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}")
-    return 0
-
-
-def _snapshots(args: argparse.Namespace) -> int:
-    service = _open(args.library)
-    try:
-        files = service.annotation_snapshots()
-    finally:
-        service.close()
-    if args.json:
-        print(json.dumps({"library": args.library, "snapshots": [str(f) for f in files]}))
-    else:
-        for f in files:
-            print(f)
-        if not files:
-            print(f"{args.library}: no annotation snapshots yet (one is written before anything deletes annotations)")
     return 0
 
 
