@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QUrl, Signal
+from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -22,6 +22,7 @@ from PySide6.QtGui import (
     QDropEvent,
     QKeyEvent,
     QKeySequence,
+    QResizeEvent,
 )
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
@@ -30,6 +31,7 @@ from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
 from app.settings import GuiSettings
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.browsebar import BrowseBar
+from app.widgets.dialogs import PreferencesDialog, ShortcutsDialog
 from app.widgets.inspector import Inspector
 from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
@@ -46,6 +48,7 @@ from engine.types import SearchHit
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_MS = 5000
+GRID_COLUMNS = 2  # a narrow window makes room for at least this many result columns
 
 
 class MainWindow(QMainWindow):
@@ -83,7 +86,7 @@ class MainWindow(QMainWindow):
         self.library = LibraryPanel(self.index_pool)
         self.thumbnails = ThumbnailCache(self.pool, parent=self)
         self.results_model = ResultsModel(self.thumbnails, self.pool, self.settings.page_size, parent=self)
-        self.results = ResultsView(self.results_model, self.thumbnails)
+        self.results = ResultsView(self.results_model, self.thumbnails, self.settings.thumbnail_size)
         self.inspector = Inspector(self.pool)
         self.annotate = AnnotationPanel(self.write_pool)
         self.empty_label = plain_label("", wrap=True)
@@ -186,6 +189,8 @@ class MainWindow(QMainWindow):
         self._action(edit, "&Reject match", lambda: self.judge(-1), "Alt+R")
         edit.addSeparator()
         self._action(edit, "Find &similar", self.find_similar, "Ctrl+Shift+F")
+        edit.addSeparator()
+        self._action(edit, "&Preferences…", self.open_preferences, "Ctrl+,")
         nav = menu.addMenu("&Navigate")
         self._action(nav, "&Next item", self.results.select_next, "Ctrl+Right")
         self._action(nav, "&Previous item", self.results.select_previous, "Ctrl+Left")
@@ -197,6 +202,7 @@ class MainWindow(QMainWindow):
         self._action(models, "&Train…", self.open_training, "Ctrl+T")
         self._action(models, "&Manage models…", self.open_models)
         help_menu = menu.addMenu("&Help")
+        self._action(help_menu, "&Keyboard shortcuts", self.open_shortcuts, "F1")
         self._action(help_menu, "Open &log folder", self._open_logs)
 
     def _action(self, menu: Any, text: str, slot: Any, shortcut: Any = None) -> QAction:
@@ -568,6 +574,26 @@ class MainWindow(QMainWindow):
         self.models_dialog.show()
         return self.models_dialog
 
+    def open_shortcuts(self) -> ShortcutsDialog:
+        """Help > Keyboard shortcuts (built from the menus' actions)."""
+        dialog = ShortcutsDialog(self._window_actions, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
+
+    def open_preferences(self) -> PreferencesDialog:
+        """Edit > Preferences; OK applies the choices at once."""
+        dialog = PreferencesDialog(self.settings, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(self.apply_preferences)
+        dialog.show()
+        return dialog
+
+    def apply_preferences(self) -> None:
+        self.results_model.page_size = self.settings.page_size
+        self.results.set_icon_size(self.settings.thumbnail_size)
+        self.keep_grid_usable()
+
     def _choose_example(self) -> None:
         chosen, _ = QFileDialog.getOpenFileName(self, "Search by an example file")
         if chosen:
@@ -643,6 +669,29 @@ class MainWindow(QMainWindow):
             if not pool.waitForDone(CLOSE_WAIT_MS):
                 log.warning("a background job in %s did not stop within %d ms", pool.objectName() or "pool",
                             CLOSE_WAIT_MS)
+
+    # --- a narrow window keeps a usable grid
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self.keep_grid_usable)  # once the splitter has laid out the new width
+
+    def keep_grid_usable(self) -> None:
+        """Give the grid room for ``GRID_COLUMNS`` columns: the folders panel collapses first (its splitter
+        handle brings it back), then the inspector side shrinks to its minimum."""
+        sizes = self.splitter.sizes()
+        if len(sizes) != 3 or sum(sizes) == 0:
+            return
+        cell = self.settings.thumbnail_size + 12 + 2 * self.results.spacing()  # ResultDelegate.sizeHint's width
+        need = GRID_COLUMNS * cell + 24  # + the scroll bar and frame
+        if sizes[1] >= need:
+            return
+        total = sum(sizes)
+        sizes[0] = 0
+        deficit = need - (total - sizes[2])
+        right_min = self.right_splitter.minimumSizeHint().width()
+        sizes[2] -= max(0, min(sizes[2] - right_min, deficit))
+        sizes[1] = total - sizes[0] - sizes[2]
+        self.splitter.setSizes(sizes)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.save_state()

@@ -17,6 +17,7 @@ from PySide6.QtCore import QByteArray, QSettings
 from engine import paths
 
 SCHEMA_VERSION = 1
+MIN_THUMBNAIL, MAX_THUMBNAIL = 96, 320
 FILE_NAME = "gui.ini"
 
 # _MIGRATIONS[v] takes a settings file from version v to v + 1.
@@ -107,6 +108,19 @@ class GuiSettings:
     def page_size(self) -> int:
         """How many results one search page asks for (more load as the grid scrolls)."""
         return max(1, self._int("search/page_size", 60))
+
+    @page_size.setter
+    def page_size(self, value: int) -> None:
+        self._qs.setValue("search/page_size", max(1, int(value)))
+
+    @property
+    def thumbnail_size(self) -> int:
+        """The edge of a result's picture in the grid, in pixels (Preferences)."""
+        return min(MAX_THUMBNAIL, max(MIN_THUMBNAIL, self._int("results/thumbnail_size", 160)))
+
+    @thumbnail_size.setter
+    def thumbnail_size(self, value: int) -> None:
+        self._qs.setValue("results/thumbnail_size", int(value))
 
     @property
     def cutoff_percent(self) -> int:

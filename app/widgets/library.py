@@ -142,8 +142,9 @@ class LibraryPanel(QWidget):
         self.failures.clear()
         for path, reason in failures:
             item = QTreeWidgetItem([Path(path).name, str(reason)])
-            item.setToolTip(0, plain_tooltip(str(path)))
-            item.setToolTip(1, plain_tooltip(str(reason)))
+            full = plain_tooltip(f"{path}\n\nskipped: {reason}")  # the reason column is too narrow to read
+            item.setToolTip(0, full)
+            item.setToolTip(1, full)
             self.failures.addTopLevelItem(item)
         self.failures_label.setText(f"Skipped files ({len(failures)})" if failures else "Skipped files: none")
 

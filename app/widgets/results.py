@@ -549,6 +549,13 @@ class ResultsView(QListView):
         self._timer.timeout.connect(self._next_frame)
         cache.frames_ready.connect(self._frames_arrived)
 
+    def set_icon_size(self, size: int) -> None:
+        """Draw the results' pictures ``size`` pixels big (Preferences)."""
+        delegate = self.itemDelegate()
+        if isinstance(delegate, ResultDelegate) and delegate.icon_size != size:
+            delegate.icon_size = size
+            self.results().layoutChanged.emit()  # the grid re-measures its (uniform) cells
+
     def results(self) -> ResultsModel:
         model = self.model()
         assert isinstance(model, ResultsModel)

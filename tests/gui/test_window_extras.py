@@ -1,0 +1,48 @@
+"""Help > Keyboard shortcuts, Preferences, a narrow window, skip reasons (issue #20)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from app.settings import GuiSettings
+from tests.gui.test_keyboard import press, start_typing_a_query
+
+
+def test_f1_lists_the_shortcuts_from_the_menus(qtbot, window) -> None:
+    start_typing_a_query(qtbot, window, "red")
+    press(qtbot, Qt.Key.Key_F1)  # from the search box
+    dialog = next(w for w in QApplication.topLevelWidgets() if w.windowTitle() == "Keyboard shortcuts")
+    rows = dict(dialog.rows())
+    assert rows["Ctrl+E"] == "Caption box" and rows["Ctrl+Right"] == "Next item"
+    assert rows["Alt+R"] == "Reject match" and rows["Ctrl+Shift+F"] == "Find similar"
+    assert any(keys.startswith("Enter / double-click") for keys in rows)
+
+
+def test_preferences_change_page_size_and_thumbnails_and_persist(qtbot, window, service) -> None:
+    dialog = window.open_preferences()
+    dialog.page_size.setValue(24)
+    dialog.thumbnail_size.setValue(224)
+    dialog.accept()
+    assert window.results_model.page_size == 24
+    assert window.results.itemDelegate().icon_size == 224
+    assert (GuiSettings().page_size, GuiSettings().thumbnail_size) == (24, 224)  # in the settings file
+    start_typing_a_query(qtbot, window, "red")
+    assert ("search_text", ("red", 24, 0, None)) in service.calls
+
+
+def test_a_narrow_window_keeps_two_result_columns(qtbot, window) -> None:
+    start_typing_a_query(qtbot, window, "circle")
+    window.resize(760, 600)
+    cell = window.results.visualRect(window.results_model.index(0)).width()
+    qtbot.waitUntil(lambda: window.results.viewport().width() >= 2 * cell, timeout=3000)
+    first, second = (window.results.visualRect(window.results_model.index(r)) for r in (0, 1))
+    assert first.top() == second.top()  # side by side, not one column
+
+
+def test_a_skipped_file_shows_its_whole_reason(qtbot, window) -> None:
+    failures = window.library.failures
+    qtbot.waitUntil(lambda: failures.topLevelItemCount() == 1, timeout=3000)
+    item = failures.topLevelItem(0)
+    assert "cannot decode" in item.toolTip(0) and item.toolTip(0) == item.toolTip(1)
+    assert "broken_photo.jpg" in item.toolTip(1)
