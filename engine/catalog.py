@@ -489,6 +489,11 @@ _MEDIA_COLUMNS = (
 _RESTORED_STATUS = (
     "CASE WHEN error IS NOT NULL THEN 'failed' WHEN indexed_at IS NOT NULL THEN 'ok' ELSE 'pending' END"
 )
+# missing rows whose content is not present anywhere else in the library (a purge loses their annotations)
+_MISSING_WITHOUT_COPY = (
+    "status = 'missing' AND NOT EXISTS (SELECT 1 FROM media p WHERE p.content_hash = media.content_hash "
+    "AND p.status <> 'missing')"
+)
 _MODEL_SELECT = "SELECT id, name, method, path, created_at, metrics_json, is_active FROM models"
 _JOB_SELECT = "SELECT id, kind, state, payload_json, done, total, message, created_at, updated_at FROM jobs"
 
@@ -759,22 +764,45 @@ class Catalog(SQLiteStore):
 
     def missing_summary(self) -> tuple[int, int, int]:
         """``(items, captions, pairs)`` that :meth:`purge_missing` would delete: the rows marked missing and
-        their user and imported captions and pairs (pseudo ones are not counted: indexing remakes them)."""
+        the user and imported captions and pairs that go with them (pseudo ones are not counted: indexing
+        remakes them; those of an item whose content is still in the library elsewhere move there instead)."""
         with self._lock:
             conn = self._live()
             items = conn.execute("SELECT COUNT(*) FROM media WHERE status = 'missing'").fetchone()[0]
-            return (items, *self._annotation_count(conn, "status = 'missing'"))
+            return (items, *self._annotation_count(conn, _MISSING_WITHOUT_COPY))
 
     def purge_missing(self) -> tuple[int, int, int, Path | None]:
         """Delete the rows marked missing with their captions, pairs and vectors -- only the user asks for
-        this. Returns ``(items, captions, pairs, snapshot)``: what went and the snapshot of every annotation
-        written first (None when there were none to save). A snapshot that cannot be written (a full disk)
-        raises and deletes nothing."""
+        this. The annotations of a missing item whose content is present at another path (a copy) move to
+        that copy first. Returns ``(items, captions, pairs, snapshot)``: what went and the snapshot of every
+        annotation written before (None when the missing items had none). A snapshot that cannot be written
+        (a full disk) raises and deletes nothing."""
         with self.transaction("purging missing media") as conn:
-            captions, pairs = self._annotation_count(conn, "status = 'missing'")
-            snapshot = self._snapshot(conn, "purge-missing") if captions or pairs else None
+            captions, pairs = self._annotation_count(conn, _MISSING_WITHOUT_COPY)
+            annotated = self._annotation_count(conn, "status = 'missing'") != (0, 0)
+            snapshot = self._snapshot(conn, "purge-missing") if annotated else None
+            self._move_annotations_to_copies(conn)
             items = conn.execute("DELETE FROM media WHERE status = 'missing'").rowcount
             return items, captions, pairs, snapshot
+
+    @staticmethod
+    def _move_annotations_to_copies(conn: sqlite3.Connection) -> None:
+        """Give each missing item's user and imported captions and pairs to a present item with the same
+        content (one it does not already have); the rest stay, to go with the missing row."""
+        twins = conn.execute(
+            "SELECT m.id, (SELECT p.id FROM media p WHERE p.content_hash = m.content_hash AND p.status <> 'missing' "
+            "ORDER BY p.id LIMIT 1) FROM media m WHERE m.status = 'missing'"
+        ).fetchall()
+        for gone, copy in twins:
+            if copy is None:
+                continue
+            for table, key in (("captions", "text, source"), ("pairs", "query, label, source")):
+                select = f"SELECT id, {key} FROM {table} WHERE media_id = ? AND source <> 'pseudo'"
+                have = {tuple(r[1:]) for r in conn.execute(select, (copy,))}
+                for row in conn.execute(select, (gone,)).fetchall():
+                    if tuple(row[1:]) not in have:
+                        conn.execute(f"UPDATE {table} SET media_id = ? WHERE id = ?", (copy, row[0]))
+                        have.add(tuple(row[1:]))
 
     @staticmethod
     def _annotation_count(conn: sqlite3.Connection, media_where: str, params: Sequence[Any] = ()) -> tuple[int, int]:

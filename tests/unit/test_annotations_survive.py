@@ -246,6 +246,27 @@ def test_purge_counts_then_snapshots_then_deletes_and_the_snapshot_restores_ever
     assert without_times(annotations(service.catalog)) == without_times(before)
 
 
+def test_purging_an_item_whose_copy_is_still_there_moves_its_annotations_to_the_copy(service, drives):
+    before = annotate(service, drives)
+    shutil.copy2(drives["drive"] / "d0.jpg", drives["home"] / "copy-of-d0.jpg")
+    list(service.reindex())
+    copy = service.catalog.media_by_path(drives["home"] / "copy-of-d0.jpg")
+    service.add_caption(copy.id, "the red one")  # the copy already has one of the same captions
+    (drives["drive"] / "d0.jpg").unlink()  # the original goes; the copy stays
+    list(service.reindex())
+    assert statuses(service)["d0.jpg"] == "missing"
+    assert service.missing_summary() == (1, 0, 0)  # nothing would be lost
+
+    items, captions, pairs, snapshot = service.purge_missing()
+
+    assert (items, captions, pairs) == (1, 0, 0) and snapshot is not None
+    on_copy = sorted((c.text, str(c.source)) for c in service.captions(copy.id) if c.source != "pseudo")
+    assert on_copy == [("a red square from the holiday", "user"), ("the red one", "user")]
+    assert [(p.query, p.label) for p in service.catalog.pairs(copy.id)] == [("something red", 1)]
+    others = [r for r in before if r[1] != "d0.jpg"]
+    assert [r for r in annotations(service.catalog) if r[1] != "copy-of-d0.jpg"] == others
+
+
 def test_purge_with_nothing_missing_deletes_nothing(service, drives):
     before = annotate(service, drives)
     assert service.missing_summary() == (0, 0, 0)
