@@ -65,6 +65,15 @@ def derived_folder(data: Path, work: Path, val_items: int, seed: int) -> dict[st
     return {"train_photos": len(train) - val_items, "val_photos": val_items}
 
 
+def half_precision(weights: Path) -> None:
+    """Store the weights as float16 (half the size in the repository; a warm start loads them into float32
+    parameters, and the engine ranks with the float32 ONNX export, so search is unchanged)."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = {k: (v.astype("float16") if v.dtype.kind == "f" else v) for k, v in load_file(weights).items()}
+    save_file(tensors, weights)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="caption folder (Flickr8k for the shipped one)")
@@ -89,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in KEEP:
             src = run / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
+        half_precision(staging / "model.safetensors")
         metrics = json.loads((run / "metrics.json").read_text())
         record = {**RECIPE, "val_items": args.val_items, "seed": args.seed, **sizes,
                   "data": args.data.name, "command": "python tools/build_starter.py --data " + str(args.data),
