@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 _COUNT_LABELS = (  # key, one, many
     ("image", "image", "images"), ("animation", "animation", "animations"), ("video", "video", "videos"),
     ("pending", "pending", "pending"), ("failed", "failed", "failed"),
+    ("missing", "missing or offline (kept)", "missing or offline (kept)"),  # files gone or drive unplugged
 )
 
 

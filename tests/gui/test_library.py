@@ -26,6 +26,7 @@ def test_format_counts_names_each_kind() -> None:
     assert format_counts({"image": 3, "animation": 0, "video": 1, "failed": 2, "total": 6}) == (
         "3 images · 1 video · 2 failed")
     assert format_counts({}) == "no media indexed yet"
+    assert format_counts({"image": 1, "missing": 2}) == "1 image · 2 missing or offline (kept)"
 
 
 def test_adding_a_folder_indexes_it_and_lists_the_broken_file(qtbot, panel, tmp_path: Path) -> None:
