@@ -73,6 +73,7 @@ class MainWindow(QMainWindow):
         self._models: list[Any] = []
         self._window_actions: list[QAction] = []  # their shortcuts win over the line edits' own keys
         self._searched = False  # example queries are offered until the first search
+        self._library_collapsed = False  # the folders panel was folded away to make room for the grid
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
@@ -684,8 +685,13 @@ class MainWindow(QMainWindow):
         cell = self.settings.thumbnail_size + 12 + 2 * self.results.spacing()  # ResultDelegate.sizeHint's width
         need = GRID_COLUMNS * cell + 24  # + the scroll bar and frame
         if sizes[1] >= need:
+            library = self.library.sizeHint().width()
+            if self._library_collapsed and sizes[0] == 0 and sizes[1] - library >= need:  # wide again
+                self._library_collapsed = False
+                self.splitter.setSizes([library, sizes[1] - library, sizes[2]])
             return
         total = sum(sizes)
+        self._library_collapsed = self._library_collapsed or sizes[0] > 0
         sizes[0] = 0
         deficit = need - (total - sizes[2])
         right_min = self.right_splitter.minimumSizeHint().width()

@@ -38,7 +38,7 @@ def action_rows(actions: list[QAction]) -> list[tuple[str, str]]:
     """(keys, what) for every action that has a shortcut, as the menus name them."""
     rows = []
     for action in actions:
-        keys = ", ".join(s.toString(QKeySequence.SequenceFormat.NativeText) for s in action.shortcuts())
+        keys = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)  # the first: F14 is noise
         if keys:
             rows.append((keys, action.text().replace("&", "").removesuffix("…")))
     return rows

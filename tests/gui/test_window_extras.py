@@ -46,3 +46,11 @@ def test_a_skipped_file_shows_its_whole_reason(qtbot, window) -> None:
     item = failures.topLevelItem(0)
     assert "cannot decode" in item.toolTip(0) and item.toolTip(0) == item.toolTip(1)
     assert "broken_photo.jpg" in item.toolTip(1)
+
+
+def test_the_folders_panel_comes_back_when_the_window_widens(qtbot, window) -> None:
+    start_typing_a_query(qtbot, window, "circle")
+    window.resize(760, 600)
+    qtbot.waitUntil(lambda: window.splitter.sizes()[0] == 0, timeout=3000)
+    window.resize(1400, 860)
+    qtbot.waitUntil(lambda: window.splitter.sizes()[0] > 0, timeout=3000)
