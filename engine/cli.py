@@ -45,8 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, type=Path)
     p.add_argument("--split", default=None)
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("models", help="the registered models and which one is active")
+    p = sub.add_parser("models", help="the registered models and which one is active; --activate switches it")
     p.add_argument("--library", default="default")
+    p.add_argument("--activate", default=None, metavar="NAME",
+                   help="make this model the library's active one: a registered name, a model directory "
+                        "(registered on the way) or 'zero-shot'")
     p.add_argument("--json", action="store_true")
     _retrain_parser(sub)
     p = sub.add_parser("annotations", help="export or import a library's captions (caption folder or COCO JSON); "
@@ -217,6 +220,8 @@ def _open(library: str):
 def _index(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
+        if args.model:
+            _use_model(service, args.model)  # its embeddings are computed too; the active model stays as it is
         try:
             drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
         except FileNotFoundError as error:  # not a library folder either (a known one that is gone is offline)
@@ -275,7 +280,7 @@ def _search(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
         if args.model:
-            service.set_active_model(args.model)
+            _use_model(service, args.model)  # this search only: the library's active model stays as it is
         if args.media:
             hits = service.search_media(args.media, top=args.top)
         else:
@@ -292,9 +297,21 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _use_model(service, name: str) -> None:
+    try:
+        service.use_model(name)
+    except LookupError as error:
+        raise CliError(str(error)) from None
+
+
 def _models(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
+        if args.activate is not None:
+            try:
+                service.set_active_model(args.activate)
+            except LookupError as error:
+                raise CliError(str(error)) from None
         models = service.models()
     finally:
         service.close()

@@ -150,6 +150,7 @@ class SearchService:
         self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
         self._globals = None  # (ids, (N, D) normalised global features)
         self._trained = None  # TrainedSearch of the active model, opened lazily
+        self._model_for_this_service: tuple[str | None] | None = None  # use_model's choice; None: the active one
         self.library_dir = cache_dir.parent
 
     @classmethod
@@ -350,7 +351,11 @@ class SearchService:
     def _active_trained(self):
         """The TrainedSearch of the active model, or None while zero-shot ranking is active."""
         with self._lock:
-            record = self.catalog.active_model()
+            if self._model_for_this_service is None:
+                record = self.catalog.active_model()
+            else:
+                name = self._model_for_this_service[0]
+                record = None if name is None else self.catalog.model(name)
             if record is None:
                 self._trained = None
                 return None
@@ -444,13 +449,26 @@ class SearchService:
 
     def set_active_model(self, name: str | None) -> None:
         """Activate a registered model by name, a model directory (registered on the way), or zero-shot."""
-        if name not in (None, ZERO_SHOT) and name not in {m.name for m in self.catalog.models()}:
+        self.catalog.set_active_model(self._registered_model(name))
+        self._invalidate()
+
+    def use_model(self, name: str | None) -> None:
+        """Search with this model (name, model directory or zero-shot) through this service object only; the
+        library's active model stays as it is (``polyseek search --model``). ``None`` goes back to it."""
+        with self._lock:
+            self._model_for_this_service = None if name is None else (self._registered_model(name),)
+        self._invalidate()
+
+    def _registered_model(self, name: str | None) -> str | None:
+        """The registered name of a model name or directory (registering a directory); None for zero-shot."""
+        if name in (None, ZERO_SHOT):
+            return None
+        if name not in {m.name for m in self.catalog.models()}:
             candidate = Path(str(name)).expanduser()
             if not candidate.is_dir():
                 raise LookupError(f"no model named {name!r} (see `polyseek models`) and no such model directory")
             name = self.register_model(candidate)
-        self.catalog.set_active_model(None if name in (None, ZERO_SHOT) else name)
-        self._invalidate()
+        return name
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str:
         """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""

@@ -123,3 +123,43 @@ def test_evaluate_zero_shot_on_a_caption_folder(tmp_path, polyseek_home, assets_
         assert report[direction]["r1"] >= 50 and report[direction]["medr"] == 1, report
     recalls = [report[d][k] for d in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
     assert report["rsum"] == pytest.approx(sum(recalls))
+
+
+def _search_json(*args: str, home: Path, assets: Path) -> list[dict]:
+    done = polyseek("search", "a cup of coffee", "--json", *args, home=home, assets=assets)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _active(home: Path, assets: Path, *args: str) -> str:
+    done = polyseek("models", "--json", *args, home=home, assets=assets)
+    assert done.returncode == 0, done.stderr
+    return [m["name"] for m in json.loads(done.stdout) if m["active"]][0]
+
+
+def test_search_with_model_uses_it_for_that_call_only_and_models_activate_switches(media, tmp_path,
+                                                                                    polyseek_home, assets_dir):
+    from tests.unit.test_trained_search import export_untrained
+
+    assert polyseek("index", str(media), home=polyseek_home, assets=assets_dir).returncode == 0
+    zero_shot = _search_json(home=polyseek_home, assets=assets_dir)
+    model_dir = export_untrained("vse", tmp_path / "tiny-vse")
+    with_model = _search_json("--model", str(model_dir), home=polyseek_home, assets=assets_dir)
+    assert [h["score"] for h in with_model] != [h["score"] for h in zero_shot]  # ranked by the model
+    assert _active(polyseek_home, assets_dir) == "zero-shot"  # registered on the way, not activated
+    assert _search_json(home=polyseek_home, assets=assets_dir) == zero_shot
+    assert _search_json("--model", "zero-shot", home=polyseek_home, assets=assets_dir) == zero_shot
+
+    assert _active(polyseek_home, assets_dir, "--activate", "tiny-vse") == "tiny-vse"
+    assert _active(polyseek_home, assets_dir) == "tiny-vse"  # the switch is kept
+    assert _search_json(home=polyseek_home, assets=assets_dir) == with_model
+    assert _search_json("--model", "zero-shot", home=polyseek_home, assets=assets_dir) == zero_shot
+    assert _active(polyseek_home, assets_dir) == "tiny-vse"
+    assert _active(polyseek_home, assets_dir, "--activate", "zero-shot") == "zero-shot"
+
+
+@pytest.mark.parametrize("command", [("models", "--activate"), ("search", "a cat", "--model")])
+def test_an_unknown_model_is_one_clear_line(command, polyseek_home, assets_dir):
+    done = polyseek(*command, "no-such-model", home=polyseek_home, assets=assets_dir)
+    assert done.returncode == 2 and "no model named 'no-such-model'" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
