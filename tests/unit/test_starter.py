@@ -1,0 +1,97 @@
+"""The shipped starter model (issue #17): it names its recipe, a new library searches with it, and a user's
+choice of zero-shot ranking is kept."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.starter import STARTER_NAME, shipped_starter, starter_record
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _build_tool():
+    spec = importlib.util.spec_from_file_location("build_starter", REPO / "tools" / "build_starter.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
+    folder = shipped_starter()
+    assert folder is not None, "resources/models/starter/ must ship with the app"
+    record = starter_record(folder)
+    tool = _build_tool()
+    assert {k: record[k] for k in tool.RECIPE} == tool.RECIPE  # method, seed, train split, validation slice
+    assert record["data"] == "flickr8k" and "research use" in record["terms"]
+    assert record["command"].startswith("python tools/build_starter.py --data")
+    config = json.loads((folder / "config.json").read_text())
+    manifest = json.loads((folder / "onnx" / "manifest.json").read_text())
+    assert config["method"] == manifest["method"] == record["method"]
+    assert "backbone" not in manifest  # the stock backbone: a library's cached features serve it
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert size < 60 * 2**20
+
+
+def test_the_build_tool_never_reads_a_split_other_than_train(tmp_path):
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    names = [f"p{i}.jpg" for i in range(12)]
+    (data / "splits.tsv").write_text("file\tsplit\n" + "".join(
+        f"{n}\t{'dev' if i >= 8 else 'train'}\n" for i, n in enumerate(names)))
+    (data / "captions.tsv").write_text("file\tcaption\n" + "".join(f"{n}\ta photo {i}\n" for i, n in enumerate(names)))
+    sizes = _build_tool().derived_folder(data, tmp_path / "work", val_items=2, seed=0)
+    assert sizes == {"train_photos": 6, "val_photos": 2}
+    rows = (tmp_path / "work" / "splits.tsv").read_text().splitlines()[1:]
+    assert {r.split("\t")[0] for r in rows} == set(names[:8])
+    assert sorted(r.split("\t")[1] for r in rows).count("starter-val") == 2
+    assert "p9.jpg" not in (tmp_path / "work" / "captions.tsv").read_text()
+
+
+@pytest.fixture
+def photos(tmp_path: Path) -> Path:
+    from trainer.synthetic import make_toy_photo_folder
+
+    return make_toy_photo_folder(tmp_path / "toy", 6, seed=3).media_dir
+
+
+def test_a_new_library_searches_with_the_starter_and_keeps_a_switch_to_zero_shot(photos, assets_dir, monkeypatch):
+    from engine.service import SearchService
+
+    monkeypatch.setenv("POLYSEEK_STARTER", "on")
+    service = SearchService.open("fresh", assets_dir)
+    try:
+        active = service.catalog.active_model()
+        assert active is not None and active.name == STARTER_NAME and active.method == "vse"
+        list(service.index_paths([photos]))
+        hits = service.search_text("a large red circle", top=3)
+        assert len(hits) == 3 and service._active_trained() is not None  # ranked by the trained model
+        service.set_active_model(None)  # the user picks zero-shot ranking
+    finally:
+        service.close()
+    service = SearchService.open("fresh", assets_dir)
+    try:
+        assert service.catalog.active_model() is None
+        assert STARTER_NAME in {m.name for m in service.models()}
+    finally:
+        service.close()
+
+
+def test_polyseek_models_lists_the_starter_as_active(photos, assets_dir, polyseek_home):
+    env = {**os.environ, "POLYSEEK_STARTER": "on", "POLYSEEK_HOME": str(polyseek_home),
+           "POLYSEEK_ASSETS": str(assets_dir)}
+    run = subprocess.run([sys.executable, "-m", "engine.cli", "index", str(photos), "--library", "new"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    run = subprocess.run([sys.executable, "-m", "engine.cli", "models", "--library", "new", "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    models = {m["name"]: m for m in json.loads(run.stdout)}
+    assert models[STARTER_NAME]["active"] and not models["zero-shot"]["active"]
