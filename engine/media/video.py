@@ -79,11 +79,38 @@ def _capture(checked: CheckedFile) -> Iterator[cv2.VideoCapture]:
         if not capture.isOpened():
             if not checked.path.exists():
                 raise MediaError("file disappeared")
+            if checked.fmt in ("mp4", "mov") and not _has_movie_index(checked):
+                raise MediaError(f"incomplete {checked.display} (no index: the file was cut short or is still "
+                                 "being written)")
             raise MediaError(f"corrupt or unsupported {checked.display}")
         capture.set(cv2.CAP_PROP_ORIENTATION_AUTO, 1)  # the default of the FFmpeg backend; not left to chance
         yield capture
     finally:
         capture.release()
+
+
+def _has_movie_index(checked: CheckedFile, max_boxes: int = 10_000) -> bool:
+    """Whether an MP4/QuickTime file has its top-level 'moov' box (the index a player needs), walking the box
+    headers only; an unreadable file counts as having one (the generic message is then the right one)."""
+    try:
+        with open(checked.path, "rb") as file:
+            position = 0
+            for _ in range(max_boxes):
+                file.seek(position)
+                header = file.read(16)
+                if len(header) < 8:
+                    return False
+                size, kind = int.from_bytes(header[:4], "big"), header[4:8]
+                if kind == b"moov":
+                    return True
+                if size == 1 and len(header) == 16:
+                    size = int.from_bytes(header[8:16], "big")  # a 64-bit size follows the type
+                if size < 8:  # 0: the box runs to the end of the file; below 8: malformed
+                    return False
+                position += size
+    except OSError:
+        return True
+    return True
 
 
 def inspect_video(checked: CheckedFile) -> VideoStream:

@@ -201,5 +201,6 @@ def test_a_broken_video_is_reported_once_without_decoder_noise(tmp_path: Path, a
     err = capfd.readouterr().err  # what reached file descriptor 2, C libraries included
     assert sorted(Path(p).name for p in failures) == ["no_index.mp4", "truncated.mp4"]
     assert all("MP4 video" in reason for reason in failures.values()), failures
+    assert failures[str(folder / "no_index.mp4")].startswith("incomplete MP4 video (no index"), failures
     for noise in ("moov atom", "VIDEOIO", "WARN", "mov,mp4", "error reading header"):
         assert noise not in err, err
