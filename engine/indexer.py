@@ -123,7 +123,8 @@ class Indexer:
             except OSError as error:
                 if known is None:
                     raise FileNotFoundError(f"no such file or folder: {root}") from error
-                self._go_offline(root, known, "not found: is its drive unplugged?")
+                single_file = self.catalog.root_media_paths(known, 2) == [root]
+                self._go_offline(root, known, "file not found" if single_file else "not found: is its drive unplugged?")
                 continue
             if known is not None and self._moved_away(root, known, device):
                 self._go_offline(root, known, "on another device than when it was added, and none of its "

@@ -132,6 +132,18 @@ def test_missing_root_among_present_ones_is_skipped_not_fatal(service, drives):
     assert set(statuses(service).values()) == {"ok"} and annotations(service.catalog) == before
 
 
+def test_a_single_file_added_to_the_library_and_then_gone_keeps_its_caption(service, drives):
+    single = make_jpeg(drives["tmp"] / "single.jpg", (50, 50), (120, 60, 10))
+    list(service.index_paths([single, drives["home"]]))
+    media_id = service.catalog.media_by_path(single).id
+    service.add_caption(media_id, "one photo added on its own")
+    before = annotations(service.catalog)
+    single.unlink()
+    list(service.reindex())
+    assert [(o.path, o.reason) for o in service.offline_roots()] == [(single, "file not found")]
+    assert statuses(service)["single.jpg"] == "missing" and annotations(service.catalog) == before
+
+
 def test_a_path_that_never_was_a_library_folder_is_still_an_error(service, drives):
     with pytest.raises(FileNotFoundError, match="no such file"):
         list(service.index_paths([drives["tmp"] / "typo"]))
