@@ -150,6 +150,7 @@ class SearchService:
         self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
         self._globals = None  # (ids, (N, D) normalised global features)
         self._trained = None  # TrainedSearch of the active model, opened lazily
+        self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # use_model's choice; None: the active one
         self.library_dir = cache_dir.parent
 
@@ -360,10 +361,19 @@ class SearchService:
                 self._trained = None
                 return None
             if self._trained is None or self._trained.record.id != record.id:
+                from engine.modelrunner import ModelLoadError
                 from engine.trained import TrainedSearch
 
-                self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,
-                                                   self.library_dir)
+                try:
+                    self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,
+                                                       self.library_dir)
+                except (ModelLoadError, OSError) as exc:  # its folder is gone or broken: rank zero-shot
+                    if self._unloadable != record.id:
+                        log.warning("model %r cannot be loaded (%s); searching with zero-shot ranking",
+                                    record.name, exc)
+                        self._unloadable = record.id
+                    self._trained = None
+                    return None
                 counts = self.counts()
                 if len(self._trained.index) < counts["total"] - counts["failed"] - counts["missing"]:
                     for _ in self._trained.sync():

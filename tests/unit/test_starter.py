@@ -95,3 +95,22 @@ def test_polyseek_models_lists_the_starter_as_active(photos, assets_dir, polysee
     assert run.returncode == 0, run.stderr
     models = {m["name"]: m for m in json.loads(run.stdout)}
     assert models[STARTER_NAME]["active"] and not models["zero-shot"]["active"]
+
+
+def test_a_model_that_cannot_load_falls_back_to_zero_shot_ranking(photos, assets_dir, monkeypatch, tmp_path):
+    import shutil
+
+    from engine import paths
+    from engine.service import SearchService
+
+    monkeypatch.setenv("POLYSEEK_STARTER", "on")
+    service = SearchService.open("broken", assets_dir)
+    try:
+        list(service.index_paths([photos]))
+        shutil.rmtree(paths.models_dir())  # the model's folder is gone (a deleted or unplugged models folder)
+        service._invalidate()
+        hits = service.search_text("a large red circle", top=3)
+        assert len(hits) == 3 and service._active_trained() is None
+        assert service.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
+    finally:
+        service.close()
