@@ -462,7 +462,9 @@ def import_annotations(catalog: Catalog, path: Path) -> int:
 
     path = Path(path)
     entries = _coco_entries(path) if path.is_file() else _folder_entries(path)
-    media = list(catalog.iter_media(MediaStatus.OK))
+    # every item, missing and offline ones too (restoring a backup while a drive is unplugged must reach its
+    # items); where two items share content, a present one is preferred (it is listed last, so it wins)
+    media = sorted(catalog.iter_media(), key=lambda m: (m.status != MediaStatus.MISSING, m.id))
     by_hash = {m.content_hash: m.id for m in media}
     by_suffix = _suffix_index(catalog, media)
     existing = library_annotations(catalog)

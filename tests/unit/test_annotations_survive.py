@@ -227,6 +227,23 @@ def test_export_with_files_missing_writes_what_it_can_and_names_the_rest(service
     plug_back(drives["drive"], away)
 
 
+def test_a_backup_import_reaches_items_on_an_unplugged_drive(service, drives):
+    annotate(service, drives)
+    assert service.export_annotations(drives["tmp"] / "backup.json", "coco") == 5
+    away = unplug(drives["drive"], drives["tmp"])
+    list(service.reindex())
+    d0 = service.catalog.media_by_path(drives["drive"] / "d0.jpg")
+    for caption in service.captions(d0.id):
+        if caption.source == "user":
+            service.delete_caption(caption.id)  # the user deletes them by mistake while the drive is away
+
+    assert service.import_annotations(drives["tmp"] / "backup.json") == 2
+
+    assert sorted(c.text for c in service.captions(d0.id) if c.source == "imported") == [
+        "a red square from the holiday", "the red one"]
+    plug_back(drives["drive"], away)
+
+
 # ------------------------------------------------------------------------------------------ purge and snapshots
 
 
