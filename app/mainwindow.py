@@ -133,6 +133,7 @@ class MainWindow(QMainWindow):
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
         self.results_model.page_loaded.connect(self._page_loaded)
+        self.results_model.rowsRemoved.connect(self._rows_changed)  # a rejected item left the results
         self.results_model.search_failed.connect(lambda msg: self._status(f"Search failed: {msg}"))
         self.annotate.next_requested.connect(self.results.select_next)
         self.annotate.previous_requested.connect(self.results.select_previous)
@@ -342,6 +343,10 @@ class MainWindow(QMainWindow):
             self._status("Select a result first: Find similar searches by it.")
             return
         self.search_bar.search_example(Path(hit.path))
+
+    def _rows_changed(self) -> None:
+        if not self.results_model.is_loading:
+            self.empty_label.setText(self._results_summary(self.results_model.rowCount()))
 
     def _results_summary(self, total: int) -> str:
         described = self.session.describe()

@@ -203,6 +203,13 @@ BADGE_COLOURS = {"accepted": QColor(30, 140, 60, 220), "rejected": QColor(190, 4
                  "guess": QColor(120, 120, 120, 200)}
 
 
+def browse_line(state: Any) -> str:
+    """A browsed item's second line: whether a person captioned it (the model's guesses do not count)."""
+    if state is None:
+        return ""
+    return "captioned" if state.captioned else "not captioned yet"
+
+
 def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
     """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then its captions' origin."""
     badges = []
@@ -447,7 +454,7 @@ class ResultDelegate(QStyledItemDelegate):
             self._paint_state(painter, icon_rect, state)
         role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
         text_colour = palette.color(role)
-        self._paint_text(painter, rect, icon_rect, hit, index.data(RELEVANCE_ROLE), text_colour)
+        self._paint_text(painter, rect, icon_rect, hit, index.data(RELEVANCE_ROLE), state, text_colour)
         painter.restore()
 
     @staticmethod
@@ -501,7 +508,7 @@ class ResultDelegate(QStyledItemDelegate):
 
     @staticmethod
     def _paint_text(painter: QPainter, rect: QRect, icon_rect: QRect, hit: SearchHit, rank: Relevance | None,
-                    colour: QColor) -> None:
+                    state: Any, colour: QColor) -> None:
         painter.setFont(QFont(painter.font().family()))
         metrics = painter.fontMetrics()
         line = metrics.height()
@@ -513,8 +520,7 @@ class ResultDelegate(QStyledItemDelegate):
         if rank is not None:
             second = "●" * rank.dots + "○" * (3 - rank.dots) + "  " + rank.label
         else:  # browsing: what the user wrote matters more than a score there is none of
-            n = len(hit.captions)
-            second = f"{n} caption{'s' if n != 1 else ''}" if n else "no caption yet"
+            second = browse_line(state)
         painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line), centred, second)
 
 

@@ -34,6 +34,7 @@ def test_a_rejected_item_leaves_the_results_and_undo_brings_it_back(qtbot, windo
     press(qtbot, Qt.Key.Key_R, ALT)
     settle(qtbot, window)
     assert ids(window) == before[1:]  # gone from this query's results
+    assert window.empty_label.text().startswith(f"{len(before) - 1} results")
     assert window.results.current_hit().media_id == before[1]  # the selection moved on once, not twice
     assert "Saved: reject for “red”" in window.annotate.status.text()  # the write is confirmed
     press(qtbot, Qt.Key.Key_Z, CTRL)
