@@ -37,7 +37,7 @@ from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, show_message
-from app.widgets.results import ResultsModel, ResultsView, ThumbnailCache
+from app.widgets.results import RELEVANCE_ROLE, ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
@@ -366,7 +366,9 @@ class MainWindow(QMainWindow):
         return f"No results {described}"
 
     def _show_hit(self, hit: SearchHit | None) -> None:
-        self.inspector.show_hit(self.session.query, hit)
+        index = self.results.currentIndex()
+        rank = index.data(RELEVANCE_ROLE) if hit is not None and index.isValid() else None
+        self.inspector.show_hit(self.session.query, hit, rank)
         self.annotate.set_item(self.session.query, hit)
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
             self.viewer.show_hit(hit)

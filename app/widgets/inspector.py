@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -263,6 +264,7 @@ class Inspector(QScrollArea):
         self._generation = 0
         self.query: str | Path | None = None
         self.hit: SearchHit | None = None
+        self.rank: Any = None  # the grid's Relevance of the hit
         self.explanation: Explanation | None = None
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # content follows the width
@@ -297,10 +299,13 @@ class Inspector(QScrollArea):
         self.ellipse_plot: pg.PlotWidget | None = None
         self.similarity_plot: pg.PlotWidget | None = None
 
-    def show_hit(self, query: str | Path | None, hit: SearchHit | None) -> None:
-        """Explain ``hit`` for ``query`` (None clears); the explanation is computed off the GUI thread."""
+    def show_hit(self, query: str | Path | None, hit: SearchHit | None, rank: Any = None) -> None:
+        """Explain ``hit`` for ``query`` (None clears); the explanation is computed off the GUI thread.
+
+        ``rank`` is the grid's :class:`app.widgets.results.Relevance` of the hit, said in words above the raw score.
+        """
         self._generation += 1
-        self.query, self.hit, self.explanation = query, hit, None
+        self.query, self.hit, self.explanation, self.rank = query, hit, None, rank
         self._reset()
         if hit is None or query is None or self._service is None:
             self.title.setText("Select a result to see why it matched." if query else
@@ -373,7 +378,12 @@ class Inspector(QScrollArea):
             layout.addWidget(_plain_label(f"Best head pair: query head {q} ↔ item head {i} "
                                           f"(similarity {float(ex.similarity[q, i]):.3f})"))
         if self.hit is not None:
-            layout.addWidget(_plain_label(f"Rank score {self.hit.score:.4f}"))
+            rank = self.rank
+            if rank is not None:
+                self.relevance_label = _plain_label(f"{rank.label} — {rank.explanation}")
+                layout.addWidget(self.relevance_label)
+            else:
+                layout.addWidget(_plain_label(f"Rank score {self.hit.score:.4f}"))
 
     def _add_preview(self, image: QImage) -> None:
         picture = QLabel()

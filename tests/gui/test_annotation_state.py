@@ -139,3 +139,10 @@ def test_relevance_bands_on_the_search_range() -> None:
     assert relevance(hit(0.15), (0.10, 0.30)).label == "weak match"
     assert relevance(hit(0.20), (0.10, 0.30)).label == "good match"
     assert relevance(hit(5.0), (5.0, 5.0)).label == "strong match"  # one result, or all equal
+
+
+def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:
+    start_typing_a_query(qtbot, window, "red circle")
+    qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
+    text = window.inspector.relevance_label.text()
+    assert text.startswith("strong match — score ") and "not percentages" in text
