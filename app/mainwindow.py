@@ -143,6 +143,7 @@ class MainWindow(QMainWindow):
         self.library.status_message.connect(self._status)
         self.library.indexing_finished.connect(self._indexing_finished)
         bar.edit.down_pressed.connect(self._focus_results)
+        self.results.up_from_top.connect(self.search_bar.edit.setFocus)
         for edit in (bar.edit, self.annotate.caption_edit):
             edit.leave_keys_to(self._window_claims)
         # Tab goes from the query to the results and on to the caption line (not to the model picker)

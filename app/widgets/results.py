@@ -37,6 +37,7 @@ from PySide6.QtGui import (
     QDesktopServices,
     QFont,
     QImage,
+    QKeyEvent,
     QPainter,
     QPalette,
     QPixmap,
@@ -44,7 +45,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QListView, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from app.service_api import SearchServiceLike
-from app.workers import Worker, run_in_background
+from app.workers import Worker, run_in_background, while_alive
 from engine.types import MediaKind, SearchHit
 
 log = logging.getLogger(__name__)
@@ -281,8 +282,8 @@ class ResultsModel(QAbstractListModel):
         self._loading = True
         run_in_background(
             fetch, offset, top, pool=self._pool, priority=10,
-            on_result=lambda hits: self._append(generation, hits),
-            on_error=lambda exc: self._failed(generation, exc),
+            on_result=while_alive(self, lambda hits: self._append(generation, hits)),
+            on_error=while_alive(self, lambda exc: self._failed(generation, exc)),
         )
 
     def _append(self, generation: int, hits: list[SearchHit]) -> None:
@@ -312,7 +313,7 @@ class ResultsModel(QAbstractListModel):
         if fetch is None or not media_ids:
             return
         run_in_background(fetch, list(media_ids), pool=self._pool, priority=4,
-                          on_result=lambda states: self._set_states(generation, states),
+                          on_result=while_alive(self, lambda states: self._set_states(generation, states)),
                           on_error=lambda exc: log.warning("annotation states: %s", exc))
 
     def _set_states(self, generation: int, states: dict[int, Any]) -> None:
@@ -529,6 +530,7 @@ class ResultsView(QListView):
 
     current_hit_changed = Signal(object)  # SearchHit | None
     find_similar_requested = Signal(object)  # SearchHit
+    up_from_top = Signal()  # Up on the first row: back to the search box
     open_requested = Signal(object)  # SearchHit: show it large (the viewer)
 
     def __init__(self, model: ResultsModel, cache: ThumbnailCache, icon_size: int = 160,
@@ -575,6 +577,15 @@ class ResultsView(QListView):
         """The selected results in grid order."""
         rows = sorted(index.row() for index in self.selectionModel().selectedIndexes())
         return [self.results().hit(row) for row in rows]
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        current = self.currentIndex()
+        up = QListView.CursorAction.MoveUp
+        on_top = not current.isValid() or self.moveCursor(up, Qt.KeyboardModifier.NoModifier) == current
+        if event.key() == Qt.Key.Key_Up and not event.modifiers() and on_top:
+            self.up_from_top.emit()
+            return
+        super().keyPressEvent(event)
 
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         index = self.indexAt(event.pos())
