@@ -89,6 +89,8 @@ class SavedCheckpoint:
     folder: Path
     epochs_done: int
     step: int
+    method: str = ""
+    options: dict[str, Any] | None = None  # the run's trainer options (data, splits, epochs)
 
     def describe(self) -> str:
         where = f"epoch {self.epochs_done}" + (f", step {self.step} of the next" if self.step else "")
@@ -114,7 +116,24 @@ def saved_checkpoint(folder: Path | None) -> SavedCheckpoint | None:
         return None
     if not all(isinstance(name, str) and (Path(folder) / name).is_file() for name in files.values()):
         return None
-    return SavedCheckpoint(Path(folder), int(state.get("epoch", 0)), int(state.get("step", 0)))
+    options = state.get("options")
+    return SavedCheckpoint(Path(folder), int(state.get("epoch", 0)), int(state.get("step", 0)),
+                           str(state.get("method", "")), options if isinstance(options, dict) else None)
+
+
+def find_interrupted_run(models_dir: Path) -> SavedCheckpoint | None:
+    """The most recently checkpointed run under ``models_dir`` that did not finish (it can be resumed after
+    the app was closed or crashed), if its options say what it trained on."""
+    try:
+        states = sorted(Path(models_dir).glob(f"*/{TRAINER_STATE_FILE}"), key=lambda p: p.stat().st_mtime,
+                        reverse=True)
+    except OSError:
+        return None
+    for state in states:
+        saved = saved_checkpoint(state.parent)
+        if saved is not None and saved.method and saved.options and saved.options.get("data"):
+            return saved
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +372,26 @@ class TrainingDialog(QDialog):
         self._kill_timer.timeout.connect(self._kill)
         self._build(data_folder)
         self.set_service(service)
+        self._offer_interrupted_run()
+
+    def _offer_interrupted_run(self) -> None:
+        """A run that was stopped before it finished (Cancel, the app closed, a crash) left its checkpoint on
+        disk: offer to resume it, as after a Cancel in this session."""
+        saved = find_interrupted_run(self.models_dir)
+        if saved is None or saved.options is None:
+            return
+        options = saved.options
+        self._last_request = TrainingRequest(
+            saved.method, Path(str(options["data"])), saved.folder, int(options.get("epochs") or self.epochs.value()),
+            self.device.currentText(), str(options.get("train_split") or "train"),
+            str(options.get("val_split") or "dev"), extra=tuple(self.extra_args))
+        self.resumable_dir = str(saved.folder)
+        self.epochs.setValue(self._last_request.epochs)
+        self.data.setText(str(self._last_request.data))
+        if self.method.findText(saved.method) >= 0:
+            self.method.setCurrentText(saved.method)
+        self._set_state("cancelled", f"An unfinished {saved.method} run: {saved.describe()}; Resume continues it, "
+                                     "Start begins a new one.")
 
     # --- layout
     def _build(self, data_folder: str) -> None:

@@ -394,3 +394,24 @@ def test_saved_checkpoint_reads_what_the_trainer_left(tmp_path: Path) -> None:
     assert saved_checkpoint(tmp_path) is None  # a finished run has nothing to resume
     (tmp_path / "trainer_state.json").write_text("{not json")
     assert saved_checkpoint(tmp_path) is None
+
+
+def test_an_unfinished_run_on_disk_is_offered_when_the_dialog_opens(qtbot, tmp_path: Path) -> None:
+    """The app was closed (or crashed) during a run: its checkpoint is on disk; the dialog offers Resume."""
+    from tests.gui.fake_trainer import checkpoint
+
+    out = tmp_path / "models" / "pvse-20260101-000000"
+    checkpoint(out, "pvse", 2, {"data": str(tmp_path / "data"), "epochs": 4, "val_split": "dev"})
+    (tmp_path / "models" / "done-run").mkdir()
+    checkpoint(tmp_path / "models" / "done-run", "vse", 5, {"data": "x"})
+    state = json.loads((tmp_path / "models" / "done-run" / "trainer_state.json").read_text())
+    (tmp_path / "models" / "done-run" / "trainer_state.json").write_text(json.dumps({**state, "finished": True}))
+    dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "")
+    qtbot.addWidget(dlg)
+    assert dlg.resume_button.isEnabled() and dlg.resumable_dir == str(out)
+    assert "after epoch 2" in dlg.status.text() and dlg.method.currentText() == "pvse"
+    with qtbot.waitSignal(dlg.model_trained, timeout=15000) as trained:
+        dlg.resume_button.click()
+    assert trained.args == [str(out)]
+    assert "--resume" in dlg.log_view.toPlainText() and "resumed at epoch 2" in dlg.log_view.toPlainText()
+    dlg.close()
