@@ -671,6 +671,8 @@ class MainWindow(QMainWindow):
     def shutdown(self) -> None:
         """Stop background work and wait for it, so no worker outlives the widgets it reports to."""
         self.library.cancel_indexing()
+        if self.viewer is not None:
+            self.viewer.close()  # stops a playing video's decoding thread
         if self.training_dialog is not None:
             self.training_dialog.close()
         self.pool.clear()  # queued reads that never started are dropped; queued writes are not
