@@ -726,7 +726,8 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
         dist.barrier()
     try:
         data = load_training_data(options.data, options.train_split, options.val_split, options.sparse, needs,
-                                  source, with_pseudo=options.pseudo_pairs and config.method == "a3vse")
+                                  source, with_pseudo=options.pseudo_pairs and (config.method == "a3vse"
+                                                                 or getattr(config, "pseudo_weight", 0) > 0))
     finally:
         source.progress = user_progress
         if world.active and world.main:

@@ -156,6 +156,10 @@ class VSEConfig(TextGlobalConfig):
     method: ClassVar[str] = "vse"
     margin: float = _f(0.2, 0.0)
     hardest_negative: bool = True
+    # A3VSE's un-annotated corpus D^u (Huang et al. §3.2) for VSE: > 0 adds the library's un-annotated items with
+    # their regional-semantics pseudo captions to every batch, as pairs of this weight and as negatives of the
+    # annotated pairs (what a warm-started retrain on a few captions needs to tell them from the rest).
+    pseudo_weight: float = _f(0.0, 0.0)
 
 
 @dataclass(frozen=True)

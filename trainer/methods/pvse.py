@@ -23,7 +23,7 @@ from trainer.methods.encoders import (
     masked_softmax,
 )
 from trainer.methods.functional import cosine_matrix, max_cosine_matrix
-from trainer.methods.interface import EncoderOutput, RetrievalModel, single_embedding
+from trainer.methods.interface import EncoderOutput, PairBatch, PairOutput, RetrievalModel, single_embedding
 
 
 class MultiHeadAttentionPool(nn.Module):
@@ -115,6 +115,15 @@ class VSEModel(RetrievalModel):
     def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
                     sentence: Tensor | None = None) -> EncoderOutput:
         return single_embedding(self.globals.encode_text(tokens, mask, sentence))
+
+    def forward(self, batch: PairBatch) -> PairOutput:
+        """The pairs, and (with ``pseudo_weight``) the un-annotated items and their pseudo captions as the
+        extras ``unlabelled_emb`` / ``pseudo_emb`` (B', 1, D), as A3VSE encodes them."""
+        out = super().forward(batch)
+        if self.config.pseudo_weight > 0 and batch.unlabelled_visual is not None and batch.pseudo_text is not None:
+            out.extras["unlabelled_emb"] = self.encode_visual(batch.unlabelled_visual).emb
+            out.extras["pseudo_emb"] = self.encode_caption(batch.pseudo_text).emb
+        return out
 
     def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
         """Cosine similarity."""
