@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.service_api import SearchServiceLike
 from app.widgets.plaintext import plain_label, plain_tooltip
 from app.widgets.results import read_image
+from app.widgets.viewer import read_scaled
 from app.workers import run_in_background
 from engine.types import Explanation, MediaKind, SearchHit
 
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 HEAD_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 MAX_FRAMES = 12
+QUERY_BOX = 512  # a query picture is drawn under its attention no larger than this
 _HEATMAP = pg.colormap.get("inferno")
 
 
@@ -525,6 +527,8 @@ def _load_explanation(service: SearchServiceLike, query: str | Path, hit: Search
         frames = [read_image(p) for p in service.preview_frames(hit.media_id, n)]
     query_image = None
     if isinstance(query, Path) and not ex.query_tokens and ex.query_attention.size:
-        candidate = QImage(str(query))
-        query_image = None if candidate.isNull() else candidate
+        try:  # HEIC / AVIF too, upright: the picture the engine looked at
+            query_image = read_scaled(query, QSize(QUERY_BOX, QUERY_BOX))
+        except OSError:
+            query_image = None
     return _Loaded(ex, image, frames, query_image)

@@ -20,16 +20,34 @@ FRAME_MS = 140  # a video's preview frames, as on hover in the grid
 
 
 def read_scaled(path: Path, box: QSize) -> QImage:
-    """Read an image no larger than ``box`` (decoding a 24-megapixel photo whole would be wasted memory)."""
+    """Read a picture upright and no larger than ``box`` (decoding a 24-megapixel photo whole would be wasted
+    memory). Qt reads what it can (EXIF orientation applied); what it cannot (HEIC, AVIF here) is decoded by
+    the engine the way indexing decodes it. Raises OSError with the reason. Safe on any thread."""
     reader = QImageReader(str(path))
     reader.setAutoTransform(True)
-    size = reader.size()
-    if size.isValid() and (size.width() > box.width() or size.height() > box.height()):
-        reader.setScaledSize(size.scaled(box, Qt.AspectRatioMode.KeepAspectRatio))
-    image = reader.read()
-    if image.isNull():
-        raise OSError(f"cannot read {path}: {reader.errorString()}")
-    return image
+    if reader.canRead():
+        size = reader.size()
+        if size.isValid() and (size.width() > box.width() or size.height() > box.height()):
+            reader.setScaledSize(size.scaled(box, Qt.AspectRatioMode.KeepAspectRatio))
+        image = reader.read()
+        if not image.isNull():
+            return image
+    return _read_with_engine(path, box)
+
+
+def _read_with_engine(path: Path, box: QSize) -> QImage:
+    from PIL import Image
+
+    from engine.media import MediaError, load_image
+
+    try:
+        picture = load_image(path, min_size=max(box.width(), box.height()))
+    except MediaError as exc:
+        raise OSError(str(exc)) from exc
+    picture.thumbnail((max(1, box.width()), max(1, box.height())), Image.Resampling.LANCZOS)
+    data = picture.convert("RGB").tobytes()
+    image = QImage(data, picture.width, picture.height, 3 * picture.width, QImage.Format.Format_RGB888)
+    return image.copy()  # the copy owns its pixels; ``data`` goes away with this frame
 
 
 class VideoReader(QThread):
