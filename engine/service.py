@@ -584,6 +584,20 @@ class SearchService:
 
         return snapshots.restore(self.catalog, Path(path))
 
+    def rename_model(self, name: str, new_name: str) -> None:
+        """Call a registered model ``new_name`` (its folder on disk keeps its name; its index moves along)."""
+        import shutil
+
+        new_name = " ".join(str(new_name).split())
+        if new_name in ("", ZERO_SHOT):
+            raise ValueError(f"{new_name!r} cannot be a model's name")
+        self.catalog.rename_model(name, new_name)
+        index = self.library_dir / "index"
+        if (index / name).exists():
+            shutil.rmtree(index / new_name, ignore_errors=True)  # left by nothing registered now
+            os.replace(index / name, index / new_name)
+        self._invalidate()
+
     def delete_model(self, name: str) -> None:
         """Forget a registered model (its vectors and index; the model directory itself is left alone)."""
         import shutil
