@@ -577,11 +577,38 @@ class MainWindow(QMainWindow):
         if self.models_dialog is None:
             self.models_dialog = ModelsDialog(self)
             self.models_dialog.activate_requested.connect(self.activate_model)
+            self.models_dialog.rename_requested.connect(self.rename_model)
+            self.models_dialog.delete_requested.connect(self.delete_model)
             self.models_dialog.reindex_requested.connect(self.library.reindex)
             self.models_dialog.train_requested.connect(self.open_training)
         self.models_dialog.set_models(self._models)
         self.models_dialog.show()
         return self.models_dialog
+
+    def rename_model(self, name: str, new_name: str) -> None:
+        self._change_models(f"Renamed {name} to {new_name}", f"Cannot rename {name}", "rename_model", name, new_name)
+
+    def delete_model(self, name: str) -> None:
+        self._change_models(f"Deleted the model {name}", f"Cannot delete {name}", "delete_model", name)
+
+    def _change_models(self, done_text: str, failed_text: str, method: str, *args: str) -> None:
+        """Call a service method that changes the registered models, then show the new list (and say so)."""
+        service = self.service
+        if service is None:
+            return
+
+        def say(text: str) -> None:
+            self._status(text)
+            if self.models_dialog is not None:
+                self.models_dialog.show_status(text)
+
+        def done(_: object) -> None:
+            say(done_text)
+            self.refresh_models()
+
+        run_in_background(getattr(service, method), *args, pool=self.pool, priority=9,
+                          on_result=while_alive(self, done),
+                          on_error=while_alive(self, lambda exc: say(f"{failed_text}: {exc}")))
 
     def open_shortcuts(self) -> ShortcutsDialog:
         """Help > Keyboard shortcuts (built from the menus' actions)."""
