@@ -240,9 +240,12 @@ def _link(source: Path, target: Path) -> None:
 # ------------------------------------------------------------------------------------------ evaluation
 
 
-def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str) -> dict[str, Any]:
+def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
+                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
-    K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models."""
+    K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
+    ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
+    :func:`engine.metrics.retrieval_report`)."""
     from engine.evaluate import ensure_features
     from engine.metrics import retrieval_report
     from engine.trained import TrainedSearch
@@ -252,7 +255,8 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
     record = service.catalog.model(model)
     trained = TrainedSearch.open(record, service.catalog, service.features, service.encoders, service.library_dir)
     paths_ = [item.path for item in view.items]
-    for _ in ensure_features(paths_, service.features, trained.encoders):  # the model's backbone's features
+    extra = [Path(p) for p in distractors]
+    for _ in ensure_features([*paths_, *extra], service.features, trained.encoders):  # the model's backbone's
         pass
     backbone = trained.encoders.backbone.id
     feats = [service.features.get(content_hash(p), backbone) for p in paths_]
@@ -261,20 +265,25 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
     captions = [(position[i], text) for i, text in view.captions if i in position]
     if not captions:
         raise RetrainError(f"{folder}: split {split or 'all'!r} has no captions of decodable media to evaluate on")
-    items = [trained.encode_media_features(_with_local(feats[i])) for i in keep]
     texts, _ = trained.encode_text([t for _, t in captions])
-    if trained.runner.probabilistic:
-        from engine.modelrunner import match_probability
 
-        m = trained.runner.manifest
-        mu = np.concatenate([e.mu for e in items])
-        log_sigma = np.concatenate([e.log_sigma for e in items])
-        scores = match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
-                                   m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
-    else:
+    def scores_of(records: list[FeatureRecord]) -> np.ndarray:
+        items = [trained.encode_media_features(_with_local(r)) for r in records]
+        if trained.runner.probabilistic:
+            from engine.modelrunner import match_probability
+
+            m = trained.runner.manifest
+            mu = np.concatenate([e.mu for e in items])
+            log_sigma = np.concatenate([e.log_sigma for e in items])
+            return match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
+                                     m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
         emb = np.concatenate([e.emb for e in items])
-        scores = np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
-    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]))
+        return np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
+
+    scores = scores_of([feats[i] for i in keep])
+    others = [f for f in (service.features.get(content_hash(p), backbone) for p in extra) if f is not None]
+    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
+                              distractors=scores_of(others).astype(np.float64) if others else None)
     report.update(model=model, method=trained.runner.method, split=split or "all",
                   n_failed=len(view.items) - len(keep))
     return report
@@ -618,18 +627,22 @@ def judge(service: SearchService, new_model: str, old_model: str | None, folder:
 
     out = Judgement(new_model, old_model)
 
-    def old(on: Path, on_split: str | None) -> dict[str, Any] | None:
+    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
         try:
-            return service.evaluate_on(on, on_split, old_model)
+            return service.evaluate_on(on, on_split, old_model, distractors)
         except (ModelLoadError, OSError, LookupError) as exc:  # a broken old model must not block its successor
             out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
             return None
 
-    if split is not None:
-        out.before = old(folder, split)
-        out.after = service.evaluate_on(folder, split, new_model)
     pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
               if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
+    if split is not None:
+        # each held-aside caption searches its item among the other held-aside items and the check set's
+        # un-annotated items, as a search runs in the library (a set of ten dog photos cannot show that a
+        # new word for the dog was learnt; the same photos among a library's others can)
+        distractors = [item.path for item in load_caption_folder(pseudo).items] if pseudo is not None else []
+        out.before = old(folder, split, distractors)
+        out.after = service.evaluate_on(folder, split, new_model, distractors)
     if pseudo is not None:
         out.pseudo_before = old(pseudo, None)
         if out.pseudo_before is not None:

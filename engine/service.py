@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -513,16 +513,18 @@ class SearchService:
         dest = Path(dest) if dest is not None else self.library_dir / "retrain" / "training-set"
         return build_training_set(self.catalog, dest, holdout, seed)
 
-    def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
+    def evaluate_on(self, folder: Path, split: str, model: str | None = None,
+                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
         """R@1/5/10 both ways and rsum (:func:`engine.metrics.retrieval_report`) of a registered model on one
-        split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking."""
+        split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
+        (trained models): more media each caption's item is ranked among."""
         if model in (None, ZERO_SHOT):
             from engine.evaluate import evaluate_zero_shot
 
             return evaluate_zero_shot(Path(folder), split, self.features, self.encoders)
         from engine.retrain import evaluate_trained
 
-        return evaluate_trained(self, Path(folder), split, model)
+        return evaluate_trained(self, Path(folder), split, model, distractors)
 
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0):

@@ -52,7 +52,12 @@ VARIANTS = {"warm-no-l2sp": ("--l2sp", "0"), "warm-lr2e-4": ("--lr", "2e-4"),
             "warm-b32-lr2e-4-no-l2sp": ("--batch-size", "32", "--lr", "2e-4", "--epochs", "20", "--patience", "20",
                                         "--l2sp", "0"),
             "warm-b32-lr1e-4-l2sp0.1": ("--batch-size", "32", "--lr", "1e-4", "--epochs", "20", "--patience", "20",
-                                        "--l2sp", "0.1")}
+                                        "--l2sp", "0.1"),
+            "warm-pseudo1": ("--set", "pseudo_weight=1.0"),
+            "warm-pseudo1-b32-lr1e-4": ("--set", "pseudo_weight=1.0", "--batch-size", "32", "--lr", "1e-4",
+                                        "--epochs", "20", "--patience", "20"),
+            "warm-pseudo0.5-b32-lr1e-4": ("--set", "pseudo_weight=0.5", "--batch-size", "32", "--lr", "1e-4",
+                                          "--epochs", "20", "--patience", "20")}
 WORD = "Biscuit"
 DOG = re.compile(r"\b[Dd]ogs?\b")
 
@@ -182,13 +187,13 @@ def vocabulary(args: argparse.Namespace, files: list[str], captions: dict[str, l
         captioned, held = dogs[:n], dogs[n:]
         remaining = [f for f in files if f not in set(captioned)]
         for state in ("before", "after"):
-            key = f"vocab-{n}-{state}"
+            key = f"vocab-{n}-{state}" + (f"-{args.vocab_variant}" if args.vocab_variant else "")
             if any(r.get("row") == key for r in results):
                 continue
-            lib = Library(f"vocab-{n}", images, files, starter=True)
+            lib = Library(f"vocab-{n}-{state}-{args.vocab_variant or 'default'}", images, files, starter=True)
             if state == "after":
                 lib.caption({f: random.Random(f"{SEED}:{f}").choice(renamed[f]) for f in captioned})
-                retrain = lib.retrain(warm=True)
+                retrain = lib.retrain(warm=True, extra=VARIANTS.get(args.vocab_variant, ()))
             else:
                 retrain = None
             trained = lib.service._active_trained()
@@ -253,6 +258,8 @@ def main() -> int:
     parser.add_argument("--vocabulary", action="store_true", help="also the user's-own-word case")
     parser.add_argument("--vocab-ns", type=int, nargs="+", default=[25, 50, 100])
     parser.add_argument("--only-vocabulary", action="store_true")
+    parser.add_argument("--vocab-variant", default=None, choices=list(VARIANTS),
+                        help="the warm-start recipe variant the vocabulary case retrains with")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "user-loop.json")
     args = parser.parse_args()
     if not (args.data / "splits.tsv").is_file():
