@@ -539,6 +539,8 @@ class MainWindow(QMainWindow):
             self.training_dialog.model_trained.connect(self._model_trained)
             self.training_dialog.model_registered.connect(self._model_registered)
             self.training_dialog.use_model_requested.connect(self.use_model)
+        elif not self.training_dialog.isVisible():
+            self.training_dialog.reset()  # a closed dialog opens clean, not on the last run's numbers
         self.training_dialog.show()
         self.training_dialog.raise_()
         return self.training_dialog

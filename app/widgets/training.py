@@ -66,6 +66,21 @@ from app.workers import run_in_background, while_alive
 log = logging.getLogger(__name__)
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
+# One line per method for the picker, in a user's words. trainer/methods/registry.py holds the technical
+# summaries, but importing it would load torch into the GUI; a test keeps both lists naming the same methods.
+METHOD_DESCRIPTIONS = {
+    "vse": "One vector per item and per sentence, hardest-negative triplet loss (VSE++): fast, a good default.",
+    "pvse": "Several vectors per item (PVSE): one photo or clip can match different sentences about different "
+            "parts of it.",
+    "pcme": "Each item is a probability cloud (PCME): matches come with a probability and an uncertainty, so the "
+            "p ≥ cutoff applies.",
+    "a3vse": "Attention over regions, learns from a few captions plus your un-captioned items (A3VSE): made for a "
+             "library's annotations.",
+    "twobranch-embed": "Two-branch embedding network: ranking loss both ways with neighbourhood constraints.",
+    "twobranch-sim": "Two-branch similarity network: a small network scores each sentence-item pair (logistic "
+                     "loss).",
+    "instance": "Dual-path network trained first to tell every item apart (instance loss), then to rank.",
+}
 DEVICES = ("auto", "cpu", "cuda")
 # After Cancel the trainer finishes its current step and writes a checkpoint. Niced (--low-priority) on a busy
 # machine, with the backbone being fine-tuned, that took well over the 3 s once allowed here, so it was
@@ -370,8 +385,39 @@ class TrainingDialog(QDialog):
         self.stop_wait_ms = STOP_WAIT_MS  # how long Cancel waits for the trainer's checkpoint before killing it
         self._kill_timer = QTimer(self, singleShot=True, interval=STOP_WAIT_MS)
         self._kill_timer.timeout.connect(self._kill)
+        self._data_folder = data_folder
         self._build(data_folder)
         self.set_service(service)
+        self._offer_interrupted_run()
+
+    def reset(self) -> None:
+        """Start clean, as a new dialog would: the last run's plots, numbers, log and result are gone, the data
+        is this library's annotations again; an unfinished run on disk is offered for Resume. Not while busy."""
+        if self.busy:
+            return
+        self._generation += 1
+        for attribute in ("model_dir", "resumable_dir", "training_set", "comparison", "final_metrics",
+                          "_last_request", "_error", "_process"):
+            setattr(self, attribute, None)
+        self.losses.clear()
+        self.rsums.clear()
+        self.loss_curve.setData([], [])
+        self.val_curve.setData([], [])
+        self._clear_phase_marker()
+        self.run_progress = RunProgress(epochs=1)
+        self.progress.setFormat("%p%")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        for widget in (self.result_box, self.data_summary, self.data_warning):
+            widget.hide()
+        self.log_view.clear()
+        self.data.setText(self._data_folder)
+        self.train_split.setText("train")
+        self.val_split.setText("dev")
+        self._set_state("idle", "Not started")
+        if self._service is not None:
+            self.set_source(SOURCE_LIBRARY)
+            self._source_changed()  # the method follows the active model again
         self._offer_interrupted_run()
 
     def _offer_interrupted_run(self) -> None:
@@ -401,6 +447,13 @@ class TrainingDialog(QDialog):
         self.source.currentIndexChanged.connect(self._source_changed)
         self.method = QComboBox()
         self.method.addItems(METHODS)
+        self.method_description = plain_label("", wrap=True)
+        self.method.currentTextChanged.connect(lambda name: self.method_description.setText(
+            METHOD_DESCRIPTIONS.get(name, "")))
+        self.method_description.setText(METHOD_DESCRIPTIONS[self.method.currentText()])
+        method_column = QVBoxLayout()
+        method_column.addWidget(self.method)
+        method_column.addWidget(self.method_description)
         self.data = QLineEdit(data_folder, placeholderText="A caption folder (images/ + captions.tsv)")
         self.browse_button = QPushButton("Browse…")
         self.browse_button.clicked.connect(self._browse)
@@ -433,7 +486,7 @@ class TrainingDialog(QDialog):
         self.device.addItems(DEVICES)
         form = QFormLayout()
         form.addRow("Train on", self.source)
-        form.addRow("Method", self.method)
+        form.addRow("Method", method_column)
         form.addRow("Data", data_row)
         form.addRow("Splits", split_row)
         form.addRow("Epochs", self.epochs)
@@ -521,11 +574,13 @@ class TrainingDialog(QDialog):
     # --- the library
     def set_service(self, service: SearchServiceLike | None) -> None:
         """The library a finished model is registered with (and whose annotations can be the data)."""
-        self._service = service
+        had_one, self._service = self._service is not None, service
         item = self.source.model().item(1)  # "This library's annotations" needs a library
         item.setEnabled(service is not None)
         if service is None and self.source_key() == SOURCE_LIBRARY:
             self.source.setCurrentIndex(0)
+        elif service is not None and not had_one and not self.busy:
+            self.set_source(SOURCE_LIBRARY)  # what a user trains on first: the captions written here
 
     def source_key(self) -> str:
         """``"folder"`` or ``"library"``."""

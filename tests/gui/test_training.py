@@ -3,15 +3,15 @@ the library's own annotations, and compares the new model with the active one (f
 
 from __future__ import annotations
 
-import app.widgets.training as training_module
-
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+import app.widgets.training as training_module
 from app.widgets.training import (
+    SOURCE_FOLDER,
     SOURCE_LIBRARY,
     JsonLines,
     RunProgress,
@@ -316,6 +316,7 @@ def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path,
     service.set_active_model("fake-pvse")
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "cf"), service=service)
     qtbot.addWidget(dlg)
+    dlg.set_source(SOURCE_FOLDER)  # with a library the dialog opens on its annotations
     dlg.epochs.setValue(1)
     with qtbot.waitSignal(dlg.comparison_ready, timeout=20000) as ready:
         dlg.start()
@@ -349,6 +350,7 @@ def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp
     from PySide6.QtCore import QThreadPool
 
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "data"), service=service)
+    dlg.set_source(SOURCE_FOLDER)
     dlg.epochs.setValue(1)
     with qtbot.waitSignal(dlg.model_trained, timeout=15000):
         dlg.start()
