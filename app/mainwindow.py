@@ -541,6 +541,8 @@ class MainWindow(QMainWindow):
             self.training_dialog.use_model_requested.connect(self.use_model)
         elif not self.training_dialog.isVisible():
             self.training_dialog.reset()  # a closed dialog opens clean, not on the last run's numbers
+        if not self.training_dialog.busy:
+            self.training_dialog.device.setCurrentText(self.settings.training_device)  # Preferences
         self.training_dialog.show()
         self.training_dialog.raise_()
         return self.training_dialog
@@ -621,8 +623,10 @@ class MainWindow(QMainWindow):
 
     def open_preferences(self) -> PreferencesDialog:
         """Edit > Preferences; OK applies the choices at once."""
-        dialog = PreferencesDialog(self.settings, self)
+        dialog = PreferencesDialog(self.settings, self, library=self.library if self.service else None,
+                                   models=self._models)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.model_chosen.connect(self.activate_model)
         dialog.accepted.connect(self.apply_preferences)
         dialog.show()
         return dialog
@@ -631,6 +635,10 @@ class MainWindow(QMainWindow):
         self.results_model.page_size = self.settings.page_size
         self.results.set_icon_size(self.settings.thumbnail_size)
         self.keep_grid_usable()
+        if self.search_bar.cutoff.value() != self.settings.cutoff_percent:
+            self.search_bar.cutoff.setValue(self.settings.cutoff_percent)  # searches again like the slider
+        if self.training_dialog is not None and not self.training_dialog.busy:
+            self.training_dialog.device.setCurrentText(self.settings.training_device)
 
     def _choose_example(self) -> None:
         chosen, _ = QFileDialog.getOpenFileName(self, "Search by an example file")

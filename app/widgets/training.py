@@ -60,6 +60,7 @@ from PySide6.QtWidgets import (
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.service_api import ZERO_SHOT, SearchServiceLike, active_model
+from app.settings import DEVICES
 from app.widgets.plaintext import plain_label, plain_tooltip
 from app.workers import run_in_background, while_alive
 
@@ -81,7 +82,6 @@ METHOD_DESCRIPTIONS = {
                      "loss).",
     "instance": "Dual-path network trained first to tell every item apart (instance loss), then to rank.",
 }
-DEVICES = ("auto", "cpu", "cuda")
 # After Cancel the trainer finishes its current step and writes a checkpoint. Niced (--low-priority) on a busy
 # machine, with the backbone being fine-tuned, that took well over the 3 s once allowed here, so it was
 # killed mid-save and the dialog said no checkpoint existed. A trainer silent this long is killed.
