@@ -47,8 +47,8 @@ def scripted_rsums(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> None
     import trainer.train as loop
 
     real, rsums = loop.quick_rsum, iter(values)
-    monkeypatch.setattr(loop, "quick_rsum", lambda model, pairs, device: {**real(model, pairs, device),
-                                                                          "rsum": next(rsums)})
+    monkeypatch.setattr(loop, "quick_rsum", lambda model, pairs, device, distractors=None: {
+        **real(model, pairs, device, distractors), "rsum": next(rsums)})
 
 
 def test_augment_is_seeded_and_crops_to_the_input_size():

@@ -220,7 +220,7 @@ def test_early_stopping_keeps_the_best_epoch(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
     rsums = iter([50.0, 80.0, 70.0, 60.0, 10.0])
 
-    def fake_validation(model, pairs, device):
+    def fake_validation(model, pairs, device, distractors=None):
         return {"i2t": {"r1": 0.0}, "t2i": {"r1": 0.0}, "rsum": next(rsums)}
 
     monkeypatch.setattr("trainer.train.quick_rsum", fake_validation)
