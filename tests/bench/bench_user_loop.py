@@ -154,7 +154,7 @@ def user_loop(args: argparse.Namespace, files: list[str], captions: dict[str, li
                 continue
             started = time.monotonic()
             warm = row.startswith("warm")
-            lib = Library(f"loop-{n}-{row}", images, files, starter=row == "starter" or warm)
+            lib = Library(f"loop-{n}-{row}-{args.tag}", images, files, starter=row == "starter" or warm)
             record: dict[str, Any] = {"n": n, "row": row}
             if (row == "scratch" or warm) and n > 0:
                 lib.caption({f: chosen[f] for f in order[:n]})
@@ -190,7 +190,7 @@ def vocabulary(args: argparse.Namespace, files: list[str], captions: dict[str, l
             key = f"vocab-{n}-{state}" + (f"-{args.vocab_variant}" if args.vocab_variant else "")
             if any(r.get("row") == key for r in results):
                 continue
-            lib = Library(f"vocab-{n}-{state}-{args.vocab_variant or 'default'}", images, files, starter=True)
+            lib = Library(f"vocab-{n}-{args.vocab_variant or 'default'}-{args.tag}", images, files, starter=True)
             if state == "after":
                 lib.caption({f: random.Random(f"{SEED}:{f}").choice(renamed[f]) for f in captioned})
                 retrain = lib.retrain(warm=True, extra=VARIANTS.get(args.vocab_variant, ()))
@@ -261,6 +261,8 @@ def main() -> int:
     parser.add_argument("--vocab-variant", default=None, choices=list(VARIANTS),
                         help="the warm-start recipe variant the vocabulary case retrains with")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "user-loop.json")
+    parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"),
+                        help="names this run's libraries (a retrain must start from a fresh library)")
     args = parser.parse_args()
     if not (args.data / "splits.tsv").is_file():
         print(f"{args.data}: no caption folder with splits (../shared/datasets/flickr8k is needed)")
