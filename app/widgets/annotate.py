@@ -220,8 +220,10 @@ class JudgePair(_ServiceCommand):
         self.panel.verdict_changed.emit(self.media_id, self.label, self.query)
 
     def undo(self) -> None:
-        super().undo()
-        self.panel.verdict_changed.emit(self.media_id, 0, self.query)
+        # the results take the item back once the pair is gone from the library, not before: restoring it
+        # re-reads its state, and a read racing the delete would find it still rejected and drop it again
+        self.panel.write(self._undo, self.media_id, f"Undone: {self.text()}",
+                         after=lambda: self.panel.verdict_changed.emit(self.media_id, 0, self.query))
 
 
 class AnnotationPanel(QWidget):
@@ -493,9 +495,10 @@ class AnnotationPanel(QWidget):
 
     # --- the write queue
     def write(self, action: Callable[[SearchServiceLike], None] | None, media_id: int,
-              done: str | None = None) -> None:
+              done: str | None = None, after: Callable[[], None] | None = None) -> None:
         """Queue ``action(service)`` (None: only re-read) and then a re-read of ``media_id``'s captions;
-        ``done`` is said (status line, ``saved``) once the write has reached the library."""
+        ``done`` is said (status line, ``saved``) and ``after()`` called (GUI thread) once the write has reached
+        the library."""
         service = self._service
         if service is None:
             return
@@ -509,15 +512,18 @@ class AnnotationPanel(QWidget):
         worker = Worker(job)
         wrote = action is not None
         worker.signals.returned.connect(
-            while_alive(self, lambda captions: self._written(media_id, captions, wrote, done)))
+            while_alive(self, lambda captions: self._written(media_id, captions, wrote, done, after)))
         worker.signals.errored.connect(while_alive(self, self._write_failed))
         worker.signals.finished.connect(while_alive(self, self._write_finished))
         worker.start(self._pool)
 
-    def _written(self, media_id: int, captions: list[Any], wrote: bool = False, done: str | None = None) -> None:
+    def _written(self, media_id: int, captions: list[Any], wrote: bool = False, done: str | None = None,
+                 after: Callable[[], None] | None = None) -> None:
         if done:
             self.status.setText(done)
             self.saved.emit(done)
+        if after is not None:
+            after()
         texts = tuple(c.text for c in captions)
         self.captions_changed.emit(media_id, texts)
         if wrote:  # annotated now: ticked off (kept, so "next suggestion" keeps its place)
