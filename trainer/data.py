@@ -1,8 +1,8 @@
 """Feature-backed training data: a caption folder's split becomes cached backbone and text features.
 
 Nothing here runs a network on pixels twice. Media features come from the shared feature store
-(:mod:`engine.featurestore`, keyed by content hash and backbone), filled on demand by
-:func:`engine.evaluate.ensure_features`; photos give ``global`` (C,) and ``local`` (R, C), GIFs and videos
+(:mod:`engine.features.featurestore`, keyed by content hash and backbone), filled on demand by
+:func:`engine.features.extract.ensure_features`; photos give ``global`` (C,) and ``local`` (R, C), GIFs and videos
 ``global`` and ``frames`` (T, C). Caption features come from the configured text encoder (MiniLM token
 vectors and sentence vector, or GloVe token vectors) and are cached per caption under
 ``engine.paths.cache_dir()/text`` (:class:`TextCache`), so a changed caption list (a sparse subset, one
@@ -10,7 +10,7 @@ caption added to a library before a retrain, another split) encodes only the cap
 
 The text cache is one SQLite file per encoder fingerprint (:func:`text_cache_path`: the encoder's name plus a
 hash of its weights' size and mtime, so GloVe and MiniLM, or a re-prepared MiniLM, never share rows), with the
-house settings of :class:`engine.catalog.SQLiteStore` (WAL, one transaction per write). Each caption is one row
+house settings of :class:`engine.sqlitestore.SQLiteStore` (WAL, one transaction per write). Each caption is one row
 keyed by the SHA-256 of its text (``UNIQUE``, so repeats never pile up): float16 token vectors (n, W) in
 ``tokens`` and the float32 MiniLM sentence vector in ``sentences``, a separate table so that a sentence-only
 model never pages in token blobs. New captions are written one encoding chunk per transaction, so a crash
@@ -18,7 +18,7 @@ mid-write loses at most that chunk and never leaves a half row. A file SQLite re
 truncated) or recorded for another encoder is set aside as ``<name>.corrupt`` and rebuilt; a row whose blob has
 the wrong size is re-encoded. Old whole-list ``*.npz`` files from earlier versions are ignored, not deleted.
 SQLite keeps no checksum of page contents, so a bit flipped inside a blob would go unnoticed (as in
-:mod:`engine.featurestore`).
+:mod:`engine.features.featurestore`).
 
 Features stay float16 in memory (a Flickr8k train split's local features are ~750 MB that way) and become
 float32 tensors one batch at a time (:meth:`VisualFeatures.batch`, :meth:`TextFeatures.batch`). Token
@@ -46,11 +46,12 @@ import torch
 from torch import Tensor
 
 from engine import paths
-from engine.backbone import require_assets
-from engine.captionfolder import CaptionFolder, Item, load_caption_folder
-from engine.catalog import CatalogError, SQLiteStore, content_hash
-from engine.featurestore import FeatureStore
+from engine.features.backbone import require_assets
+from engine.features.featurestore import FeatureStore
+from engine.files import content_hash
+from engine.library.captionfolder import CaptionFolder, Item, load_caption_folder
 from engine.progress import Progress
+from engine.sqlitestore import CatalogError, SQLiteStore
 from trainer.methods import ImageInput, RetrievalModel, TextInput, VideoInput
 from trainer.sparse import SparseConfig, sparse_split_folder
 
@@ -242,7 +243,7 @@ def _text_subset(t: TextFeatures, rows: np.ndarray) -> TextFeatures:
 class FeatureSource:
     """Where features come from: the shared feature store, the pretrained encoders and the text cache.
 
-    ``encoders`` is an :class:`engine.service.Encoders` (or a fake with the same attributes); it is only
+    ``encoders`` is an :class:`engine.features.encoders.Encoders` (or a fake with the same attributes); it is only
     touched when something is missing from the store or the cache.
     """
 
@@ -255,7 +256,7 @@ class FeatureSource:
     @classmethod
     def open(cls, assets: Path | None = None, progress: ProgressFn | None = None) -> FeatureSource:
         """The source under ``engine.paths.home()``: the feature store every library shares."""
-        from engine.service import Encoders
+        from engine.features.encoders import Encoders
 
         home = paths.home()
         home.mkdir(parents=True, exist_ok=True)
@@ -282,7 +283,7 @@ class FeatureSource:
         return features, kept
 
     def _ensure(self, files: list[Path], hashes: list[str]) -> None:
-        from engine.evaluate import ensure_features
+        from engine.features.extract import ensure_features
 
         if not self.store.missing(hashes, backbone_id(self.assets)):
             return  # do not open the backbone when everything is cached
@@ -317,8 +318,8 @@ class FeatureSource:
 
     def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
         """Local features the store dropped past its cap are recomputed, not stored (module docstring of
-        :mod:`engine.featurestore`)."""
-        from engine.extract import Extracted
+        :mod:`engine.features.featurestore`)."""
+        from engine.features.extract import Extracted
 
         results = self.encoders.extractor().extract([item.path for item in items])
         for position, item, result in zip(where, items, results, strict=True):
@@ -328,8 +329,8 @@ class FeatureSource:
 
     def pseudo_captions(self, items: Sequence[Item]) -> list[str]:
         """Regional-semantics pseudo captions (A3VSE §3.2) of items already in the store, rebuilt from their
-        stored top ImageNet classes (:func:`engine.regional.pseudo_caption_from_record`)."""
-        from engine.regional import pseudo_caption_from_record
+        stored top ImageNet classes (:func:`engine.features.regional.pseudo_caption_from_record`)."""
+        from engine.features.regional import pseudo_caption_from_record
 
         hashes = [content_hash(item.path) for item in items]
         records = self.store.get_many(hashes, backbone_id(self.assets), ("image_top_ids",))
@@ -373,7 +374,7 @@ class FeatureSource:
             if name == "minilm":
                 self._text_encoders[name] = self.encoders.minilm
             else:
-                from engine.text import GloveEncoder
+                from engine.features.text import GloveEncoder
 
                 self._text_encoders[name] = GloveEncoder(self.assets)
         return self._text_encoders[name]

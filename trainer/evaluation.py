@@ -2,7 +2,7 @@
 
 :func:`evaluate_pairs` encodes every item and caption of a :class:`~trainer.data.PairSet`, builds the
 (n_media, n_captions) similarity matrix and reports what ``polyseek evaluate --json`` prints: R@1/5/10,
-median / mean rank, nMR and rsum both ways (:func:`engine.metrics.retrieval_report`), R-Precision, the
+median / mean rank, nMR and rsum both ways (:func:`engine.loop.metrics.retrieval_report`), R-Precision, the
 five-fold 1K protocol when a split has 5K media, and for probabilistic models (PCME) the R@1 per
 uncertainty decile with its Spearman correlations.
 
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from engine.metrics import (
+from engine.loop.metrics import (
     five_fold_1k,
     r_precision,
     ranks_i2t,

@@ -14,7 +14,7 @@ what a fresh install has. Rows:
 - ``starter``: the shipped starter model, no retrain;
 - ``scratch``: zero-shot active, ``polyseek retrain --from-scratch`` (the method today's app used: a3vse with
   pseudo pairs of the un-annotated photos), the result activated as before (no gate): what a user got;
-- ``warm``: the starter active, ``polyseek retrain`` (the :class:`engine.retrain.Retrain` job with its defaults:
+- ``warm``: the starter active, ``polyseek retrain`` (the :class:`engine.loop.retrain.Retrain` job with its defaults:
   warm start from the active model, gated activation); the *active* model afterwards is measured, and the new
   version too when it was not activated.
 
@@ -61,7 +61,7 @@ def read_folder(data: Path, split: str) -> tuple[list[str], dict[str, list[str]]
 
 
 def eval_folder(dest: Path, images: Path, files: list[str], captions: dict[str, list[str]]) -> Path:
-    from engine.retrain import write_linked_folder
+    from engine.loop.trainingset import write_linked_folder
 
     entries = [(f, images / f) for f in files]
     texts = [(i, t) for i, f in enumerate(files) for t in captions[f]]
@@ -100,7 +100,7 @@ class Library:
             self.service.add_caption(self.by_file[f], text)
 
     def retrain(self, warm: bool, gate: bool = True) -> dict[str, Any]:
-        from engine.retrain import Retrain, RetrainOptions
+        from engine.loop.retrain import Retrain, RetrainOptions
 
         options = RetrainOptions(warm_start=warm) if warm else RetrainOptions(method="a3vse", warm_start=False)
         job = Retrain(self.service, options)

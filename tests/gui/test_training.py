@@ -3,14 +3,13 @@ the library's own annotations, and compares the new model with the active one (f
 
 from __future__ import annotations
 
-import app.widgets.training as training_module
-
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+import app.widgets.training as training_module
 from app.widgets.training import (
     SOURCE_LIBRARY,
     JsonLines,
@@ -306,7 +305,7 @@ def test_the_library_source_needs_a_service(qtbot, dialog: TrainingDialog, servi
 
 
 def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path, service: FakeService) -> None:
-    from engine.captionfolder import write_caption_folder
+    from engine.library.captionfolder import write_caption_folder
     from tests.gui.fakes import make_media_folder
 
     media = make_media_folder(tmp_path / "cf-media", n_images=6, n_gifs=0, video=False, broken=False)

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.catalog import (
+from engine.files import content_hash
+from engine.library.catalog import (
     _MIGRATIONS,
     LATEST_SCHEMA_VERSION,
     Catalog,
@@ -19,7 +20,6 @@ from engine.catalog import (
     JobState,
     MediaStatus,
     NotFound,
-    content_hash,
 )
 from engine.types import CaptionSource, MediaKind
 

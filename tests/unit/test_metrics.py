@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from engine import metrics
-from engine.metrics import (
+from engine.loop import metrics
+from engine.loop.metrics import (
     five_fold_1k,
     mean_rank,
     median_rank,

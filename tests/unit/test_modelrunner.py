@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.modelrunner import (
+from engine.search.modelrunner import (
     ModelInputError,
     ModelLoadError,
     ModelRunner,

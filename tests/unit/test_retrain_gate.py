@@ -9,17 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.metrics import retrieval_report
-from engine.retrain import (
-    PSEUDO_TOLERANCE,
-    Retrain,
-    RetrainOptions,
-    RetrainResult,
-    TrainingSet,
-    gate,
-    heldout_tolerance,
-    mean_r10,
-)
+from engine.loop.judge import PSEUDO_TOLERANCE, gate, heldout_tolerance, mean_r10
+from engine.loop.metrics import retrieval_report
+from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
+from engine.loop.trainingset import TrainingSet
 
 
 def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.featurestore import FeatureStore
-from engine.text import EncodedText
+from engine.features.featurestore import FeatureStore
+from engine.features.text import EncodedText
 from trainer import data
 from trainer.data import (
     CachedCaption,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from engine.onnx import open_session
+from engine.features.onnx import open_session
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1  # trainer.methods.export.MANIFEST_VERSION (the engine does not import the trainer)
@@ -231,10 +231,10 @@ class ModelRunner:
         return self.manifest.method
 
     def own_backbone(self, threads: int | None = None):
-        """The model's fine-tuned :class:`engine.backbone.Backbone`, or None when it reads the stock one."""
+        """The model's fine-tuned :class:`engine.features.backbone.Backbone`, or None when it reads the stock one."""
         if self.manifest.backbone is None:
             return None
-        from engine.backbone import Backbone
+        from engine.features.backbone import Backbone
 
         entry = self.manifest.backbone
         return Backbone(graph=_inside(self.folder, entry["file"]), meta=entry, threads=threads)
