@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.progress import CancelToken, Progress
+from engine.types import ZERO_SHOT as ZERO_SHOT  # the widgets import it from here
 from engine.types import Explanation, SearchHit
 
 # Model methods whose scores are match probabilities (PCME), so a p >= x cutoff means something.
 PROBABILISTIC_METHODS = frozenset({"pcme"})
-ZERO_SHOT = "zero-shot"
 ANNOTATION_FORMATS = {"folder": "caption folder", "coco": "COCO captions JSON"}
 
 

@@ -158,11 +158,13 @@ def _disk_full(error: BaseException | None) -> bool:
 
 
 def _is_zero_shot(argv: list[str]) -> bool:
+    from engine.types import ZERO_SHOT
+
     for i, arg in enumerate(argv):
         if arg == "--model" and i + 1 < len(argv):
-            return argv[i + 1] == "zero-shot"
+            return argv[i + 1] == ZERO_SHOT
         if arg.startswith("--model="):
-            return arg.split("=", 1)[1] == "zero-shot"
+            return arg.split("=", 1)[1] == ZERO_SHOT
     return False
 
 

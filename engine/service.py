@@ -27,14 +27,13 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
-from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
+from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaKind, SearchHit
 
 if TYPE_CHECKING:
     from engine.loop.trainingset import TrainingSet
 
 log = logging.getLogger(__name__)
 
-ZERO_SHOT = "zero-shot"
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 

@@ -1,10 +1,11 @@
-"""The catalog: one SQLite file per library that records media, annotations, models, vectors and jobs.
+"""The catalog: one SQLite file per library that records media, annotations, models and vectors.
 
 What it holds
     ``roots`` (folders the user added), ``media`` (one row per file, with its scan state), ``captions`` and
     ``pairs`` (the user's annotations and the pseudo ones), ``models`` (trained checkpoints, at most one
     active), ``embeddings`` (per model, per item, per head: one float32 vector) with ``embedding_extras``
-    (other per-item arrays of a model, e.g. PCME's sigma) and ``jobs`` (indexing and training runs).
+    (other per-item arrays of a model, e.g. PCME's sigma). Schema v1 also made a ``jobs`` table that no code
+    reads or writes; it stays so that the schema's history (and old catalogs) are left as they are.
 
 Durability
     WAL journal with ``synchronous=NORMAL``: a killed process never loses a committed transaction and never
@@ -71,16 +72,6 @@ class MediaStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"  # retried only when the file's size or mtime changes
     MISSING = "missing"  # file gone (or its drive offline) at the last scan; kept, with its annotations
-
-
-class JobState(StrEnum):
-    """Life cycle of a long job."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -161,21 +152,6 @@ class ModelRecord:
     created_at: float
     metrics: dict[str, Any]
     is_active: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """A long job's persisted state."""
-
-    id: int
-    kind: str
-    state: JobState
-    payload: dict[str, Any]
-    done: int
-    total: int
-    message: str
-    created_at: float
-    updated_at: float
 
 
 # ---------------------------------------------------------------------------------------------- plumbing
@@ -283,7 +259,6 @@ _MISSING_WITHOUT_COPY = (
     "AND p.status <> 'missing')"
 )
 _MODEL_SELECT = "SELECT id, name, method, path, created_at, metrics_json, is_active FROM models"
-_JOB_SELECT = "SELECT id, kind, state, payload_json, done, total, message, created_at, updated_at FROM jobs"
 
 
 def _media_record(row: tuple[Any, ...]) -> MediaRecord:
@@ -302,11 +277,6 @@ def _caption_record(row: tuple[Any, ...]) -> CaptionRecord:
 def _model_record(row: tuple[Any, ...]) -> ModelRecord:
     id_, name, method, path, created, metrics, active = row
     return ModelRecord(id_, name, method, Path(path), created, json.loads(metrics), bool(active))
-
-
-def _job_record(row: tuple[Any, ...]) -> JobRecord:
-    id_, kind, state, payload, done, total, message, created, updated = row
-    return JobRecord(id_, kind, JobState(state), json.loads(payload), done, total, message, created, updated)
 
 
 def _metrics_json(model: str, metrics: dict[str, Any] | None) -> str:
@@ -1025,57 +995,3 @@ class Catalog(SQLiteStore):
         )
         return {r[0] for r in rows}
 
-    # -- jobs ----------------------------------------------------------------------------------------------
-
-    def create_job(self, kind: str, payload: dict[str, Any] | None = None, total: int = 0) -> int:
-        """Record a queued job; returns its id."""
-        now = time.time()
-        with self.transaction(f"creating {kind} job") as conn:
-            cursor = conn.execute(
-                "INSERT INTO jobs (kind, state, payload_json, total, created_at, updated_at) "
-                "VALUES (?, 'queued', ?, ?, ?, ?)",
-                (kind, json.dumps(payload or {}), total, now, now),
-            )
-            return int(cursor.lastrowid or 0)
-
-    def update_job(
-        self,
-        job_id: int,
-        state: JobState | str | None = None,
-        done: int | None = None,
-        total: int | None = None,
-        message: str | None = None,
-    ) -> None:
-        """Update the fields given (None leaves a field as it is)."""
-        values = {
-            "state": None if state is None else JobState(state).value,
-            "done": done,
-            "total": total,
-            "message": message,
-        }
-        given = {k: v for k, v in values.items() if v is not None}
-        assignments = "".join(f"{column} = ?, " for column in given)
-        with self.transaction(f"updating job {job_id}") as conn:
-            cursor = conn.execute(
-                f"UPDATE jobs SET {assignments}updated_at = ? WHERE id = ?",
-                (*given.values(), time.time(), job_id),
-            )
-            if cursor.rowcount == 0:
-                raise NotFound(f"job {job_id} is not in {self.path}")
-
-    def job(self, job_id: int) -> JobRecord:
-        """A job by id; raises :class:`NotFound`."""
-        rows = self._read("reading job", f"{_JOB_SELECT} WHERE id = ?", (job_id,))
-        if not rows:
-            raise NotFound(f"job {job_id} is not in {self.path}")
-        return _job_record(rows[0])
-
-    def jobs(self, state: JobState | str | None = None) -> list[JobRecord]:
-        """Jobs (optionally in one state), newest first."""
-        if state is None:
-            rows = self._read("listing jobs", f"{_JOB_SELECT} ORDER BY id DESC")
-        else:
-            rows = self._read(
-                "listing jobs", f"{_JOB_SELECT} WHERE state = ? ORDER BY id DESC", (JobState(state).value,)
-            )
-        return [_job_record(r) for r in rows]

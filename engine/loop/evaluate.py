@@ -22,6 +22,7 @@ from engine.loop.errors import RetrainError
 from engine.loop.metrics import retrieval_report
 from engine.loop.service_api import LoopService
 from engine.search.zeroshot import ZeroShotIndex
+from engine.types import ZERO_SHOT
 
 
 def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, encoders,
@@ -53,13 +54,10 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     for j, text in enumerate(texts):
         scores[:, j] = index.score(sentences[j], words[[word_index[w] for w in content_words(text)]])
     report = retrieval_report(scores, np.array([m for m, _ in captions]))
-    report["model"] = "zero-shot"
+    report["model"] = ZERO_SHOT
     report["split"] = split or "all"
     report["n_failed"] = len(paths_) - len(keep)
     return report
-
-
-MATCH_SEED = 0  # PCME Monte-Carlo samples of the evaluation: the same numbers every run
 
 
 def evaluate_trained(service: LoopService, folder: Path, split: str | None, model: str) -> dict[str, Any]:
@@ -84,7 +82,7 @@ def evaluate_trained(service: LoopService, folder: Path, split: str | None, mode
     items = [trained.encode_media_features(_with_local(feats[i])) for i in keep]
     texts, _ = trained.encode_text([t for _, t in captions])
     if trained.runner.probabilistic:
-        from engine.search.modelrunner import match_probability
+        from engine.search.modelrunner import MATCH_SEED, match_probability
 
         m = trained.runner.manifest
         mu = np.concatenate([e.mu for e in items])

@@ -43,6 +43,7 @@ from engine.loop.judge import judge
 from engine.loop.service_api import LoopService
 from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet
 from engine.progress import Cancelled, CancelToken, Progress
+from engine.types import ZERO_SHOT
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class RetrainResult:
         ts = self.training_set
         return rounded({
             "event": "result", "model": self.model_name, "model_dir": str(self.model_dir) if self.model_dir else None,
-            "old_model": self.old_model or "zero-shot", "training_set": {
+            "old_model": self.old_model or ZERO_SHOT, "training_set": {
                 "folder": str(ts.folder), "train_split": ts.train_split, "val_split": ts.val_split,
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
@@ -120,7 +121,7 @@ class RetrainResult:
         shown = self.after or self.before
         assert shown is not None
         lines.append(f"held-aside annotations ({shown['n_media']} items, {shown['n_captions']} captions):")
-        for label, report, name in (("before", self.before, self.old_model or "zero-shot"),
+        for label, report, name in (("before", self.before, self.old_model or ZERO_SHOT),
                                     ("after ", self.after, self.model_name)):
             if report is None:
                 lines.append(f"  {label} not available ({name})")

@@ -22,7 +22,7 @@ import numpy as np
 from engine.features.featurestore import FeatureStore
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
-from engine.search.modelrunner import Encoded, ModelRunner, match_probability, uncertainty
+from engine.search.modelrunner import MATCH_SEED, Encoded, ModelRunner, match_probability, uncertainty
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
 from engine.types import Explanation, MediaKind
 
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 BATCH = 256
 RERANK_EXTRA = 50  # PCME: candidates beyond the page that are re-ranked by match probability
-MATCH_SEED = 0  # fixed Monte-Carlo samples: the same query ranks the same way every time
 
 
 @dataclass(frozen=True, slots=True)
