@@ -37,7 +37,7 @@ from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, show_message
-from app.widgets.results import ResultsModel, ResultsView, ThumbnailCache
+from app.widgets.results import RELEVANCE_ROLE, ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
@@ -133,6 +133,7 @@ class MainWindow(QMainWindow):
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
         self.results_model.page_loaded.connect(self._page_loaded)
+        self.results_model.rowsRemoved.connect(self._rows_changed)  # a rejected item left the results
         self.results_model.search_failed.connect(lambda msg: self._status(f"Search failed: {msg}"))
         self.annotate.next_requested.connect(self.results.select_next)
         self.annotate.previous_requested.connect(self.results.select_previous)
@@ -142,6 +143,7 @@ class MainWindow(QMainWindow):
         self.library.status_message.connect(self._status)
         self.library.indexing_finished.connect(self._indexing_finished)
         bar.edit.down_pressed.connect(self._focus_results)
+        self.results.up_from_top.connect(self.search_bar.edit.setFocus)
         for edit in (bar.edit, self.annotate.caption_edit):
             edit.leave_keys_to(self._window_claims)
         # Tab goes from the query to the results and on to the caption line (not to the model picker)
@@ -343,6 +345,10 @@ class MainWindow(QMainWindow):
             return
         self.search_bar.search_example(Path(hit.path))
 
+    def _rows_changed(self) -> None:
+        if not self.results_model.is_loading:
+            self.empty_label.setText(self._results_summary(self.results_model.rowCount()))
+
     def _results_summary(self, total: int) -> str:
         described = self.session.describe()
         more = "+" if self.results_model.canFetchMore() else ""
@@ -361,7 +367,9 @@ class MainWindow(QMainWindow):
         return f"No results {described}"
 
     def _show_hit(self, hit: SearchHit | None) -> None:
-        self.inspector.show_hit(self.session.query, hit)
+        index = self.results.currentIndex()
+        rank = index.data(RELEVANCE_ROLE) if hit is not None and index.isValid() else None
+        self.inspector.show_hit(self.session.query, hit, rank)
         self.annotate.set_item(self.session.query, hit)
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
             self.viewer.show_hit(hit)
@@ -531,6 +539,10 @@ class MainWindow(QMainWindow):
             self.training_dialog.model_trained.connect(self._model_trained)
             self.training_dialog.model_registered.connect(self._model_registered)
             self.training_dialog.use_model_requested.connect(self.use_model)
+        elif not self.training_dialog.isVisible():
+            self.training_dialog.reset()  # a closed dialog opens clean, not on the last run's numbers
+        if not self.training_dialog.busy:
+            self.training_dialog.device.setCurrentText(self.settings.training_device)  # Preferences
         self.training_dialog.show()
         self.training_dialog.raise_()
         return self.training_dialog
@@ -569,11 +581,38 @@ class MainWindow(QMainWindow):
         if self.models_dialog is None:
             self.models_dialog = ModelsDialog(self)
             self.models_dialog.activate_requested.connect(self.activate_model)
+            self.models_dialog.rename_requested.connect(self.rename_model)
+            self.models_dialog.delete_requested.connect(self.delete_model)
             self.models_dialog.reindex_requested.connect(self.library.reindex)
             self.models_dialog.train_requested.connect(self.open_training)
         self.models_dialog.set_models(self._models)
         self.models_dialog.show()
         return self.models_dialog
+
+    def rename_model(self, name: str, new_name: str) -> None:
+        self._change_models(f"Renamed {name} to {new_name}", f"Cannot rename {name}", "rename_model", name, new_name)
+
+    def delete_model(self, name: str) -> None:
+        self._change_models(f"Deleted the model {name}", f"Cannot delete {name}", "delete_model", name)
+
+    def _change_models(self, done_text: str, failed_text: str, method: str, *args: str) -> None:
+        """Call a service method that changes the registered models, then show the new list (and say so)."""
+        service = self.service
+        if service is None:
+            return
+
+        def say(text: str) -> None:
+            self._status(text)
+            if self.models_dialog is not None:
+                self.models_dialog.show_status(text)
+
+        def done(_: object) -> None:
+            say(done_text)
+            self.refresh_models()
+
+        run_in_background(getattr(service, method), *args, pool=self.pool, priority=9,
+                          on_result=while_alive(self, done),
+                          on_error=while_alive(self, lambda exc: say(f"{failed_text}: {exc}")))
 
     def open_shortcuts(self) -> ShortcutsDialog:
         """Help > Keyboard shortcuts (built from the menus' actions)."""
@@ -584,8 +623,10 @@ class MainWindow(QMainWindow):
 
     def open_preferences(self) -> PreferencesDialog:
         """Edit > Preferences; OK applies the choices at once."""
-        dialog = PreferencesDialog(self.settings, self)
+        dialog = PreferencesDialog(self.settings, self, library=self.library if self.service else None,
+                                   models=self._models)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.model_chosen.connect(self.activate_model)
         dialog.accepted.connect(self.apply_preferences)
         dialog.show()
         return dialog
@@ -594,6 +635,10 @@ class MainWindow(QMainWindow):
         self.results_model.page_size = self.settings.page_size
         self.results.set_icon_size(self.settings.thumbnail_size)
         self.keep_grid_usable()
+        if self.search_bar.cutoff.value() != self.settings.cutoff_percent:
+            self.search_bar.cutoff.setValue(self.settings.cutoff_percent)  # searches again like the slider
+        if self.training_dialog is not None and not self.training_dialog.busy:
+            self.training_dialog.device.setCurrentText(self.settings.training_device)
 
     def _choose_example(self) -> None:
         chosen, _ = QFileDialog.getOpenFileName(self, "Search by an example file")
@@ -663,6 +708,8 @@ class MainWindow(QMainWindow):
     def shutdown(self) -> None:
         """Stop background work and wait for it, so no worker outlives the widgets it reports to."""
         self.library.cancel_indexing()
+        if self.viewer is not None:
+            self.viewer.close()  # stops a playing video's decoding thread
         if self.training_dialog is not None:
             self.training_dialog.close()
         self.pool.clear()  # queued reads that never started are dropped; queued writes are not

@@ -18,6 +18,7 @@ from engine import paths
 
 SCHEMA_VERSION = 1
 MIN_THUMBNAIL, MAX_THUMBNAIL = 96, 320
+DEVICES = ("auto", "cpu", "cuda")  # the trainer's --device: auto takes the GPU when there is one
 FILE_NAME = "gui.ini"
 
 # _MIGRATIONS[v] takes a settings file from version v to v + 1.
@@ -130,6 +131,18 @@ class GuiSettings:
     @cutoff_percent.setter
     def cutoff_percent(self, value: int) -> None:
         self._qs.setValue("search/cutoff_percent", int(value))
+
+    @property
+    def training_device(self) -> str:
+        """Where the trainer runs (its ``--device``): ``auto``, ``cpu`` or ``cuda`` (Preferences)."""
+        value = self._str("training/device", "auto")
+        return value if value in DEVICES else "auto"
+
+    @training_device.setter
+    def training_device(self, value: str) -> None:
+        if value not in DEVICES:
+            raise ValueError(f"training device must be one of {DEVICES}, not {value!r}")
+        self._qs.setValue("training/device", value)
 
     @property
     def trainer_command(self) -> list[str]:

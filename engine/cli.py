@@ -365,8 +365,8 @@ def _retrain(args: argparse.Namespace) -> int:
              *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
              *(["--device", args.device] if args.device else [])]
     options = RetrainOptions(method=args.method, warm_start=not args.from_scratch,
-                             always_activate=args.always_activate, holdout=args.holdout, seed=args.holdout_seed, epochs=args.epochs,
-                             overrides=tuple(args.set), trainer_args=tuple(extra), name=args.name)
+                             always_activate=args.always_activate, holdout=args.holdout, seed=args.holdout_seed,
+                             epochs=args.epochs, overrides=tuple(args.set), trainer_args=tuple(extra), name=args.name)
     emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
     service = _open(args.library)
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -427,16 +427,18 @@ class SearchService:
         dest = Path(dest) if dest is not None else self.library_dir / "retrain" / "training-set"
         return build_training_set(self.catalog, dest, holdout, seed)
 
-    def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
-        """R@1/5/10 both ways and rsum (:func:`engine.loop.metrics.retrieval_report`) of a registered model on one
-        split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking."""
+    def evaluate_on(self, folder: Path, split: str, model: str | None = None,
+                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
+        """R@1/5/10 both ways and rsum (:func:`engine.loop.metrics.retrieval_report`) of a registered model on
+        one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
+        (trained models): more media each caption's item is ranked among."""
         if model in (None, ZERO_SHOT):
             from engine.loop.evaluate import evaluate_zero_shot
 
             return evaluate_zero_shot(Path(folder), split, self.features, self.encoders)
         from engine.loop.evaluate import evaluate_trained
 
-        return evaluate_trained(self, Path(folder), split, model)
+        return evaluate_trained(self, Path(folder), split, model, distractors)
 
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0):
@@ -497,6 +499,20 @@ class SearchService:
         from engine.library import snapshots
 
         return snapshots.restore(self.catalog, Path(path))
+
+    def rename_model(self, name: str, new_name: str) -> None:
+        """Call a registered model ``new_name`` (its folder on disk keeps its name; its index moves along)."""
+        import shutil
+
+        new_name = " ".join(str(new_name).split())
+        if new_name in ("", ZERO_SHOT):
+            raise ValueError(f"{new_name!r} cannot be a model's name")
+        self.catalog.rename_model(name, new_name)
+        index = self.library_dir / "index"
+        if (index / name).exists():
+            shutil.rmtree(index / new_name, ignore_errors=True)  # left by nothing registered now
+            os.replace(index / name, index / new_name)
+        self._invalidate()
 
     def delete_model(self, name: str) -> None:
         """Forget a registered model (its vectors and index; the model directory itself is left alone)."""

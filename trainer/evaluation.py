@@ -304,12 +304,24 @@ def _similarity_label(model: RetrievalModel, name: str) -> str:
     return {"pvse": "max-cosine", "twobranch-sim": "network"}.get(model.config.method, "cosine")
 
 
-def quick_rsum(model: RetrievalModel, pairs: PairSet, device: torch.device) -> dict:
+def quick_rsum(model: RetrievalModel, pairs: PairSet, device: torch.device,
+               distractors: PairSet | None = None) -> dict:
     """The retrieval report used for validation while training: the model's own similarity (PCME: the
-    cosine of the means, cheap and deterministic), no extras."""
+    cosine of the means, cheap and deterministic), no extras. ``distractors``: items each caption's item is
+    also ranked among (text-to-item only; :func:`engine.loop.metrics.retrieval_report`)."""
     encoded = encode_pairs(model, pairs, device)
-    scores = similarity_matrix(model, encoded, "mean" if model.probabilistic else "default")
-    return retrieval_report(scores, pairs.caption_item)
+    name = "mean" if model.probabilistic else "default"
+    scores = similarity_matrix(model, encoded, name)
+    others = None
+    if distractors is not None and distractors.n_items:
+        was_training = model.training
+        model.eval()
+        try:
+            visual = encode_items(model, distractors.visual, device)
+        finally:
+            model.train(was_training)
+        others = similarity_matrix(model, Encoded(visual, encoded.text), name)
+    return retrieval_report(scores, pairs.caption_item, distractors=others)
 
 
 # ------------------------------------------------------------------------------------------ re-ranking

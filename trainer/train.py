@@ -495,6 +495,7 @@ class Run:
     val_trunk: np.ndarray | None = None
     anchor: list[tuple[nn.Parameter, torch.Tensor]] = field(default_factory=list)  # warm start: L2-SP's w0
     l2sp: float = 0.0
+    distractors: PairSet | None = None  # warm start: un-annotated items the validation captions also search
 
     @property
     def checkpointed(self) -> nn.Module:
@@ -578,6 +579,8 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
 # L2-SP strength of a warm start (Li, Grandvalet & Davoine 2018: alpha/2 * ||w - w0||^2 on the weights the
 # starting model had), chosen on tests/bench/bench_user_loop.py (see docs/benchmarks.md).
 WARM_START_L2SP = 1.0
+# Validating a warm start: its few held-aside captions rank their items among this many un-annotated ones too.
+WARM_START_DISTRACTORS = 1000
 
 
 def _warm_start_config(options: TrainOptions) -> MethodConfig:
@@ -611,8 +614,12 @@ def _warm_start(run: Run, start: Path, fresh: bool) -> None:
     if run.l2sp < 0:
         raise TrainingError(f"--l2sp: must be 0 or more, got {run.l2sp}")
     run.state.options.update(init_from=str(start), l2sp=run.l2sp)
+    pseudo = run.data.pseudo
+    if pseudo is not None and pseudo.n_items:  # a few held-aside items searched among the library's others
+        chosen = np.random.default_rng(run.settings["seed"]).permutation(pseudo.n_items)[:WARM_START_DISTRACTORS]
+        run.distractors = pseudo.subset(np.sort(chosen))
     if fresh and run.dist.main:
-        report = quick_rsum(run.model, run.val_subset, run.device)
+        report = quick_rsum(run.model, run.val_subset, run.device, run.distractors)
         run.state.best_rsum, run.state.best_epoch = report["rsum"], 0
         save_best(Path(run.options.out), run.model, None)
         run.reporter.emit({"event": "epoch", "epoch": 0, "val": report, "best": True, "loss": {}, "lr": 0.0})
@@ -725,8 +732,11 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
     if world.active and not world.main:
         dist.barrier()
     try:
+        # un-annotated items with pseudo captions: A3VSE's D^u, VSE's pseudo pairs, a warm start's distractors
+        pseudo = options.pseudo_pairs and (config.method == "a3vse" or options.init_from is not None
+                                           or getattr(config, "pseudo_weight", 0) > 0)
         data = load_training_data(options.data, options.train_split, options.val_split, options.sparse, needs,
-                                  source, with_pseudo=options.pseudo_pairs and config.method == "a3vse")
+                                  source, with_pseudo=pseudo)
     finally:
         source.progress = user_progress
         if world.active and world.main:
@@ -903,7 +913,7 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
             assert cached is not None
             val = with_visual(val, backbone_features(run.backbone, cached, run.device,
                                                      from_trunk=run.val_trunk is not None))
-        report = quick_rsum(run.model, val, run.device)
+        report = quick_rsum(run.model, val, run.device, run.distractors)
         state.epoch += 1
         state.step = 0
         best = update_after_validation(run.recipe, state, report["rsum"], run.settings["patience"])

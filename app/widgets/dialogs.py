@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
+    QComboBox,
     QDialog,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
     QHeaderView,
+    QListWidget,
+    QPushButton,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -16,8 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings import MAX_THUMBNAIL, MIN_THUMBNAIL, GuiSettings
-from app.widgets.plaintext import plain_label
+from app.service_api import ZERO_SHOT
+from app.settings import DEVICES, MAX_THUMBNAIL, MIN_THUMBNAIL, GuiSettings
+from app.widgets.plaintext import plain_label, plain_tooltip
 
 # Keys that are not menu actions: they act where the focus is.
 CONTEXT_KEYS = (
@@ -74,30 +84,104 @@ class ShortcutsDialog(QDialog):
 
 
 class PreferencesDialog(QDialog):
-    """Edit > Preferences: results per page and thumbnail size (applied on OK, kept in the settings file)."""
+    """Edit > Preferences: the library's folders (added and removed at once, as in the side panel), the model
+    searches use, where training runs, the match-probability cutoff, results per page and thumbnail size (these
+    applied on OK and kept in the settings file; the model is the library's active one)."""
 
-    def __init__(self, settings: GuiSettings, parent: QWidget | None = None) -> None:
+    model_chosen = Signal(object)  # on OK, when the model changed: its name, or None for zero-shot
+
+    def __init__(self, settings: GuiSettings, parent: QWidget | None = None, *, library: Any = None,
+                 models: list[Any] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Preferences")
         self.settings = settings
+        self.library = library  # app.widgets.library.LibraryPanel: its add / remove are the folder actions
+        self.folders = QListWidget()
+        self.folders.setToolTip("The folders this library indexes")
+        self.add_folder_button = QPushButton("Add folder…")
+        self.remove_folder_button = QPushButton("Remove", enabled=False)
+        self.folders.currentRowChanged.connect(lambda row: self.remove_folder_button.setEnabled(row >= 0))
+        self.add_folder_button.clicked.connect(lambda: self.library.add_folder())
+        self.remove_folder_button.clicked.connect(self._remove_folder)
+        if library is not None:
+            library.roots_shown.connect(self.show_folders)
+            library.refresh()
+        else:
+            for widget in (self.folders, self.add_folder_button, self.remove_folder_button):
+                widget.setEnabled(False)
+        self.model = QComboBox()
+        self.model.setToolTip("The library's active model: searches rank with it")
+        self._initial_model: str | None = None
+        for model in models or []:
+            label = "zero-shot (untrained)" if model.name == ZERO_SHOT else f"{model.name}  [{model.method}]"
+            self.model.addItem(label, model.name)
+            if getattr(model, "active", getattr(model, "is_active", False)):
+                self._initial_model = model.name
+                self.model.setCurrentIndex(self.model.count() - 1)
+        self.model.setEnabled(self.model.count() > 0)
+        self.device = QComboBox()
+        for key, text in (("auto", "GPU when there is one, else CPU"), ("cpu", "CPU only"), ("cuda", "GPU (CUDA)")):
+            self.device.addItem(text, key)
+        self.device.setCurrentIndex(DEVICES.index(settings.training_device))
+        self.device.setToolTip("Where the trainer runs (its --device); searching always runs here, on the CPU")
+        self.cutoff = QDoubleSpinBox(minimum=0.0, maximum=0.99, singleStep=0.05, decimals=2, prefix="p ≥ ",
+                                     specialValueText="off", value=settings.cutoff_percent / 100)
+        self.cutoff.setToolTip("Hide results whose match probability is below this (models that give one, e.g. "
+                               "PCME); the slider right of the search box changes it too, and is remembered")
         self.page_size = QSpinBox(minimum=12, maximum=500, singleStep=12, value=settings.page_size)
         self.page_size.setToolTip("How many results one page asks for; more load as you scroll")
         self.thumbnail_size = QSpinBox(minimum=MIN_THUMBNAIL, maximum=MAX_THUMBNAIL, singleStep=16,
                                        value=settings.thumbnail_size, suffix=" px")
         self.thumbnail_size.setToolTip("The size of a result's picture in the grid")
+        self._layout()
+        self.setWindowModality(Qt.WindowModality.WindowModal)
+
+    def _layout(self) -> None:
+        folder_buttons = QVBoxLayout()
+        folder_buttons.addWidget(self.add_folder_button)
+        folder_buttons.addWidget(self.remove_folder_button)
+        folder_buttons.addStretch(1)
+        folders = QHBoxLayout()
+        folders.addWidget(self.folders, 1)
+        folders.addLayout(folder_buttons)
+        folder_box = QGroupBox("Library folders (added or removed at once)")
+        folder_box.setLayout(folders)
         form = QFormLayout()
+        form.addRow("Model searches use", self.model)
+        form.addRow("Train on", self.device)
+        form.addRow("Match-probability cutoff", self.cutoff)
         form.addRow("Results per page", self.page_size)
         form.addRow("Thumbnail size", self.thumbnail_size)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
+        layout.addWidget(folder_box, 1)
         layout.addLayout(form)
         layout.addWidget(buttons)
-        self.setWindowModality(Qt.WindowModality.WindowModal)
+        self.resize(560, 480)
+
+    def show_folders(self, roots: list[Path]) -> None:
+        self.folders.clear()
+        for root in roots:
+            self.folders.addItem(str(root))
+            self.folders.item(self.folders.count() - 1).setToolTip(plain_tooltip(str(root)))
+
+    def folder_names(self) -> list[str]:
+        return [self.folders.item(row).text() for row in range(self.folders.count())]
+
+    def _remove_folder(self) -> None:
+        item = self.folders.currentItem()
+        if item is not None and self.library is not None:
+            self.library.remove_folder(Path(item.text()), parent=self)
 
     def accept(self) -> None:
         self.settings.page_size = self.page_size.value()
         self.settings.thumbnail_size = self.thumbnail_size.value()
+        self.settings.training_device = str(self.device.currentData())
+        self.settings.cutoff_percent = round(self.cutoff.value() * 100)
         self.settings.sync()
+        chosen = self.model.currentData()
+        if chosen is not None and chosen != self._initial_model:
+            self.model_chosen.emit(None if chosen == ZERO_SHOT else str(chosen))
         super().accept()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -35,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.service_api import SearchServiceLike
 from app.widgets.plaintext import plain_label, plain_tooltip
 from app.widgets.results import read_image
+from app.widgets.viewer import read_scaled
 from app.workers import run_in_background
 from engine.types import Explanation, MediaKind, SearchHit
 
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 HEAD_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 MAX_FRAMES = 12
+QUERY_BOX = 512  # a query picture is drawn under its attention no larger than this
 _HEATMAP = pg.colormap.get("inferno")
 
 
@@ -263,6 +266,7 @@ class Inspector(QScrollArea):
         self._generation = 0
         self.query: str | Path | None = None
         self.hit: SearchHit | None = None
+        self.rank: Any = None  # the grid's Relevance of the hit
         self.explanation: Explanation | None = None
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # content follows the width
@@ -297,10 +301,13 @@ class Inspector(QScrollArea):
         self.ellipse_plot: pg.PlotWidget | None = None
         self.similarity_plot: pg.PlotWidget | None = None
 
-    def show_hit(self, query: str | Path | None, hit: SearchHit | None) -> None:
-        """Explain ``hit`` for ``query`` (None clears); the explanation is computed off the GUI thread."""
+    def show_hit(self, query: str | Path | None, hit: SearchHit | None, rank: Any = None) -> None:
+        """Explain ``hit`` for ``query`` (None clears); the explanation is computed off the GUI thread.
+
+        ``rank`` is the grid's :class:`app.widgets.results.Relevance` of the hit, said in words above the raw score.
+        """
         self._generation += 1
-        self.query, self.hit, self.explanation = query, hit, None
+        self.query, self.hit, self.explanation, self.rank = query, hit, None, rank
         self._reset()
         if hit is None or query is None or self._service is None:
             self.title.setText("Select a result to see why it matched." if query else
@@ -373,7 +380,12 @@ class Inspector(QScrollArea):
             layout.addWidget(_plain_label(f"Best head pair: query head {q} ↔ item head {i} "
                                           f"(similarity {float(ex.similarity[q, i]):.3f})"))
         if self.hit is not None:
-            layout.addWidget(_plain_label(f"Rank score {self.hit.score:.4f}"))
+            rank = self.rank
+            if rank is not None:
+                self.relevance_label = _plain_label(f"{rank.label} — {rank.explanation}")
+                layout.addWidget(self.relevance_label)
+            else:
+                layout.addWidget(_plain_label(f"Rank score {self.hit.score:.4f}"))
 
     def _add_preview(self, image: QImage) -> None:
         picture = QLabel()
@@ -515,6 +527,8 @@ def _load_explanation(service: SearchServiceLike, query: str | Path, hit: Search
         frames = [read_image(p) for p in service.preview_frames(hit.media_id, n)]
     query_image = None
     if isinstance(query, Path) and not ex.query_tokens and ex.query_attention.size:
-        candidate = QImage(str(query))
-        query_image = None if candidate.isNull() else candidate
+        try:  # HEIC / AVIF too, upright: the picture the engine looked at
+            query_image = read_scaled(query, QSize(QUERY_BOX, QUERY_BOX))
+        except OSError:
+            query_image = None
     return _Loaded(ex, image, frames, query_image)

@@ -54,6 +54,7 @@ class LibraryPanel(QWidget):
     indexing_started = Signal()
     indexing_finished = Signal(str)  # "done", "cancelled" or "failed"
     status_message = Signal(str)
+    roots_shown = Signal(list)  # the library's folders (Path), each time they are read
 
     def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -135,6 +136,7 @@ class LibraryPanel(QWidget):
 
     def _show_state(self, state: tuple[list[Path], dict[str, int], list[tuple[str, str]]]) -> None:
         roots, counts, failures = state
+        self.roots_shown.emit(list(roots))
         self.roots_list.clear()
         for root in roots:
             self.roots_list.addItem(str(root))
@@ -172,11 +174,16 @@ class LibraryPanel(QWidget):
 
     def _remove_selected(self) -> None:
         item = self.roots_list.currentItem()
-        if self._service is None or item is None:
+        if item is not None:
+            self.remove_folder(Path(item.text()))
+
+    def remove_folder(self, folder: Path, parent: QWidget | None = None) -> None:
+        """Stop indexing ``folder`` (asked first, over ``parent``); its items leave the library."""
+        if self._service is None:
             return
-        question = f"Stop indexing {item.text()}?\nIts items leave the library; the files are not touched."
-        if ask(self, "Remove folder", question):
-            self._service.remove_root(Path(item.text()))
+        question = f"Stop indexing {folder}?\nIts items leave the library; the files are not touched."
+        if ask(parent or self, "Remove folder", question):
+            self._service.remove_root(folder)
             self.refresh()
 
     # --- indexing

@@ -1,4 +1,5 @@
-"""The model manager: the library's registered models with their metrics; pick the active one."""
+"""The model manager: the library's registered models with their metrics; make one active, revert to the one
+before, rename or delete one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QHeaderView,
+    QInputDialog,
     QLabel,
+    QMessageBox,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -18,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT
-from app.widgets.plaintext import plain_tooltip
+from app.service_api import ZERO_SHOT, active_model
+from app.widgets.plaintext import plain_label, plain_tooltip
 
 _SHOWN_METRICS = ("rsum", "r1", "r5", "r10", "medr")
 
@@ -38,16 +41,34 @@ def metrics_text(metrics: dict[str, Any]) -> str:
     return " · ".join(parts) or "—"
 
 
+STARTER = "starter"  # engine.loop.starter.STARTER_NAME: offered again to a library without it, so it stays
+
+
+def revert_target(models: list[Any]) -> str | None:
+    """The model "Revert" activates: the one registered before the active model (a retrain's predecessor,
+    the starter before the first retrain), or zero-shot; None when zero-shot is already active."""
+    names = [m.name for m in models if m.name != ZERO_SHOT]
+    active = active_model(models)
+    if active is None or active.name == ZERO_SHOT:
+        return None
+    index = names.index(active.name) if active.name in names else 0
+    return names[index - 1] if index > 0 else ZERO_SHOT
+
+
 class ModelsDialog(QDialog):
-    """A table of ``service.models()``; "Make active" and "Re-index" are handed to the window."""
+    """A table of ``service.models()``; "Make active", "Revert", "Rename…", "Delete…" and "Re-index" are handed to
+    the window as requests (it calls the service off the GUI thread and sends the new list back)."""
 
     activate_requested = Signal(object)  # model name, or None for zero-shot
+    rename_requested = Signal(str, str)  # old name, new name
+    delete_requested = Signal(str)
     reindex_requested = Signal()
     train_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
+        self._models: list[Any] = []
         self.table = QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["Name", "Method", "Metrics", "Active"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -55,29 +76,48 @@ class ModelsDialog(QDialog):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().hide()
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.itemDoubleClicked.connect(lambda _item: self._activate())
         note = QLabel("After changing the active model, re-index so every item has its embeddings.")
         note.setWordWrap(True)
+        self.status = plain_label("", wrap=True)
         self.activate_button = QPushButton("Make active")
+        self.revert_button = QPushButton("Revert")
+        self.rename_button = QPushButton("Rename…")
+        self.delete_button = QPushButton("Delete…")
         self.reindex_button = QPushButton("Re-index library")
         self.train_button = QPushButton("Train…")
         close = QPushButton("Close")
         self.activate_button.clicked.connect(self._activate)
+        self.revert_button.clicked.connect(self._revert)
+        self.rename_button.clicked.connect(self._rename)
+        self.delete_button.clicked.connect(self._delete)
         self.reindex_button.clicked.connect(self.reindex_requested)
         self.train_button.clicked.connect(self.train_requested)
         close.clicked.connect(self.accept)
+        on_selection = QHBoxLayout()
+        for button in (self.activate_button, self.rename_button, self.delete_button):
+            on_selection.addWidget(button)
+        on_selection.addStretch(1)
+        on_selection.addWidget(self.revert_button)
         buttons = QHBoxLayout()
-        for button in (self.activate_button, self.reindex_button, self.train_button):
+        for button in (self.reindex_button, self.train_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         buttons.addWidget(close)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
+        layout.addLayout(on_selection)
         layout.addWidget(note)
+        layout.addWidget(self.status)
         layout.addLayout(buttons)
-        self.resize(640, 320)
+        self.resize(720, 360)
+        self._update_buttons()
 
     def set_models(self, models: list[Any]) -> None:
-        """Show ``models`` (``ModelInfo`` records)."""
+        """Show ``models`` (``ModelInfo`` records); the selected model stays selected."""
+        selected = self.selected_name()
+        self._models = list(models)
         self.table.setRowCount(len(models))
         for row, model in enumerate(models):
             active = getattr(model, "active", getattr(model, "is_active", False))
@@ -89,10 +129,77 @@ class ModelsDialog(QDialog):
                 if getattr(model, "path", None):
                     item.setToolTip(plain_tooltip(str(model.path)))
                 self.table.setItem(row, column, item)
+            if model.name == selected:
+                self.table.selectRow(row)
         self.table.resizeColumnsToContents()
+        self._update_buttons()
+
+    def selected_name(self) -> str | None:
+        item = self.table.item(self.table.currentRow(), 0) if self.table.selectedItems() else None
+        return None if item is None else str(item.data(Qt.ItemDataRole.UserRole))
+
+    def show_status(self, text: str) -> None:
+        """A line under the table: what the last rename / delete / switch did, or why it failed."""
+        self.status.setText(text)
+
+    def _update_buttons(self) -> None:
+        name = self.selected_name()
+        active = active_model(self._models)
+        is_active = active is not None and name == active.name
+        fixed = name in (ZERO_SHOT, STARTER)
+        self.activate_button.setEnabled(name is not None and not is_active)
+        self.rename_button.setEnabled(name is not None and not fixed)
+        self.delete_button.setEnabled(name is not None and not fixed and not is_active)
+        if name == ZERO_SHOT:
+            why = "Zero-shot ranking is built in: it cannot be renamed or deleted."
+        elif name == STARTER:
+            why = "The starter model ships with Polyseek and stays (switch to another model instead)."
+        elif is_active:
+            why = "This is the active model: make another one active (or Revert) before deleting it."
+        else:
+            why = ""
+        for button in (self.rename_button, self.delete_button):
+            button.setToolTip(why if not button.isEnabled() else "")
+        target = revert_target(self._models)
+        self.revert_button.setEnabled(target is not None)
+        self.revert_button.setText(f"Revert to {target}" if target is not None else "Revert")
+        self.revert_button.setToolTip("Make the model before the active one active again"
+                                      if target is not None else "Zero-shot ranking is active: nothing to revert")
 
     def _activate(self) -> None:
-        item = self.table.item(self.table.currentRow(), 0)
-        if item is not None:
-            name = item.data(Qt.ItemDataRole.UserRole)
+        name = self.selected_name()
+        if name is not None:
             self.activate_requested.emit(None if name == ZERO_SHOT else name)
+
+    def _revert(self) -> None:
+        target = revert_target(self._models)
+        if target is not None:
+            self.activate_requested.emit(None if target == ZERO_SHOT else target)
+
+    def _rename(self) -> None:
+        name = self.selected_name()
+        if name is None or name in (ZERO_SHOT, STARTER):
+            return
+        new_name, ok = QInputDialog.getText(self, "Rename model", f"New name for {name}:", text=name)
+        new_name = " ".join(new_name.split())
+        if not ok or not new_name or new_name == name:
+            return
+        taken = {m.name for m in self._models}
+        if new_name in taken:
+            self.show_status(f"A model named {new_name} exists already; choose another name.")
+            return
+        self.rename_requested.emit(name, new_name)
+
+    def _delete(self) -> None:
+        name = self.selected_name()
+        if name is None or not self.delete_button.isEnabled():
+            return
+        model = next(m for m in self._models if m.name == name)
+        folder = getattr(model, "path", None)
+        kept = f"\n\nIts folder on disk is kept: {folder}" if folder else ""
+        answer = QMessageBox.question(
+            self, "Delete model",
+            f"Delete the model {name} from this library, with its embeddings of your items?{kept}",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        if answer == QMessageBox.StandardButton.Yes:
+            self.delete_requested.emit(name)

@@ -37,6 +37,7 @@ from PySide6.QtGui import (
     QDesktopServices,
     QFont,
     QImage,
+    QKeyEvent,
     QPainter,
     QPalette,
     QPixmap,
@@ -44,7 +45,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QListView, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from app.service_api import SearchServiceLike
-from app.workers import Worker, run_in_background
+from app.workers import Worker, run_in_background, while_alive
 from engine.types import MediaKind, SearchHit
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,13 @@ BADGE_COLOURS = {"accepted": QColor(30, 140, 60, 220), "rejected": QColor(190, 4
                  "guess": QColor(120, 120, 120, 200)}
 
 
+def browse_line(state: Any) -> str:
+    """A browsed item's second line: whether a person captioned it (the model's guesses do not count)."""
+    if state is None:
+        return ""
+    return "captioned" if state.captioned else "not captioned yet"
+
+
 def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
     """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then its captions' origin."""
     badges = []
@@ -274,8 +282,8 @@ class ResultsModel(QAbstractListModel):
         self._loading = True
         run_in_background(
             fetch, offset, top, pool=self._pool, priority=10,
-            on_result=lambda hits: self._append(generation, hits),
-            on_error=lambda exc: self._failed(generation, exc),
+            on_result=while_alive(self, lambda hits: self._append(generation, hits)),
+            on_error=while_alive(self, lambda exc: self._failed(generation, exc)),
         )
 
     def _append(self, generation: int, hits: list[SearchHit]) -> None:
@@ -305,7 +313,7 @@ class ResultsModel(QAbstractListModel):
         if fetch is None or not media_ids:
             return
         run_in_background(fetch, list(media_ids), pool=self._pool, priority=4,
-                          on_result=lambda states: self._set_states(generation, states),
+                          on_result=while_alive(self, lambda states: self._set_states(generation, states)),
                           on_error=lambda exc: log.warning("annotation states: %s", exc))
 
     def _set_states(self, generation: int, states: dict[int, Any]) -> None:
@@ -447,7 +455,7 @@ class ResultDelegate(QStyledItemDelegate):
             self._paint_state(painter, icon_rect, state)
         role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
         text_colour = palette.color(role)
-        self._paint_text(painter, rect, icon_rect, hit, index.data(RELEVANCE_ROLE), text_colour)
+        self._paint_text(painter, rect, icon_rect, hit, index.data(RELEVANCE_ROLE), state, text_colour)
         painter.restore()
 
     @staticmethod
@@ -501,7 +509,7 @@ class ResultDelegate(QStyledItemDelegate):
 
     @staticmethod
     def _paint_text(painter: QPainter, rect: QRect, icon_rect: QRect, hit: SearchHit, rank: Relevance | None,
-                    colour: QColor) -> None:
+                    state: Any, colour: QColor) -> None:
         painter.setFont(QFont(painter.font().family()))
         metrics = painter.fontMetrics()
         line = metrics.height()
@@ -513,8 +521,7 @@ class ResultDelegate(QStyledItemDelegate):
         if rank is not None:
             second = "●" * rank.dots + "○" * (3 - rank.dots) + "  " + rank.label
         else:  # browsing: what the user wrote matters more than a score there is none of
-            n = len(hit.captions)
-            second = f"{n} caption{'s' if n != 1 else ''}" if n else "no caption yet"
+            second = browse_line(state)
         painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line), centred, second)
 
 
@@ -523,6 +530,7 @@ class ResultsView(QListView):
 
     current_hit_changed = Signal(object)  # SearchHit | None
     find_similar_requested = Signal(object)  # SearchHit
+    up_from_top = Signal()  # Up on the first row: back to the search box
     open_requested = Signal(object)  # SearchHit: show it large (the viewer)
 
     def __init__(self, model: ResultsModel, cache: ThumbnailCache, icon_size: int = 160,
@@ -569,6 +577,15 @@ class ResultsView(QListView):
         """The selected results in grid order."""
         rows = sorted(index.row() for index in self.selectionModel().selectedIndexes())
         return [self.results().hit(row) for row in rows]
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        current = self.currentIndex()
+        up = QListView.CursorAction.MoveUp
+        on_top = not current.isValid() or self.moveCursor(up, Qt.KeyboardModifier.NoModifier) == current
+        if event.key() == Qt.Key.Key_Up and not event.modifiers() and on_top:
+            self.up_from_top.emit()
+            return
+        super().keyPressEvent(event)
 
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         index = self.indexAt(event.pos())

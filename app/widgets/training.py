@@ -60,13 +60,28 @@ from PySide6.QtWidgets import (
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.service_api import ZERO_SHOT, SearchServiceLike, active_model
+from app.settings import DEVICES
 from app.widgets.plaintext import plain_label, plain_tooltip
 from app.workers import run_in_background, while_alive
 
 log = logging.getLogger(__name__)
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
-DEVICES = ("auto", "cpu", "cuda")
+# One line per method for the picker, in a user's words. trainer/methods/registry.py holds the technical
+# summaries, but importing it would load torch into the GUI; a test keeps both lists naming the same methods.
+METHOD_DESCRIPTIONS = {
+    "vse": "One vector per item and per sentence, hardest-negative triplet loss (VSE++): fast, a good default.",
+    "pvse": "Several vectors per item (PVSE): one photo or clip can match different sentences about different "
+            "parts of it.",
+    "pcme": "Each item is a probability cloud (PCME): matches come with a probability and an uncertainty, so the "
+            "p ≥ cutoff applies.",
+    "a3vse": "Attention over regions, learns from a few captions plus your un-captioned items (A3VSE): made for a "
+             "library's annotations.",
+    "twobranch-embed": "Two-branch embedding network: ranking loss both ways with neighbourhood constraints.",
+    "twobranch-sim": "Two-branch similarity network: a small network scores each sentence-item pair (logistic "
+                     "loss).",
+    "instance": "Dual-path network trained first to tell every item apart (instance loss), then to rank.",
+}
 # After Cancel the trainer finishes its current step and writes a checkpoint. Niced (--low-priority) on a busy
 # machine, with the backbone being fine-tuned, that took well over the 3 s once allowed here, so it was
 # killed mid-save and the dialog said no checkpoint existed. A trainer silent this long is killed.
@@ -89,6 +104,8 @@ class SavedCheckpoint:
     folder: Path
     epochs_done: int
     step: int
+    method: str = ""
+    options: dict[str, Any] | None = None  # the run's trainer options (data, splits, epochs)
 
     def describe(self) -> str:
         where = f"epoch {self.epochs_done}" + (f", step {self.step} of the next" if self.step else "")
@@ -114,7 +131,24 @@ def saved_checkpoint(folder: Path | None) -> SavedCheckpoint | None:
         return None
     if not all(isinstance(name, str) and (Path(folder) / name).is_file() for name in files.values()):
         return None
-    return SavedCheckpoint(Path(folder), int(state.get("epoch", 0)), int(state.get("step", 0)))
+    options = state.get("options")
+    return SavedCheckpoint(Path(folder), int(state.get("epoch", 0)), int(state.get("step", 0)),
+                           str(state.get("method", "")), options if isinstance(options, dict) else None)
+
+
+def find_interrupted_run(models_dir: Path) -> SavedCheckpoint | None:
+    """The most recently checkpointed run under ``models_dir`` that did not finish (it can be resumed after
+    the app was closed or crashed), if its options say what it trained on."""
+    try:
+        states = sorted(Path(models_dir).glob(f"*/{TRAINER_STATE_FILE}"), key=lambda p: p.stat().st_mtime,
+                        reverse=True)
+    except OSError:
+        return None
+    for state in states:
+        saved = saved_checkpoint(state.parent)
+        if saved is not None and saved.method and saved.options and saved.options.get("data"):
+            return saved
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,8 +385,59 @@ class TrainingDialog(QDialog):
         self.stop_wait_ms = STOP_WAIT_MS  # how long Cancel waits for the trainer's checkpoint before killing it
         self._kill_timer = QTimer(self, singleShot=True, interval=STOP_WAIT_MS)
         self._kill_timer.timeout.connect(self._kill)
+        self._data_folder = data_folder
         self._build(data_folder)
         self.set_service(service)
+        self._offer_interrupted_run()
+
+    def reset(self) -> None:
+        """Start clean, as a new dialog would: the last run's plots, numbers, log and result are gone, the data
+        is this library's annotations again; an unfinished run on disk is offered for Resume. Not while busy."""
+        if self.busy:
+            return
+        self._generation += 1
+        for attribute in ("model_dir", "resumable_dir", "training_set", "comparison", "final_metrics",
+                          "_last_request", "_error", "_process"):
+            setattr(self, attribute, None)
+        self.losses.clear()
+        self.rsums.clear()
+        self.loss_curve.setData([], [])
+        self.val_curve.setData([], [])
+        self._clear_phase_marker()
+        self.run_progress = RunProgress(epochs=1)
+        self.progress.setFormat("%p%")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        for widget in (self.result_box, self.data_summary, self.data_warning):
+            widget.hide()
+        self.log_view.clear()
+        self.data.setText(self._data_folder)
+        self.train_split.setText("train")
+        self.val_split.setText("dev")
+        self._set_state("idle", "Not started")
+        if self._service is not None:
+            self.set_source(SOURCE_LIBRARY)
+            self._source_changed()  # the method follows the active model again
+        self._offer_interrupted_run()
+
+    def _offer_interrupted_run(self) -> None:
+        """A run that was stopped before it finished (Cancel, the app closed, a crash) left its checkpoint on
+        disk: offer to resume it, as after a Cancel in this session."""
+        saved = find_interrupted_run(self.models_dir)
+        if saved is None or saved.options is None:
+            return
+        options = saved.options
+        self._last_request = TrainingRequest(
+            saved.method, Path(str(options["data"])), saved.folder, int(options.get("epochs") or self.epochs.value()),
+            self.device.currentText(), str(options.get("train_split") or "train"),
+            str(options.get("val_split") or "dev"), extra=tuple(self.extra_args))
+        self.resumable_dir = str(saved.folder)
+        self.epochs.setValue(self._last_request.epochs)
+        self.data.setText(str(self._last_request.data))
+        if self.method.findText(saved.method) >= 0:
+            self.method.setCurrentText(saved.method)
+        self._set_state("cancelled", f"An unfinished {saved.method} run: {saved.describe()}; Resume continues it, "
+                                     "Start begins a new one.")
 
     # --- layout
     def _build(self, data_folder: str) -> None:
@@ -362,6 +447,13 @@ class TrainingDialog(QDialog):
         self.source.currentIndexChanged.connect(self._source_changed)
         self.method = QComboBox()
         self.method.addItems(METHODS)
+        self.method_description = plain_label("", wrap=True)
+        self.method.currentTextChanged.connect(lambda name: self.method_description.setText(
+            METHOD_DESCRIPTIONS.get(name, "")))
+        self.method_description.setText(METHOD_DESCRIPTIONS[self.method.currentText()])
+        method_column = QVBoxLayout()
+        method_column.addWidget(self.method)
+        method_column.addWidget(self.method_description)
         self.data = QLineEdit(data_folder, placeholderText="A caption folder (images/ + captions.tsv)")
         self.browse_button = QPushButton("Browse…")
         self.browse_button.clicked.connect(self._browse)
@@ -394,7 +486,7 @@ class TrainingDialog(QDialog):
         self.device.addItems(DEVICES)
         form = QFormLayout()
         form.addRow("Train on", self.source)
-        form.addRow("Method", self.method)
+        form.addRow("Method", method_column)
         form.addRow("Data", data_row)
         form.addRow("Splits", split_row)
         form.addRow("Epochs", self.epochs)
@@ -482,11 +574,13 @@ class TrainingDialog(QDialog):
     # --- the library
     def set_service(self, service: SearchServiceLike | None) -> None:
         """The library a finished model is registered with (and whose annotations can be the data)."""
-        self._service = service
+        had_one, self._service = self._service is not None, service
         item = self.source.model().item(1)  # "This library's annotations" needs a library
         item.setEnabled(service is not None)
         if service is None and self.source_key() == SOURCE_LIBRARY:
             self.source.setCurrentIndex(0)
+        elif service is not None and not had_one and not self.busy:
+            self.set_source(SOURCE_LIBRARY)  # what a user trains on first: the captions written here
 
     def source_key(self) -> str:
         """``"folder"`` or ``"library"``."""

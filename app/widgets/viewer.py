@@ -1,13 +1,14 @@
 """The viewer: one result large. Photos are read scaled to the window off the GUI thread, GIFs play (QMovie),
-videos play their preview frames; Left / Right step through the results, Alt+A / Alt+R judge, Escape closes,
-"Show in folder" opens the file manager there."""
+videos play (decoded by OpenCV on a thread of their own, one frame at a time; their preview frames when OpenCV
+cannot read them); Left / Right step through the results, Alt+A / Alt+R judge, Escape closes, "Show in folder"
+opens the file manager there."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QThreadPool, QTimer, Signal
-from PySide6.QtGui import QAction, QImage, QImageReader, QKeySequence, QMovie, QPixmap, QResizeEvent
+from PySide6.QtCore import QSize, Qt, QThread, QThreadPool, QTimer, Signal
+from PySide6.QtGui import QAction, QHideEvent, QImage, QImageReader, QKeySequence, QMovie, QPixmap, QResizeEvent
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from app.widgets.plaintext import plain_label
@@ -19,16 +20,80 @@ FRAME_MS = 140  # a video's preview frames, as on hover in the grid
 
 
 def read_scaled(path: Path, box: QSize) -> QImage:
-    """Read an image no larger than ``box`` (decoding a 24-megapixel photo whole would be wasted memory)."""
+    """Read a picture upright and no larger than ``box`` (decoding a 24-megapixel photo whole would be wasted
+    memory). Qt reads what it can (EXIF orientation applied); what it cannot (HEIC, AVIF here) is decoded by
+    the engine the way indexing decodes it. Raises OSError with the reason. Safe on any thread."""
     reader = QImageReader(str(path))
     reader.setAutoTransform(True)
-    size = reader.size()
-    if size.isValid() and (size.width() > box.width() or size.height() > box.height()):
-        reader.setScaledSize(size.scaled(box, Qt.AspectRatioMode.KeepAspectRatio))
-    image = reader.read()
-    if image.isNull():
-        raise OSError(f"cannot read {path}: {reader.errorString()}")
-    return image
+    if reader.canRead():
+        size = reader.size()
+        if size.isValid() and (size.width() > box.width() or size.height() > box.height()):
+            reader.setScaledSize(size.scaled(box, Qt.AspectRatioMode.KeepAspectRatio))
+        image = reader.read()
+        if not image.isNull():
+            return image
+    return _read_with_engine(path, box)
+
+
+def _read_with_engine(path: Path, box: QSize) -> QImage:
+    from PIL import Image
+
+    from engine.media import MediaError, load_image
+
+    try:
+        picture = load_image(path, min_size=max(box.width(), box.height()))
+    except MediaError as exc:
+        raise OSError(str(exc)) from exc
+    picture.thumbnail((max(1, box.width()), max(1, box.height())), Image.Resampling.LANCZOS)
+    data = picture.convert("RGB").tobytes()
+    image = QImage(data, picture.width, picture.height, 3 * picture.width, QImage.Format.Format_RGB888)
+    return image.copy()  # the copy owns its pixels; ``data`` goes away with this frame
+
+
+class VideoReader(QThread):
+    """Plays a video file: decodes it frame by frame at its own pace, scaled to ``box``, and loops."""
+
+    frame_ready = Signal(QImage)
+    failed = Signal()  # OpenCV cannot read it
+
+    def __init__(self, path: Path, box: QSize, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path, self.box = path, box
+
+    def run(self) -> None:
+        import cv2  # the headless build; only a viewer playing a video needs it
+
+        capture = cv2.VideoCapture(str(self.path))
+        if not capture.isOpened():
+            self.failed.emit()
+            return
+        fps = capture.get(cv2.CAP_PROP_FPS)
+        pause_ms = int(1000 / fps) if 1 <= fps <= 120 else 40
+        shown = 0
+        try:
+            while not self.isInterruptionRequested():
+                ok, frame = capture.read()
+                if not ok:
+                    if shown == 0:
+                        self.failed.emit()
+                        return
+                    capture.set(cv2.CAP_PROP_POS_FRAMES, 0)  # loop, like a GIF
+                    continue
+                height, width = frame.shape[:2]
+                scale = min(self.box.width() / width, self.box.height() / height, 1.0)
+                if scale < 1.0:
+                    frame = cv2.resize(frame, (max(1, int(width * scale)), max(1, int(height * scale))),
+                                       interpolation=cv2.INTER_AREA)
+                rgb = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+                image = QImage(rgb.data, rgb.shape[1], rgb.shape[0], rgb.strides[0], QImage.Format.Format_RGB888)
+                self.frame_ready.emit(image.copy())  # the copy owns its pixels; rgb is reused
+                shown += 1
+                for _ in range(max(1, pause_ms // 10)):  # short naps: stopping never waits a whole frame
+                    if self.isInterruptionRequested():
+                        break
+                    self.msleep(10)
+        finally:
+            capture.release()
 
 
 class Viewer(QDialog):
@@ -44,6 +109,7 @@ class Viewer(QDialog):
         self.hit: SearchHit | None = None
         self._generation = 0
         self._movie: QMovie | None = None
+        self._video: VideoReader | None = None
         self._frames: list[QPixmap] = []
         self._frame = 0
         self._timer = QTimer(self, interval=FRAME_MS)
@@ -97,7 +163,7 @@ class Viewer(QDialog):
         if hit.kind is MediaKind.ANIMATION:
             self._play_movie(Path(hit.path))
         elif hit.kind is MediaKind.VIDEO:
-            self._play_frames(hit.media_id)
+            self._play_video(Path(hit.path), hit.media_id)
         else:
             self._load_still(Path(hit.path))
 
@@ -124,13 +190,31 @@ class Viewer(QDialog):
         self._movie = movie
         movie.start()
 
+    def _play_video(self, path: Path, media_id: int) -> None:
+        generation = self._generation
+        video = VideoReader(path, self.picture.size(), self)
+        video.frame_ready.connect(lambda image: self._video_frame(generation, image))
+        video.failed.connect(lambda: self._play_frames(media_id) if generation == self._generation else None)
+        self._video = video
+        video.start()
+
+    def _video_frame(self, generation: int, image: QImage) -> None:
+        if generation == self._generation:
+            self._set_pixmap(QPixmap.fromImage(image))
+
+    @property
+    def playing_video(self) -> bool:
+        """Whether a video is being decoded and shown (not its preview frames)."""
+        return self._video is not None and self._video.isRunning()
+
     def _play_frames(self, media_id: int) -> None:
         frames = self._cache.frames(media_id)
         if frames is not None:
             self._frames_arrived(media_id)
 
     def _frames_arrived(self, media_id: int) -> None:
-        if self.hit is None or self.hit.media_id != media_id or self.hit.kind is not MediaKind.VIDEO:
+        if (self.hit is None or self.hit.media_id != media_id or self.hit.kind is not MediaKind.VIDEO
+                or self.playing_video or not self.isVisible()):
             return
         self._frames, self._frame = list(self._cache.frames(media_id) or []), 0
         if not self._frames:
@@ -159,6 +243,11 @@ class Viewer(QDialog):
         self._timer.stop()
         self._frames = []
         self._pixmap = None
+        if self._video is not None:
+            self._video.requestInterruption()
+            self._video.wait()  # a frame's decoding at most
+            self._video.deleteLater()
+            self._video = None
         if self._movie is not None:
             self._movie.stop()
             self._movie.deleteLater()
@@ -168,6 +257,6 @@ class Viewer(QDialog):
         if self.hit is not None:
             show_in_folder(Path(self.hit.path))
 
-    def closeEvent(self, event: object) -> None:
-        self._stop()
-        super().closeEvent(event)  # type: ignore[arg-type]
+    def hideEvent(self, event: QHideEvent) -> None:
+        self._stop()  # Escape, Close or the window going away: nothing plays unseen
+        super().hideEvent(event)

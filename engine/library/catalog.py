@@ -843,6 +843,14 @@ class Catalog(SQLiteStore):
                 if conn.execute("UPDATE models SET is_active = 1 WHERE name = ?", (name,)).rowcount == 0:
                     raise NotFound(f"model {name!r} is not registered in {self.path}")
 
+    def rename_model(self, name: str, new_name: str) -> None:
+        """Register model ``name`` as ``new_name`` (its embeddings and active state stay with it)."""
+        with self.transaction(f"renaming model {name!r}") as conn:
+            if conn.execute("SELECT 1 FROM models WHERE name = ?", (new_name,)).fetchone():
+                raise CatalogError(f"a model named {new_name!r} is already registered in {self.path}")
+            if conn.execute("UPDATE models SET name = ? WHERE name = ?", (new_name, name)).rowcount == 0:
+                raise NotFound(f"model {name!r} is not registered in {self.path}")
+
     def delete_model(self, name: str) -> None:
         """Unregister a model and delete its embeddings (the checkpoint file is the caller's to remove)."""
         with self.transaction(f"deleting model {name!r}") as conn:

@@ -8,6 +8,7 @@ second evaluation of the same folder never runs the backbone again.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,12 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     return report
 
 
-def evaluate_trained(service: LoopService, folder: Path, split: str | None, model: str) -> dict[str, Any]:
+def evaluate_trained(service: LoopService, folder: Path, split: str | None, model: str,
+                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
-    K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models."""
+    K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
+    ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
+    :func:`engine.loop.metrics.retrieval_report`)."""
     from engine.search.trained import TrainedSearch
     from engine.search.vectorindex import kxk_scores
 
@@ -70,7 +74,8 @@ def evaluate_trained(service: LoopService, folder: Path, split: str | None, mode
     record = service.catalog.model(model)
     trained = TrainedSearch.open(record, service.catalog, service.features, service.encoders, service.library_dir)
     paths_ = [item.path for item in view.items]
-    for _ in ensure_features(paths_, service.features, trained.encoders):  # the model's backbone's features
+    extra = [Path(p) for p in distractors]
+    for _ in ensure_features([*paths_, *extra], service.features, trained.encoders):  # the model's backbone's
         pass
     backbone = trained.encoders.backbone.id
     feats = [service.features.get(content_hash(p), backbone) for p in paths_]
@@ -79,20 +84,25 @@ def evaluate_trained(service: LoopService, folder: Path, split: str | None, mode
     captions = [(position[i], text) for i, text in view.captions if i in position]
     if not captions:
         raise RetrainError(f"{folder}: split {split or 'all'!r} has no captions of decodable media to evaluate on")
-    items = [trained.encode_media_features(_with_local(feats[i])) for i in keep]
     texts, _ = trained.encode_text([t for _, t in captions])
-    if trained.runner.probabilistic:
-        from engine.search.modelrunner import MATCH_SEED, match_probability
 
-        m = trained.runner.manifest
-        mu = np.concatenate([e.mu for e in items])
-        log_sigma = np.concatenate([e.log_sigma for e in items])
-        scores = match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
-                                   m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
-    else:
+    def scores_of(records: list[FeatureRecord]) -> np.ndarray:
+        items = [trained.encode_media_features(_with_local(r)) for r in records]
+        if trained.runner.probabilistic:
+            from engine.search.modelrunner import MATCH_SEED, match_probability
+
+            m = trained.runner.manifest
+            mu = np.concatenate([e.mu for e in items])
+            log_sigma = np.concatenate([e.log_sigma for e in items])
+            return match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
+                                     m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
         emb = np.concatenate([e.emb for e in items])
-        scores = np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
-    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]))
+        return np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
+
+    scores = scores_of([feats[i] for i in keep])
+    others = [f for f in (service.features.get(content_hash(p), backbone) for p in extra) if f is not None]
+    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
+                              distractors=scores_of(others).astype(np.float64) if others else None)
     report.update(model=model, method=trained.runner.method, split=split or "all",
                   n_failed=len(view.items) - len(keep))
     return report

@@ -5,10 +5,12 @@ not worse (the one rule the CLI's retrain and the GUI's training dialog apply).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.library.captionfolder import load_caption_folder
 from engine.loop.service_api import LoopService
 from engine.loop.trainingset import MIN_HELDOUT_ITEMS, pseudo_check_set
 
@@ -90,18 +92,22 @@ def judge(service: LoopService, new_model: str, old_model: str | None, folder: P
 
     out = Judgement(new_model, old_model)
 
-    def old(on: Path, on_split: str | None) -> dict[str, Any] | None:
+    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
         try:
-            return service.evaluate_on(on, on_split, old_model)
+            return service.evaluate_on(on, on_split, old_model, distractors)
         except (ModelLoadError, OSError, LookupError) as exc:  # a broken old model must not block its successor
             out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
             return None
 
-    if split is not None:
-        out.before = old(folder, split)
-        out.after = service.evaluate_on(folder, split, new_model)
     pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
               if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
+    if split is not None:
+        # each held-aside caption searches its item among the other held-aside items and the check set's
+        # un-annotated items, as a search runs in the library (a set of ten dog photos cannot show that a
+        # new word for the dog was learnt; the same photos among a library's others can)
+        distractors = [item.path for item in load_caption_folder(pseudo).items] if pseudo is not None else []
+        out.before = old(folder, split, distractors)
+        out.after = service.evaluate_on(folder, split, new_model, distractors)
     if pseudo is not None:
         out.pseudo_before = old(pseudo, None)
         if out.pseudo_before is not None:

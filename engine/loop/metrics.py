@@ -123,16 +123,24 @@ def _direction(ranks: np.ndarray, n_candidates: int, ks: Sequence[int]) -> dict[
     return report
 
 
-def retrieval_report(S: np.ndarray, caption_to_media: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict:
+def retrieval_report(S: np.ndarray, caption_to_media: np.ndarray, ks: Sequence[int] = (1, 5, 10),
+                     distractors: np.ndarray | None = None) -> dict:
     """The ``evaluate --json`` record: R@k, medr, meanr, nmr both ways, rsum, n_media, n_captions.
 
     ``rsum`` is the sum of every R@k of both directions. Values are plain Python floats and ints.
+    ``distractors`` (D, n_captions): scores of the captions against D more media that none of them describes;
+    text-to-media then ranks each caption's media among all n_media + D (a small evaluation set searched inside
+    a library, as a user searches), media-to-text is unchanged; the report adds ``n_distractors``.
     """
     i2t = _direction(ranks_i2t(S, caption_to_media), S.shape[1], ks)
-    t2i = _direction(ranks_t2i(S, caption_to_media), S.shape[0], ks)
+    gallery = S if distractors is None or not len(distractors) else np.vstack([S, distractors])
+    t2i = _direction(ranks_t2i(gallery, caption_to_media), gallery.shape[0], ks)
     rsum = sum(i2t[f"r{k}"] + t2i[f"r{k}"] for k in ks)
-    return {"i2t": i2t, "t2i": t2i, "rsum": float(rsum), "n_media": int(S.shape[0]),
-            "n_captions": int(S.shape[1])}
+    report = {"i2t": i2t, "t2i": t2i, "rsum": float(rsum), "n_media": int(S.shape[0]),
+              "n_captions": int(S.shape[1])}
+    if distractors is not None:
+        report["n_distractors"] = int(len(distractors))
+    return report
 
 
 def five_fold_1k(

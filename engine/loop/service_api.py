@@ -9,7 +9,7 @@ it anything with these members.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -40,4 +40,5 @@ class LoopService(Protocol):
 
     def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> TrainingSet: ...
 
-    def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]: ...
+    def evaluate_on(self, folder: Path, split: str, model: str | None = None,
+                    distractors: Sequence[Path] = ()) -> dict[str, Any]: ...

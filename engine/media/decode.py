@@ -111,7 +111,7 @@ def load_image(path: Path, min_size: int | None = None) -> Image.Image:
     With ``min_size``, a JPEG is decoded in draft mode at the smallest 1/2, 1/4 or 1/8 scale that keeps
     both sides >= ``min_size`` (a 4000 x 3000 photo for 224 decodes at 500 x 375).
     """
-    return _still(check_file(path), min_size, lambda image: image)
+    return _still(check_file(path), min_size, Image.Image.copy)  # an upright RGB file is the opened image: closed
 
 
 def decode_image(path: Path, size: int = DEFAULT_SIZE) -> np.ndarray:

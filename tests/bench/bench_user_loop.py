@@ -46,6 +46,18 @@ sys.path.insert(0, str(REPO))
 
 SEED = 0
 ROWS = ("zero-shot", "starter", "scratch", "warm")
+# the warm-start recipe's alternatives (trainer arguments after engine.loop.retrain.WARM_START_ARGS, overriding them)
+VARIANTS = {"warm-no-l2sp": ("--l2sp", "0"), "warm-lr2e-4": ("--lr", "2e-4"),
+            "warm-b32-lr2e-4": ("--batch-size", "32", "--lr", "2e-4", "--epochs", "20", "--patience", "20"),
+            "warm-b32-lr2e-4-no-l2sp": ("--batch-size", "32", "--lr", "2e-4", "--epochs", "20", "--patience", "20",
+                                        "--l2sp", "0"),
+            "warm-b32-lr1e-4-l2sp0.1": ("--batch-size", "32", "--lr", "1e-4", "--epochs", "20", "--patience", "20",
+                                        "--l2sp", "0.1"),
+            "warm-pseudo1": ("--set", "pseudo_weight=1.0"),
+            "warm-pseudo1-b32-lr1e-4": ("--set", "pseudo_weight=1.0", "--batch-size", "32", "--lr", "1e-4",
+                                        "--epochs", "20", "--patience", "20"),
+            "warm-pseudo0.5-b32-lr1e-4": ("--set", "pseudo_weight=0.5", "--batch-size", "32", "--lr", "1e-4",
+                                          "--epochs", "20", "--patience", "20")}
 WORD = "Biscuit"
 DOG = re.compile(r"\b[Dd]ogs?\b")
 
@@ -99,10 +111,11 @@ class Library:
         for f, text in texts.items():
             self.service.add_caption(self.by_file[f], text)
 
-    def retrain(self, warm: bool, gate: bool = True) -> dict[str, Any]:
+    def retrain(self, warm: bool, gate: bool = True, extra: tuple[str, ...] = ()) -> dict[str, Any]:
         from engine.loop.retrain import Retrain, RetrainOptions
 
-        options = RetrainOptions(warm_start=warm) if warm else RetrainOptions(method="a3vse", warm_start=False)
+        options = (RetrainOptions(warm_start=True, trainer_args=extra) if warm
+                   else RetrainOptions(method="a3vse", warm_start=False))
         job = Retrain(self.service, options)
         started = time.monotonic()
         for _ in job.run():
@@ -140,11 +153,12 @@ def user_loop(args: argparse.Namespace, files: list[str], captions: dict[str, li
             if any(r["n"] == n and r["row"] == row for r in results):
                 continue
             started = time.monotonic()
-            lib = Library(f"loop-{n}-{row}", images, files, starter=row in ("starter", "warm"))
+            warm = row.startswith("warm")
+            lib = Library(f"loop-{n}-{row}", images, files, starter=row == "starter" or warm)
             record: dict[str, Any] = {"n": n, "row": row}
-            if row in ("scratch", "warm") and n > 0:
+            if (row == "scratch" or warm) and n > 0:
                 lib.caption({f: chosen[f] for f in order[:n]})
-                record["retrain"] = lib.retrain(warm=row == "warm", gate=row == "warm")
+                record["retrain"] = lib.retrain(warm=warm, gate=warm, extra=VARIANTS.get(row, ()))
                 new = record["retrain"]["model"]
                 if not record["retrain"]["activated"]:
                     record["new_model"] = lib.evaluate(folder, new)
@@ -173,13 +187,13 @@ def vocabulary(args: argparse.Namespace, files: list[str], captions: dict[str, l
         captioned, held = dogs[:n], dogs[n:]
         remaining = [f for f in files if f not in set(captioned)]
         for state in ("before", "after"):
-            key = f"vocab-{n}-{state}"
+            key = f"vocab-{n}-{state}" + (f"-{args.vocab_variant}" if args.vocab_variant else "")
             if any(r.get("row") == key for r in results):
                 continue
-            lib = Library(f"vocab-{n}", images, files, starter=True)
+            lib = Library(f"vocab-{n}-{state}-{args.vocab_variant or 'default'}", images, files, starter=True)
             if state == "after":
                 lib.caption({f: random.Random(f"{SEED}:{f}").choice(renamed[f]) for f in captioned})
-                retrain = lib.retrain(warm=True)
+                retrain = lib.retrain(warm=True, extra=VARIANTS.get(args.vocab_variant, ()))
             else:
                 retrain = None
             trained = lib.service._active_trained()
@@ -240,10 +254,12 @@ def main() -> int:
     parser.add_argument("--home", type=Path, required=True, help="POLYSEEK_HOME for the bench's libraries")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets" / "flickr8k")
     parser.add_argument("--ns", type=int, nargs="+", default=[0, 25, 50, 100, 200, 400])
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=[*ROWS, *VARIANTS])
     parser.add_argument("--vocabulary", action="store_true", help="also the user's-own-word case")
     parser.add_argument("--vocab-ns", type=int, nargs="+", default=[25, 50, 100])
     parser.add_argument("--only-vocabulary", action="store_true")
+    parser.add_argument("--vocab-variant", default=None, choices=list(VARIANTS),
+                        help="the warm-start recipe variant the vocabulary case retrains with")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "user-loop.json")
     args = parser.parse_args()
     if not (args.data / "splits.tsv").is_file():

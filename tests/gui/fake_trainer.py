@@ -30,8 +30,9 @@ def metrics(epoch: int) -> dict:
     return {"i2t": i2t, "t2i": t2i, "rsum": sum(t2i.values()) + sum(i2t.values())}
 
 
-def checkpoint(out: Path, method: str, epochs_done: int) -> None:
-    """The files ``trainer.checkpoint.save_checkpoint`` leaves (the weights are not real ones)."""
+def checkpoint(out: Path, method: str, epochs_done: int, options: dict | None = None) -> None:
+    """The files ``trainer.checkpoint.save_checkpoint`` leaves (the weights are not real ones); ``options``
+    are the run's (``trainer_state.json`` keeps data, splits and epochs there)."""
     out.mkdir(parents=True, exist_ok=True)
     tag = f"{epochs_done * STEPS:08d}-000000"
     for old in [*out.glob("last-*.safetensors"), *out.glob("optimizer-*.pt")]:
@@ -39,7 +40,8 @@ def checkpoint(out: Path, method: str, epochs_done: int) -> None:
     (out / f"last-{tag}.safetensors").write_bytes(b"fake weights")
     (out / f"optimizer-{tag}.pt").write_bytes(b"fake optimizer")
     state = {"version": 1, "method": method, "epoch": epochs_done, "step": 0, "global_step": epochs_done * STEPS,
-             "finished": False, "resume": {"weights": f"last-{tag}.safetensors", "optimizer": f"optimizer-{tag}.pt"}}
+             "finished": False, "resume": {"weights": f"last-{tag}.safetensors", "optimizer": f"optimizer-{tag}.pt"},
+             "options": options or {}}
     (out / "trainer_state.json").write_text(json.dumps(state))
 
 
@@ -55,6 +57,7 @@ def main() -> int:
     parser.add_argument("--json-progress", action="store_true")
     args, _ = parser.parse_known_args()
     out = Path(args.out)
+    run_options = {"data": args.data, "epochs": args.epochs, "val_split": args.val_split}
     pause = float(os.environ.get("FAKE_TRAINER_STEP_S", "0.01"))
     stop: list[int] = []
     if os.environ.get("FAKE_TRAINER_IGNORE_TERM") == "1":
@@ -78,11 +81,11 @@ def main() -> int:
                               "eta_s": pause * (STEPS - step)}), flush=True)
             time.sleep(pause)
             if stop:
-                checkpoint(out, args.method, epoch - 1)
+                checkpoint(out, args.method, epoch - 1, run_options)
                 print(json.dumps({"event": "stopped", "signal": "SIGTERM", "model_dir": str(out),
                                   "resumable": True}), flush=True)
                 return 128 + stop[0]
-        checkpoint(out, args.method, epoch)
+        checkpoint(out, args.method, epoch, run_options)
         print(json.dumps({"event": "epoch", "epoch": epoch, "val": metrics(epoch)}), flush=True)
     if os.environ.get("FAKE_TRAINER_FAIL") == "1":
         print("Traceback: something broke", file=sys.stderr, flush=True)

@@ -458,6 +458,23 @@ class FakeService:
         self.calls.append(("set_active_model", (name,)))
         self._active = name
 
+    def rename_model(self, name: str, new_name: str) -> None:
+        names = [n for n, _, _ in self._models]
+        if name not in names or new_name in names:
+            raise FakeServiceError(f"cannot rename {name!r} to {new_name!r}")
+        self.calls.append(("rename_model", (name, new_name)))
+        self._models = [(new_name if n == name else n, m, x) for n, m, x in self._models]
+        if self._active == name:
+            self._active = new_name
+
+    def delete_model(self, name: str) -> None:
+        if name not in {n for n, _, _ in self._models}:
+            raise FakeServiceError(f"no model named {name!r}")
+        self.calls.append(("delete_model", (name,)))
+        self._models = [entry for entry in self._models if entry[0] != name]
+        if self._active == name:
+            self._active = None
+
     def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         ids = list(self._entries)
         for done, _ in enumerate(ids, start=1):

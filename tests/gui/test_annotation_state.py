@@ -34,6 +34,7 @@ def test_a_rejected_item_leaves_the_results_and_undo_brings_it_back(qtbot, windo
     press(qtbot, Qt.Key.Key_R, ALT)
     settle(qtbot, window)
     assert ids(window) == before[1:]  # gone from this query's results
+    assert window.empty_label.text().startswith(f"{len(before) - 1} results")
     assert window.results.current_hit().media_id == before[1]  # the selection moved on once, not twice
     assert "Saved: reject for “red”" in window.annotate.status.text()  # the write is confirmed
     press(qtbot, Qt.Key.Key_Z, CTRL)
@@ -138,3 +139,10 @@ def test_relevance_bands_on_the_search_range() -> None:
     assert relevance(hit(0.15), (0.10, 0.30)).label == "weak match"
     assert relevance(hit(0.20), (0.10, 0.30)).label == "good match"
     assert relevance(hit(5.0), (5.0, 5.0)).label == "strong match"  # one result, or all equal
+
+
+def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:
+    start_typing_a_query(qtbot, window, "red circle")
+    qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
+    text = window.inspector.relevance_label.text()
+    assert text.startswith("strong match — score ") and "not percentages" in text

@@ -114,6 +114,15 @@ def test_down_and_tab_leave_the_search_box_for_the_grid(qtbot, window) -> None:
     assert focused() is window.results
     press(qtbot, Qt.Key.Key_Right)  # arrow keys now walk the grid
     assert row(window) == 1
+    press(qtbot, Qt.Key.Key_Up)  # the top row: Up goes back to the query
+    assert focused() is window.search_bar.edit
+    press(qtbot, Qt.Key.Key_Down)
+    assert focused() is window.results and row(window) == 1  # where it was
+    press(qtbot, Qt.Key.Key_Down)  # a row down in the grid, then Up comes back to the row, not the query
+    below = row(window)
+    assert below > 1
+    press(qtbot, Qt.Key.Key_Up)
+    assert focused() is window.results and row(window) == 1
     press(qtbot, Qt.Key.Key_L, CTRL)
     assert focused() is window.search_bar.edit
     press(qtbot, Qt.Key.Key_Tab)

@@ -11,6 +11,7 @@ import pytest
 
 import app.widgets.training as training_module
 from app.widgets.training import (
+    SOURCE_FOLDER,
     SOURCE_LIBRARY,
     JsonLines,
     RunProgress,
@@ -315,6 +316,7 @@ def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path,
     service.set_active_model("fake-pvse")
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "cf"), service=service)
     qtbot.addWidget(dlg)
+    dlg.set_source(SOURCE_FOLDER)  # with a library the dialog opens on its annotations
     dlg.epochs.setValue(1)
     with qtbot.waitSignal(dlg.comparison_ready, timeout=20000) as ready:
         dlg.start()
@@ -348,6 +350,7 @@ def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp
     from PySide6.QtCore import QThreadPool
 
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "data"), service=service)
+    dlg.set_source(SOURCE_FOLDER)
     dlg.epochs.setValue(1)
     with qtbot.waitSignal(dlg.model_trained, timeout=15000):
         dlg.start()
@@ -393,3 +396,24 @@ def test_saved_checkpoint_reads_what_the_trainer_left(tmp_path: Path) -> None:
     assert saved_checkpoint(tmp_path) is None  # a finished run has nothing to resume
     (tmp_path / "trainer_state.json").write_text("{not json")
     assert saved_checkpoint(tmp_path) is None
+
+
+def test_an_unfinished_run_on_disk_is_offered_when_the_dialog_opens(qtbot, tmp_path: Path) -> None:
+    """The app was closed (or crashed) during a run: its checkpoint is on disk; the dialog offers Resume."""
+    from tests.gui.fake_trainer import checkpoint
+
+    out = tmp_path / "models" / "pvse-20260101-000000"
+    checkpoint(out, "pvse", 2, {"data": str(tmp_path / "data"), "epochs": 4, "val_split": "dev"})
+    (tmp_path / "models" / "done-run").mkdir()
+    checkpoint(tmp_path / "models" / "done-run", "vse", 5, {"data": "x"})
+    state = json.loads((tmp_path / "models" / "done-run" / "trainer_state.json").read_text())
+    (tmp_path / "models" / "done-run" / "trainer_state.json").write_text(json.dumps({**state, "finished": True}))
+    dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "")
+    qtbot.addWidget(dlg)
+    assert dlg.resume_button.isEnabled() and dlg.resumable_dir == str(out)
+    assert "after epoch 2" in dlg.status.text() and dlg.method.currentText() == "pvse"
+    with qtbot.waitSignal(dlg.model_trained, timeout=15000) as trained:
+        dlg.resume_button.click()
+    assert trained.args == [str(out)]
+    assert "--resume" in dlg.log_view.toPlainText() and "resumed at epoch 2" in dlg.log_view.toPlainText()
+    dlg.close()

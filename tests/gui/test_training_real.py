@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.widgets.training import TrainingDialog
+from app.widgets.training import SOURCE_FOLDER, TrainingDialog
 from tests.gui.fakes import FakeService
 from trainer.synthetic import make_toy_photo_folder
 
@@ -39,6 +39,7 @@ def toy(tmp_path: Path, assets_dir: Path) -> Path:
 @pytest.fixture
 def real_dialog(qtbot, tmp_path: Path, toy: Path, service: FakeService):
     dlg = TrainingDialog(TRAINER, tmp_path / "models", str(toy), extra_args=TINY, service=service)
+    dlg.set_source(SOURCE_FOLDER)  # with a library the dialog opens on its annotations
     dlg.device.setCurrentText("cpu")
     dlg.method.setCurrentText("vse")
     qtbot.addWidget(dlg)

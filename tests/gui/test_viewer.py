@@ -52,9 +52,22 @@ def test_a_gif_plays_in_the_viewer(qtbot, window) -> None:
     assert shown(window)
 
 
-def test_a_video_plays_its_preview_frames(qtbot, window, service: FakeService) -> None:
+def test_a_video_plays_and_stops_when_the_viewer_closes(qtbot, window, service: FakeService) -> None:
     start_typing_a_query(qtbot, window, "sliding")
     assert window.results.current_hit().kind is MediaKind.VIDEO
+    open_from_the_grid(qtbot, window)
+    assert window.viewer.playing_video
+    frames: list[int] = []
+    window.viewer._video.frame_ready.connect(lambda image: frames.append(image.cacheKey()))
+    qtbot.waitUntil(lambda: len(frames) >= 3 and shown(window), timeout=5000)  # decoded frame after frame
+    press(qtbot, Qt.Key.Key_Escape)
+    assert not window.viewer.isVisible() and not window.viewer.playing_video
+
+
+def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, service: FakeService,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.widgets.viewer.VideoReader.run", lambda self: self.failed.emit())
+    start_typing_a_query(qtbot, window, "sliding")
     open_from_the_grid(qtbot, window)
     qtbot.waitUntil(lambda: len(window.viewer._frames) > 1 and window.viewer._timer.isActive(), timeout=3000)
 

@@ -535,3 +535,19 @@ def test_threads_share_one_catalog_and_a_second_catalog_sees_commits(catalog: Ca
         assert len(other.captions(media_id)) == 200
         other.add_caption(media_id, "from the other connection", "user")
     assert len(catalog.captions(media_id)) == 201
+
+
+def test_renaming_a_model_keeps_its_embeddings_and_active_state(catalog: Catalog) -> None:
+    media_id, _ = catalog.upsert_media(Path("/lib/a.jpg"), 1, 1, "h", None)
+    vse = catalog.register_model("vse-1", "vse", Path("/m/vse"))
+    catalog.register_model("pvse-1", "pvse", Path("/m/pvse"))
+    catalog.put_embeddings(vse, [media_id], np.ones((1, 1, 8), np.float32))
+    catalog.set_active_model("vse-1")
+    catalog.rename_model("vse-1", "holiday photos")
+    assert [m.name for m in catalog.models()] == ["holiday photos", "pvse-1"]
+    assert catalog.active_model().name == "holiday photos" and catalog.embedded_ids(vse) == {media_id}
+    with pytest.raises(CatalogError, match="already registered"):
+        catalog.rename_model("holiday photos", "pvse-1")
+    with pytest.raises(NotFound, match="vse-1"):
+        catalog.rename_model("vse-1", "other")
+    assert [m.name for m in catalog.models()] == ["holiday photos", "pvse-1"]

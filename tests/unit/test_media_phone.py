@@ -204,3 +204,11 @@ def test_a_broken_video_is_reported_once_without_decoder_noise(tmp_path: Path, a
     assert failures[str(folder / "no_index.mp4")].startswith("incomplete MP4 video (no index"), failures
     for noise in ("moov atom", "VIDEOIO", "WARN", "mov,mp4", "error reading header"):
         assert noise not in err, err
+
+
+@pytest.mark.parametrize(("writer", "name", "fmt"), PHONE_FORMATS)
+def test_load_image_pixels_outlive_the_file(tmp_path: Path, writer, name, fmt) -> None:
+    """An upright RGB file is returned as decoded, not as the (closed) opened image: its pixels can be read."""
+    path = mg.make_heif_or_avif(tmp_path / name, writer, mg.halves((40, 30), RED, BLUE))
+    pixels = np.asarray(load_image(path))
+    assert close(pixels[2, 20], RED) and close(pixels[27, 20], BLUE)

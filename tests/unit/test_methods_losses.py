@@ -411,3 +411,30 @@ def test_instance_criterion_is_eq9(weights: tuple[float, float, float]) -> None:
     assert float(got["rank"]) == pytest.approx(rank, rel=1e-5)
     want = w_rank * rank + w_visual * ce(extras["visual_logits"]) + w_text * ce(extras["text_logits"])
     assert float(got["total"]) == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5, 1.0])
+def test_vse_with_pseudo_pairs_is_the_weighted_triplet_over_both_kinds_of_pairs(weight: float) -> None:
+    """VSE with A3VSE's D^u: hinge of every anchor against the hardest negative among ALL visuals / captions
+    (annotated and pseudo), pseudo anchors weighted by ``pseudo_weight``, divided by the annotated count."""
+    torch.manual_seed(11)
+    config = build_config("vse", {"pseudo_weight": weight}, preset="test")
+    n, m, margin = 3, 4, config.margin
+    v, t = F.normalize(torch.randn(n, 1, 8), dim=-1), F.normalize(torch.randn(n, 1, 8), dim=-1)
+    vu, s = F.normalize(torch.randn(m, 1, 8), dim=-1), F.normalize(torch.randn(m, 1, 8), dim=-1)
+    out = PairOutput(EncoderOutput(v), EncoderOutput(t), {"unlabelled_emb": vu, "pseudo_emb": s})
+    got = build_loss(config)(out, _fake_batch(n))
+    if weight == 0:  # off: the plain VSE++ loss of the annotated pairs
+        want = ref_triplet(v[:, 0] @ t[:, 0].T, torch.eye(n, dtype=torch.bool), margin, hardest=True)
+        assert float(got["total"]) == pytest.approx(want, rel=1e-5)
+        return
+    visuals, captions = torch.cat([v, vu])[:, 0], torch.cat([t, s])[:, 0]
+    total = 0.0
+    for a in range(n + m):
+        w = 1.0 if a < n else weight
+        pos = _cos(visuals[a], captions[a])
+        worst_caption = max(max(0.0, margin - pos + _cos(visuals[a], captions[j])) for j in range(n + m) if j != a)
+        worst_visual = max(max(0.0, margin - pos + _cos(visuals[i], captions[a])) for i in range(n + m) if i != a)
+        total += w * (worst_caption + worst_visual)
+    assert float(got["total"]) == pytest.approx(total / n, rel=1e-5)
+    assert float(got["pseudo"]) > 0

@@ -253,3 +253,16 @@ def test_uncertainty_bins_are_stable_and_uneven_sizes_allowed():
     assert curve.r1 == pytest.approx([200 / 3, 50.0, 50.0])
     with pytest.raises(ValueError, match="bins"):
         recall_by_uncertainty_decile(ranks, uncertainty, n_bins=8)
+
+
+def test_distractors_compete_for_text_to_media_only():
+    from engine.loop.metrics import retrieval_report
+
+    S = np.array([[0.9, 0.1], [0.2, 0.8]])  # both captions rank their own media first
+    c2m = np.array([0, 1])
+    plain = retrieval_report(S, c2m)
+    assert plain["t2i"]["r1"] == 100.0 and "n_distractors" not in plain
+    D = np.array([[0.95, 0.0], [0.0, 0.1]])  # one distractor beats caption 0's media
+    with_d = retrieval_report(S, c2m, distractors=D)
+    assert with_d["t2i"]["r1"] == 50.0 and with_d["t2i"]["r5"] == 100.0
+    assert with_d["i2t"] == plain["i2t"] and with_d["n_distractors"] == 2 and with_d["n_media"] == 2

@@ -156,3 +156,16 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
     assert saved.describe()["approximate"]["kind"] == "hnsw+ivf" and len(saved) == 7
     query, _ = reopened.encode_text(["a red square"])
     assert list(reopened.index.search(query.emb[0], 7)[0]) == [h.media_id for h in before]
+
+
+def test_a_renamed_model_keeps_its_index_and_ranks_the_same(service, tmp_path):
+    service.set_active_model(str(export_untrained("pvse", tmp_path / "pvse-model", num_embeds=2)))
+    before = [h.media_id for h in service.search_text("a red square", top=10)]
+    index = service.library_dir / "index"
+    assert (index / "pvse-model").is_dir()
+    service.rename_model("pvse-model", "  my   colours ")
+    assert [m.name for m in service.models() if m.active] == ["my colours"]
+    assert (index / "my colours").is_dir() and not (index / "pvse-model").exists()
+    assert [h.media_id for h in service.search_text("a red square", top=10)] == before
+    with pytest.raises(ValueError, match="zero-shot"):
+        service.rename_model("my colours", "zero-shot")

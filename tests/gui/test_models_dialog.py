@@ -1,0 +1,113 @@
+"""Models > Manage models: make active, revert to the model before, rename, delete (asked first; never the active
+one, the starter or zero-shot) (issue #20)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+from app.widgets.models import revert_target
+from tests.gui.fakes import FakeService
+
+
+def info(name: str, active: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(name=name, method="vse", path=None, metrics={}, active=active)
+
+
+@pytest.mark.parametrize(("names", "active", "target"), [
+    (["zero-shot", "starter", "vse-1", "vse-2"], "vse-2", "vse-1"),
+    (["zero-shot", "starter", "vse-1"], "vse-1", "starter"),
+    (["zero-shot", "starter", "vse-1"], "starter", "zero-shot"),
+    (["zero-shot", "vse-1"], "zero-shot", None),
+])
+def test_revert_goes_to_the_model_registered_before_the_active_one(names, active, target) -> None:
+    assert revert_target([info(n, n == active) for n in names]) == target
+
+
+def open_dialog(qtbot, window, service: FakeService):
+    window.refresh_models()
+    qtbot.waitUntil(lambda: [(m.name, m.active) for m in window._models]
+                    == [(m.name, m.active) for m in service.models()], timeout=3000)
+    dialog = window.open_models()
+    assert dialog.table.rowCount() == len(service.models())
+    return dialog
+
+
+def select(dialog, name: str) -> None:
+    row = next(r for r in range(dialog.table.rowCount()) if dialog.table.item(r, 0).text() == name)
+    dialog.table.selectRow(row)
+
+
+def names(dialog) -> list[str]:
+    return [dialog.table.item(r, 0).text() for r in range(dialog.table.rowCount())]
+
+
+def active(service: FakeService) -> str:
+    return next(m.name for m in service.models() if m.active)
+
+
+def test_rename_keeps_the_model_active_and_refuses_a_taken_name(qtbot, window, service: FakeService,
+                                                                monkeypatch) -> None:
+    service.set_active_model("fake-pvse")
+    dialog = open_dialog(qtbot, window, service)
+    select(dialog, "fake-pvse")
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("  holiday   photos ", True))
+    dialog.rename_button.click()
+    qtbot.waitUntil(lambda: "holiday photos" in names(dialog), timeout=3000)
+    assert active(service) == "holiday photos" and "fake-pvse" not in names(dialog)
+    assert dialog.selected_name() == "holiday photos"  # the selection follows the model
+    assert "Renamed fake-pvse to holiday photos" in dialog.status.text()
+    calls = len(service.calls)
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("fake-pcme", True))
+    dialog.rename_button.click()
+    assert "exists already" in dialog.status.text() and len(service.calls) == calls
+    select(dialog, "zero-shot")
+    assert not dialog.rename_button.isEnabled() and not dialog.delete_button.isEnabled()
+
+
+def test_delete_asks_first_and_the_active_model_cannot_be_deleted(qtbot, window, service: FakeService,
+                                                                 monkeypatch) -> None:
+    service.set_active_model("fake-pcme")
+    dialog = open_dialog(qtbot, window, service)
+    select(dialog, "fake-pcme")
+    assert not dialog.delete_button.isEnabled() and "active model" in dialog.delete_button.toolTip()
+    select(dialog, "fake-pvse")
+    assert dialog.delete_button.isEnabled()
+    asked: list[str] = []
+
+    def answer(button):
+        return lambda *a, **k: asked.append(a[2]) or button
+
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.No))
+    dialog.delete_button.click()
+    assert len(asked) == 1 and "fake-pvse" in asked[0] and "folder on disk is kept" in asked[0]
+    assert "fake-pvse" in [m.name for m in service.models()]
+    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
+    dialog.delete_button.click()
+    qtbot.waitUntil(lambda: "fake-pvse" not in names(dialog), timeout=3000)
+    assert [m.name for m in service.models()] == ["zero-shot", "fake-pcme"] and active(service) == "fake-pcme"
+    assert window.search_bar.model_combo.count() == 2  # the search bar's picker follows
+
+
+def test_revert_steps_back_to_the_previous_model_then_zero_shot(qtbot, window, service: FakeService) -> None:
+    service.set_active_model("fake-pcme")
+    dialog = open_dialog(qtbot, window, service)
+    assert dialog.revert_button.text() == "Revert to fake-pvse"
+    dialog.revert_button.click()
+    qtbot.waitUntil(lambda: dialog.revert_button.text() == "Revert to zero-shot", timeout=3000)
+    assert active(service) == "fake-pvse"
+    dialog.revert_button.click()
+    qtbot.waitUntil(lambda: not dialog.revert_button.isEnabled(), timeout=3000)
+    assert active(service) == "zero-shot"
+
+
+def test_the_starter_stays(qtbot, window, service: FakeService, tmp_path) -> None:
+    (tmp_path / "starter-abc").mkdir()
+    service.register_model(tmp_path / "starter-abc", "starter")
+    dialog = open_dialog(qtbot, window, service)
+    select(dialog, "starter")
+    assert dialog.activate_button.isEnabled()
+    assert not dialog.rename_button.isEnabled() and not dialog.delete_button.isEnabled()
+    assert "ships with Polyseek" in dialog.rename_button.toolTip()

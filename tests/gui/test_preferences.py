@@ -1,0 +1,78 @@
+"""Edit > Preferences: library folders, the model searches use, where training runs, the match-probability cutoff
+(issue #20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QFileDialog
+
+import app.widgets.library as library_module
+from app.settings import GuiSettings, settings_file
+from tests.gui.fakes import FakeService, make_media_folder
+
+
+def test_the_training_device_is_typed_and_kept(qapp) -> None:
+    settings = GuiSettings()
+    assert settings.training_device == "auto"
+    settings.training_device = "cpu"
+    settings.sync()
+    assert GuiSettings().training_device == "cpu"
+    with pytest.raises(ValueError, match="training device"):
+        settings.training_device = "tpu"
+    settings._qs.setValue("training/device", "gpu0")  # a hand-edited file
+    assert settings.training_device == "auto"
+    assert settings_file().is_file()
+
+
+def test_folders_are_listed_added_and_removed(qtbot, window, service: FakeService, tmp_path: Path,
+                                              monkeypatch) -> None:
+    dialog = window.open_preferences()
+    qtbot.waitUntil(lambda: dialog.folder_names() == [str(p) for p in service.roots()], timeout=3000)
+    assert len(dialog.folder_names()) == 1
+    extra = make_media_folder(tmp_path / "more", n_images=2, n_gifs=0, video=False, broken=False)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(extra))
+    dialog.add_folder_button.click()
+    qtbot.waitUntil(lambda: str(extra) in dialog.folder_names(), timeout=3000)
+    assert extra in service.roots()
+    qtbot.waitUntil(lambda: window.library.roots_list.count() == 2, timeout=3000)  # the side panel too
+    qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)  # and it was indexed
+    assert any(extra.resolve() in path.parents for path in service._by_path)
+
+    asked: list[str] = []
+    monkeypatch.setattr(library_module, "ask", lambda parent, title, text: asked.append(text) or False)
+    dialog.folders.setCurrentRow(dialog.folder_names().index(str(extra)))
+    dialog.remove_folder_button.click()
+    assert len(asked) == 1 and str(extra) in asked[0] and extra in service.roots()  # No keeps it
+    monkeypatch.setattr(library_module, "ask", lambda parent, title, text: True)
+    dialog.remove_folder_button.click()
+    qtbot.waitUntil(lambda: str(extra) not in dialog.folder_names(), timeout=3000)
+    assert extra not in service.roots()
+
+
+def test_the_model_device_and_cutoff_apply_on_ok(qtbot, window, service: FakeService) -> None:
+    window.refresh_models()
+    qtbot.waitUntil(lambda: len(window._models) == 3, timeout=3000)
+    dialog = window.open_preferences()
+    assert dialog.model.currentData() == "zero-shot"
+    dialog.model.setCurrentIndex(dialog.model.findData("fake-pcme"))
+    dialog.device.setCurrentIndex(dialog.device.findData("cpu"))
+    dialog.cutoff.setValue(0.4)
+    dialog.accept()
+    qtbot.waitUntil(lambda: service._active == "fake-pcme", timeout=3000)
+    assert GuiSettings().training_device == "cpu" and GuiSettings().cutoff_percent == 40
+    assert window.search_bar.cutoff.value() == 40
+    training = window.open_training()
+    assert training.device.currentText() == "cpu"
+    assert training.request().arguments()[training.request().arguments().index("--device") + 1] == "cpu"
+    training.close()
+
+
+def test_cancel_changes_nothing(qtbot, window, service: FakeService) -> None:
+    dialog = window.open_preferences()
+    dialog.device.setCurrentIndex(dialog.device.findData("cuda"))
+    dialog.cutoff.setValue(0.9)
+    dialog.reject()
+    assert GuiSettings().training_device == "auto" and GuiSettings().cutoff_percent == 0
+    assert not any(name == "set_active_model" for name, _ in service.calls)
