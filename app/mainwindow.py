@@ -609,6 +609,8 @@ class MainWindow(QMainWindow):
         def done(_: object) -> None:
             say(done_text)
             self.refresh_models()
+            if method == "rename_model" and self.session.query is not None:
+                self.search(self.session.query)  # the inspector names the model by its new name
 
         run_in_background(getattr(service, method), *args, pool=self.pool, priority=9,
                           on_result=while_alive(self, done),

@@ -699,9 +699,9 @@ class TrainingDialog(QDialog):
         start = active_model(list(self._service.models())) if self._service is not None else None
         if start is not None and start.path and start.method == method:
             # the engine's warm-start recipe (engine.loop.retrain): the new version starts from the active one
-            from engine.loop.retrain import WARM_START_ARGS, WARM_START_EPOCHS
+            from engine.loop.retrain import WARM_START_EPOCHS, warm_start_args
 
-            epochs, extra = WARM_START_EPOCHS, [*extra, "--init-from", str(start.path), *WARM_START_ARGS]
+            epochs, extra = WARM_START_EPOCHS, [*extra, "--init-from", str(start.path), *warm_start_args(method)]
         out = self.models_dir / f"{method}-library-{time.strftime('%Y%m%d-%H%M%S')}"
         request = TrainingRequest(method, Path(training_set.folder), out, epochs,
                                   self.device.currentText(), str(training_set.train_split),

@@ -138,7 +138,8 @@ def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HO
     """Write the retraining caption folder of a library at ``dest`` (replacing an earlier one there)."""
     check_holdout(holdout)
     annotations = library_annotations(catalog)
-    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.path.is_file()]
+    checked = {m.id for m in pseudo_check_media(catalog, seed)}  # the gate's check set is never trained on
+    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.path.is_file() and m.id not in checked]
     entries: list[tuple[str, Path]] = []
     splits: list[str] = []
     captions: list[tuple[int, str]] = []
@@ -210,17 +211,26 @@ def _link(source: Path, target: Path) -> None:
             shutil.copy2(source, target)
 
 
-def pseudo_check_set(catalog: Catalog, dest: Path, seed: int = 0,
-                     limit: int = PSEUDO_CHECK_ITEMS) -> Path | None:
-    """A caption folder of up to ``limit`` un-annotated items with their pseudo captions (A3VSE's regional
-    semantics), chosen from their content hashes; None when the library has too few."""
+def pseudo_check_media(catalog: Catalog, seed: int = 0, limit: int | None = None) -> list[MediaRecord]:
+    """Up to ``limit`` un-annotated items with a pseudo caption, chosen from their content hashes (the same
+    items every time for the same library); none when the library has fewer than
+    :data:`MIN_PSEUDO_CHECK_ITEMS`. :func:`build_training_set` leaves them out, so the check is never trained on."""
     annotated = set(library_annotations(catalog)) | {p.media_id for p in catalog.pairs()}
-    pseudo = {c.media_id: c.text for c in catalog.iter_captions(CaptionSource.PSEUDO)}
+    pseudo = {c.media_id for c in catalog.iter_captions(CaptionSource.PSEUDO)}
     media = [m for m in catalog.iter_media(MediaStatus.OK)
              if m.id in pseudo and m.id not in annotated and m.path.is_file()]
     if len(media) < MIN_PSEUDO_CHECK_ITEMS:
+        return []
+    return sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))[:limit or PSEUDO_CHECK_ITEMS]
+
+
+def pseudo_check_set(catalog: Catalog, dest: Path, seed: int = 0, limit: int | None = None) -> Path | None:
+    """A caption folder of :func:`pseudo_check_media` with their pseudo captions (A3VSE's regional semantics);
+    None when the library has too few."""
+    media = pseudo_check_media(catalog, seed, limit)
+    if not media:
         return None
-    media = sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))[:limit]
+    pseudo = {c.media_id: c.text for c in catalog.iter_captions(CaptionSource.PSEUDO)}
     write_linked_folder(dest, [(_training_key(m), m.path) for m in media],
                         [(i, pseudo[m.id]) for i, m in enumerate(media)])
     return Path(dest)

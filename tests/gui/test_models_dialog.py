@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from app.widgets.models import revert_target
 from tests.gui.fakes import FakeService
+from tests.gui.test_search import search
 
 
 def info(name: str, active: bool = False) -> SimpleNamespace:
@@ -51,11 +52,14 @@ def active(service: FakeService) -> str:
 def test_rename_keeps_the_model_active_and_refuses_a_taken_name(qtbot, window, service: FakeService,
                                                                 monkeypatch) -> None:
     service.set_active_model("fake-pvse")
+    search(qtbot, window, "red")
     dialog = open_dialog(qtbot, window, service)
     select(dialog, "fake-pvse")
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("  holiday   photos ", True))
+    searches = sum(name == "search_text" for name, _ in service.calls)
     dialog.rename_button.click()
     qtbot.waitUntil(lambda: "holiday photos" in names(dialog), timeout=3000)
+    qtbot.waitUntil(lambda: sum(name == "search_text" for name, _ in service.calls) > searches, timeout=3000)
     assert active(service) == "holiday photos" and "fake-pvse" not in names(dialog)
     assert dialog.selected_name() == "holiday photos"  # the selection follows the model
     assert "Renamed fake-pvse to holiday photos" in dialog.status.text()

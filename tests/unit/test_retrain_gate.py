@@ -160,3 +160,20 @@ def test_a_better_retrain_is_activated_and_the_library_is_embedded_with_it(libra
     assert service.catalog.active_model().name == result.model_name
     record = service.catalog.model(result.model_name)
     assert len(service.catalog.embedded_ids(record.id)) == 24
+
+
+def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypatch, tmp_path):
+    import engine.loop.trainingset as trainingset
+    from engine.library.captionfolder import load_caption_folder
+
+    service, _, _ = library
+    monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
+    checked = trainingset.pseudo_check_media(service.catalog, limit=5)
+    assert len(checked) == 5
+    monkeypatch.setattr(trainingset, "PSEUDO_CHECK_ITEMS", 5)
+    ts = service.export_training_set(tmp_path / "ts")
+    linked = {p.resolve() for p in (ts.folder / "media").iterdir()}
+    assert not linked & {m.path.resolve() for m in checked}
+    assert len(linked) == 24 - 5 and ts.n_unannotated == 10 - 5
+    folder = trainingset.pseudo_check_set(service.catalog, tmp_path / "check", limit=5)
+    assert {Path(i.path).resolve() for i in load_caption_folder(folder).items} == {m.path.resolve() for m in checked}
