@@ -20,13 +20,13 @@ from sqlite_utils import Database
 BUSY_TIMEOUT_S = 30.0
 
 _CHUNK = 500  # ids per "IN (...)" query, well under SQLite's bound-parameter limit
-
-
 _FULL_DISK_BYTES = 1 << 20  # less free space than this next to a failed write: the disk is the cause
 
 
 class CatalogError(Exception):
-    """A catalog (or feature store) operation failed; the message names the file and the record."""
+    """An operation on one of Polyseek's SQLite files failed (catalog, feature store, text cache: each has its
+    own subclass or uses this one); the message names the file and the record. The name is the catalog's, the
+    first of them, kept so that every ``except CatalogError`` stays as it was."""
 
 
 Migration = Callable[[sqlite3.Connection], None]
