@@ -26,10 +26,8 @@ import numpy as np
 import onnxruntime as ort
 
 from engine.features.onnx import open_session
+from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES
 
-MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1  # trainer.methods.export.MANIFEST_VERSION (the engine does not import the trainer)
-MODALITIES = ("image", "video", "text")
 SIMILARITIES = ("cosine", "max-cosine", "network")
 # Monte-Carlo samples of match_probability for search and evaluation: fixed, so a query ranks the same way and an
 # evaluation gives the same numbers every run

@@ -37,13 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES
 from trainer.methods.config import FEATURE_BACKBONE
 from trainer.methods.interface import RetrievalModel
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
-MODALITIES = ("image", "video", "text")
 OPSET = 17
 
 
@@ -200,7 +199,7 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
         if backbone is not None:
             manifest["backbone"] = backbone(staging)
             manifest["feature_backbone"] = manifest["backbone"]["id"]
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         _swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -226,7 +225,7 @@ def _swap_into_place(staging: Path, target: Path) -> None:
 
 def load_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ``manifest.json`` of an export; :class:`ExportError` if missing or of another version."""
-    path = Path(out_dir) / "manifest.json"
+    path = Path(out_dir) / MANIFEST_FILE
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
