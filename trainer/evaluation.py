@@ -301,7 +301,7 @@ def evaluate_pairs(model: RetrievalModel, pairs: PairSet, device: torch.device, 
 def _similarity_label(model: RetrievalModel, name: str) -> str:
     if name != "default":
         return name
-    return {"pvse": "max-cosine", "twobranch-sim": "network"}.get(model.config.method, "cosine")
+    return model.similarity_kind
 
 
 def quick_rsum(model: RetrievalModel, pairs: PairSet, device: torch.device,

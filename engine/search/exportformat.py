@@ -7,3 +7,5 @@ Kept in its own module, with no imports, so the trainer reads the same constants
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 MODALITIES = ("image", "video", "text")
+# a manifest's "similarity": how the engine ranks items with the export (RetrievalModel.similarity_kind)
+SIMILARITY_KINDS = ("cosine", "max-cosine", "network")

@@ -26,9 +26,8 @@ import numpy as np
 import onnxruntime as ort
 
 from engine.features.onnx import open_session
-from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES
+from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES, SIMILARITY_KINDS
 
-SIMILARITIES = ("cosine", "max-cosine", "network")
 # Monte-Carlo samples of match_probability for search and evaluation: fixed, so a query ranks the same way and an
 # evaluation gives the same numbers every run
 MATCH_SEED = 0
@@ -107,7 +106,7 @@ class ModelManifest:
             method=get.of("method", str), feature_backbone=get.of("feature_backbone", str),
             text_encoder=get.of("text_encoder", str), num_embeddings=get.count("num_embeddings", 1),
             embed_dim=get.count("embed_dim", 1), attention_heads=get.count("attention_heads", 0),
-            similarity=get.choice("similarity", SIMILARITIES), probabilistic=get.of("probabilistic", bool),
+            similarity=get.choice("similarity", SIMILARITY_KINDS), probabilistic=get.of("probabilistic", bool),
             max_frames=get.count("max_frames", 1), config=get.of("config", dict),
             encoders={m: _graph_spec(spec, path, f"encoders.{m}") for m, spec in encoders.items()},
             match_scale=get.number("match_scale") if data.get("probabilistic") else None,

@@ -145,11 +145,10 @@ def _export_graph(module: nn.Module, args: tuple[Tensor, ...], path: Path, input
 def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITIES) -> dict[str, Any]:
     """The manifest describing ``model``'s exported encoders (see the module docstring)."""
     c = model.config
-    similarity = {"pvse": "max-cosine", "twobranch-sim": "network"}.get(c.method, "cosine")
     manifest: dict[str, Any] = {
         "version": MANIFEST_VERSION, "method": c.method, "feature_backbone": FEATURE_BACKBONE,
         "text_encoder": c.text_encoder, "num_embeddings": model.num_embeds, "embed_dim": model.embed_size,
-        "attention_heads": model.attention_heads, "similarity": similarity,
+        "attention_heads": model.attention_heads, "similarity": model.similarity_kind,
         "probabilistic": model.probabilistic, "max_frames": c.max_frames,
         "encoders": {m: {"file": f"{m}.onnx", "inputs": _input_specs(model, m),
                          "outputs": _output_specs(model, m)} for m in modalities},
@@ -158,7 +157,7 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
     if model.probabilistic:
         manifest.update(match_scale=model.match_scale.item(), match_shift=model.match_shift.item(),
                         num_samples=c.num_samples)  # type: ignore[attr-defined]
-    if similarity == "network":
+    if model.similarity_kind == "network":
         d = model.embed_size
         manifest["similarity_model"] = {
             "file": "similarity.onnx",

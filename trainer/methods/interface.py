@@ -141,6 +141,9 @@ class RetrievalModel(nn.Module):
     # True for methods with local attention (PVSE, PCME): their encoders read regions and tokens as well as
     # the global features, so the exporter declares them.
     attends_locally: ClassVar[bool] = False
+    # How the engine ranks with an export of this model (its manifest's "similarity"): cosine of the single
+    # embeddings, PVSE's best of K x K cosines ("max-cosine"), or the model's own pair network ("network").
+    similarity_kind: ClassVar[str] = "cosine"
 
     def __init__(self, config: MethodConfig) -> None:
         super().__init__()

@@ -67,6 +67,7 @@ class PVSEModel(RetrievalModel):
 
     method = "pvse"
     attends_locally = True
+    similarity_kind = "max-cosine"
 
     def __init__(self, config: PVSEConfig) -> None:
         super().__init__(config)

@@ -113,6 +113,7 @@ class TwoBranchSimModel(_TwoBranchBase):
     """The similarity network: element-wise product of the branches, then FC-ReLU layers to one score."""
 
     method = "twobranch-sim"
+    similarity_kind = "network"
 
     def __init__(self, config: TwoBranchSimConfig) -> None:
         super().__init__(config)
