@@ -13,6 +13,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="media to index (e.g. ~90 photos and GIFs)")
     parser.add_argument("--out", type=Path, default=None, help="write the stages as JSON here")
+    parser.add_argument("--browse-all", action="store_true",
+                        help="after indexing, scroll the library's grid to its end (every item loaded as a row)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     if "POLYSEEK_ASSETS" not in os.environ:
@@ -96,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     wait(lambda: not window.library.is_indexing)
     wait(lambda: window.results_model.rowCount() > 0 and not window.results_model.is_loading)
     mark(f"indexed {service.counts()['total']} items")
+    if args.browse_all:
+        model = window.results_model
+        while model.canFetchMore() or model.is_loading:
+            model.fetchMore()
+            app.processEvents()
+            time.sleep(0.001)
+        mark(f"browsed to the end ({model.rowCount()} rows)")
     ids = [window.results_model.hit(r).media_id for r in range(min(40, window.results_model.rowCount()))]
     for media_id in ids:
         window.thumbnails.thumbnail(media_id)
@@ -119,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({"stages": stages, "peak_mb": peak[0]}, indent=2) + "\n")
     window.close()
     service.close()
+    shutil.rmtree(os.environ["POLYSEEK_HOME"], ignore_errors=True)  # its library and features (GBs at 10,000)
     return 0
 
 

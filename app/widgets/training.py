@@ -702,6 +702,7 @@ class TrainingDialog(QDialog):
             from engine.loop.retrain import WARM_START_EPOCHS, warm_start_args
 
             epochs, extra = WARM_START_EPOCHS, [*extra, "--init-from", str(start.path), *warm_start_args(method)]
+            self.epochs.setValue(epochs)  # the form shows what runs
         out = self.models_dir / f"{method}-library-{time.strftime('%Y%m%d-%H%M%S')}"
         request = TrainingRequest(method, Path(training_set.folder), out, epochs,
                                   self.device.currentText(), str(training_set.train_split),
@@ -937,7 +938,8 @@ class TrainingDialog(QDialog):
         if generation != self._generation:
             return
         self.comparison = comparison
-        rows = ((f"{comparison.old_name} (active)", comparison.old, comparison.old_error),
+        was = "was active" if comparison.activated else "active"
+        rows = ((f"{comparison.old_name} ({was})", comparison.old, comparison.old_error),
                 (f"{comparison.new_name} (new)", comparison.new, None))
         for row, (label, metrics, error) in enumerate(rows):
             shown = metrics if comparison.measured else None

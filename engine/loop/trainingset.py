@@ -212,8 +212,8 @@ def _link(source: Path, target: Path) -> None:
 
 
 def pseudo_check_media(catalog: Catalog, seed: int = 0, limit: int | None = None) -> list[MediaRecord]:
-    """Up to ``limit`` un-annotated items with a pseudo caption, chosen from their content hashes (the same
-    items every time for the same library); none when the library has fewer than
+    """Up to ``limit`` un-annotated items with a pseudo caption (and at most half of them), chosen from their
+    content hashes (the same items every time for the same library); none when the library has fewer than
     :data:`MIN_PSEUDO_CHECK_ITEMS`. :func:`build_training_set` leaves them out, so the check is never trained on."""
     annotated = set(library_annotations(catalog)) | {p.media_id for p in catalog.pairs()}
     pseudo = {c.media_id for c in catalog.iter_captions(CaptionSource.PSEUDO)}
@@ -221,7 +221,9 @@ def pseudo_check_media(catalog: Catalog, seed: int = 0, limit: int | None = None
              if m.id in pseudo and m.id not in annotated and m.path.is_file()]
     if len(media) < MIN_PSEUDO_CHECK_ITEMS:
         return []
-    return sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))[:limit or PSEUDO_CHECK_ITEMS]
+    # at most half of them: the other half stays in the training set (pseudo pairs, a warm start's distractors)
+    keep = min(limit or PSEUDO_CHECK_ITEMS, len(media) // 2)
+    return sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))[:keep]
 
 
 def pseudo_check_set(catalog: Catalog, dest: Path, seed: int = 0, limit: int | None = None) -> Path | None:

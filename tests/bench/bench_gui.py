@@ -9,7 +9,10 @@ library panel while a 5 ms QTimer measures how late each tick fires; the worst d
 (3) The training dialog runs the real trainer (``python -m trainer train``, ``test`` preset, CPU) on a generated
 caption folder of ``--train-items`` photos for ``--epochs`` epochs while the same probe runs: the GUI process
 parses every JSON progress line and redraws both plots, and that must never stall the event loop (target:
-worst < 50 ms). ``--only`` runs one part and merges it into the existing result file.
+worst < 50 ms). (4) Resident memory (VmRSS) of the GUI process through a real session
+(``tools/gui_memory.py``, a fresh process each): with the demo library, and with ``--memory-items`` generated
+tiny distinct photos (default 10,000), the grid scrolled to the end of the library (target: peak under
+:data:`MEMORY_TARGET_MB` in both). ``--only`` runs one part and merges it into the existing result file.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+MEMORY_TARGET_MB = 1024  # the GUI process's peak VmRSS, with the demo library and with 10,000 items
 
 
 def time_to_window(runs: int = 5) -> dict:
@@ -168,18 +173,55 @@ def stall_while_training(n_items: int, epochs: int) -> dict:
             "target_worst_stall_ms": 50, "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count()}
 
 
+def tiny_photos(folder: Path, n: int) -> Path:
+    """``n`` distinct 64 x 48 JPEGs (a colour and a disc that move with the index: no two share a hash)."""
+    from PIL import Image, ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        img = Image.new("RGB", (64, 48), ((i * 37) % 256, (i * 91) % 256, (i * 53) % 256))
+        ImageDraw.Draw(img).ellipse([i % 40, (i // 40) % 24, i % 40 + 20, (i // 40) % 24 + 20],
+                                    fill=((i * 11) % 256, 255 - (i * 7) % 256, (i // 256) % 256))
+        img.save(folder / f"p{i:05d}.jpg", quality=90)
+    return folder
+
+
+def gui_memory(n_items: int) -> dict:
+    """VmRSS stages of ``tools/gui_memory.py`` over the demo library and over ``n_items`` tiny photos."""
+    home = Path(tempfile.mkdtemp(prefix="polyseek-bench-memory-"))
+    env = {**os.environ, "POLYSEEK_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
+    demo = subprocess.run([sys.executable, "-c", "from resources.demo import ensure_demo_library as d; print(d())"],
+                          env=env, capture_output=True, text=True, cwd=REPO, check=True).stdout.strip()
+    runs = {}
+    for label, folder in (("demo library", Path(demo)), (f"{n_items} items", tiny_photos(home / "tiny", n_items))):
+        out = home / "stages.json"
+        start = time.perf_counter()
+        subprocess.run([sys.executable, str(REPO / "tools" / "gui_memory.py"), str(folder), "--browse-all",
+                        "--out", str(out)], env=env, cwd=REPO, check=True)
+        record = json.loads(out.read_text())
+        runs[label] = {"stages_mb": dict(record["stages"]), "peak_mb": record["peak_mb"],
+                       "within_target": record["peak_mb"] < MEMORY_TARGET_MB,
+                       "session_s": round(time.perf_counter() - start, 1)}
+    shutil.rmtree(home, ignore_errors=True)
+    return {"sessions": runs, "target_peak_mb": MEMORY_TARGET_MB, "cpus": os.cpu_count(),
+            "load_average_1min": os.getloadavg()[0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=300, help="photos to index")
     parser.add_argument("--train-items", type=int, default=64, help="photos in the training folder")
     parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--only", choices=["window", "indexing", "training"], default=None,
+    parser.add_argument("--memory-items", type=int, default=10_000, help="generated photos for the memory run")
+    parser.add_argument("--only", choices=["window", "indexing", "training", "memory"], default=None,
                         help="run one part and merge it into --out")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "gui.json")
     args = parser.parse_args()
     parts = {"time_to_window": lambda: time_to_window(), "indexing": lambda: stall_while_indexing(args.n),
-             "training": lambda: stall_while_training(args.train_items, args.epochs)}
-    chosen = {"window": ["time_to_window"], "indexing": ["indexing"], "training": ["training"]}.get(
+             "training": lambda: stall_while_training(args.train_items, args.epochs),
+             "memory": lambda: gui_memory(args.memory_items)}
+    chosen = {"window": ["time_to_window"], "indexing": ["indexing"], "training": ["training"],
+              "memory": ["memory"]}.get(
         args.only, list(parts))
     result = json.loads(args.out.read_text()) if args.only and args.out.is_file() else {}
     for name in chosen:

@@ -4,6 +4,7 @@ the library's own annotations, and compares the new model with the active one (f
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -281,6 +282,9 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
     assert not comparison.activated and comparison.decision.startswith("not activated: held-aside rsum")
     assert activations == [] and dlg.use_button.isEnabled()
     assert "Not activated" in dlg.result_note.text() and "kept but not active" in dlg.status.text()
+    if os.environ.get("POLYSEEK_SHOTS"):  # a picture of this state for a person to look at
+        dlg.resize(900, 720)
+        dlg.grab().save(str(Path(os.environ["POLYSEEK_SHOTS"]) / "training-not-activated.png"))
     with qtbot.waitSignal(dlg.use_model_requested) as use:  # one click away
         dlg.use_button.click()
     assert use.args == [comparison.new_name]

@@ -168,6 +168,7 @@ def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypat
 
     service, _, _ = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
+    assert len(trainingset.pseudo_check_media(service.catalog, limit=100)) == 10 // 2  # half of the un-annotated
     checked = trainingset.pseudo_check_media(service.catalog, limit=5)
     assert len(checked) == 5
     monkeypatch.setattr(trainingset, "PSEUDO_CHECK_ITEMS", 5)
