@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.progress import CancelToken, Progress
+from engine.types import ZERO_SHOT as ZERO_SHOT  # the widgets import it from here
 from engine.types import Explanation, SearchHit
 
 # Model methods whose scores are match probabilities (PCME), so a p >= x cutoff means something.
 PROBABILISTIC_METHODS = frozenset({"pcme"})
-ZERO_SHOT = "zero-shot"
 ANNOTATION_FORMATS = {"folder": "caption folder", "coco": "COCO captions JSON"}
 
 
@@ -65,7 +65,7 @@ class SearchServiceLike(Protocol):
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0) -> Any: ...
     def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]: ...
-    # the library without a query, and what the user annotated (engine.browse)
+    # the library without a query, and what the user annotated (engine.library.browse)
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]: ...
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]: ...

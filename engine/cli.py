@@ -158,11 +158,13 @@ def _disk_full(error: BaseException | None) -> bool:
 
 
 def _is_zero_shot(argv: list[str]) -> bool:
+    from engine.types import ZERO_SHOT
+
     for i, arg in enumerate(argv):
         if arg == "--model" and i + 1 < len(argv):
-            return argv[i + 1] == "zero-shot"
+            return argv[i + 1] == ZERO_SHOT
         if arg.startswith("--model="):
-            return arg.split("=", 1)[1] == "zero-shot"
+            return arg.split("=", 1)[1] == ZERO_SHOT
     return False
 
 
@@ -177,8 +179,8 @@ def _version() -> str:
 
 def _prepare(force: bool = False) -> None:
     """The pretrained assets, prepared in the trainer process with a progress bar when missing (or forced)."""
-    from engine.assets import ensure_assets
-    from engine.backbone import AssetsMissing
+    from engine.features.assets import ensure_assets
+    from engine.features.backbone import AssetsMissing
 
     try:
         drain(ensure_assets(force=force))
@@ -326,10 +328,10 @@ def _models(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from engine import paths
-    from engine.evaluate import evaluate_zero_shot
-    from engine.featurestore import FeatureStore
-    from engine.metrics import report_lines, rounded
-    from engine.service import Encoders
+    from engine.features.encoders import Encoders
+    from engine.features.featurestore import FeatureStore
+    from engine.loop.evaluate import evaluate_zero_shot
+    from engine.loop.metrics import report_lines, rounded
 
     if not (args.data / "captions.tsv").is_file():
         raise CliError(f"{args.data} is not a caption folder (no captions.tsv)")
@@ -350,7 +352,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _retrain(args: argparse.Namespace) -> int:
-    from engine.retrain import Retrain, RetrainOptions, check_holdout
+    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.loop.trainingset import check_holdout
 
     try:
         check_holdout(args.holdout)
@@ -392,8 +395,8 @@ def _retrain(args: argparse.Namespace) -> int:
 
 
 def _annotations(args: argparse.Namespace) -> int:
-    from engine import snapshots
-    from engine.retrain import AnnotationError
+    from engine.library import snapshots
+    from engine.loop.errors import AnnotationError
 
     service = _open(args.library)
     skipped: tuple[str, ...] = ()

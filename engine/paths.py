@@ -67,7 +67,7 @@ def settings_file(name: str) -> Path:
 
 
 def assets_dir() -> Path:
-    """Prepared pretrained assets (see ``trainer.prepare``; prepared on first use by ``engine.assets``)."""
+    """Prepared pretrained assets (see ``trainer.prepare``; prepared on first use by ``engine.features.assets``)."""
     env = os.environ.get("POLYSEEK_ASSETS")
     return Path(env).expanduser().resolve() if env else home() / "assets"
 

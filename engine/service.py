@@ -5,7 +5,7 @@ or by a test from fakes. Everything here is synchronous and thread-safe enough f
 thread; slow calls (``index_paths``, ``reindex``, the first search, thumbnails) belong off the GUI thread.
 
 Ranking. Until a model is trained (or while the zero-shot model is active) a sentence is ranked by the regional
-semantics of every item (:mod:`engine.regional`), and a picture, GIF or video by the cosine of the backbone's
+semantics of every item (:mod:`engine.features.regional`), and a picture, GIF or video by the cosine of the backbone's
 global features.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine import paths
-from engine.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
-from engine.featurestore import FeatureStore
-from engine.indexer import Indexer
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
+from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
+from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
-from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
+from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaKind, SearchHit
 
 if TYPE_CHECKING:
-    from engine.retrain import TrainingSet
+    from engine.loop.trainingset import TrainingSet
 
 log = logging.getLogger(__name__)
 
-ZERO_SHOT = "zero-shot"
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 
@@ -46,93 +46,6 @@ class ModelInfo:
     path: Path | None
     metrics: dict[str, Any] = field(default_factory=dict)
     active: bool = False
-
-
-class Encoders:
-    """The pretrained encoders, created on first use (opening ONNX sessions takes a moment)."""
-
-    def __init__(self, assets: Path | None = None) -> None:
-        self._assets = assets
-        self._lock = threading.RLock()  # class_embeddings needs minilm: nested creation
-        self._cache: dict[str, Any] = {}
-
-    def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Prepare the default pretrained assets when they are missing (first use; progress records); an
-        assets folder given explicitly is used as it is."""
-        if self._assets is None:
-            from engine.assets import ensure_assets
-
-            yield from ensure_assets(cancel)
-
-    def _get(self, key: str, make: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key not in self._cache:
-                self._cache[key] = make()
-            return self._cache[key]
-
-    @property
-    def backbone(self):
-        from engine.backbone import Backbone
-
-        return self._get("backbone", lambda: Backbone(self._assets))
-
-    @property
-    def class_names(self) -> list[str]:
-        from engine.backbone import class_names
-
-        return self._get("names", lambda: class_names(self._assets))
-
-    @property
-    def minilm(self):
-        from engine.text import MiniLMEncoder
-
-        return self._get("minilm", lambda: MiniLMEncoder(self._assets))
-
-    @property
-    def glove(self):
-        from engine.text import GloveEncoder
-
-        return self._get("glove", lambda: GloveEncoder(self._assets))
-
-    @property
-    def class_embeddings(self) -> np.ndarray:
-        from engine.backbone import require_assets
-        from engine.regional import class_texts
-
-        def make() -> np.ndarray:
-            cached = require_assets(self._assets) / "zeroshot" / "class_embeddings.npy"
-            if cached.is_file():
-                return np.load(cached)
-            return self.minilm.encode(class_texts(self.class_names)).sentence
-
-        return self._get("class_embeddings", make)
-
-    def extractor(self):
-        from engine.extract import FeatureExtractor
-
-        return FeatureExtractor(self.backbone, self.class_names)
-
-    def for_model(self, runner) -> Encoders:
-        """These encoders as ``runner``'s model sees them: its own fine-tuned backbone in place of the stock
-        one when it has one (cached per model version), the text encoders shared."""
-        if runner.manifest.backbone is None:
-            return self
-        return self._get(f"model:{runner.model_id}", lambda: _ModelEncoders(self, runner.own_backbone()))
-
-
-class _ModelEncoders(Encoders):
-    """:class:`Encoders` sharing everything with ``base`` but the backbone."""
-
-    def __init__(self, base: Encoders, backbone) -> None:  # not super().__init__: that starts a fresh cache
-        self._base, self._own_backbone = base, backbone
-        self._assets, self._lock, self._cache = base._assets, base._lock, base._cache
-
-    @property
-    def backbone(self):
-        return self._own_backbone
-
-    def for_model(self, runner) -> Encoders:
-        return self._base.for_model(runner)
 
 
 class SearchService:
@@ -162,9 +75,9 @@ class SearchService:
         catalog = Catalog(folder / "catalog.sqlite")
         features = FeatureStore(paths.home() / "features.sqlite")
         service = cls(library, catalog, features, Encoders(assets), folder / "thumbnails")
-        from engine.starter import offer_starter
+        from engine.loop.starter import offer_starter
 
-        offer_starter(service)  # a new library searches with the shipped starter model (engine/starter.py)
+        offer_starter(service)  # a new library searches with the shipped starter model (engine/loop/starter.py)
         return service
 
     def close(self) -> None:
@@ -202,7 +115,7 @@ class SearchService:
             yield from trained.sync(cancel)
 
     def offline_roots(self) -> list:
-        """The library folders the last index run found offline (:class:`engine.indexer.OfflineRoot`)."""
+        """The library folders the last index run found offline (:class:`engine.library.indexer.OfflineRoot`)."""
         return list(self.indexer.offline)
 
     def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
@@ -232,20 +145,21 @@ class SearchService:
 
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
-        """The library without a query, a page at a time, sorted and filtered (:func:`engine.browse.browse`)."""
-        from engine import browse
+        """The library without a query, a page at a time, sorted and filtered (:func:`engine.library.browse.browse`)."""
+        from engine.library import browse
 
         return browse.browse(self.catalog, offset, top, sort, folder, kind, annotation)
 
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
-        """Caption sources and the verdict for ``query`` of each item (:func:`engine.browse.annotation_states`)."""
-        from engine import browse
+        """Caption sources and the verdict for ``query`` of each item
+        (:func:`engine.library.browse.annotation_states`)."""
+        from engine.library import browse
 
         return browse.annotation_states(self.catalog, media_ids, query)
 
     def annotation_progress(self) -> Any:
-        """How many indexed items carry a human caption (:func:`engine.browse.annotation_progress`)."""
-        from engine import browse
+        """How many indexed items carry a human caption (:func:`engine.library.browse.annotation_progress`)."""
+        from engine.library import browse
 
         return browse.annotation_progress(self.catalog)
 
@@ -274,7 +188,7 @@ class SearchService:
         ids, index = self._zero_shot_index()
         if not len(ids):
             return []
-        from engine.regional import content_words
+        from engine.features.regional import content_words
 
         words = content_words(text)
         encoded = self.encoders.minilm.encode([text] + words).sentence
@@ -307,7 +221,7 @@ class SearchService:
         where = np.flatnonzero(ids == media_id)
         if not len(where):
             return []
-        from engine.regional import content_words
+        from engine.features.regional import content_words
 
         scored = []
         for caption in captions:
@@ -361,8 +275,8 @@ class SearchService:
                 self._trained = None
                 return None
             if self._trained is None or self._trained.record.id != record.id:
-                from engine.modelrunner import ModelLoadError
-                from engine.trained import TrainedSearch
+                from engine.search.modelrunner import ModelLoadError
+                from engine.search.trained import TrainedSearch
 
                 try:
                     self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,
@@ -400,7 +314,7 @@ class SearchService:
     def _zero_shot_index(self):
         with self._lock:
             if self._zero_shot is None:
-                from engine.regional import ZeroShotIndex
+                from engine.search.zeroshot import ZeroShotIndex
 
                 ids, hashes = self._ok_items()
                 backbone = self.encoders.backbone.id
@@ -484,8 +398,8 @@ class SearchService:
         """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
         import json
 
-        from engine.modelrunner import ModelRunner
-        from engine.trained import model_export_dir
+        from engine.search.modelrunner import ModelRunner
+        from engine.search.trained import model_export_dir
 
         model_dir = Path(model_dir).resolve()
         runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=self.encoders.backbone.id)
@@ -501,62 +415,62 @@ class SearchService:
             self.catalog.register_model(name, runner.method, model_dir, metrics)
         return name
 
-    # -- the library loop (engine.retrain) -------------------------------------------------------------------
+    # -- the library loop (engine.loop.retrain) -------------------------------------------------------------------
 
     def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> TrainingSet:
         """Write the retraining caption folder (default ``<library>/retrain/training-set``) and return its
-        :class:`engine.retrain.TrainingSet`: split ``train`` = the annotated items not held aside plus every
+        :class:`engine.loop.trainingset.TrainingSet`: split ``train`` = the annotated items not held aside plus every
         un-annotated item (A3VSE's D^u), split ``heldout`` = the held-aside annotated items, chosen from each
         item's content hash and ``seed`` so an item stays on its side across retrains."""
-        from engine.retrain import build_training_set
+        from engine.loop.trainingset import build_training_set
 
         dest = Path(dest) if dest is not None else self.library_dir / "retrain" / "training-set"
         return build_training_set(self.catalog, dest, holdout, seed)
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None,
                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
-        """R@1/5/10 both ways and rsum (:func:`engine.metrics.retrieval_report`) of a registered model on one
-        split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
+        """R@1/5/10 both ways and rsum (:func:`engine.loop.metrics.retrieval_report`) of a registered model on
+        one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
         (trained models): more media each caption's item is ranked among."""
         if model in (None, ZERO_SHOT):
-            from engine.evaluate import evaluate_zero_shot
+            from engine.loop.evaluate import evaluate_zero_shot
 
             return evaluate_zero_shot(Path(folder), split, self.features, self.encoders)
-        from engine.retrain import evaluate_trained
+        from engine.loop.evaluate import evaluate_trained
 
         return evaluate_trained(self, Path(folder), split, model, distractors)
 
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0):
         """A registered new model beside ``old_model`` (None: zero-shot) on the held-aside split of a retraining
-        folder and the library's pseudo pairs, with the activation rule's decision (:func:`engine.retrain.judge`:
+        folder and the library's pseudo pairs, with the activation rule's decision (:func:`engine.loop.judge.judge`:
         the one rule the CLI and the GUI apply). Activates nothing."""
-        from engine.retrain import judge
+        from engine.loop.judge import judge
 
         return judge(self, new_model, old_model, Path(folder), split, seed)
 
     def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]:
         """``(media_id, score)`` of the un-annotated items to annotate next, best first: ``uncertainty`` (the
         active PCME model's sigma), ``disagreement`` (the active model's K >= 2 heads), ``random``, or ``auto``
-        (the first of these that applies); see :func:`engine.retrain.suggest`."""
-        from engine.retrain import suggest
+        (the first of these that applies); see :func:`engine.loop.suggest.suggest`."""
+        from engine.loop.suggest import suggest
 
         return suggest(self.catalog, self._active_trained(), n, policy)
 
     def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
         """Write the library's annotations as a caption folder (``folder``) or a COCO JSON (``coco``); returns
-        the number of captions written (:class:`engine.retrain.AnnotationExport`: its ``skipped`` names the
+        the number of captions written (:class:`engine.loop.annotations.AnnotationExport`: its ``skipped`` names the
         annotated items a caption folder could not link because their files are missing or offline)."""
-        from engine.retrain import export_annotations
+        from engine.loop.annotations import export_annotations
 
         return export_annotations(self.catalog, Path(dest), fmt)
 
     def import_annotations(self, path: Path) -> int:
         """Add the captions of a caption folder or COCO JSON to the matching items (provenance ``imported``);
-        returns how many captions were added. An annotation snapshot (:mod:`engine.snapshots`) is restored
+        returns how many captions were added. An annotation snapshot (:mod:`engine.library.snapshots`) is restored
         instead, with its provenance and pairs (:meth:`restore_snapshot`)."""
-        from engine import snapshots
-        from engine.retrain import import_annotations
+        from engine.library import snapshots
+        from engine.loop.annotations import import_annotations
 
         if snapshots.is_snapshot_file(Path(path)):
             return self.restore_snapshot(Path(path)).captions
@@ -575,14 +489,14 @@ class SearchService:
             self._invalidate()
 
     def annotation_snapshots(self) -> list[Path]:
-        """The library's automatic annotation snapshots, oldest first (:mod:`engine.snapshots`)."""
-        from engine import snapshots
+        """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.snapshots`)."""
+        from engine.library import snapshots
 
         return snapshots.snapshots(snapshots.folder_of(self.catalog.path))
 
     def restore_snapshot(self, path: Path):
-        """Put back the captions and pairs of a snapshot (:func:`engine.snapshots.restore`)."""
-        from engine import snapshots
+        """Put back the captions and pairs of a snapshot (:func:`engine.library.snapshots.restore`)."""
+        from engine.library import snapshots
 
         return snapshots.restore(self.catalog, Path(path))
 
@@ -618,7 +532,7 @@ def _clean(text: str) -> str:
 
 def _zero_shot_explanation(query: str, record: MediaRecord, feats, encoders: Encoders) -> Explanation:
     """Regions of the item that carry the classes the query names (one 'head': the class match)."""
-    from engine.regional import content_words
+    from engine.features.regional import content_words
 
     words = content_words(query) or [query]
     names = encoders.class_names

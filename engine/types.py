@@ -7,6 +7,8 @@ from enum import StrEnum
 
 import numpy as np
 
+ZERO_SHOT = "zero-shot"  # the name of the zero-shot ranking wherever models are listed or chosen
+
 
 class MediaKind(StrEnum):
     """What a media file is, decided from its content."""

@@ -151,7 +151,7 @@ def _media_ids(service) -> list[int]:  # noqa: ANN001
 def flickr8k_service(n: int, workdir: Path):  # noqa: ANN201
     """A library of the first ``n`` Flickr8k test images (linked, not copied), 60% of them captioned."""
     from app.main import open_service
-    from engine.captionfolder import load_caption_folder, write_caption_folder
+    from engine.library.captionfolder import load_caption_folder, write_caption_folder
 
     if not (FLICKR8K / "captions.tsv").is_file():
         raise ScreenshotError(f"{FLICKR8K} is absent on this machine")

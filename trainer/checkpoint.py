@@ -22,9 +22,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import pickle
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
+from engine.files import atomic_write_bytes, atomic_write_text
 from trainer.methods import ConfigError, MethodConfig, RetrievalModel, build_model, config_from_json
 
 CONFIG_FILE = "config.json"
@@ -93,27 +92,6 @@ class TrainerState:
 
 
 # ------------------------------------------------------------------------------------------ atomic files
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a model folder is ordinary user data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """UTF-8 text, atomically (see :func:`atomic_write_bytes`)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: Path, value: Any) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.metrics import report_lines, rounded
+from engine.loop.metrics import report_lines, rounded
 
 log = logging.getLogger("trainer")
 
@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from engine.backbone import AssetsMissing
-    from engine.captionfolder import CaptionFolderError
+    from engine.features.backbone import AssetsMissing
+    from engine.library.captionfolder import CaptionFolderError
     from trainer.checkpoint import CheckpointError
     from trainer.data import DataError
     from trainer.evaluation import EvaluationError

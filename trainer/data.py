@@ -1,24 +1,13 @@
 """Feature-backed training data: a caption folder's split becomes cached backbone and text features.
 
 Nothing here runs a network on pixels twice. Media features come from the shared feature store
-(:mod:`engine.featurestore`, keyed by content hash and backbone), filled on demand by
-:func:`engine.evaluate.ensure_features`; photos give ``global`` (C,) and ``local`` (R, C), GIFs and videos
+(:mod:`engine.features.featurestore`, keyed by content hash and backbone), filled on demand by
+:func:`engine.features.extract.ensure_features`; photos give ``global`` (C,) and ``local`` (R, C), GIFs and videos
 ``global`` and ``frames`` (T, C). Caption features come from the configured text encoder (MiniLM token
 vectors and sentence vector, or GloVe token vectors) and are cached per caption under
-``engine.paths.cache_dir()/text`` (:class:`TextCache`), so a changed caption list (a sparse subset, one
+``engine.paths.cache_dir()/text`` (:mod:`trainer.textcache`), so a changed caption list (a sparse subset, one
 caption added to a library before a retrain, another split) encodes only the captions never seen before.
 
-The text cache is one SQLite file per encoder fingerprint (:func:`text_cache_path`: the encoder's name plus a
-hash of its weights' size and mtime, so GloVe and MiniLM, or a re-prepared MiniLM, never share rows), with the
-house settings of :class:`engine.catalog.SQLiteStore` (WAL, one transaction per write). Each caption is one row
-keyed by the SHA-256 of its text (``UNIQUE``, so repeats never pile up): float16 token vectors (n, W) in
-``tokens`` and the float32 MiniLM sentence vector in ``sentences``, a separate table so that a sentence-only
-model never pages in token blobs. New captions are written one encoding chunk per transaction, so a crash
-mid-write loses at most that chunk and never leaves a half row. A file SQLite reports as damaged (garbage,
-truncated) or recorded for another encoder is set aside as ``<name>.corrupt`` and rebuilt; a row whose blob has
-the wrong size is re-encoded. Old whole-list ``*.npz`` files from earlier versions are ignored, not deleted.
-SQLite keeps no checksum of page contents, so a bit flipped inside a blob would go unnoticed (as in
-:mod:`engine.featurestore`).
 
 Features stay float16 in memory (a Flickr8k train split's local features are ~750 MB that way) and become
 float32 tensors one batch at a time (:meth:`VisualFeatures.batch`, :meth:`TextFeatures.batch`). Token
@@ -30,12 +19,9 @@ A folder may mix photos and clips; a batch never does (photos and clips have dif
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import random
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +32,14 @@ import torch
 from torch import Tensor
 
 from engine import paths
-from engine.backbone import require_assets
-from engine.captionfolder import CaptionFolder, Item, load_caption_folder
-from engine.catalog import CatalogError, SQLiteStore, content_hash
-from engine.featurestore import FeatureStore
+from engine.features.backbone import require_assets
+from engine.features.featurestore import FeatureStore
+from engine.files import content_hash
+from engine.library.captionfolder import CaptionFolder, Item, load_caption_folder
 from engine.progress import Progress
 from trainer.methods import ImageInput, RetrievalModel, TextInput, VideoInput
 from trainer.sparse import SparseConfig, sparse_split_folder
+from trainer.textcache import SENTENCE_DIM, CachedCaption, caption_key, open_text_cache, read_cached, write_cached
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +229,7 @@ def _text_subset(t: TextFeatures, rows: np.ndarray) -> TextFeatures:
 class FeatureSource:
     """Where features come from: the shared feature store, the pretrained encoders and the text cache.
 
-    ``encoders`` is an :class:`engine.service.Encoders` (or a fake with the same attributes); it is only
+    ``encoders`` is an :class:`engine.features.encoders.Encoders` (or a fake with the same attributes); it is only
     touched when something is missing from the store or the cache.
     """
 
@@ -255,7 +242,7 @@ class FeatureSource:
     @classmethod
     def open(cls, assets: Path | None = None, progress: ProgressFn | None = None) -> FeatureSource:
         """The source under ``engine.paths.home()``: the feature store every library shares."""
-        from engine.service import Encoders
+        from engine.features.encoders import Encoders
 
         home = paths.home()
         home.mkdir(parents=True, exist_ok=True)
@@ -282,7 +269,7 @@ class FeatureSource:
         return features, kept
 
     def _ensure(self, files: list[Path], hashes: list[str]) -> None:
-        from engine.evaluate import ensure_features
+        from engine.features.extract import ensure_features
 
         if not self.store.missing(hashes, backbone_id(self.assets)):
             return  # do not open the backbone when everything is cached
@@ -317,8 +304,8 @@ class FeatureSource:
 
     def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
         """Local features the store dropped past its cap are recomputed, not stored (module docstring of
-        :mod:`engine.featurestore`)."""
-        from engine.extract import Extracted
+        :mod:`engine.features.featurestore`)."""
+        from engine.features.extract import Extracted
 
         results = self.encoders.extractor().extract([item.path for item in items])
         for position, item, result in zip(where, items, results, strict=True):
@@ -328,8 +315,8 @@ class FeatureSource:
 
     def pseudo_captions(self, items: Sequence[Item]) -> list[str]:
         """Regional-semantics pseudo captions (A3VSE §3.2) of items already in the store, rebuilt from their
-        stored top ImageNet classes (:func:`engine.regional.pseudo_caption_from_record`)."""
-        from engine.regional import pseudo_caption_from_record
+        stored top ImageNet classes (:func:`engine.features.regional.pseudo_caption_from_record`)."""
+        from engine.features.regional import pseudo_caption_from_record
 
         hashes = [content_hash(item.path) for item in items]
         records = self.store.get_many(hashes, backbone_id(self.assets), ("image_top_ids",))
@@ -353,15 +340,15 @@ class FeatureSource:
         fingerprint = _encoder_fingerprint(needs.text_encoder, self.assets)
         keys = [caption_key(text) for text in captions]
         unique = dict(zip(keys, captions, strict=True))  # one entry per distinct caption, first occurrence
-        cache = _open_text_cache(self.text_cache, needs.text_encoder, fingerprint, width)
+        cache = open_text_cache(self.text_cache, needs.text_encoder, fingerprint, width)
         try:
-            found, cache = _read_cached(cache, list(unique), needs)
+            found, cache = read_cached(cache, list(unique), needs.tokens, needs.sentence)
             missing = [key for key in unique if key not in found]
             if missing:
                 encoder = self._text_encoder(needs.text_encoder)
                 for chunk in _encode_chunks(encoder, [unique[key] for key in missing], self.progress):
                     rows = [CachedCaption(missing[i], tokens, sentence) for i, tokens, sentence in chunk]
-                    cache = _write_cached(cache, rows)  # each chunk is its own transaction: a crash keeps the rest
+                    cache = write_cached(cache, rows)  # each chunk is its own transaction: a crash keeps the rest
                     found.update((row.key, _trim(row, needs)) for row in rows)
         finally:
             if cache is not None:
@@ -373,7 +360,7 @@ class FeatureSource:
             if name == "minilm":
                 self._text_encoders[name] = self.encoders.minilm
             else:
-                from engine.text import GloveEncoder
+                from engine.features.text import GloveEncoder
 
                 self._text_encoders[name] = GloveEncoder(self.assets)
         return self._text_encoders[name]
@@ -474,188 +461,6 @@ def _part(array: np.ndarray | None, what: str) -> np.ndarray:
     if array is None:  # the text encoder gave no such output (GloVe has no sentence vector)
         raise DataError(f"the text encoder gave no {what} for a caption")
     return array
-
-
-# ------------------------------------------------------------------------------------------ text cache
-
-SENTENCE_DIM = 384  # MiniLM's sentence vector
-TEXT_READ_CHUNK = 500  # keys per SELECT (well under SQLite's bound-parameter limit)
-_F16 = np.dtype("<f2")
-_F32 = np.dtype("<f4")
-# A caption's token blob (~20 x 384 float16, 15 KB) overflows a 4 KB page into a chain SQLite copies page by page;
-# in 64 KB pages it stays whole, and memory-mapped reads then fetch 3,000 captions ~10x faster (measured: 0.46 s
-# with 4 KB pages, 0.03 s with 64 KB pages and mmap). page_size only applies to a new file, before WAL is set.
-_TEXT_PRAGMAS = ("PRAGMA page_size=65536", "PRAGMA mmap_size=4294967296")
-
-
-class TextCacheError(CatalogError):
-    """A text-feature cache file cannot be opened, read or written; the message names the file."""
-
-
-class TextCacheMismatch(TextCacheError):
-    """A text-feature cache file records another encoder fingerprint or width than the one it is opened for."""
-
-
-@dataclass(frozen=True)
-class CachedCaption:
-    """One caption's cached features: ``tokens`` (n, W) float16 and ``sentence`` (S,) float32, either None
-    when absent (GloVe has no sentence) or not read. ``key`` is :func:`caption_key` of its text."""
-
-    key: bytes
-    tokens: np.ndarray | None
-    sentence: np.ndarray | None
-
-
-def caption_key(text: str) -> bytes:
-    """The cache key of a caption: SHA-256 of its UTF-8 text (32 bytes). Equal texts share one row."""
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
-def text_cache_path(folder: Path, encoder: str, fingerprint: str) -> Path:
-    """The cache file of one encoder fingerprint in ``folder``: a re-prepared encoder gets a new file."""
-    return folder / f"{encoder}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}.sqlite"
-
-
-def _text_schema_v1(conn: sqlite3.Connection) -> None:
-    """Token and sentence vectors in separate tables, so a sentence-only model never pages in token blobs."""
-    conn.execute("CREATE TABLE tokens (key BLOB NOT NULL UNIQUE, count INTEGER NOT NULL, vectors BLOB NOT NULL)")
-    conn.execute("CREATE TABLE sentences (key BLOB NOT NULL UNIQUE, vector BLOB NOT NULL)")
-
-
-class TextCache(SQLiteStore):
-    """Per-caption text features of one encoder fingerprint, in one SQLite file (see the module docstring).
-
-    ``fingerprint`` and ``width`` are recorded in the file; opening it with others raises
-    :class:`TextCacheError` (the file belongs to another encoder and is rebuilt by :func:`_open_text_cache`).
-    """
-
-    error = TextCacheError
-
-    def __init__(self, path: Path, fingerprint: str, width: int) -> None:
-        super().__init__(path, (_text_schema_v1,), first_pragmas=_TEXT_PRAGMAS)
-        self.fingerprint, self.width = fingerprint, width
-        try:
-            with self.transaction("recording the encoder") as conn:
-                for name, value in (("fingerprint", fingerprint), ("width", str(width))):
-                    row = conn.execute("SELECT value FROM meta WHERE key = ?", (name,)).fetchone()
-                    if row is None:
-                        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (name, value))
-                    elif row[0] != value:
-                        raise TextCacheMismatch(f"{path} holds {name} {row[0]!r}, not {value!r}")
-        except TextCacheError:
-            self.close()
-            raise
-
-    def __len__(self) -> int:
-        """How many captions have token vectors cached."""
-        return int(self._read("counting captions", "SELECT COUNT(*) FROM tokens")[0][0])
-
-    def get_many(self, keys: Sequence[bytes], tokens: bool, sentence: bool) -> dict[bytes, CachedCaption]:
-        """The cached parts asked for, of the ``keys`` that have all of them; a row whose blob has the wrong size
-        is left out (and re-encoded by the caller), with a warning."""
-        found: dict[bytes, dict[str, np.ndarray]] = {key: {} for key in keys}
-        bad = 0
-        for start in range(0, len(keys), TEXT_READ_CHUNK):
-            chunk = list(keys[start:start + TEXT_READ_CHUNK])
-            marks = ",".join("?" * len(chunk))
-            if tokens:
-                for key, count, blob in self._read("reading token vectors",
-                                                   f"SELECT key, count, vectors FROM tokens WHERE key IN ({marks})",
-                                                   chunk):
-                    if len(blob) != count * self.width * _F16.itemsize:
-                        bad += 1
-                        continue
-                    found[key]["tokens"] = np.frombuffer(blob, _F16).reshape(count, self.width)
-            if sentence:
-                for key, blob in self._read("reading sentence vectors",
-                                            f"SELECT key, vector FROM sentences WHERE key IN ({marks})", chunk):
-                    if len(blob) != SENTENCE_DIM * _F32.itemsize:
-                        bad += 1
-                        continue
-                    found[key]["sentence"] = np.frombuffer(blob, _F32)
-        if bad:
-            log.warning("%s: %d damaged caption rows are re-encoded", self.path, bad)
-        wanted = {part for part, asked in (("tokens", tokens), ("sentence", sentence)) if asked}
-        return {key: CachedCaption(key, parts.get("tokens"), parts.get("sentence"))
-                for key, parts in found.items() if wanted <= parts.keys()}
-
-    def put_many(self, rows: Sequence[CachedCaption]) -> None:
-        """Store ``rows`` (replacing rows with the same key) in one transaction: all of them or none."""
-        with self.transaction("caching text features") as conn:
-            for row in rows:
-                if row.tokens is None or row.tokens.ndim != 2 or row.tokens.shape[1] != self.width:
-                    raise TextCacheError(f"{self.path}: token vectors of width {self.width} expected for a caption")
-                conn.execute("INSERT INTO tokens (key, count, vectors) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
-                             "SET count = excluded.count, vectors = excluded.vectors",
-                             (row.key, len(row.tokens), np.ascontiguousarray(row.tokens, _F16).tobytes()))
-                if row.sentence is not None:
-                    conn.execute("INSERT INTO sentences (key, vector) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
-                                 "SET vector = excluded.vector",
-                                 (row.key, np.ascontiguousarray(row.sentence, _F32).tobytes()))
-
-
-def _open_text_cache(folder: Path, encoder: str, fingerprint: str, width: int) -> TextCache | None:
-    """The cache of ``fingerprint``, rebuilt empty when the file is damaged; None when no cache can be
-    opened at all (e.g. a read-only folder): the captions are then encoded without caching."""
-    path = text_cache_path(folder, encoder, fingerprint)
-    try:
-        return TextCache(path, fingerprint, width)
-    except TextCacheError as exc:
-        return _rebuild_text_cache(path, fingerprint, width, exc)
-
-
-_SQLITE_DAMAGE = (11, 26)  # SQLITE_CORRUPT ("disk image is malformed"), SQLITE_NOTADB ("file is not a database")
-
-
-def _damaged(exc: TextCacheError) -> bool:
-    """Whether ``exc`` says the file itself is bad (rebuild it), not that it is busy, read-only or from a newer
-    app version (leave it alone and run uncached)."""
-    cause = exc.__cause__
-    return isinstance(exc, TextCacheMismatch) or (
-        isinstance(cause, sqlite3.DatabaseError) and getattr(cause, "sqlite_errorcode", 0) & 0xFF in _SQLITE_DAMAGE)
-
-
-def _rebuild_text_cache(path: Path, fingerprint: str, width: int, reason: TextCacheError) -> TextCache | None:
-    """Set the damaged ``path`` aside as ``<name>.corrupt`` (replacing an older one, so damage never piles up)
-    and start an empty cache there; a cache that failed for another reason is left as it is and not used."""
-    if not _damaged(reason):
-        log.warning("text features are not cached: %s", reason)
-        return None
-    log.warning("text feature cache %s is damaged (%s); rebuilding it", path, reason)
-    try:
-        if path.exists():
-            os.replace(path, path.with_name(path.name + ".corrupt"))
-        for suffix in ("-wal", "-shm"):  # a journal of the damaged file must not be replayed into the new one
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
-        return TextCache(path, fingerprint, width)
-    except (OSError, TextCacheError) as exc:
-        log.warning("text features are not cached: %s", exc)
-        return None
-
-
-def _read_cached(cache: TextCache | None, keys: list[bytes],
-                 needs: FeatureNeeds) -> tuple[dict[bytes, CachedCaption], TextCache | None]:
-    """The cached captions among ``keys`` and the cache to write to (a fresh one when reading found damage)."""
-    if cache is None:
-        return {}, None
-    try:
-        return cache.get_many(keys, needs.tokens, needs.sentence), cache
-    except TextCacheError as exc:
-        cache.close()
-        return {}, _rebuild_text_cache(cache.path, cache.fingerprint, cache.width, exc)
-
-
-def _write_cached(cache: TextCache | None, rows: Sequence[CachedCaption]) -> TextCache | None:
-    """Cache ``rows``; a cache that cannot be written is closed and skipped (returns None), never fatal."""
-    if cache is None:
-        return None
-    try:
-        cache.put_many(rows)
-        return cache
-    except TextCacheError as exc:
-        log.warning("could not cache text features in %s: %s", cache.path, exc)
-        cache.close()
-        return None
 
 
 # ------------------------------------------------------------------------------------------ splits

@@ -2,7 +2,7 @@
 
 :func:`evaluate_pairs` encodes every item and caption of a :class:`~trainer.data.PairSet`, builds the
 (n_media, n_captions) similarity matrix and reports what ``polyseek evaluate --json`` prints: R@1/5/10,
-median / mean rank, nMR and rsum both ways (:func:`engine.metrics.retrieval_report`), R-Precision, the
+median / mean rank, nMR and rsum both ways (:func:`engine.loop.metrics.retrieval_report`), R-Precision, the
 five-fold 1K protocol when a split has 5K media, and for probabilistic models (PCME) the R@1 per
 uncertainty decile with its Spearman correlations.
 
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from engine.metrics import (
+from engine.loop.metrics import (
     five_fold_1k,
     r_precision,
     ranks_i2t,
@@ -301,14 +301,14 @@ def evaluate_pairs(model: RetrievalModel, pairs: PairSet, device: torch.device, 
 def _similarity_label(model: RetrievalModel, name: str) -> str:
     if name != "default":
         return name
-    return {"pvse": "max-cosine", "twobranch-sim": "network"}.get(model.config.method, "cosine")
+    return model.similarity_kind
 
 
 def quick_rsum(model: RetrievalModel, pairs: PairSet, device: torch.device,
                distractors: PairSet | None = None) -> dict:
     """The retrieval report used for validation while training: the model's own similarity (PCME: the
     cosine of the means, cheap and deterministic), no extras. ``distractors``: items each caption's item is
-    also ranked among (text-to-item only; :func:`engine.metrics.retrieval_report`)."""
+    also ranked among (text-to-item only; :func:`engine.loop.metrics.retrieval_report`)."""
     encoded = encode_pairs(model, pairs, device)
     name = "mean" if model.probabilistic else "default"
     scores = similarity_matrix(model, encoded, name)

@@ -36,7 +36,7 @@ The best weights stay consistent on disk: the backbone is written first as ``bac
 the commit point. A crash between the two leaves an unused backbone file, never a head paired with the wrong
 backbone. The export gets the backbone as ``backbone.onnx`` (the same outputs as the stock one, so the
 engine's regional semantics keep working) and its manifest names it; the engine then computes and caches this
-model's features under ``<id>`` (:mod:`engine.featurestore` keys features by backbone).
+model's features under ``<id>`` (:mod:`engine.features.featurestore` keys features by backbone).
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def require_photos(pairs: PairSet, what: str) -> None:
 
 def item_paths(root: Path, files: Sequence[str]) -> list[Path]:
     """Paths of the caption folder's ``files`` (the names a :class:`PairSet` keeps)."""
-    from engine.captionfolder import load_caption_folder
+    from engine.library.captionfolder import load_caption_folder
 
     by_name = {item.file: item.path for item in load_caption_folder(root).items}
     missing = [f for f in files if f not in by_name]

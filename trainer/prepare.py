@@ -163,9 +163,9 @@ def _export_class_names(dest: Path) -> None:
 
 
 def _embed_class_texts(root: Path) -> None:
-    """MiniLM embeddings of the class texts zero-shot search matches sentences against (engine.regional)."""
-    from engine.regional import class_texts
-    from engine.text import MiniLMEncoder
+    """MiniLM embeddings of the class texts zero-shot search matches sentences against (engine.features.regional)."""
+    from engine.features.regional import class_texts
+    from engine.features.text import MiniLMEncoder
 
     names = json.loads((root / "imagenet_classes.json").read_text())
     (root / "manifest.json").write_text("{}")  # lets the engine's encoder open the half-written folder

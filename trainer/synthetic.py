@@ -22,7 +22,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from engine.captionfolder import CaptionFolder, CaptionFolderError, write_caption_folder
+from engine.library.captionfolder import CaptionFolder, CaptionFolderError, write_caption_folder
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),

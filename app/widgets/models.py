@@ -41,7 +41,7 @@ def metrics_text(metrics: dict[str, Any]) -> str:
     return " · ".join(parts) or "—"
 
 
-STARTER = "starter"  # engine.starter.STARTER_NAME: offered again to a library without it, so it stays
+STARTER = "starter"  # engine.loop.starter.STARTER_NAME: offered again to a library without it, so it stays
 
 
 def revert_target(models: list[Any]) -> str | None:

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 HIT_ROLE = Qt.ItemDataRole.UserRole + 1
 RELEVANCE_ROLE = Qt.ItemDataRole.UserRole + 2  # Relevance | None (None: browsing, no scores)
-STATE_ROLE = Qt.ItemDataRole.UserRole + 3  # engine.browse.AnnotationState | None (None: not known yet)
+STATE_ROLE = Qt.ItemDataRole.UserRole + 3  # engine.library.browse.AnnotationState | None (None: not known yet)
 PageFetch = Callable[[int, int], list[SearchHit]]  # (offset, top) -> one page of hits
 StatesFetch = Callable[[list[int]], dict[int, Any]]  # media ids -> AnnotationState
 # Relevance bands, on the search's own score range (see relevance()): at least this share of the way up

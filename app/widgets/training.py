@@ -199,7 +199,7 @@ class Comparison:
     data: Path
     split: str
     measured: bool = True  # False: nothing was held aside, so neither model could be measured fairly
-    activated: bool = False  # the activation rule's decision (engine.retrain.gate, as `polyseek retrain`)
+    activated: bool = False  # the activation rule's decision (engine.loop.judge.gate, as `polyseek retrain`)
     decision: str = ""
 
 
@@ -207,7 +207,7 @@ def headline(metrics: dict[str, Any] | None) -> tuple[float | None, float | None
     """Text-to-item R@1, R@5, R@10 and rsum of a metrics report (the shape of the trainer's metrics.json).
 
     Text-to-item is the direction a search runs in; rsum sums R@1/5/10 of both directions (the usual summary of
-    cross-modal retrieval, ``engine.metrics.retrieval_report``), so it also reflects item-to-text.
+    cross-modal retrieval, ``engine.loop.metrics.retrieval_report``), so it also reflects item-to-text.
     """
     if not metrics:
         return None, None, None, None
@@ -698,8 +698,8 @@ class TrainingDialog(QDialog):
         method, epochs, extra = self.method.currentText(), self.epochs.value(), self.extra_args
         start = active_model(list(self._service.models())) if self._service is not None else None
         if start is not None and start.path and start.method == method:
-            # the engine's warm-start recipe (engine.retrain): the new version starts from the active one
-            from engine.retrain import WARM_START_EPOCHS, warm_start_args
+            # the engine's warm-start recipe (engine.loop.retrain): the new version starts from the active one
+            from engine.loop.retrain import WARM_START_EPOCHS, warm_start_args
 
             epochs, extra = WARM_START_EPOCHS, [*extra, "--init-from", str(start.path), *warm_start_args(method)]
             self.epochs.setValue(epochs)  # the form shows what runs

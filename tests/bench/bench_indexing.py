@@ -6,7 +6,7 @@ Two libraries: ``--n`` Flickr8k photos as they are (224x224 JPEGs, from ../share
 ``--n-large`` 12-megapixel JPEGs (4000x3000, made here by enlarging Flickr8k photos). For each: (a) the backbone
 alone on already-decoded 224x224 batches of the same size, (b) ``SearchService.index_paths`` on a fresh home
 (walk, hash, decode, backbone, regional semantics, feature store and catalog writes), (c) decoding alone: the
-indexer's own decode (``engine.extract.decode_for_backbone``) on a pool of two threads, as the indexer runs it.
+indexer's own decode (``engine.features.extract.decode_for_backbone``) on a pool of two threads, as the indexer runs it.
 The ratio (b)/(a) is the figure of merit (PRODUCT.md: >= 0.8). Medians of ``--repeat`` runs; (a), (c) and (b)
 run one after the other in each repeat so a changing load on the machine hits them alike.
 
@@ -53,7 +53,7 @@ def backbone_alone(backbone, images: np.ndarray, batch: int) -> tuple[float, flo
 
 def decode_only(paths: list[Path], size: int) -> float:
     """Items/s of the indexer's decode on as many threads as the extractor's pool has, no backbone."""
-    from engine.extract import decode_for_backbone, default_decode_threads
+    from engine.features.extract import decode_for_backbone, default_decode_threads
 
     with ThreadPoolExecutor(max_workers=default_decode_threads()) as pool:
         list(pool.map(lambda p: decode_for_backbone(p, size), paths[:2]))  # warm-up: imports, plugin init
@@ -92,18 +92,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "indexing.json")
     parser.add_argument("--photos", type=Path, default=FLICKR, help="a folder of Flickr8k photos")
     parser.add_argument("--decode-threads", type=int, default=None,
-                        help="the indexer's decode threads (default: engine.extract.default_decode_threads())")
+                        help="the indexer's decode threads (default: engine.features.extract.default_decode_threads())")
     args = parser.parse_args()
     if args.decode_threads:
-        import engine.extract
+        import engine.features.extract
 
-        engine.extract.default_decode_threads = lambda: args.decode_threads
+        engine.features.extract.default_decode_threads = lambda: args.decode_threads
     if not args.photos.is_dir():
         print(f"skipped: {args.photos} is absent")
         return 0
-    from engine.backbone import Backbone
-    from engine.extract import decode_for_backbone, default_decode_threads
-    from engine.indexer import BATCH
+    from engine.features.backbone import Backbone
+    from engine.features.extract import decode_for_backbone, default_decode_threads
+    from engine.library.indexer import BATCH
     from engine.paths import assets_dir
 
     assets = Path(os.environ.get("POLYSEEK_ASSETS") or assets_dir())

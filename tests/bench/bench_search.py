@@ -15,7 +15,7 @@ would, so the build time includes growing the index. For every index the run rep
 brute force over the same vectors is measured in the same run as the reference. Query encoding is measured
 separately: MiniLM on a short sentence (if the prepared assets exist under ``$POLYSEEK_ASSETS``) and, when
 torch is installed, a PVSE text encoder of the benchmark's size exported to ONNX and run by
-:class:`engine.modelrunner.ModelRunner`; their sum with the search is the end-to-end query time.
+:class:`engine.search.modelrunner.ModelRunner`; their sum with the search is the end-to-end query time.
 
 ``--data flickr`` replaces the synthetic library with real embeddings (issue #5's second variant): the K
 head embeddings of the Flickr8k train+dev photos, computed by a trained export (``--model DIR``) from the
@@ -61,7 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
-from engine.vectorindex import AnnParams, MultiVectorIndex, search_ef  # noqa: E402
+from engine.search.vectorindex import AnnParams, MultiVectorIndex, search_ef  # noqa: E402
 
 SENTENCES = ["a dog catching a frisbee on the beach", "two children laughing in the snow",
              "a red car parked under a tree", "people dancing at a wedding", "a cat sleeping on a laptop",
@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ef-search", type=_ints, default=[AnnParams().ef_search],
                         help="HNSW kinds; a comma-separated list measures each on the same index")
     parser.add_argument("--ef-growth", type=float, default=AnnParams().ef_growth,
-                        help="HNSW kinds: ef_search's growth per tenfold of vectors (engine.vectorindex.search_ef)")
+                        help="HNSW kinds: ef_search's growth per tenfold of vectors (vectorindex.search_ef)")
     parser.add_argument("--nprobe", type=int, default=AnnParams().nprobe, help="IVF kinds and the lists of hnsw+ivf")
     parser.add_argument("--oversample", type=int, default=AnnParams().oversample)
     parser.add_argument("--batch", type=int, default=100_000, help="items per add() call (like an indexer)")
@@ -281,7 +281,7 @@ def bench_encoders(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     tokens = None
     try:
-        from engine.text import MiniLMEncoder
+        from engine.features.text import MiniLMEncoder
 
         minilm = MiniLMEncoder(threads=2)
         out["minilm"] = summary(latencies(lambda i: minilm.encode([SENTENCES[i % len(SENTENCES)]]), 100))
@@ -298,7 +298,7 @@ def bench_encoders(args: argparse.Namespace) -> dict[str, Any]:
 def _pvse_text_latency(args: argparse.Namespace, tokens: Any) -> dict[str, Any]:
     import torch
 
-    from engine.modelrunner import ModelRunner
+    from engine.search.modelrunner import ModelRunner
     from trainer.methods import build_config, build_model, export_model
 
     torch.manual_seed(0)
@@ -409,8 +409,8 @@ class FlickrData:
 
     sources: np.ndarray  # (S, K, D) float32 unit vectors of the train+dev photos
     captions: list[str]  # every dev caption (the query pool)
-    runner: Any  # engine.modelrunner.ModelRunner
-    minilm: Any  # engine.text.MiniLMEncoder
+    runner: Any  # engine.search.modelrunner.ModelRunner
+    minilm: Any  # engine.features.text.MiniLMEncoder
     encode_s: float  # seconds spent computing ``sources``
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -422,15 +422,15 @@ class FlickrData:
 
 def load_flickr(model_dir: Path, folder: Path) -> FlickrData:
     """Head embeddings of the train+dev photos of ``folder`` from their cached backbone features (as
-    :meth:`engine.trained.TrainedSearch.encode_items` computes them), and the dev captions."""
+    :meth:`engine.search.trained.TrainedSearch.encode_items` computes them), and the dev captions."""
     from engine import paths
-    from engine.captionfolder import load_caption_folder
-    from engine.catalog import content_hash
-    from engine.featurestore import FeatureStore
-    from engine.modelrunner import ModelRunner
-    from engine.service import Encoders
-    from engine.text import MiniLMEncoder
-    from engine.trained import model_export_dir
+    from engine.features.encoders import Encoders
+    from engine.features.featurestore import FeatureStore
+    from engine.features.text import MiniLMEncoder
+    from engine.files import content_hash
+    from engine.library.captionfolder import load_caption_folder
+    from engine.search.modelrunner import ModelRunner
+    from engine.search.trained import model_export_dir
 
     data = load_caption_folder(folder)
     keep = [item for item in data.items if item.split in ("train", "dev")]
@@ -443,7 +443,7 @@ def load_flickr(model_dir: Path, folder: Path) -> FlickrData:
         missing = store.missing(hashes, backbone)
         if missing:
             raise SystemExit(f"{len(missing)} of {len(hashes)} photos of {folder} have no {backbone} features in "
-                             f"{store.path}: extract them first (engine.evaluate.ensure_features)")
+                             f"{store.path}: extract them first (engine.features.extract.ensure_features)")
         for start in range(0, len(hashes), 512):
             chunk = hashes[start:start + 512]
             records = store.get_many(chunk, backbone, ("global", "local"))
@@ -499,7 +499,7 @@ def _merge_top(rows: np.ndarray, scores: np.ndarray, new_rows: np.ndarray, new_s
 def timed_queries(flickr: FlickrData, index: MultiVectorIndex, texts: list[str], top: int
                   ) -> tuple[dict[str, Any], list[np.ndarray]]:
     """End-to-end latency of each caption (encode + search + the result list the app builds)."""
-    from engine.trained import RankedItem
+    from engine.search.trained import RankedItem
 
     stages: dict[str, list[float]] = {"encode": [], "search": [], "aggregate": [], "total": []}
     found = []

@@ -14,7 +14,7 @@ what a fresh install has. Rows:
 - ``starter``: the shipped starter model, no retrain;
 - ``scratch``: zero-shot active, ``polyseek retrain --from-scratch`` (the method today's app used: a3vse with
   pseudo pairs of the un-annotated photos), the result activated as before (no gate): what a user got;
-- ``warm``: the starter active, ``polyseek retrain`` (the :class:`engine.retrain.Retrain` job with its defaults:
+- ``warm``: the starter active, ``polyseek retrain`` (the :class:`engine.loop.retrain.Retrain` job with its defaults:
   warm start from the active model, gated activation); the *active* model afterwards is measured, and the new
   version too when it was not activated.
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 
 SEED = 0
 ROWS = ("zero-shot", "starter", "scratch", "warm")
-# the warm-start recipe's alternatives (trainer arguments after engine.retrain.WARM_START_ARGS, which they override)
+# the warm-start recipe's alternatives (trainer arguments after engine.loop.retrain.WARM_START_ARGS, overriding them)
 VARIANTS = {"warm-no-l2sp": ("--l2sp", "0"), "warm-lr2e-4": ("--lr", "2e-4"),
             "warm-b32-lr2e-4": ("--batch-size", "32", "--lr", "2e-4", "--epochs", "20", "--patience", "20"),
             "warm-b32-lr2e-4-no-l2sp": ("--batch-size", "32", "--lr", "2e-4", "--epochs", "20", "--patience", "20",
@@ -73,7 +73,7 @@ def read_folder(data: Path, split: str) -> tuple[list[str], dict[str, list[str]]
 
 
 def eval_folder(dest: Path, images: Path, files: list[str], captions: dict[str, list[str]]) -> Path:
-    from engine.retrain import write_linked_folder
+    from engine.loop.trainingset import write_linked_folder
 
     entries = [(f, images / f) for f in files]
     texts = [(i, t) for i, f in enumerate(files) for t in captions[f]]
@@ -112,7 +112,7 @@ class Library:
             self.service.add_caption(self.by_file[f], text)
 
     def retrain(self, warm: bool, gate: bool = True, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-        from engine.retrain import Retrain, RetrainOptions
+        from engine.loop.retrain import Retrain, RetrainOptions
 
         options = (RetrainOptions(warm_start=True, trainer_args=extra) if warm
                    else RetrainOptions(method="a3vse", warm_start=False))

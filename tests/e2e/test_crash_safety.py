@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from engine.catalog import Catalog
-from engine.featurestore import FIELDS, FeatureStore
-from engine.indexer import BATCH
+from engine.features.featurestore import FIELDS, FeatureStore
+from engine.library.catalog import Catalog
+from engine.library.indexer import BATCH
 from engine.service import SearchService
 
 REPO = Path(__file__).resolve().parents[2]

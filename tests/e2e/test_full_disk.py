@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import Catalog, CatalogError
+from engine.library.catalog import Catalog, CatalogError
 from engine.service import SearchService
 from tests.mediagen import make_jpeg
 from tests.unit.test_annotations_survive import annotations

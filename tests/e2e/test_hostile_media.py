@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from engine import paths
-from engine.catalog import Catalog, MediaRecord, MediaStatus
+from engine.library.catalog import Catalog, MediaRecord, MediaStatus
 from engine.media import limits
 from engine.service import SearchService
 from tests.mediagen import (
@@ -176,7 +176,7 @@ def service(assets_dir: Path) -> SearchService:
 
 def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the name of every file the extractor decodes from now on."""
-    import engine.extract as extract
+    import engine.features.extract as extract
 
     decoded: list[str] = []
     original = extract.decode_for_backbone
@@ -225,7 +225,7 @@ def test_a_non_utf8_file_name_round_trips_through_the_catalog(service, tmp_path)
 
 def race_hook(monkeypatch: pytest.MonkeyPatch, actions: dict[str, Callable[[Path], None]]) -> None:
     """Run ``actions[name](path)`` just before the extractor decodes that file (once per file)."""
-    import engine.extract as extract
+    import engine.features.extract as extract
 
     original = extract.decode_for_backbone
 
@@ -275,7 +275,7 @@ def test_files_deleted_replaced_or_growing_after_the_scan(service, tmp_path, mon
 
 
 def test_a_file_vanishing_between_listing_and_hashing_is_skipped(service, tmp_path, monkeypatch):
-    import engine.indexer as indexer
+    import engine.library.indexer as indexer
 
     library = build(tmp_path / "library", [])
     make_jpeg(library / "vanishes.jpg", (64, 64), BLUE)
@@ -348,7 +348,7 @@ if unreadable:
     os.scandir = scandir
 races = os.environ.get("HOSTILE_RACES")
 if races:
-    import engine.extract as extract
+    import engine.features.extract as extract
     decode, pending = extract.decode_for_backbone, set(races.split(","))
     def racing(path, *args, **kwargs):
         name = os.path.basename(path)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.captionfolder import load_caption_folder
-from engine.retrain import HELDOUT_SPLIT, TRAIN_SPLIT, is_held_aside
+from engine.library.captionfolder import load_caption_folder
+from engine.loop.trainingset import HELDOUT_SPLIT, TRAIN_SPLIT, is_held_aside
 from engine.service import SearchService
 from trainer.data import FeatureNeeds, FeatureSource, load_training_data
 from trainer.sparse import SparseConfig

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.modelrunner import ModelRunner
+from engine.search.modelrunner import ModelRunner
+from engine.search.trained import model_export_dir
 from engine.service import SearchService
-from engine.trained import model_export_dir
 from tests.unit.test_annotations_survive import annotations
 from trainer.synthetic import make_toy_photo_folder
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.featurestore import FeatureStore
-from engine.service import Encoders
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
 from trainer.data import FeatureNeeds, FeatureSource, split_view
 from trainer.synthetic import make_toy_photo_folder
 

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from engine.captionfolder import load_caption_folder, write_caption_folder
-from engine.metrics import retrieval_report
+from engine.library.captionfolder import load_caption_folder, write_caption_folder
+from engine.loop.metrics import retrieval_report
 from engine.progress import CancelToken, Progress
 from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
 
@@ -586,8 +586,8 @@ class FakeService:
 
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0) -> Any:
-        """The engine's rule (``engine.retrain.gate``) on this fake's evaluations (no pseudo pairs here)."""
-        from engine.retrain import Judgement, gate
+        """The engine's rule (``engine.loop.judge.gate``) on this fake's evaluations (no pseudo pairs here)."""
+        from engine.loop.judge import Judgement, gate
 
         self.calls.append(("judge_model", (new_model, str(folder), split, old_model)))
         verdict = Judgement(new_model, old_model)
@@ -598,7 +598,7 @@ class FakeService:
         return verdict
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
-        """Retrieval metrics (``engine.metrics.retrieval_report``) of split ``split`` of a caption folder.
+        """Retrieval metrics (``engine.loop.metrics.retrieval_report``) of split ``split`` of a caption folder.
 
         The fake has no real models, so every model ranks the same way: by how close an item's colour is to
         the colour words of the caption (an unnamed colour scores 0). ``model`` must exist (None or
@@ -643,7 +643,7 @@ class FakeService:
         scored.sort(key=lambda pair: (-pair[1], pair[0]))
         return scored[:n]
 
-    # --- the library without a query (engine.browse's semantics)
+    # --- the library without a query (engine.library.browse's semantics)
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
         """Indexed items sorted by file mtime (ties: id) or name, filtered by folder, kind and annotations."""
@@ -665,7 +665,7 @@ class FakeService:
         return [self._hit(e, 0.0) for e in entries[offset:offset + top]]
 
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
-        from engine.browse import AnnotationState
+        from engine.library.browse import AnnotationState
 
         key = query.strip().casefold() if query else None
         out = {}
@@ -677,7 +677,7 @@ class FakeService:
         return out
 
     def annotation_progress(self) -> Any:
-        from engine.browse import AnnotationProgress
+        from engine.library.browse import AnnotationProgress
 
         states = self.annotation_states(list(self._entries))
         return AnnotationProgress(sum(s.captioned for s in states.values()), len(states))

@@ -60,7 +60,7 @@ def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_pa
     over the real engine (real ONNX features of three generated pictures)."""
     import json
 
-    from engine.captionfolder import load_caption_folder
+    from engine.library.captionfolder import load_caption_folder
 
     monkeypatch.setenv("POLYSEEK_ASSETS", str(assets_dir))
     folder = make_media_folder(tmp_path / "media", n_images=3, n_gifs=0, video=False, broken=False)

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from app.mainwindow import MainWindow
 from app.settings import GuiSettings
 from app.widgets.annotate import TICK
-from engine.captionfolder import load_caption_folder
+from engine.library.captionfolder import load_caption_folder
 from tests.gui.fakes import FakeService
 from tests.gui.test_annotate import captions_shown, settle
 from tests.gui.test_search import search

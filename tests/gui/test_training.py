@@ -310,7 +310,7 @@ def test_the_library_source_needs_a_service(qtbot, dialog: TrainingDialog, servi
 
 
 def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path, service: FakeService) -> None:
-    from engine.captionfolder import write_caption_folder
+    from engine.library.captionfolder import write_caption_folder
     from tests.gui.fakes import make_media_folder
 
     media = make_media_folder(tmp_path / "cf-media", n_images=6, n_gifs=0, video=False, broken=False)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.featurestore import FeatureStore
-from engine.service import Encoders
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
 from trainer.data import FeatureSource
 from trainer.synthetic import make_toy_photo_folder
 

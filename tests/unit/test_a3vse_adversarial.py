@@ -25,8 +25,8 @@ from trainer.methods import (
     build_loss,
     build_model,
 )
+from trainer.methods.a3vse import DomainAdversarialLoss
 from trainer.methods.encoders import GradientReversal, grl_gamma
-from trainer.methods.losses import DomainAdversarialLoss
 
 torch.set_num_threads(1)
 
@@ -178,7 +178,7 @@ def test_criterion_reports_the_spread_of_each_modality_and_the_v_t_accuracy() ->
 def test_confusion_game_each_side_moves_only_its_own_parameters_and_stops_at_chance() -> None:
     """The default game: the discriminator's BCE reaches only the discriminator, the encoders' confusion
     term (cross-entropy to the label 1/2) reaches only the encoders, and an encoder step lowers it."""
-    from trainer.methods.losses import domain_confusion
+    from trainer.methods.a3vse import domain_confusion
 
     torch.manual_seed(0)
     config = build_config("a3vse", {}, preset="test")
@@ -210,7 +210,7 @@ def test_confusion_game_each_side_moves_only_its_own_parameters_and_stops_at_cha
 
 
 def test_domain_confusion_is_zero_at_chance_and_its_gradient_vanishes_there() -> None:
-    from trainer.methods.losses import domain_confusion
+    from trainer.methods.a3vse import domain_confusion
 
     zero = torch.zeros(4, requires_grad=True)
     value = domain_confusion(zero[:2], zero[2:])

@@ -1,4 +1,4 @@
-"""Active-learning policies (engine.active) against naive references on tiny seeded data."""
+"""Active-learning policies (engine.loop.active) against naive references on tiny seeded data."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from engine.active import ActiveLearningError, head_disagreement, pick, uncertainty_scores
-from engine.modelrunner import uncertainty
+from engine.loop.active import ActiveLearningError, head_disagreement, pick, uncertainty_scores
+from engine.search.modelrunner import uncertainty
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -74,7 +74,7 @@ def test_head_disagreement_extremes() -> None:
 
 
 def test_head_disagreement_works_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.active as active
+    import engine.loop.active as active
 
     rng = np.random.default_rng(4)
     items, captions = _unit(rng.normal(size=(9, 3, 4))), rng.normal(size=(15, 4))

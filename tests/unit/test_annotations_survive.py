@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import snapshots
-from engine.captionfolder import load_caption_folder
-from engine.catalog import Catalog, MediaStatus
+from engine.library import snapshots
+from engine.library.captionfolder import load_caption_folder
+from engine.library.catalog import Catalog, MediaStatus
 from engine.service import SearchService
 from tests.mediagen import make_jpeg, make_png
 
@@ -350,7 +350,7 @@ def test_a_snapshot_that_cannot_be_written_stops_the_purge(tmp_path, monkeypatch
 def test_catalog_v2_upgrades_to_v3_keeping_its_annotations(tmp_path):
     import sqlite3
 
-    from engine import catalog as catalog_module
+    from engine.library import catalog as catalog_module
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)

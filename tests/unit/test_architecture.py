@@ -18,7 +18,7 @@ def test_import_contracts_hold():
 
 
 def test_search_path_runs_without_torch_or_qt():
-    code = ("import sys, engine.service, engine.cli, engine.indexer, engine.evaluate; "
+    code = ("import sys, engine.service, engine.cli, engine.library.indexer, engine.loop.evaluate; "
             "bad = [m for m in ('torch', 'PySide6', 'trainer') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO)})

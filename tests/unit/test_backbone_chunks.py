@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import backbone as bb
+from engine.features import backbone as bb
 
 
 class RecordingSession:

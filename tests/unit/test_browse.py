@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.browse import annotation_progress, annotation_states, browse
-from engine.catalog import Catalog
+from engine.library.browse import annotation_progress, annotation_states, browse
+from engine.library.catalog import Catalog
 from engine.types import CaptionSource, MediaKind
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.captionfolder import (
+from engine.library.captionfolder import (
     CaptionFolderError,
     export_coco_captions,
     import_coco_captions,

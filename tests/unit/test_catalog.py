@@ -11,15 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.catalog import (
+from engine.files import content_hash
+from engine.library.catalog import (
     _MIGRATIONS,
     LATEST_SCHEMA_VERSION,
     Catalog,
     CatalogError,
-    JobState,
     MediaStatus,
     NotFound,
-    content_hash,
 )
 from engine.types import CaptionSource, MediaKind
 
@@ -127,7 +126,7 @@ def test_v1_catalog_migrates_to_latest_and_keeps_its_rows(tmp_path: Path) -> Non
         assert [p.query for p in cat.pairs(7)] == ["cat"]
         ids, vectors, extras = cat.get_embeddings(1)
         assert ids.tolist() == [7] and vectors.tolist() == [[[0.0, 1.0, 2.0, 3.0]]] and extras == {}
-        assert cat.jobs()[0].state == JobState.DONE
+        assert cat.db.execute("SELECT state FROM jobs").fetchall() == [("done",)]  # v1's table, left as it was
         assert "embedding_extras" in cat.db.table_names()
         assert cat.integrity_ok()
 
@@ -487,7 +486,7 @@ def test_switching_models_deletes_nothing_and_keeps_one_active(catalog: Catalog)
     catalog.set_active_model(None)
 
 
-# ------------------------------------------------------------------------------------------ media state, jobs
+# ------------------------------------------------------------------------------------------ media state
 
 
 def test_media_results_and_counts(catalog: Catalog) -> None:
@@ -509,26 +508,6 @@ def test_media_results_and_counts(catalog: Catalog) -> None:
         catalog.media(999)
     with pytest.raises(NotFound):
         catalog.set_media_failed(999, "x")
-
-
-def test_jobs(catalog: Catalog) -> None:
-    job = catalog.create_job("index", {"roots": ["/lib"]}, total=10)
-    catalog.update_job(job, state="running", done=3, message="3 of 10")
-    record = catalog.job(job)
-    assert (record.state, record.done, record.total, record.payload) == (
-        JobState.RUNNING,
-        3,
-        10,
-        {"roots": ["/lib"]},
-    )
-    other = catalog.create_job("train")
-    catalog.update_job(job, state=JobState.DONE, done=10)
-    assert [j.id for j in catalog.jobs()] == [other, job]
-    assert [j.id for j in catalog.jobs("done")] == [job]
-    with pytest.raises(ValueError):
-        catalog.update_job(job, state="exploded")
-    with pytest.raises(NotFound):
-        catalog.update_job(12345, done=1)
 
 
 # ------------------------------------------------------------------------------------------ threads

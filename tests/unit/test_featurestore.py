@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.featurestore import FeatureRecord, FeatureStore, FeatureStoreError, _half, top_k_classes
+from engine.features.featurestore import FeatureRecord, FeatureStore, FeatureStoreError, _half, top_k_classes
 
 D = 1280
 BACKBONE = "effnet-lite0@224"
@@ -230,8 +230,8 @@ def test_the_local_count_follows_every_write(tmp_path: Path) -> None:
 
 
 def test_a_version_1_store_gets_its_count_on_opening(tmp_path: Path) -> None:
-    from engine.catalog import SQLiteStore
-    from engine.featurestore import _MIGRATIONS
+    from engine.features.featurestore import _MIGRATIONS
+    from engine.sqlitestore import SQLiteStore
 
     path = tmp_path / "features.sqlite"
     with FeatureStore(path) as store:

@@ -91,7 +91,7 @@ def test_unchanged_library_does_no_work_and_failed_files_are_retried_only_when_c
                                                                                        monkeypatch):
     run(service.index_paths([library]))
     calls = []
-    import engine.extract as extract
+    import engine.features.extract as extract
 
     original = extract.decode_for_backbone
     monkeypatch.setattr(extract, "decode_for_backbone", lambda *a, **k: calls.append(a[0]) or original(*a, **k))
@@ -125,7 +125,7 @@ def test_cancelled_index_resumes_where_it_stopped(service, tmp_path):
 def test_same_content_in_a_second_library_reuses_cached_features(service, library, assets_dir, monkeypatch):
     run(service.index_paths([library]))
     other = SearchService.open("second", assets_dir)
-    import engine.extract as extract
+    import engine.features.extract as extract
 
     original = extract.decode_for_backbone
 
@@ -159,7 +159,7 @@ def test_search_by_example_finds_the_same_picture_first(service, library, tmp_pa
 
 @pytest.mark.parametrize(("cores", "threads"), [(None, 2), (1, 2), (2, 2), (4, 2), (16, 8)])
 def test_decode_threads_grow_with_the_cores(monkeypatch, cores, threads):
-    import engine.extract as extract
+    import engine.features.extract as extract
 
     monkeypatch.setattr(extract.os, "cpu_count", lambda: cores)
     assert extract.default_decode_threads() == threads

@@ -1,4 +1,5 @@
-"""Every loss of trainer.methods.losses against an independent loop-by-loop reference on tiny tensors."""
+"""Every loss of trainer.methods (the shared losses.py and each method's module) against an independent
+loop-by-loop reference on tiny tensors."""
 
 from __future__ import annotations
 
@@ -9,21 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from trainer.methods import build_config, build_loss
+from trainer.methods.a3vse import DomainAdversarialLoss
+from trainer.methods.instance import InstanceLoss
 from trainer.methods.interface import EncoderOutput, ImageInput, PairBatch, PairOutput, TextInput
-from trainer.methods.losses import (
-    BidirectionalRankingLoss,
-    DiversityLoss,
-    DomainAdversarialLoss,
-    GaussianKLLoss,
-    InstanceLoss,
-    LogisticPairLoss,
-    MILLoss,
-    MMDLoss,
-    SoftContrastiveLoss,
-    TripletLoss,
-    UniformityLoss,
-    soft_contrastive_nll,
-)
+from trainer.methods.losses import MILLoss, TripletLoss
+from trainer.methods.pcme import GaussianKLLoss, SoftContrastiveLoss, UniformityLoss, soft_contrastive_nll
+from trainer.methods.pvse import DiversityLoss, MMDLoss
+from trainer.methods.twobranch import BidirectionalRankingLoss, LogisticPairLoss
 
 torch.set_num_threads(1)
 TOL = dict(rtol=1e-5, atol=1e-6)

@@ -20,7 +20,7 @@ from trainer.methods import (
     build_model,
     list_methods,
 )
-from trainer.methods.a3vse import DOMAIN_PAIRS
+from trainer.methods.a3vse import DOMAIN_PAIRS, DomainAdversarialLoss
 from trainer.methods.encoders import (
     GradientReversal,
     MaskedRNN,
@@ -29,7 +29,6 @@ from trainer.methods.encoders import (
     place_on_canvas,
     position_shift_offsets,
 )
-from trainer.methods.losses import DomainAdversarialLoss
 from trainer.methods.pcme import PCMEBranch
 from trainer.methods.pvse import PIENet
 from trainer.methods.twobranch import balanced_pairs

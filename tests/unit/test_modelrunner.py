@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from engine.modelrunner import (
+from engine.search.modelrunner import (
     ModelInputError,
     ModelLoadError,
     ModelRunner,
-    csd,
     match_probability,
     match_probability_from_samples,
-    pad_batch,
     sample_embeddings,
     uncertainty,
 )
@@ -174,6 +172,23 @@ def test_inputs_are_checked_by_name(exports: dict) -> None:
         runner.encode_video(f["frames"], f["mask"][:2])
 
 
+def pad_batch(sequences: list[np.ndarray], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Test clips as one batch: variable-length (T_i, C) sequences stacked into a zero-padded (N, T, C) float32
+    batch and its (N, T) 0/1 mask, valid positions first; ``length`` keeps at most that many positions."""
+    if not sequences or any(np.ndim(x) != 2 or len(x) == 0 for x in sequences):
+        raise ModelInputError("sequences: expected a non-empty list of non-empty (T, C) arrays")
+    width = {np.shape(x)[1] for x in sequences}
+    if len(width) != 1:
+        raise ModelInputError(f"sequences: feature sizes differ: {sorted(width)}")
+    length = length or max(len(x) for x in sequences)
+    batch = np.zeros((len(sequences), length, width.pop()), np.float32)
+    mask = np.zeros((len(sequences), length), np.float32)
+    for row, sequence in enumerate(sequences):
+        kept = min(len(sequence), length)
+        batch[row, :kept], mask[row, :kept] = sequence[:kept], 1.0
+    return batch, mask
+
+
 def test_pad_batch_feeds_clips_of_different_lengths(exports: dict) -> None:
     model, folder = exports["pvse"]
     runner = ModelRunner.load(folder, threads=1)
@@ -238,11 +253,3 @@ def test_match_probability_without_uncertainty_is_eq_3_on_the_means() -> None:
     assert np.allclose(got[0], 1.0 / (1.0 + np.exp(5.0 * dist - 2.0)))
 
 
-def test_csd_equals_its_definition() -> None:
-    rng = np.random.default_rng(6)
-    mu_q, sig_q = rng.standard_normal((2, 5)), rng.random((2, 5))
-    mu_i, sig_i = rng.standard_normal((3, 5)), rng.random((3, 5))
-    want = np.array([[np.sum((mu_q[q] - mu_i[n]) ** 2) + np.abs(sig_q[q] ** 2 + sig_i[n] ** 2).sum()
-                      for n in range(3)] for q in range(2)])
-    assert np.allclose(csd(mu_q, sig_q, mu_i, sig_i), want)
-    assert np.allclose(csd(mu_q[1], sig_q[1], mu_i, sig_i), want[1])

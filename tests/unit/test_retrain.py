@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.captionfolder import load_caption_folder
-from engine.catalog import Catalog, content_hash
-from engine.retrain import (
+from engine.files import content_hash
+from engine.library.captionfolder import load_caption_folder
+from engine.library.catalog import Catalog
+from engine.loop.annotations import export_annotations, import_annotations
+from engine.loop.errors import AnnotationError
+from engine.loop.trainingset import (
     HELDOUT_SPLIT,
     MIN_ANNOTATED_ITEMS,
     TRAIN_SPLIT,
-    AnnotationError,
     build_training_set,
-    export_annotations,
     holdout_key,
-    import_annotations,
     is_held_aside,
     library_annotations,
     training_warning,
@@ -230,7 +230,7 @@ def _export_untrained(method: str, dest: Path, **overrides) -> Path:
 
 
 def test_suggestions_follow_the_active_model(service, tmp_path):
-    from engine.modelrunner import uncertainty
+    from engine.search.modelrunner import uncertainty
 
     ids = sorted(m.id for m in service.catalog.iter_media())
     service.add_caption(ids[0], "a red picture")
@@ -262,8 +262,8 @@ def test_suggestions_follow_the_active_model(service, tmp_path):
 
 
 def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_path):
-    from engine.metrics import retrieval_report
-    from engine.vectorindex import kxk_scores
+    from engine.loop.metrics import retrieval_report
+    from engine.search.vectorindex import kxk_scores
 
     ids = sorted(m.id for m in service.catalog.iter_media())
     texts = ["a red picture", "a green picture", "a blue one", "white", "black", "yellow square"]
@@ -293,8 +293,8 @@ def test_cancelling_stops_a_quiet_trainer_process():
     import sys
     import threading
 
+    from engine.loop.retrain import _event_progress, _events, _stop
     from engine.progress import Cancelled, CancelToken
-    from engine.retrain import _event_progress, _events, _stop
 
     script = ("import json, signal, sys, time\n"
               "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
@@ -349,8 +349,9 @@ def test_files_with_the_same_relative_path_in_two_folders_keep_their_own_caption
 
 
 def test_the_result_summary_shows_before_and_after_and_says_when_one_is_missing(tmp_path):
-    from engine.metrics import retrieval_report
-    from engine.retrain import RetrainResult, TrainingSet
+    from engine.loop.metrics import retrieval_report
+    from engine.loop.retrain import RetrainResult
+    from engine.loop.trainingset import TrainingSet
 
     ts = TrainingSet(tmp_path, n_annotated_items=12, n_captions=15, n_heldout_items=3, n_unannotated=40)
     perfect = retrieval_report(np.eye(3), np.arange(3))

@@ -9,17 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.metrics import retrieval_report
-from engine.retrain import (
-    PSEUDO_TOLERANCE,
-    Retrain,
-    RetrainOptions,
-    RetrainResult,
-    TrainingSet,
-    gate,
-    heldout_tolerance,
-    mean_r10,
-)
+from engine.loop.judge import PSEUDO_TOLERANCE, gate, heldout_tolerance, mean_r10
+from engine.loop.metrics import retrieval_report
+from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
+from engine.loop.trainingset import TrainingSet
 
 
 def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
@@ -170,18 +163,18 @@ def test_a_better_retrain_is_activated_and_the_library_is_embedded_with_it(libra
 
 
 def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypatch, tmp_path):
-    import engine.retrain as retrain
-    from engine.captionfolder import load_caption_folder
+    import engine.loop.trainingset as trainingset
+    from engine.library.captionfolder import load_caption_folder
 
     service, _, _ = library
-    monkeypatch.setattr(retrain, "MIN_PSEUDO_CHECK_ITEMS", 4)
-    assert len(retrain.pseudo_check_media(service.catalog, limit=100)) == 10 // 2  # half of the un-annotated
-    checked = retrain.pseudo_check_media(service.catalog, limit=5)
+    monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
+    assert len(trainingset.pseudo_check_media(service.catalog, limit=100)) == 10 // 2  # half of the un-annotated
+    checked = trainingset.pseudo_check_media(service.catalog, limit=5)
     assert len(checked) == 5
-    monkeypatch.setattr(retrain, "PSEUDO_CHECK_ITEMS", 5)
+    monkeypatch.setattr(trainingset, "PSEUDO_CHECK_ITEMS", 5)
     ts = service.export_training_set(tmp_path / "ts")
     linked = {p.resolve() for p in (ts.folder / "media").iterdir()}
     assert not linked & {m.path.resolve() for m in checked}
     assert len(linked) == 24 - 5 and ts.n_unannotated == 10 - 5
-    folder = retrain.pseudo_check_set(service.catalog, tmp_path / "check", limit=5)
+    folder = trainingset.pseudo_check_set(service.catalog, tmp_path / "check", limit=5)
     assert {Path(i.path).resolve() for i in load_caption_folder(folder).items} == {m.path.resolve() for m in checked}

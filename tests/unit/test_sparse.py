@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.captionfolder import CaptionFolder, Item
+from engine.library.captionfolder import CaptionFolder, Item
 from trainer.sparse import (
     SparseConfig,
     SparseSplitError,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.captionfolder import Item
+from engine.library.captionfolder import Item
 from trainer.sparse import SparseConfig, SparseSplitError, sparse_split
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.starter import STARTER_NAME, shipped_starter, starter_record
+from engine.loop.starter import STARTER_NAME, shipped_starter, starter_record
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
-from engine.captionfolder import CaptionFolderError, load_caption_folder
+from engine.library.captionfolder import CaptionFolderError, load_caption_folder
 from trainer.synthetic import (
     BACKGROUNDS,
     COLOURS,

@@ -14,18 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.featurestore import FeatureStore
-from engine.text import EncodedText
+from engine.features.featurestore import FeatureStore
+from engine.features.text import EncodedText
 from trainer import data
-from trainer.data import (
-    CachedCaption,
-    FeatureNeeds,
-    FeatureSource,
-    TextCache,
-    TextCacheError,
-    caption_key,
-    text_cache_path,
-)
+from trainer.data import FeatureNeeds, FeatureSource
+from trainer.textcache import CachedCaption, TextCache, TextCacheError, caption_key, text_cache_path
 
 BOTH = FeatureNeeds(False, True, True, "minilm", 8)
 TOKENS = FeatureNeeds(False, True, False, "minilm", 8)

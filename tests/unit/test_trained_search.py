@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from engine.search.vectorindex import kxk_scores
 from engine.service import SearchService
-from engine.vectorindex import kxk_scores
 from tests.mediagen import make_animated_gif, make_jpeg
 
 COLOURS = [(220, 30, 30), (30, 200, 30), (30, 30, 220), (240, 240, 240), (20, 20, 20), (250, 200, 0)]
@@ -107,8 +107,8 @@ def test_an_unknown_model_name_is_a_clear_error(service):
 @pytest.mark.slow
 def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(assets_dir, tmp_path):
     """A PCME model trained on toy shapes believes its own captions and no nonsense (match probability)."""
-    from engine.featurestore import FeatureStore
-    from engine.service import Encoders
+    from engine.features.encoders import Encoders
+    from engine.features.featurestore import FeatureStore
     from trainer.data import FeatureSource
     from trainer.synthetic import make_toy_photo_folder
     from trainer.train import Reporter, TrainOptions, train
@@ -136,8 +136,8 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
 
 
 def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sync(service, tmp_path, monkeypatch):
-    from engine import trained
-    from engine.vectorindex import AnnParams, MultiVectorIndex
+    from engine.search import trained
+    from engine.search.vectorindex import AnnParams, MultiVectorIndex
 
     # exact_limit=3 makes the 7 items of the library approximate; "today's" kind is switched between opens
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw-sq8", exact_limit=3))

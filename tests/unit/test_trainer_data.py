@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.captionfolder import load_caption_folder
-from engine.featurestore import FeatureStore
-from engine.service import Encoders
-from engine.text import EncodedText
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
+from engine.features.text import EncodedText
+from engine.library.captionfolder import load_caption_folder
 from trainer.data import (
     DataError,
     FeatureNeeds,

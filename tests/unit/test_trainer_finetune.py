@@ -14,9 +14,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from engine.featurestore import FeatureStore
-from engine.modelrunner import ModelLoadError, ModelRunner
-from engine.service import Encoders, SearchService
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
+from engine.search.modelrunner import ModelLoadError, ModelRunner
+from engine.service import SearchService
 from trainer import checkpoint as ckpt
 from trainer.cli import evaluate_folder
 from trainer.data import FeatureSource

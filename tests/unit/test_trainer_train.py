@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.featurestore import FeatureStore
-from engine.service import Encoders
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
 from trainer import checkpoint as ckpt
 from trainer.cli import parse_overrides
 from trainer.data import FeatureNeeds, FeatureSource, split_view

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import vectorindex
-from engine.vectorindex import (
+from engine.search import vectorindex
+from engine.search.vectorindex import (
     AnnParams,
     IndexFileError,
     IndexInputError,

@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.regional import (
-    ZeroShotIndex,
-    class_texts,
-    colour_name,
-    content_words,
-    region_colour,
-)
+from engine.features.regional import class_texts, colour_name, content_words, region_colour
+from engine.search.zeroshot import ZeroShotIndex
 from engine.service import SearchService
 
 SAMPLES = {"chelsea": "cat.jpg", "coffee": "coffee.jpg", "astronaut": "astronaut.jpg", "rocket": "rocket.jpg",

@@ -49,6 +49,7 @@ from trainer.methods.interface import (
     EncoderOutput,
     ImageInput,
     MethodInputError,
+    MethodSpec,
     PairBatch,
     PairOutput,
     RetrievalModel,
@@ -56,7 +57,6 @@ from trainer.methods.interface import (
     VideoInput,
 )
 from trainer.methods.registry import (
-    MethodSpec,
     build_config,
     build_loss,
     build_model,

@@ -298,3 +298,51 @@ def grl_gamma(progress: float, eta: float = 10.0) -> float:
     if not 0.0 <= progress <= 1.0:
         raise MethodInputError(f"progress: must be in [0, 1], got {progress!r}")
     return 2.0 / (1.0 + math.exp(-eta * progress)) - 1.0
+
+
+class MultiHeadAttentionPool(nn.Module):
+    """K attention maps by a two-layer perceptron, PVSE eq. 2: ``alpha = softmax(w2 tanh(w1 Psi^T))``.
+
+    ``hidden`` is A (D/2 in the paper). Returns the maps (B, K, R), zero on masked inputs, and the attended
+    features ``alpha Psi`` (B, K, C).
+    """
+
+    def __init__(self, in_dim: int, heads: int, hidden: int | None = None) -> None:
+        super().__init__()
+        hidden = hidden or max(1, in_dim // 2)
+        self.w1 = nn.Linear(in_dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, heads, bias=False)
+        self.heads = heads
+
+    def forward(self, local: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        scores = self.w2(torch.tanh(self.w1(local))).transpose(1, 2)  # (B, K, R)
+        attn = masked_softmax(scores, None if mask is None else mask[:, None, :])
+        return attn, attn @ local
+
+class GlobalEncoders(nn.Module):
+    """The three global feature encoders of PVSE §3.1, each mapping to ``out_dim``."""
+
+    def __init__(self, config: TextGlobalConfig, out_dim: int) -> None:
+        super().__init__()
+        self.image = nn.Linear(config.image_dim, out_dim)
+        self.video = BiGRUEncoder(config.image_dim, out_dim)
+        self.text = build_text_global(config, out_dim)
+        self.config = config
+
+    def encode_image(self, pooled: Tensor | None) -> Tensor:
+        """phi(x) of a photo: the pooled feature (B, C) through one FC layer."""
+        c = self.config
+        return self.image(check_shape("pooled", pooled, (None, c.image_dim)))
+
+    def encode_video(self, frames: Tensor, mask: Tensor) -> Tensor:
+        """phi(x) of a clip: final states of the bi-GRU over its frame features."""
+        check_frames(self.config, frames, mask)
+        return self.video(frames, mask)
+
+    def encode_text(self, tokens: Tensor | None, mask: Tensor | None, sentence: Tensor | None) -> Tensor:
+        """phi(x) of a caption: bi-GRU final states, text CNN, or FC of the sentence vector (per config)."""
+        if self.config.uses_sentence_vector:
+            check_shape("sentence", sentence, (None, self.config.sentence_dim))
+        else:
+            check_tokens(self.config, tokens, mask)
+        return self.text(tokens, mask, sentence)

@@ -37,13 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES
 from trainer.methods.config import FEATURE_BACKBONE
 from trainer.methods.interface import RetrievalModel
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
-MODALITIES = ("image", "video", "text")
 OPSET = 17
 
 
@@ -146,11 +145,10 @@ def _export_graph(module: nn.Module, args: tuple[Tensor, ...], path: Path, input
 def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITIES) -> dict[str, Any]:
     """The manifest describing ``model``'s exported encoders (see the module docstring)."""
     c = model.config
-    similarity = {"pvse": "max-cosine", "twobranch-sim": "network"}.get(c.method, "cosine")
     manifest: dict[str, Any] = {
         "version": MANIFEST_VERSION, "method": c.method, "feature_backbone": FEATURE_BACKBONE,
         "text_encoder": c.text_encoder, "num_embeddings": model.num_embeds, "embed_dim": model.embed_size,
-        "attention_heads": model.attention_heads, "similarity": similarity,
+        "attention_heads": model.attention_heads, "similarity": model.similarity_kind,
         "probabilistic": model.probabilistic, "max_frames": c.max_frames,
         "encoders": {m: {"file": f"{m}.onnx", "inputs": _input_specs(model, m),
                          "outputs": _output_specs(model, m)} for m in modalities},
@@ -159,7 +157,7 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
     if model.probabilistic:
         manifest.update(match_scale=model.match_scale.item(), match_shift=model.match_shift.item(),
                         num_samples=c.num_samples)  # type: ignore[attr-defined]
-    if similarity == "network":
+    if model.similarity_kind == "network":
         d = model.embed_size
         manifest["similarity_model"] = {
             "file": "similarity.onnx",
@@ -200,7 +198,7 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
         if backbone is not None:
             manifest["backbone"] = backbone(staging)
             manifest["feature_backbone"] = manifest["backbone"]["id"]
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         _swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -226,7 +224,7 @@ def _swap_into_place(staging: Path, target: Path) -> None:
 
 def load_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ``manifest.json`` of an export; :class:`ExportError` if missing or of another version."""
-    path = Path(out_dir) / "manifest.json"
+    path = Path(out_dir) / MANIFEST_FILE
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -7,21 +7,59 @@ One classifier ``W_share`` without bias scores every feature against all image/t
 Retrieval uses the cosine of the features.
 """
 
+
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.methods.config import InstanceConfig
+from trainer.methods.config import TextGlobalConfig, TextGlobalKind, bounded
 from trainer.methods.encoders import build_text_global, check_frames, check_shape, check_tokens, masked_mean
 from trainer.methods.functional import cosine_matrix
 from trainer.methods.interface import (
     EncoderOutput,
     MethodInputError,
+    MethodSpec,
     PairBatch,
     PairOutput,
     RetrievalModel,
     single_embedding,
 )
+from trainer.methods.losses import Terms, TripletLoss
+
+
+@dataclass(frozen=True)
+class InstanceConfig(TextGlobalConfig):
+    """Dual-path model with the instance loss (Zheng et al.): FC 2048 - BN - ReLU - FC 2048 on the image
+    feature (§III-A), the residual text CNN (§III-B), dropout 0.75 (§VI-B), ranking margin alpha=1, stage II
+    weights lambda_1=lambda_2=lambda_3=1 (set ``rank_weight=0`` for stage I, §V).
+
+    ``num_classes`` is the number of image/text groups (29,783 on Flickr30k); the trainer sets it to the
+    library's group count.
+    """
+
+    method: ClassVar[str] = "instance"
+    embed_dim: int = bounded(2048, 1)
+    hidden_dim: int = bounded(2048, 1)
+    dropout: float = bounded(0.75, 0.0, 1.0)
+    num_classes: int = bounded(29783, 1)
+    text_global: TextGlobalKind = "cnn"
+    margin: float = bounded(1.0, 0.0)
+    hardest_negative: bool = True
+    rank_weight: float = bounded(1.0, 0.0)
+    visual_weight: float = bounded(1.0, 0.0)
+    textual_weight: float = bounded(1.0, 0.0)
+
+    @property
+    def text_global_size_field(self) -> str:
+        return "hidden_dim"
+
+    @property
+    def video_uses_bigru(self) -> bool:
+        return False  # clips are the mean of their frames through the visual path
 
 
 def _projection(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
@@ -76,15 +114,40 @@ class InstanceModel(RetrievalModel):
                       "text_logits": self.classify(out.text.feature), "labels": batch.visual_ids}
         return out
 
-    def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
-        """Cosine similarity of the features (§VI-B)."""
-        return cosine_matrix(query.emb[:, 0], items.emb[:, 0])
+    # similarity: the base class's cosine of the features (§VI-B)
 
-    @property
-    def image_inputs(self) -> tuple[str, ...]:
-        return ("pooled",)
 
-    @property
-    def text_inputs(self) -> tuple[str, ...]:
-        return ("sentence",) if self.config.uses_sentence_vector else ("tokens", "mask")
+# --- losses -----------------------------------------------------------------------------------------------------------
 
+class InstanceLoss(nn.Module):
+    """Zheng et al. eq. 5-8: softmax cross-entropy of visual and textual features over all image/text
+    groups through the shared classifier; returns the two terms and their sum."""
+
+    def forward(self, visual_logits: Tensor, text_logits: Tensor, labels: Tensor) -> Terms:
+        visual = F.cross_entropy(visual_logits, labels)
+        textual = F.cross_entropy(text_logits, labels)
+        return {"visual": visual, "textual": textual, "total": visual + textual}
+
+class InstanceCriterion(nn.Module):
+    """Zheng et al. eq. 9: ``lambda_1 L_rank + lambda_2 L_visual + lambda_3 L_textual`` (eq. 4 ranking with
+    cosine similarity and margin alpha)."""
+
+    def __init__(self, config: InstanceConfig) -> None:
+        super().__init__()
+        self.rank = TripletLoss(config.margin, config.hardest_negative)
+        self.instance = InstanceLoss()
+        self.weights = (config.rank_weight, config.visual_weight, config.textual_weight)
+
+    def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
+        rank = self.rank(cosine_matrix(out.visual.emb[:, 0], out.text.emb[:, 0]), batch.positives())["total"]
+        ex = out.extras
+        inst = self.instance(ex["visual_logits"], ex["text_logits"], ex["labels"])
+        w_rank, w_visual, w_text = self.weights
+        total = w_rank * rank + w_visual * inst["visual"] + w_text * inst["textual"]
+        return {"rank": rank, "visual": inst["visual"], "textual": inst["textual"], "total": total}
+
+METHODS = (
+    MethodSpec("instance", InstanceConfig, InstanceModel, InstanceCriterion,
+               "dual-path features, instance loss + ranking loss",
+               test_preset={"hidden_dim": 10, "num_classes": 7}),
+)

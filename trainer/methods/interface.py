@@ -9,12 +9,13 @@ prefix (the engine pads on the right).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from trainer.methods.config import MethodConfig
+from trainer.methods.functional import cosine_matrix
 
 
 class MethodInputError(ValueError):
@@ -129,14 +130,20 @@ class PairOutput:
 class RetrievalModel(nn.Module):
     """Base class: three encoders into one space, a training ``forward`` and a retrieval ``similarity``.
 
-    Subclasses implement ``encode_image``, ``encode_video``, ``encode_text`` and ``similarity`` and list
-    the inputs each encoder reads in ``image_inputs`` / ``video_inputs`` / ``text_inputs`` (the ONNX
-    exporter declares exactly those). Every learnable parameter a method needs, including loss scalars
-    (PCME's a, b) and discriminators (A3VSE), lives in the model, so a trainer optimises
+    Subclasses implement ``encode_image``, ``encode_video`` and ``encode_text``; ``similarity`` (cosine) and the
+    inputs each encoder reads, ``image_inputs`` / ``video_inputs`` / ``text_inputs`` (the ONNX exporter declares
+    exactly those), have defaults a method overrides where it differs. Every learnable parameter a method needs,
+    including loss scalars (PCME's a, b) and discriminators (A3VSE), lives in the model, so a trainer optimises
     ``model.parameters()`` and the criteria hold none.
     """
 
     method: ClassVar[str] = ""
+    # True for methods with local attention (PVSE, PCME): their encoders read regions and tokens as well as
+    # the global features, so the exporter declares them.
+    attends_locally: ClassVar[bool] = False
+    # How the engine ranks with an export of this model (its manifest's "similarity"): cosine of the single
+    # embeddings, PVSE's best of K x K cosines ("max-cosine"), or the model's own pair network ("network").
+    similarity_kind: ClassVar[str] = "cosine"
 
     def __init__(self, config: MethodConfig) -> None:
         super().__init__()
@@ -175,14 +182,18 @@ class RetrievalModel(nn.Module):
         return PairOutput(self.encode_visual(batch.visual), self.encode_caption(batch.text))
 
     def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
-        """(Q, N) retrieval scores, higher is better, between Q encoded queries and N encoded items."""
-        raise NotImplementedError
+        """(Q, N) retrieval scores, higher is better, between Q encoded queries and N encoded items.
+
+        The default is the cosine of the first embeddings (one embedding per item); PVSE and two-branch-sim
+        override it."""
+        return cosine_matrix(query.emb[:, 0], items.emb[:, 0])
 
     # --- what the exporter needs -------------------------------------------------------------------
     @property
     def image_inputs(self) -> tuple[str, ...]:
-        """Names of the ``encode_image`` arguments this method reads (subset of local, pooled)."""
-        return ("local", "pooled")
+        """Names of the ``encode_image`` arguments this method reads (subset of local, pooled): the pooled
+        feature, plus the local features for methods that attend over regions (``attends_locally``)."""
+        return ("local", "pooled") if self.attends_locally else ("pooled",)
 
     @property
     def video_inputs(self) -> tuple[str, ...]:
@@ -191,10 +202,13 @@ class RetrievalModel(nn.Module):
 
     @property
     def text_inputs(self) -> tuple[str, ...]:
-        """Names of the ``encode_text`` arguments this method reads (subset of tokens, mask, sentence)."""
-        if self.config.uses_sentence_vector:
-            return ("tokens", "mask", "sentence")
-        return ("tokens", "mask")
+        """Names of the ``encode_text`` arguments this method reads (subset of tokens, mask, sentence).
+
+        With MiniLM's sentence vector the global feature comes from ``sentence`` alone, and methods that
+        attend over tokens (``attends_locally``) read the tokens as well."""
+        if not self.config.uses_sentence_vector:
+            return ("tokens", "mask")
+        return ("tokens", "mask", "sentence") if self.attends_locally else ("sentence",)
 
     @property
     def num_embeds(self) -> int:
@@ -220,3 +234,17 @@ class RetrievalModel(nn.Module):
 def single_embedding(feature: Tensor) -> EncoderOutput:
     """One L2-normalised embedding per item (K = 1) from a global feature (B, D), which is kept for training."""
     return EncoderOutput(emb=torch.nn.functional.normalize(feature, dim=-1).unsqueeze(1), feature=feature)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """Everything registered for one method id: its config, model and criterion classes, a one-line summary,
+    and the field values of its ``test`` preset beyond the tiny dimensions every method gets (see
+    :func:`trainer.methods.registry.preset_values`). Each method module lists its specs in ``METHODS``."""
+
+    name: str
+    config_cls: type[MethodConfig]
+    model_cls: type[RetrievalModel]
+    criterion_cls: type[nn.Module]
+    summary: str
+    test_preset: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)

@@ -6,17 +6,44 @@ the sigma head has its own global encoder and attention branch without sigmoid, 
 outputs log sigma. Training draws J reparametrised samples per item (§3.1.2).
 """
 
+
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.methods.config import PCMEConfig
-from trainer.methods.encoders import check_local, check_tokens
-from trainer.methods.functional import cosine_matrix, euclidean_distances, sample_gaussian
-from trainer.methods.interface import EncoderOutput, PairBatch, PairOutput, RetrievalModel
-from trainer.methods.pvse import GlobalEncoders, MultiHeadAttentionPool
+from trainer.methods.config import TextGlobalConfig, bounded
+from trainer.methods.encoders import GlobalEncoders, MultiHeadAttentionPool, check_local, check_tokens
+from trainer.methods.functional import euclidean_distances, sample_gaussian, squared_distances
+from trainer.methods.interface import EncoderOutput, MethodSpec, PairBatch, PairOutput, RetrievalModel
+from trainer.methods.losses import Terms, positives_or_eye
+
+
+@dataclass(frozen=True)
+class PCMEConfig(TextGlobalConfig):
+    """PCME (Chun et al. 2021).
+
+    D=1024 and J=7 samples are the COCO settings (§4.1, released config); a and b of eq. 3 start at 15
+    (released COCO config, learnable). The KL weight 1e-5 is the released COCO value; the uniformity loss
+    weight is 0 there (10 on CUB). One attention head in each local attention branch (fig. 3).
+    ``logsigma_init`` is where the sigma heads start (not given in the paper; see pcme.PCMEBranch):
+    -4 keeps the initial sample noise (sigma * sqrt(D) ~ 0.4 at D=512) below the distances between means.
+    """
+
+    method: ClassVar[str] = "pcme"
+    num_samples: int = bounded(7, 1)
+    match_scale_init: float = bounded(15.0, 0.0, lo_open=True)
+    match_shift_init: float = bounded(15.0)
+    kl_weight: float = bounded(1e-5, 0.0)
+    uniformity_weight: float = bounded(0.0, 0.0)
+    uniformity_t: float = bounded(2.0, 0.0, lo_open=True)
+    attention_heads: int = bounded(1, 1)
+    logsigma_init: float = bounded(-4.0)
 
 
 class PCMEBranch(nn.Module):
@@ -54,6 +81,7 @@ class PCMEModel(RetrievalModel):
     """Probabilistic cross-modal embeddings with learnable match scalars a, b of eq. 3."""
 
     method = "pcme"
+    attends_locally = True
 
     def __init__(self, config: PCMEConfig) -> None:
         super().__init__(config)
@@ -105,10 +133,8 @@ class PCMEModel(RetrievalModel):
         }
         return out
 
-    def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
-        """The deterministic "mu only" variant of §3.2.3: cosine of the means (same order as -||mu - mu'||,
-        the means being unit vectors)."""
-        return cosine_matrix(query.emb[:, 0], items.emb[:, 0])
+    # similarity: the base class's cosine of the means, the deterministic "mu only" variant of §3.2.3 (same
+    # order as -||mu - mu'||, the means being unit vectors)
 
     def match_probability(self, query: EncoderOutput, items: EncoderOutput, num_samples: int | None = None
                           ) -> Tensor:
@@ -134,3 +160,82 @@ class PCMEModel(RetrievalModel):
     @property
     def probabilistic(self) -> bool:
         return True
+
+
+# --- losses -----------------------------------------------------------------------------------------------------------
+
+def soft_contrastive_nll(logits: Tensor, matched: Tensor) -> Tensor:
+    """PCME eq. 1-2 for a batch of pairs: logits (..., S) are ``l = -a ||v^j - t^j'|| + b`` over the
+    S = J^2 sample pairs; ``matched`` (...) says which pairs match. Returns (...):
+    ``-log mean_s sigmoid(l_s)`` for matches and ``-log mean_s (1 - sigmoid(l_s))`` otherwise, computed
+    with log-sum-exp. Its gradient on ``l_s`` is ``-w_s (1 - sigmoid(l_s))`` for a match and
+    ``w_s sigmoid(l_s)`` otherwise, with ``w_s = p_s / sum p`` the share of sample pair s in the match
+    probability: the weighting of PCME eq. 5 (our loss is the negative log-likelihood, hence the sign)."""
+    signed = torch.where(matched[..., None], logits, -logits)
+    return -(torch.logsumexp(F.logsigmoid(signed), -1) - math.log(logits.shape[-1]))
+
+class SoftContrastiveLoss(nn.Module):
+    """PCME's soft cross-modal contrastive loss over every pair of a batch (§3.2.1): the match
+    probability of each (visual i, caption j) pair is estimated from J x J samples (eq. 2) with
+    ``sigmoid(-a d + b)`` (eq. 3); the loss is :func:`soft_contrastive_nll` averaged over all B^2 pairs."""
+
+    def forward(self, visual_samples: Tensor, text_samples: Tensor, scale: Tensor, shift: Tensor,
+                positives: Tensor | None = None) -> Terms:
+        dist = euclidean_distances(visual_samples[:, None], text_samples[None, :])  # (B, B, J, J)
+        logits = (-scale * dist + shift).flatten(2)
+        matched = positives_or_eye(logits[..., 0], positives)
+        nll = soft_contrastive_nll(logits, matched)
+        pos, neg = nll[matched], nll[~matched]
+        zero = nll.new_zeros(())
+        return {"positive": pos.mean() if pos.numel() else zero,
+                "negative": neg.mean() if neg.numel() else zero, "total": nll.mean()}
+
+class GaussianKLLoss(nn.Module):
+    """KL(N(mu, diag sigma^2) || N(0, I)) = 0.5 sum_d (sigma^2 + mu^2 - 1 - 2 log sigma), averaged over
+    items (PCME §3.2.1, after HIB). ``logsigma`` is log of the standard deviation."""
+
+    def forward(self, mu: Tensor, logsigma: Tensor) -> Terms:
+        kl = 0.5 * (torch.exp(2 * logsigma) + mu * mu - 1 - 2 * logsigma).sum(-1)
+        return {"total": kl.mean()}
+
+class UniformityLoss(nn.Module):
+    """Uniformity of Wang & Isola (PCME §3.2.1): ``log mean_{i<j} exp(-t ||x_i - x_j||^2)``."""
+
+    def __init__(self, t: float = 2.0) -> None:
+        super().__init__()
+        self.t = t
+
+    def forward(self, x: Tensor) -> Terms:
+        if x.shape[0] < 2:
+            return {"total": x.new_zeros(())}
+        upper = torch.triu(torch.ones(x.shape[0], x.shape[0], dtype=torch.bool, device=x.device), 1)
+        return {"total": torch.log(torch.exp(-self.t * squared_distances(x, x)[upper]).mean())}
+
+class PCMECriterion(nn.Module):
+    """PCME: soft contrastive loss on the samples + KL weight * KL(both sides) + uniformity weight *
+    uniformity of all samples."""
+
+    def __init__(self, config: PCMEConfig) -> None:
+        super().__init__()
+        self.match, self.kl, self.uniformity = SoftContrastiveLoss(), GaussianKLLoss(), UniformityLoss(
+            config.uniformity_t)
+        self.kl_weight, self.uniformity_weight = config.kl_weight, config.uniformity_weight
+
+    def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
+        ex = out.extras
+        match = self.match(ex["visual_samples"], ex["text_samples"], ex["match_scale"], ex["match_shift"],
+                           batch.positives())
+        assert out.visual.logsigma is not None and out.text.logsigma is not None
+        kl = self.kl(out.visual.emb, out.visual.logsigma)["total"] + self.kl(out.text.emb, out.text.logsigma)[
+            "total"]
+        dim = ex["visual_samples"].shape[-1]
+        samples = torch.cat([ex["visual_samples"].reshape(-1, dim), ex["text_samples"].reshape(-1, dim)])
+        uniformity = self.uniformity(samples)["total"] if self.uniformity_weight else kl.new_zeros(())
+        total = match["total"] + self.kl_weight * kl + self.uniformity_weight * uniformity
+        return {"match": match["total"], "match_pos": match["positive"], "match_neg": match["negative"],
+                "kl": kl, "uniformity": uniformity, "total": total}
+
+METHODS = (
+    MethodSpec("pcme", PCMEConfig, PCMEModel, PCMECriterion,
+               "Gaussian embeddings, soft contrastive + KL + uniformity losses", test_preset={"num_samples": 3}),
+)

@@ -1,50 +1,45 @@
-"""PVSE / PIE-Net (Song & Soleymani, CVPR 2019) and its K=0 baseline (global features only, "vse").
+"""PVSE / PIE-Net (Song & Soleymani, CVPR 2019).
 
-Global features (§3.1): photos use the pooled backbone feature through one FC layer; GIFs/videos and
-captions use the final states of a bi-GRU over frames / token vectors (or MiniLM's sentence vector, or the
-residual text CNN, per config). PIE-Net (§3.2-3.3) adds K locally-guided features from multi-head
-self-attention over the local features and fuses them with the global one by residual learning.
+Global features (§3.1, ``encoders.GlobalEncoders``, shared with ``vse`` and ``pcme``): photos use the pooled
+backbone feature through one FC layer; GIFs/videos and captions use the final states of a bi-GRU over frames /
+token vectors (or MiniLM's sentence vector, or the residual text CNN, per config). PIE-Net (§3.2-3.3) adds K
+locally-guided features from multi-head self-attention over the local features and fuses them with the global
+one by residual learning.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.methods.config import PVSEConfig, TextGlobalConfig, VSEConfig
-from trainer.methods.encoders import (
-    BiGRUEncoder,
-    build_text_global,
-    check_frames,
-    check_local,
-    check_shape,
-    check_tokens,
-    masked_softmax,
-)
-from trainer.methods.functional import cosine_matrix, max_cosine_matrix
-from trainer.methods.interface import EncoderOutput, PairBatch, PairOutput, RetrievalModel, single_embedding
+from trainer.methods.config import TextGlobalConfig, bounded
+from trainer.methods.encoders import GlobalEncoders, MultiHeadAttentionPool, check_local, check_tokens
+from trainer.methods.functional import max_cosine_matrix, rbf_kernel
+from trainer.methods.interface import EncoderOutput, MethodSpec, PairBatch, PairOutput, RetrievalModel
+from trainer.methods.losses import MILLoss, Terms
 
 
-class MultiHeadAttentionPool(nn.Module):
-    """K attention maps by a two-layer perceptron, PVSE eq. 2: ``alpha = softmax(w2 tanh(w1 Psi^T))``.
+@dataclass(frozen=True)
+class PVSEConfig(TextGlobalConfig):
+    """PVSE / PIE-Net (Song & Soleymani 2019).
 
-    ``hidden`` is A (D/2 in the paper). Returns the maps (B, K, R), zero on masked inputs, and the attended
-    features ``alpha Psi`` (B, K, C).
+    K=3 is the best K on COCO and TGIF (§5.3, fig. 5; MRW prefers 5). H=1024 and rho=0.1 are inside the
+    cross-validated ranges of §3.5; lambda_1 (diversity) = 0.1 and lambda_2 (MMD) = 0.01 are the released
+    settings. ``hardest_negative`` picks the hardest negative per anchor instead of eq. 6's sum over j.
+    ``mmd_sigma`` is the RBF kernel's bandwidth.
     """
 
-    def __init__(self, in_dim: int, heads: int, hidden: int | None = None) -> None:
-        super().__init__()
-        hidden = hidden or max(1, in_dim // 2)
-        self.w1 = nn.Linear(in_dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, heads, bias=False)
-        self.heads = heads
-
-    def forward(self, local: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        scores = self.w2(torch.tanh(self.w1(local))).transpose(1, 2)  # (B, K, R)
-        attn = masked_softmax(scores, None if mask is None else mask[:, None, :])
-        return attn, attn @ local
-
+    method: ClassVar[str] = "pvse"
+    num_embeds: int = bounded(3, 1)
+    margin: float = bounded(0.1, 0.0)
+    hardest_negative: bool = True
+    div_weight: float = bounded(0.1, 0.0)
+    mmd_weight: float = bounded(0.01, 0.0)
+    mmd_sigma: float = bounded(1.0, 0.0, lo_open=True)
 
 class PIENet(nn.Module):
     """Polysemous Instance Embedding Network, PVSE eq. 2-4.
@@ -67,82 +62,12 @@ class PIENet(nn.Module):
         fused = self.norm(global_feature.unsqueeze(1) + upsilon)
         return EncoderOutput(emb=F.normalize(fused, dim=-1), attn=attn, local=upsilon)
 
-
-class GlobalEncoders(nn.Module):
-    """The three global feature encoders of PVSE §3.1, each mapping to ``out_dim``."""
-
-    def __init__(self, config: TextGlobalConfig, out_dim: int) -> None:
-        super().__init__()
-        self.image = nn.Linear(config.image_dim, out_dim)
-        self.video = BiGRUEncoder(config.image_dim, out_dim)
-        self.text = build_text_global(config, out_dim)
-        self.config = config
-
-    def encode_image(self, pooled: Tensor | None) -> Tensor:
-        """phi(x) of a photo: the pooled feature (B, C) through one FC layer."""
-        c = self.config
-        return self.image(check_shape("pooled", pooled, (None, c.image_dim)))
-
-    def encode_video(self, frames: Tensor, mask: Tensor) -> Tensor:
-        """phi(x) of a clip: final states of the bi-GRU over its frame features."""
-        check_frames(self.config, frames, mask)
-        return self.video(frames, mask)
-
-    def encode_text(self, tokens: Tensor | None, mask: Tensor | None, sentence: Tensor | None) -> Tensor:
-        """phi(x) of a caption: bi-GRU final states, text CNN, or FC of the sentence vector (per config)."""
-        if self.config.uses_sentence_vector:
-            check_shape("sentence", sentence, (None, self.config.sentence_dim))
-        else:
-            check_tokens(self.config, tokens, mask)
-        return self.text(tokens, mask, sentence)
-
-
-class VSEModel(RetrievalModel):
-    """Global features only, L2-normalised (PVSE's K=0 setting; VSE++)."""
-
-    method = "vse"
-
-    def __init__(self, config: VSEConfig) -> None:
-        super().__init__(config)
-        self.globals = GlobalEncoders(config, config.embed_dim)
-
-    def encode_image(self, local: Tensor | None, pooled: Tensor | None) -> EncoderOutput:
-        return single_embedding(self.globals.encode_image(pooled))
-
-    def encode_video(self, frames: Tensor, mask: Tensor) -> EncoderOutput:
-        return single_embedding(self.globals.encode_video(frames, mask))
-
-    def encode_text(self, tokens: Tensor | None, mask: Tensor | None,
-                    sentence: Tensor | None = None) -> EncoderOutput:
-        return single_embedding(self.globals.encode_text(tokens, mask, sentence))
-
-    def forward(self, batch: PairBatch) -> PairOutput:
-        """The pairs, and (with ``pseudo_weight``) the un-annotated items and their pseudo captions as the
-        extras ``unlabelled_emb`` / ``pseudo_emb`` (B', 1, D), as A3VSE encodes them."""
-        out = super().forward(batch)
-        if self.config.pseudo_weight > 0 and batch.unlabelled_visual is not None and batch.pseudo_text is not None:
-            out.extras["unlabelled_emb"] = self.encode_visual(batch.unlabelled_visual).emb
-            out.extras["pseudo_emb"] = self.encode_caption(batch.pseudo_text).emb
-        return out
-
-    def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
-        """Cosine similarity."""
-        return cosine_matrix(query.emb[:, 0], items.emb[:, 0])
-
-    @property
-    def image_inputs(self) -> tuple[str, ...]:
-        return ("pooled",)
-
-    @property
-    def text_inputs(self) -> tuple[str, ...]:
-        return ("sentence",) if self.config.uses_sentence_vector else ("tokens", "mask")
-
-
-
 class PVSEModel(RetrievalModel):
     """Two PIE-Nets tied up for visual-semantic embedding (one per visual kind, one for captions)."""
 
     method = "pvse"
+    attends_locally = True
+    similarity_kind = "max-cosine"
 
     def __init__(self, config: PVSEConfig) -> None:
         super().__init__(config)
@@ -175,3 +100,58 @@ class PVSEModel(RetrievalModel):
     @property
     def attention_heads(self) -> int:
         return self.config.num_embeds
+
+# --- losses -----------------------------------------------------------------------------------------------------------
+
+class DiversityLoss(nn.Module):
+    """PVSE eq. 7: ``(||G^x - I|| + ||G^y - I||) / K^2`` with G the Gram matrix of the L2-normalised
+    locally-guided features of one item (Frobenius norm), averaged over the batch. It is 0 when the K
+    features are orthogonal and ``sqrt(K^2 - K) / K^2`` per modality when they are identical."""
+
+    def forward(self, visual_local: Tensor, text_local: Tensor) -> Terms:
+        visual, text = self._one(visual_local), self._one(text_local)
+        return {"visual": visual, "text": text, "total": visual + text}
+
+    @staticmethod
+    def _one(local: Tensor) -> Tensor:
+        unit = F.normalize(local, dim=-1)
+        gram = unit @ unit.transpose(1, 2)
+        eye = torch.eye(local.shape[1], dtype=local.dtype, device=local.device)
+        return torch.linalg.matrix_norm(gram - eye).mean() / local.shape[1] ** 2
+
+class MMDLoss(nn.Module):
+    """PVSE's domain discrepancy loss: squared MMD with an RBF kernel between all K N visual and K N text
+    embeddings, ``(sum k(x, x') - 2 sum k(x, y) + sum k(y, y')) / (K^2 N^2)``."""
+
+    def __init__(self, sigma: float = 1.0) -> None:
+        super().__init__()
+        self.sigma = sigma
+
+    def forward(self, visual: Tensor, text: Tensor) -> Terms:
+        x, y = visual.flatten(0, -2), text.flatten(0, -2)
+        value = (rbf_kernel(x, x, self.sigma).mean() - 2 * rbf_kernel(x, y, self.sigma).mean()
+                 + rbf_kernel(y, y, self.sigma).mean())
+        return {"total": value}
+
+class PVSECriterion(nn.Module):
+    """PVSE eq. 5: ``L_mil + lambda_1 L_div + lambda_2 L_mmd``."""
+
+    def __init__(self, config: PVSEConfig) -> None:
+        super().__init__()
+        self.mil = MILLoss(config.margin, config.hardest_negative)
+        self.div, self.mmd = DiversityLoss(), MMDLoss(config.mmd_sigma)
+        self.div_weight, self.mmd_weight = config.div_weight, config.mmd_weight
+
+    def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
+        mil = self.mil(out.visual.emb, out.text.emb, batch.positives())
+        assert out.visual.local is not None and out.text.local is not None
+        div = self.div(out.visual.local, out.text.local)["total"]
+        mmd = self.mmd(out.visual.emb, out.text.emb)["total"]
+        total = mil["total"] + self.div_weight * div + self.mmd_weight * mmd
+        return {"mil": mil["total"], "mil_i2t": mil["i2t"], "mil_t2i": mil["t2i"], "div": div, "mmd": mmd,
+                "total": total}
+
+METHODS = (
+    MethodSpec("pvse", PVSEConfig, PVSEModel, PVSECriterion, "PIE-Net K embeddings, MIL + diversity + MMD losses",
+               test_preset={"num_embeds": 2}),
+)

@@ -1,5 +1,8 @@
 """The method registry: method id -> config class, model class and loss (criterion) class.
 
+Each method module (``vse.py``, ``pvse.py``, ...) holds its config, model and criterion and lists them in
+``METHODS``; this module imports the modules named in ``METHOD_MODULES`` and registers what they list.
+
 ``build_config(method, overrides, preset=...)`` makes a validated config (paper defaults, then a preset,
 then overrides); ``build_model(config)`` and ``build_loss(config)`` make the matching model and criterion.
 The ``test`` preset shrinks every dimension so a model builds and trains in milliseconds on a CPU, like
@@ -9,42 +12,17 @@ timm's ``test_*`` models.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import importlib
 from typing import Any
 
 from torch import nn
 
-from trainer.methods import losses
-from trainer.methods.a3vse import A3VSEModel
-from trainer.methods.config import (
-    A3VSEConfig,
-    ConfigError,
-    InstanceConfig,
-    MethodConfig,
-    PCMEConfig,
-    PVSEConfig,
-    TextGlobalConfig,
-    TwoBranchEmbedConfig,
-    TwoBranchSimConfig,
-    VSEConfig,
-)
-from trainer.methods.instance import InstanceModel
-from trainer.methods.interface import RetrievalModel
-from trainer.methods.pcme import PCMEModel
-from trainer.methods.pvse import PVSEModel, VSEModel
-from trainer.methods.twobranch import TwoBranchEmbedModel, TwoBranchSimModel
+from trainer.methods.config import CONFIG_CLASSES, ConfigError, MethodConfig, TextGlobalConfig
+from trainer.methods.interface import MethodSpec, RetrievalModel
 
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """Everything registered for one method id."""
-
-    name: str
-    config_cls: type[MethodConfig]
-    model_cls: type[RetrievalModel]
-    criterion_cls: type[nn.Module]
-    summary: str
-
+# The modules that hold the methods, in registration order; each lists its MethodSpecs in ``METHODS``.
+# A new method is one new module in trainer/methods/ and its name here.
+METHOD_MODULES: tuple[str, ...] = ("vse", "pvse", "pcme", "a3vse", "twobranch", "instance")
 
 _REGISTRY: dict[str, MethodSpec] = {}
 
@@ -52,15 +30,6 @@ _TEST_COMMON: dict[str, Any] = {"image_dim": 12, "image_regions": 4, "text_word_
                                 "embed_dim": 8}
 _TEST_TEXT_CNN: dict[str, Any] = {"text_cnn_length": 7, "text_cnn_width": 6, "text_cnn_blocks": [1, 1],
                                   "text_cnn_channels": [8, 12]}
-_TEST_METHOD: dict[str, dict[str, Any]] = {
-    "vse": {},
-    "pvse": {"num_embeds": 2},
-    "pcme": {"num_samples": 3},
-    "a3vse": {"num_heads": 2, "context_dim": 6, "disc_hidden": 6},
-    "twobranch-embed": {"hidden_dim": 10, "top_k": 5},
-    "twobranch-sim": {"hidden_dim": 10, "sim_hidden": [6, 4]},
-    "instance": {"hidden_dim": 10, "num_classes": 7},
-}
 PRESETS: tuple[str, ...] = ("paper", "test")
 
 
@@ -71,6 +40,7 @@ def register_method(spec: MethodSpec) -> MethodSpec:
     if spec.config_cls.method != spec.name or spec.model_cls.method != spec.name:
         raise ConfigError(f"method: {spec.name!r} does not match its config or model class")
     _REGISTRY[spec.name] = spec
+    CONFIG_CLASSES[spec.name] = spec.config_cls
     return spec
 
 
@@ -97,7 +67,7 @@ def preset_values(method: str, preset: str) -> dict[str, Any]:
     values = dict(_TEST_COMMON)
     if issubclass(spec.config_cls, TextGlobalConfig):
         values.update(_TEST_TEXT_CNN)
-    values.update(_TEST_METHOD.get(method, {}))
+    values.update(spec.test_preset)
     return values
 
 
@@ -127,19 +97,6 @@ def build_loss(config: MethodConfig) -> nn.Module:
     return get_method(config.method).criterion_cls(config)
 
 
-for _spec in (
-    MethodSpec("vse", VSEConfig, VSEModel, losses.VSECriterion, "global features, VSE++ triplet loss"),
-    MethodSpec("pvse", PVSEConfig, PVSEModel, losses.PVSECriterion,
-               "PIE-Net K embeddings, MIL + diversity + MMD losses"),
-    MethodSpec("pcme", PCMEConfig, PCMEModel, losses.PCMECriterion,
-               "Gaussian embeddings, soft contrastive + KL + uniformity losses"),
-    MethodSpec("a3vse", A3VSEConfig, A3VSEModel, losses.A3VSECriterion,
-               "context-aware attention, beta-weighted triplet + adversarial alignment"),
-    MethodSpec("twobranch-embed", TwoBranchEmbedConfig, TwoBranchEmbedModel, losses.TwoBranchEmbedCriterion,
-               "two-branch embedding network, bi-directional ranking + neighbourhood constraints"),
-    MethodSpec("twobranch-sim", TwoBranchSimConfig, TwoBranchSimModel, losses.TwoBranchSimCriterion,
-               "two-branch similarity network, logistic loss on balanced pairs"),
-    MethodSpec("instance", InstanceConfig, InstanceModel, losses.InstanceCriterion,
-               "dual-path features, instance loss + ranking loss"),
-):
-    register_method(_spec)
+for _name in METHOD_MODULES:
+    for _spec in importlib.import_module(f"trainer.methods.{_name}").METHODS:
+        register_method(_spec)

@@ -7,16 +7,59 @@ similarity network (§3.3) multiplies the two branch outputs element-wise and sc
 layers, trained with a logistic loss on balanced positive and negative pairs (eq. 7).
 """
 
+
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.methods.config import TwoBranchEmbedConfig, TwoBranchSimConfig
+from trainer.methods.config import ConfigError, MethodConfig, bounded
 from trainer.methods.encoders import check_frames, check_shape, check_tokens, masked_mean
-from trainer.methods.functional import cosine_matrix
-from trainer.methods.interface import EncoderOutput, PairBatch, PairOutput, RetrievalModel
+from trainer.methods.functional import euclidean_distances
+from trainer.methods.interface import EncoderOutput, MethodSpec, PairBatch, PairOutput, RetrievalModel, match_matrix
+from trainer.methods.losses import Terms
+
+
+@dataclass(frozen=True)
+class TwoBranchEmbedConfig(MethodConfig):
+    """Two-branch embedding network (Wang, Li & Lazebnik 2018), image-sentence settings of §5:
+    FC sizes 2048 and 512, dropout 0.5 after the ReLU, m=0.1, lambda_1=1, lambda_2=2, lambda_3=0
+    (no image neighbourhoods in caption data), lambda_4=0.2, keep the K=50 top violating triplets.
+    """
+
+    method: ClassVar[str] = "twobranch-embed"
+    embed_dim: int = bounded(512, 1)
+    hidden_dim: int = bounded(2048, 1)
+    dropout: float = bounded(0.5, 0.0, 1.0)
+    margin: float = bounded(0.1, 0.0)
+    lambda_i2t: float = bounded(1.0, 0.0)
+    lambda_t2i: float = bounded(2.0, 0.0)
+    lambda_image_nbr: float = bounded(0.0, 0.0)
+    lambda_text_nbr: float = bounded(0.2, 0.0)
+    top_k: int = bounded(50, 1)
+
+@dataclass(frozen=True)
+class TwoBranchSimConfig(MethodConfig):
+    """Two-branch similarity network (§3.3, §4.3): the embedding branches, an element-wise product, then FC
+    layers 512x512, 512x256 and 256x1 (``sim_hidden`` lists the hidden sizes). One sampled negative per
+    positive keeps the logistic loss balanced (eq. 7).
+    """
+
+    method: ClassVar[str] = "twobranch-sim"
+    embed_dim: int = bounded(512, 1)
+    hidden_dim: int = bounded(2048, 1)
+    dropout: float = bounded(0.5, 0.0, 1.0)
+    sim_hidden: tuple[int, ...] = (512, 256)
+    negatives_per_positive: int = bounded(1, 1)
+
+    def check(self) -> None:
+        super().check()
+        if any(v < 1 for v in self.sim_hidden):
+            raise ConfigError("sim_hidden: every layer size must be >= 1")
 
 
 class Branch(nn.Module):
@@ -57,29 +100,20 @@ class _TwoBranchBase(RetrievalModel):
             feature = masked_mean(tokens, mask)
         return EncoderOutput(emb=self.text_branch(feature).unsqueeze(1))
 
-    @property
-    def image_inputs(self) -> tuple[str, ...]:
-        return ("pooled",)
-
-    @property
-    def text_inputs(self) -> tuple[str, ...]:
-        return ("sentence",) if self.config.uses_sentence_vector else ("tokens", "mask")
-
 
 class TwoBranchEmbedModel(_TwoBranchBase):
     """The embedding network: retrieval by distance between branch outputs."""
 
     method = "twobranch-embed"
 
-    def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
-        """Cosine similarity; the outputs are unit vectors, so it ranks exactly as -Euclidean distance."""
-        return cosine_matrix(query.emb[:, 0], items.emb[:, 0])
+    # similarity: the base class's cosine; the outputs are unit vectors, so it ranks exactly as -Euclidean distance
 
 
 class TwoBranchSimModel(_TwoBranchBase):
     """The similarity network: element-wise product of the branches, then FC-ReLU layers to one score."""
 
     method = "twobranch-sim"
+    similarity_kind = "network"
 
     def __init__(self, config: TwoBranchSimConfig) -> None:
         super().__init__(config)
@@ -129,3 +163,104 @@ def balanced_pairs(positives: Tensor, negatives_per_positive: int) -> tuple[Tens
     all_cols = torch.cat([pos_rows, neg_cols])
     labels = torch.cat([torch.ones(len(pos_rows)), -torch.ones(len(pos_rows))]).to(positives.device)
     return all_rows, all_cols, labels
+
+
+# --- losses -----------------------------------------------------------------------------------------------------------
+
+def _top_violations(costs: Tensor, valid: Tensor, top_k: int | None) -> Tensor:
+    """Sum per row of the ``top_k`` largest non-negative hinge costs among ``valid`` columns."""
+    costs = costs.clamp(min=0) * valid
+    if top_k is not None and top_k < costs.shape[-1]:
+        costs = costs.topk(top_k, dim=-1).values
+    return costs.sum(-1)
+
+class BidirectionalRankingLoss(nn.Module):
+    """Two-branch embedding loss, Wang et al. eq. 1-6, on Euclidean distances.
+
+    ``lambda_1 * sum [m + d(x_i, y_j) - d(x_i, y_k)]_+`` (visual anchors, eq. 1) plus ``lambda_2 *`` the
+    same for caption anchors (eq. 2), each keeping the ``top_k`` most violating negatives per (anchor,
+    positive) as in the paper's triplet sampling; plus the neighbourhood constraints (eq. 4-5) weighted
+    by lambda_3 (visuals described by the same caption) and lambda_4 (captions of the same visual) over
+    all their triplets. Each term is divided by the batch size B.
+    """
+
+    def __init__(self, margin: float, lambdas: tuple[float, float, float, float], top_k: int | None) -> None:
+        super().__init__()
+        self.margin, self.lambdas, self.top_k = margin, lambdas, top_k
+
+    def forward(self, visual: Tensor, text: Tensor, visual_ids: Tensor | None = None,
+                text_ids: Tensor | None = None) -> Terms:
+        size = visual.shape[0]
+        ids_v = visual_ids if visual_ids is not None else torch.arange(size, device=visual.device)
+        ids_t = text_ids if text_ids is not None else torch.arange(size, device=visual.device)
+        match = match_matrix(size, ids_v, ids_t, visual.device)
+        cross = euclidean_distances(visual, text)
+        image_nbr, image_far = self._neighbours(ids_t, ids_v)
+        text_nbr, text_far = self._neighbours(ids_v, ids_t)
+        terms = {
+            "i2t": self._ranking(cross, match, ~match, self.top_k),
+            "t2i": self._ranking(cross.T, match.T, ~match.T, self.top_k),
+            "image_nbr": self._ranking(euclidean_distances(visual, visual), image_nbr, image_far, None),
+            "text_nbr": self._ranking(euclidean_distances(text, text), text_nbr, text_far, None),
+        }
+        l1, l2, l3, l4 = self.lambdas
+        terms["total"] = (l1 * terms["i2t"] + l2 * terms["t2i"] + l3 * terms["image_nbr"]
+                          + l4 * terms["text_nbr"])
+        return terms
+
+    @staticmethod
+    def _neighbours(shared: Tensor, own: Tensor) -> tuple[Tensor, Tensor]:
+        """Neighbours share the other side's id but are different items; non-neighbours share neither."""
+        same_shared, same_own = shared[:, None] == shared[None, :], own[:, None] == own[None, :]
+        return same_shared & ~same_own, ~same_shared & ~same_own
+
+    def _ranking(self, dist: Tensor, positive: Tensor, negative: Tensor, top_k: int | None) -> Tensor:
+        """Sum over anchors a (rows), positives p and negatives n (columns) of ``[m + d(a, p) - d(a, n)]_+``,
+        keeping the ``top_k`` largest per (a, p), divided by the number of anchors."""
+        anchor, pos = positive.nonzero(as_tuple=True)
+        if anchor.numel() == 0:
+            return dist.new_zeros(())
+        costs = self.margin + dist[anchor, pos][:, None] - dist[anchor]
+        return _top_violations(costs, negative[anchor], top_k).sum() / dist.shape[0]
+
+class LogisticPairLoss(nn.Module):
+    """Two-branch similarity network loss, Wang et al. eq. 7: ``log(1 + exp(-z p))`` averaged over the
+    (balanced) pairs, z = +1 for matches and -1 otherwise."""
+
+    def forward(self, scores: Tensor, labels: Tensor) -> Terms:
+        loss = F.softplus(-labels * scores)
+        pos, neg = loss[labels > 0], loss[labels < 0]
+        zero = scores.new_zeros(())
+        return {"positive": pos.mean() if pos.numel() else zero,
+                "negative": neg.mean() if neg.numel() else zero, "total": loss.mean()}
+
+class TwoBranchEmbedCriterion(nn.Module):
+    """Wang et al. eq. 6 on the embedding network's outputs."""
+
+    def __init__(self, config: TwoBranchEmbedConfig) -> None:
+        super().__init__()
+        self.ranking = BidirectionalRankingLoss(
+            config.margin, (config.lambda_i2t, config.lambda_t2i, config.lambda_image_nbr,
+                            config.lambda_text_nbr), config.top_k)
+
+    def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
+        return self.ranking(out.visual.emb[:, 0], out.text.emb[:, 0], batch.visual_ids, batch.text_ids)
+
+class TwoBranchSimCriterion(nn.Module):
+    """Wang et al. eq. 7 on the similarity network's sampled pair scores."""
+
+    def __init__(self, config: TwoBranchSimConfig) -> None:
+        super().__init__()
+        self.logistic = LogisticPairLoss()
+
+    def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
+        return self.logistic(out.extras["pair_scores"], out.extras["pair_labels"])
+
+METHODS = (
+    MethodSpec("twobranch-embed", TwoBranchEmbedConfig, TwoBranchEmbedModel, TwoBranchEmbedCriterion,
+               "two-branch embedding network, bi-directional ranking + neighbourhood constraints",
+               test_preset={"hidden_dim": 10, "top_k": 5}),
+    MethodSpec("twobranch-sim", TwoBranchSimConfig, TwoBranchSimModel, TwoBranchSimCriterion,
+               "two-branch similarity network, logistic loss on balanced pairs",
+               test_preset={"hidden_dim": 10, "sim_hidden": [6, 4]}),
+)

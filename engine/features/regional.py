@@ -1,26 +1,11 @@
-"""Regional semantics and the zero-shot ranking they give (A3VSE §3.2 and §4.3).
+"""Regional semantics (A3VSE §3.2): what every item shows, before any model is trained.
 
 Before any model is trained, Polyseek describes every item by its *regional semantics*: for each of the 49
 regions of the 7x7 feature grid, the ImageNet classifier's most confident class, with an attribute — the colour
 name of that region's pixels ("black dog", "green lawn"). The phrases, sorted by confidence, joined, form the
 item's pseudo caption (stored as a pseudo pair, later the A3VSE trainer's un-annotated captions).
 
-Zero-shot text search scores an item against a sentence with three terms, each standardised over the
-candidates (z-scores, so no term dominates by scale) and summed:
-
-1. *class match*: the Bhattacharyya coefficient between the item's class distribution (half the whole-image
-   softmax, half the normalised per-class maximum over regions) and the sentence's distribution over the class
-   names (softmax of MiniLM cosine similarities at temperature ``SENTENCE_TAU``);
-2. *concept match*: every content word of the sentence must be found — the sum over words of
-   ``w_word * log(BC(item, word) + EPS)``, where a word's weight is how well it matches any class name at all
-   (``max cos - WORD_FLOOR``, clipped at 0), so "dog" and "beach" both have to be there, while "running" counts little;
-3. *caption match*: MiniLM cosine between the sentence and the pseudo caption's embedding, taken as the
-   probability-weighted centroid of the class-text embeddings (measured as good as encoding the caption text,
-   and it keeps the text encoder out of indexing).
-
-On 1,000 held-out Flickr8k photos (dev split) ImageNet top-5 class names alone give t2i R@10 ≈ 22; the
-benchmark in ``tests/bench/bench_zeroshot.py`` reports what these three terms give (the README quotes it).
-The hyper-parameters below were chosen on 1,000 *train* photos, never on dev.
+The zero-shot ranking built on them is :mod:`engine.search.zeroshot`.
 """
 
 from __future__ import annotations
@@ -34,10 +19,6 @@ import numpy as np
 COLOURS = ("black", "white", "gray", "red", "orange", "yellow", "green", "blue", "purple", "pink", "brown")
 TOP_CLASSES = 32  # classes kept per item (the rest of the distribution is ~0)
 PHRASES = 6  # phrases in a pseudo caption
-SENTENCE_TAU = 0.04
-WORD_TAU = 0.04
-WORD_FLOOR = 0.3
-EPS = 0.01
 IMAGE_WEIGHT = 0.5  # share of the whole-image softmax in the item's class distribution
 
 # Basic-level names for the fine-grained ImageNet ranges (WordNet hypernyms), so "a dog" finds a Labrador.
@@ -109,7 +90,7 @@ def region_colour(image: np.ndarray, cell: int, grid: int = 7) -> str:
     return colour_name(np.median(pixels.reshape(-1, 3), axis=0))
 
 
-def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x = x - x.max(axis=axis, keepdims=True)
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)
@@ -158,52 +139,6 @@ def regional_semantics(probs: np.ndarray, region_max: np.ndarray, region_best: n
 def content_words(text: str) -> list[str]:
     """The words of a query that can name something visible (stop words and 1-2 letter words dropped)."""
     return [w for w in _WORDS.findall(text.lower()) if w not in _STOP and len(w) > 2]
-
-
-def _zscore(scores: np.ndarray) -> np.ndarray:
-    std = scores.std()
-    return (scores - scores.mean()) / std if std > 1e-9 else np.zeros_like(scores)
-
-
-class ZeroShotIndex:
-    """Zero-shot text ranking of a library from its items' class distributions (module docstring, terms 1-3).
-
-    ``class_embeddings`` are the MiniLM embeddings of :func:`class_texts` (C, D); each item is its top classes
-    ``class_ids`` (N, k) with probabilities ``class_probs`` (N, k). The pseudo caption's embedding in term 3 is
-    the probability-weighted centroid of its classes' text embeddings, so indexing never runs the text encoder.
-    """
-
-    def __init__(self, class_embeddings: np.ndarray, class_ids: np.ndarray, class_probs: np.ndarray) -> None:
-        from scipy.sparse import csr_matrix
-
-        self.class_embeddings = class_embeddings.astype(np.float32)
-        n, k = class_ids.shape
-        ids = class_ids.astype(np.int64)
-        probs = class_probs.astype(np.float32)
-        rows = np.repeat(np.arange(n), k)
-        self._sqrt = csr_matrix((np.sqrt(probs).ravel(), (rows, ids.ravel())),
-                                shape=(n, self.class_embeddings.shape[0]))
-        centroid = np.einsum("nk,nkd->nd", probs, self.class_embeddings[ids]) if n else np.zeros((0, 1))
-        norms = np.linalg.norm(centroid, axis=1, keepdims=True) if n else np.ones((0, 1))
-        self._centroids = (centroid / np.maximum(norms, 1e-9)).astype(np.float32)
-
-    def __len__(self) -> int:
-        return self._sqrt.shape[0]
-
-    def score(self, sentence: np.ndarray, words: np.ndarray) -> np.ndarray:
-        """Scores (N,) for one sentence embedding (D,) and the embeddings of its content words (W, D)."""
-        if len(self) == 0:
-            return np.zeros(0, np.float32)
-        sims = self.class_embeddings @ sentence
-        class_match = self._sqrt @ np.sqrt(_softmax(sims / SENTENCE_TAU))
-        total = _zscore(class_match) + _zscore(self._centroids @ sentence)
-        if len(words):
-            word_sims = words @ self.class_embeddings.T  # (W, C)
-            weights = np.clip(word_sims.max(axis=1) - WORD_FLOOR, 0.0, None)
-            if weights.sum() > 0:
-                per_word = self._sqrt @ np.sqrt(_softmax(word_sims / WORD_TAU, axis=1)).T  # (N, W)
-                total = total + _zscore(np.log(per_word + EPS) @ weights)
-        return total.astype(np.float32)
 
 
 def pseudo_caption_from_record(record, names: list[str]) -> str:

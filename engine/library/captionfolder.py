@@ -29,11 +29,12 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from engine.files import atomic_write_text
 
 CAPTIONS_FILE = "captions.tsv"
 SPLITS_FILE = "splits.tsv"
@@ -236,20 +237,6 @@ def _read_captions(path: Path) -> list[tuple[int, str, str]]:
 
 
 # ---------------------------------------------------------------- writing
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_caption_folder(

@@ -137,7 +137,7 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 
-from engine.captionfolder import atomic_write_text
+from engine.files import atomic_write_text
 
 log = logging.getLogger(__name__)
 

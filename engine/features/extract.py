@@ -2,7 +2,7 @@
 
 One :class:`FeatureExtractor` decodes a batch of files, runs EfficientNet-Lite0 (ONNX Runtime) and turns its
 outputs into a :class:`FeatureRecord` for the feature store plus the item's regional semantics
-(:mod:`engine.regional`); decoding and that finishing run in a small thread pool, overlapping the backbone.
+(:mod:`engine.features.regional`); decoding and that finishing run in a small thread pool, overlapping the backbone.
 Still images keep their 49 local features; animations and videos keep the pooled features of
 ``FRAMES_PER_ITEM`` frames sampled uniformly (PVSE §3.5) and their mean as the global feature.
 """
@@ -18,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backbone import Backbone, class_names
-from engine.featurestore import FeatureRecord
+from engine.features.backbone import Backbone, class_names
+from engine.features.featurestore import FeatureRecord, FeatureStore
+from engine.features.regional import Semantics, regional_semantics
+from engine.files import content_hash
 from engine.media import FRAMES_PER_ITEM, MediaError, MediaInfo, probe_and_decode
-from engine.regional import Semantics, regional_semantics
+from engine.progress import Progress
 from engine.types import MediaKind
 
 log = logging.getLogger(__name__)
@@ -155,3 +157,19 @@ class FeatureExtractor:
 def _collect(items: Sequence[Future | MediaError]) -> list[Extracted | MediaError]:
     """Wait for the finishing futures among ``items``; an error in finishing (a bug) propagates."""
     return [item.result() if isinstance(item, Future) else item for item in items]
+
+
+def ensure_features(paths_: list[Path], store: FeatureStore, encoders, batch: int = 32) -> Iterator[Progress]:
+    """Put every file's features into the store (skipping what is there); yields progress."""
+    hashes = [content_hash(p) for p in paths_]
+    backbone = encoders.backbone.id
+    todo = set(store.missing(hashes, backbone))
+    work = [(p, h) for p, h in zip(paths_, hashes, strict=True) if h in todo]
+    extractor = encoders.extractor()
+    batches = [work[i:i + batch] for i in range(0, len(work), batch)]
+    done = 0
+    for chunk, results in zip(batches, extractor.iter_batches([[p for p, _ in b] for b in batches]), strict=False):
+        store.put_many(((h, r.record) for (_, h), r in zip(chunk, results, strict=True) if isinstance(r, Extracted)),
+                       backbone)
+        done += len(chunk)
+        yield Progress(done, len(work), f"features for {done} of {len(work)} files")

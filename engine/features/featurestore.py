@@ -1,7 +1,7 @@
 """Cached backbone features, shared by every library and by the trainer.
 
 Features depend only on a file's content and on the backbone that computed them, so they are keyed by
-``(content_hash, backbone_id)`` (:func:`engine.catalog.content_hash`): the same photo in two libraries,
+``(content_hash, backbone_id)`` (:func:`engine.files.content_hash`): the same photo in two libraries,
 or in a training caption folder, is run through the backbone once. The store is its own SQLite file
 (``features.sqlite``, beside the catalog), with the catalog's settings: WAL, ``synchronous=NORMAL``, one
 transaction per write, a lock around the one connection, and ``auto_vacuum=INCREMENTAL`` so deleting features
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.catalog import CatalogError, SQLiteStore
+from engine.sqlitestore import CatalogError, SQLiteStore
 
 FEATURES_FILENAME = "features.sqlite"
 DEFAULT_MAX_LOCAL_ITEMS = 50_000

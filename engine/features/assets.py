@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import paths
-from engine.backbone import AssetsMissing
+from engine.features.backbone import AssetsMissing
 from engine.progress import CancelToken, Progress
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ and ``log_sigma`` (N, D).
 
 The PCME helpers below work on those arrays: :func:`uncertainty` (§3.2.1, geometric mean of sigma),
 :func:`match_probability` (Monte-Carlo eq. 2 with the sample-wise eq. 3; ``a`` and ``b`` are the
-manifest's ``match_scale`` and ``match_shift``) and :func:`csd`, PCME++'s closed-form sampled distance.
+manifest's ``match_scale`` and ``match_shift``). PCME's other test-time similarities (PCME++'s closed-form
+sampled distance and the rest) are the trainer's: ``trainer.evaluation``.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from engine.onnx import open_session
+from engine.features.onnx import open_session
+from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES, SIMILARITY_KINDS
 
-MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1  # trainer.methods.export.MANIFEST_VERSION (the engine does not import the trainer)
-MODALITIES = ("image", "video", "text")
-SIMILARITIES = ("cosine", "max-cosine", "network")
+# Monte-Carlo samples of match_probability for search and evaluation: fixed, so a query ranks the same way and an
+# evaluation gives the same numbers every run
+MATCH_SEED = 0
 _BLOCK = 1 << 22  # floats per block of pairwise sample distances (32 MB in float64)
 
 
@@ -105,7 +106,7 @@ class ModelManifest:
             method=get.of("method", str), feature_backbone=get.of("feature_backbone", str),
             text_encoder=get.of("text_encoder", str), num_embeddings=get.count("num_embeddings", 1),
             embed_dim=get.count("embed_dim", 1), attention_heads=get.count("attention_heads", 0),
-            similarity=get.choice("similarity", SIMILARITIES), probabilistic=get.of("probabilistic", bool),
+            similarity=get.choice("similarity", SIMILARITY_KINDS), probabilistic=get.of("probabilistic", bool),
             max_frames=get.count("max_frames", 1), config=get.of("config", dict),
             encoders={m: _graph_spec(spec, path, f"encoders.{m}") for m, spec in encoders.items()},
             match_scale=get.number("match_scale") if data.get("probabilistic") else None,
@@ -231,10 +232,10 @@ class ModelRunner:
         return self.manifest.method
 
     def own_backbone(self, threads: int | None = None):
-        """The model's fine-tuned :class:`engine.backbone.Backbone`, or None when it reads the stock one."""
+        """The model's fine-tuned :class:`engine.features.backbone.Backbone`, or None when it reads the stock one."""
         if self.manifest.backbone is None:
             return None
-        from engine.backbone import Backbone
+        from engine.features.backbone import Backbone
 
         entry = self.manifest.backbone
         return Backbone(graph=_inside(self.folder, entry["file"]), meta=entry, threads=threads)
@@ -373,24 +374,6 @@ def _check_mask(mask: np.ndarray) -> None:
         raise ModelInputError("mask: valid positions must come first in every row, and at least one")
 
 
-def pad_batch(sequences: list[np.ndarray], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Stack variable-length (T_i, C) sequences (frames of clips, token vectors of captions) into a
-    zero-padded (N, T, C) float32 batch and its (N, T) 0/1 mask, valid positions first; ``length`` keeps
-    at most that many positions (default: the longest)."""
-    if not sequences or any(np.ndim(x) != 2 or len(x) == 0 for x in sequences):
-        raise ModelInputError("sequences: expected a non-empty list of non-empty (T, C) arrays")
-    width = {np.shape(x)[1] for x in sequences}
-    if len(width) != 1:
-        raise ModelInputError(f"sequences: feature sizes differ: {sorted(width)}")
-    length = length or max(len(x) for x in sequences)
-    batch = np.zeros((len(sequences), length, width.pop()), np.float32)
-    mask = np.zeros((len(sequences), length), np.float32)
-    for row, sequence in enumerate(sequences):
-        kept = min(len(sequence), length)
-        batch[row, :kept], mask[row, :kept] = sequence[:kept], 1.0
-    return batch, mask
-
-
 # -- PCME ------------------------------------------------------------------------------------------------
 
 
@@ -442,18 +425,6 @@ def match_probability(mu_q: np.ndarray, log_sigma_q: np.ndarray, mu_i: np.ndarra
     zq = sample_embeddings(np.atleast_2d(mu_q), np.atleast_2d(log_sigma_q), samples, rng)
     zi = sample_embeddings(mu_i, log_sigma_i, samples, rng)
     out = match_probability_from_samples(zq, zi, a, b)
-    return out[0] if single else out
-
-
-def csd(mu_q: np.ndarray, sigma_q: np.ndarray, mu_i: np.ndarray, sigma_i: np.ndarray) -> np.ndarray:
-    """PCME++'s closed-form sampled distance ``||mu_q - mu_i||^2 + ||sigma_q^2 + sigma_i^2||_1`` (lower is
-    closer) of queries (Q, D) against items (N, D): (Q, N), or (N,) for a 1-D query. Takes sigma, not log."""
-    single = np.ndim(mu_q) == 1
-    mu_q, sigma_q = (np.atleast_2d(np.asarray(x, np.float64)) for x in (mu_q, sigma_q))
-    mu_i, sigma_i = (np.asarray(x, np.float64) for x in (mu_i, sigma_i))
-    sq = (mu_q ** 2).sum(1)[:, None] + (mu_i ** 2).sum(1)[None, :] - 2.0 * mu_q @ mu_i.T
-    # sigma^2 terms are positive, so the L1 norm of their sum splits into two sums
-    out = np.maximum(sq, 0.0) + (sigma_q ** 2).sum(1)[:, None] + (sigma_i ** 2).sum(1)[None, :]
     return out[0] if single else out
 
 

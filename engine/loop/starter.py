@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from engine import paths
 
 if TYPE_CHECKING:
-    from engine.service import SearchService
+    from engine.loop.service_api import LoopService
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def installed_starter(shipped: Path) -> Path:
     return dest
 
 
-def offer_starter(service: SearchService) -> str | None:
+def offer_starter(service: LoopService) -> str | None:
     """Register and (when nothing is active) activate the starter model in a library that never had it;
     returns its registered name, or None when there is none to offer. A starter that does not fit this
     installation's pretrained assets (another backbone) is skipped with a log line, never an error."""

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.backbone import require_assets
-from engine.onnx import open_session
+from engine.features.backbone import require_assets
+from engine.features.onnx import open_session
 
 
 @dataclass(frozen=True, slots=True)

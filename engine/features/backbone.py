@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.onnx import open_session
+from engine.features.onnx import open_session
 from engine.paths import assets_dir
 
 

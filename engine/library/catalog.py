@@ -1,10 +1,11 @@
-"""The catalog: one SQLite file per library that records media, annotations, models, vectors and jobs.
+"""The catalog: one SQLite file per library that records media, annotations, models and vectors.
 
 What it holds
     ``roots`` (folders the user added), ``media`` (one row per file, with its scan state), ``captions`` and
     ``pairs`` (the user's annotations and the pseudo ones), ``models`` (trained checkpoints, at most one
     active), ``embeddings`` (per model, per item, per head: one float32 vector) with ``embedding_extras``
-    (other per-item arrays of a model, e.g. PCME's sigma) and ``jobs`` (indexing and training runs).
+    (other per-item arrays of a model, e.g. PCME's sigma). Schema v1 also made a ``jobs`` table that no code
+    reads or writes; it stays so that the schema's history (and old catalogs) are left as they are.
 
 Durability
     WAL journal with ``synchronous=NORMAL``: a killed process never loses a committed transaction and never
@@ -34,43 +35,30 @@ Annotations outlive files
     ``missing`` (offline) and keeps its captions, pairs and content hash, so it gets them back when the same
     content shows up again, at its old path or another one. Only the user deletes rows (:meth:`Catalog.purge_missing`,
     :meth:`Catalog.remove_root`), and both first write a snapshot of every annotation
-    (:mod:`engine.snapshots`) beside the catalog.
+    (:mod:`engine.library.snapshots`) beside the catalog.
 
 Paths are stored as given and must be absolute; the scanner decides how to normalise them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from types import TracebackType
 from typing import Any, NamedTuple
 
 import numpy as np
-from sqlite_utils import Database
 
-from engine import snapshots
+from engine.library import snapshots
+from engine.sqlitestore import CatalogError, Migration, SQLiteStore
 from engine.types import CaptionSource, MediaKind
 
-BUSY_TIMEOUT_S = 30.0
 _PAGE = 1000  # rows per page when iterating, so no cursor stays open across a yield
-_CHUNK = 500  # ids per "IN (...)" query, well under SQLite's bound-parameter limit
-_HASH_WINDOW = 1 << 20
-_FULL_DISK_BYTES = 1 << 20  # less free space than this next to a failed write: the disk is the cause
-
-
-class CatalogError(Exception):
-    """A catalog (or feature store) operation failed; the message names the file and the record."""
 
 
 class NotFound(CatalogError):
@@ -84,37 +72,6 @@ class MediaStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"  # retried only when the file's size or mtime changes
     MISSING = "missing"  # file gone (or its drive offline) at the last scan; kept, with its annotations
-
-
-class JobState(StrEnum):
-    """Life cycle of a long job."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-def content_hash(path: Path) -> str:
-    """A fast content fingerprint: blake2b-128 over the size and three 1 MiB windows (start, middle, end).
-
-    Reading at most 3 MiB keeps hashing a 4 GB video as cheap as hashing a photo, which is what lets a scan
-    recognise moved files and lets the feature store share features between libraries. The trade-off: two
-    files of equal size that differ only outside the three windows get the same hash (an in-place edit of a
-    large video that keeps its size exactly). Files up to 3 MiB are hashed whole, so photos are exact.
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    digest = hashlib.blake2b(size.to_bytes(8, "little"), digest_size=16)
-    with path.open("rb") as f:
-        if size <= 3 * _HASH_WINDOW:
-            digest.update(f.read())
-        else:
-            for offset in (0, (size - _HASH_WINDOW) // 2, size - _HASH_WINDOW):
-                f.seek(offset)
-                digest.update(f.read(_HASH_WINDOW))
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- records
@@ -197,200 +154,7 @@ class ModelRecord:
     is_active: bool
 
 
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """A long job's persisted state."""
-
-    id: int
-    kind: str
-    state: JobState
-    payload: dict[str, Any]
-    done: int
-    total: int
-    message: str
-    created_at: float
-    updated_at: float
-
-
 # ---------------------------------------------------------------------------------------------- plumbing
-
-Migration = Callable[[sqlite3.Connection], None]
-
-
-def _full_disk_note(path: Path, exc: BaseException) -> str:
-    """" (the disk is full)" when an error came from a full disk that SQLite reports as a plain I/O error
-    (it cannot grow its shared-memory file), so the user reads the cause and the fix."""
-    if "disk is full" in str(exc):
-        return ""
-    try:
-        free = shutil.disk_usage(path.parent).free
-    except OSError:
-        return ""
-    return " (the disk is full: free some space; nothing saved was lost)" if free < _FULL_DISK_BYTES else ""
-
-
-def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
-
-
-class SQLiteStore:
-    """One SQLite file with the house settings, schema migrations, a lock and atomic transactions.
-
-    Shared by :class:`Catalog` and :class:`engine.featurestore.FeatureStore`. ``migrations[v]`` upgrades the
-    file from schema version ``v`` to ``v + 1``; ``first_pragmas`` run before anything else (e.g.
-    ``auto_vacuum``, which only takes effect on a file without tables).
-    """
-
-    error: type[CatalogError] = CatalogError
-
-    def __init__(
-        self, path: Path, migrations: Sequence[Migration], first_pragmas: Sequence[str] = ()
-    ) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
-        self._depth = 0
-        self._conn: sqlite3.Connection | None = None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
-            )
-            for pragma in first_pragmas:
-                self._conn.execute(pragma)
-            self._configure(self._conn)
-            self.db = Database(self._conn, execute_plugins=False)
-            self._migrate(migrations)
-        except (sqlite3.Error, OSError) as exc:
-            self.close()
-            raise self.error(f"cannot open {self.path}: {exc}{_full_disk_note(self.path, exc)}") from exc
-
-    @staticmethod
-    def _configure(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-
-    def _migrate(self, migrations: Sequence[Migration]) -> None:
-        while True:
-            with self.transaction("schema migration") as conn:
-                conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                version = self._read_version(conn)
-                if version > len(migrations):
-                    raise self.error(
-                        f"{self.path} has schema v{version}, newer than this app's v{len(migrations)}"
-                    )
-                if version == len(migrations):
-                    return
-                migrations[version](conn)
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    (str(version + 1),),
-                )
-
-    @staticmethod
-    def _read_version(conn: sqlite3.Connection) -> int:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        return int(row[0]) if row else 0
-
-    @property
-    def schema_version(self) -> int:
-        """The schema version recorded in the file."""
-        with self._lock:
-            return self._read_version(self._live())
-
-    def _live(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise self.error(f"{self.path} is closed")
-        return self._conn
-
-    def _wrap(self, what: str, exc: sqlite3.Error) -> CatalogError:
-        return self.error(f"{what} failed in {self.path}: {exc}{_full_disk_note(self.path, exc)}")
-
-    @contextmanager
-    def transaction(self, what: str = "write") -> Iterator[sqlite3.Connection]:
-        """Run a block as one transaction (a savepoint when nested); any exception rolls all of it back.
-
-        SQLite errors come out as :attr:`error` naming ``what`` and the file.
-        """
-        with self._lock:
-            conn = self._live()
-            savepoint = f"sp{self._depth}" if self._depth else None
-            try:
-                conn.execute(f"SAVEPOINT {savepoint}" if savepoint else "BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self._wrap(what, exc) from exc
-            self._depth += 1
-            try:
-                yield conn
-            except BaseException as exc:
-                self._depth -= 1
-                self._rollback(conn, savepoint)
-                if isinstance(exc, sqlite3.Error):
-                    raise self._wrap(what, exc) from exc
-                raise
-            self._depth -= 1
-            try:
-                conn.execute(f"RELEASE {savepoint}" if savepoint else "COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(conn, savepoint)
-                raise self._wrap(what, exc) from exc
-
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection, savepoint: str | None) -> None:
-        try:
-            if savepoint:
-                conn.execute(f"ROLLBACK TO {savepoint}")
-                conn.execute(f"RELEASE {savepoint}")
-            elif conn.in_transaction:
-                conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass  # the original exception matters more; SQLite already rolled back on a fatal error
-
-    def _read(self, what: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            try:
-                return self._live().execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise self._wrap(what, exc) from exc
-
-    def _read_in(self, what: str, sql: str, head: Sequence[Any], ids: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """Run ``sql`` (with one ``{marks}`` placeholder for an IN list) over ``ids`` in chunks."""
-        rows: list[tuple[Any, ...]] = []
-        for chunk in _chunks(ids):
-            rows += self._read(what, sql.format(marks=_marks(len(chunk))), (*head, *chunk))
-        return rows
-
-    def integrity_ok(self) -> bool:
-        """True when ``PRAGMA integrity_check`` says ok and no foreign key points nowhere."""
-        rows = self._read("integrity check", "PRAGMA integrity_check")
-        dangling = self._read("foreign key check", "PRAGMA foreign_key_check")
-        return rows == [("ok",)] and not dangling
-
-    def close(self) -> None:
-        """Close the connection; later calls raise :attr:`error`."""
-        with self._lock:
-            if self._conn is not None:
-                try:
-                    self._conn.execute("PRAGMA optimize")
-                except sqlite3.Error:
-                    pass  # optimize is advisory; closing must not fail because of it
-                self._conn.close()
-                self._conn = None
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -495,7 +259,6 @@ _MISSING_WITHOUT_COPY = (
     "AND p.status <> 'missing')"
 )
 _MODEL_SELECT = "SELECT id, name, method, path, created_at, metrics_json, is_active FROM models"
-_JOB_SELECT = "SELECT id, kind, state, payload_json, done, total, message, created_at, updated_at FROM jobs"
 
 
 def _media_record(row: tuple[Any, ...]) -> MediaRecord:
@@ -514,11 +277,6 @@ def _caption_record(row: tuple[Any, ...]) -> CaptionRecord:
 def _model_record(row: tuple[Any, ...]) -> ModelRecord:
     id_, name, method, path, created, metrics, active = row
     return ModelRecord(id_, name, method, Path(path), created, json.loads(metrics), bool(active))
-
-
-def _job_record(row: tuple[Any, ...]) -> JobRecord:
-    id_, kind, state, payload, done, total, message, created, updated = row
-    return JobRecord(id_, kind, JobState(state), json.loads(payload), done, total, message, created, updated)
 
 
 def _metrics_json(model: str, metrics: dict[str, Any] | None) -> str:
@@ -627,7 +385,7 @@ class Catalog(SQLiteStore):
     def remove_root(self, path: Path) -> None:
         """Remove a folder and, with it, every media row under it (and their captions, pairs, vectors).
 
-        The user's annotations are first written to a snapshot (:mod:`engine.snapshots`); when it cannot be
+        The user's annotations are first written to a snapshot (:mod:`engine.library.snapshots`); when it cannot be
         written (a full disk) nothing is removed."""
         text = str(Path(path))
         with self.transaction(f"removing root {text}") as conn:
@@ -818,7 +576,7 @@ class Catalog(SQLiteStore):
 
     def annotation_snapshot(self) -> dict[str, Any]:
         """Every user and imported caption and pair, grouped per item with the item's content hash, path,
-        size and mtime (the snapshot format of :mod:`engine.snapshots`)."""
+        size and mtime (the snapshot format of :mod:`engine.library.snapshots`)."""
         with self._lock:
             return snapshots.collect(self._live())
 
@@ -1245,57 +1003,3 @@ class Catalog(SQLiteStore):
         )
         return {r[0] for r in rows}
 
-    # -- jobs ----------------------------------------------------------------------------------------------
-
-    def create_job(self, kind: str, payload: dict[str, Any] | None = None, total: int = 0) -> int:
-        """Record a queued job; returns its id."""
-        now = time.time()
-        with self.transaction(f"creating {kind} job") as conn:
-            cursor = conn.execute(
-                "INSERT INTO jobs (kind, state, payload_json, total, created_at, updated_at) "
-                "VALUES (?, 'queued', ?, ?, ?, ?)",
-                (kind, json.dumps(payload or {}), total, now, now),
-            )
-            return int(cursor.lastrowid or 0)
-
-    def update_job(
-        self,
-        job_id: int,
-        state: JobState | str | None = None,
-        done: int | None = None,
-        total: int | None = None,
-        message: str | None = None,
-    ) -> None:
-        """Update the fields given (None leaves a field as it is)."""
-        values = {
-            "state": None if state is None else JobState(state).value,
-            "done": done,
-            "total": total,
-            "message": message,
-        }
-        given = {k: v for k, v in values.items() if v is not None}
-        assignments = "".join(f"{column} = ?, " for column in given)
-        with self.transaction(f"updating job {job_id}") as conn:
-            cursor = conn.execute(
-                f"UPDATE jobs SET {assignments}updated_at = ? WHERE id = ?",
-                (*given.values(), time.time(), job_id),
-            )
-            if cursor.rowcount == 0:
-                raise NotFound(f"job {job_id} is not in {self.path}")
-
-    def job(self, job_id: int) -> JobRecord:
-        """A job by id; raises :class:`NotFound`."""
-        rows = self._read("reading job", f"{_JOB_SELECT} WHERE id = ?", (job_id,))
-        if not rows:
-            raise NotFound(f"job {job_id} is not in {self.path}")
-        return _job_record(rows[0])
-
-    def jobs(self, state: JobState | str | None = None) -> list[JobRecord]:
-        """Jobs (optionally in one state), newest first."""
-        if state is None:
-            rows = self._read("listing jobs", f"{_JOB_SELECT} ORDER BY id DESC")
-        else:
-            rows = self._read(
-                "listing jobs", f"{_JOB_SELECT} WHERE state = ? ORDER BY id DESC", (JobState(state).value,)
-            )
-        return [_job_record(r) for r in rows]

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.captionfolder import atomic_write_text
+from engine.files import atomic_write_text
 
 if TYPE_CHECKING:
-    from engine.catalog import Catalog
+    from engine.library.catalog import Catalog
 
 FORMAT = "polyseek-annotations-snapshot"
 VERSION = 1

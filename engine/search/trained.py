@@ -19,18 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
-from engine.featurestore import FeatureStore
-from engine.modelrunner import Encoded, ModelRunner, match_probability, uncertainty
+from engine.features.featurestore import FeatureStore
+from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
+from engine.search.modelrunner import MATCH_SEED, Encoded, ModelRunner, match_probability, uncertainty
+from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
 from engine.types import Explanation, MediaKind
-from engine.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
 
 log = logging.getLogger(__name__)
 
 BATCH = 256
 RERANK_EXTRA = 50  # PCME: candidates beyond the page that are re-ranked by match probability
-MATCH_SEED = 0  # fixed Monte-Carlo samples: the same query ranks the same way every time
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +104,7 @@ class TrainedSearch:
         computed here once per file (and kept in the shared store under that backbone's id)."""
         if self.runner.manifest.backbone is None:
             return
-        from engine.evaluate import ensure_features
+        from engine.features.extract import ensure_features
 
         backbone = self.encoders.backbone.id
         missing = set(self.features.missing([m.content_hash for m in media], backbone))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from engine.catalog import Catalog, MediaRecord, MediaStatus
+from engine.library.catalog import Catalog, MediaRecord, MediaStatus
 from engine.types import CaptionSource, MediaKind, SearchHit
 
 

@@ -34,9 +34,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.catalog import Catalog, MediaRecord, content_hash
-from engine.extract import Extracted, FeatureExtractor
-from engine.featurestore import FeatureStore
+from engine.features.extract import Extracted, FeatureExtractor
+from engine.features.featurestore import FeatureStore
+from engine.files import content_hash
+from engine.library.catalog import Catalog, MediaRecord
 from engine.media import MediaError, iter_media_files
 from engine.progress import CancelToken, Progress
 from engine.types import CaptionSource
@@ -253,7 +254,7 @@ class Indexer:
         return len(batch)
 
     def _restore_pseudo_caption(self, media: MediaRecord, backbone: str) -> None:
-        from engine.regional import pseudo_caption_from_record
+        from engine.features.regional import pseudo_caption_from_record
 
         record = self.features.get(media.content_hash, backbone)
         if record is not None:

@@ -1,0 +1,103 @@
+"""The pretrained encoders (backbone, MiniLM, GloVe, class embeddings), created on first use.
+
+Shared by the search service, the evaluations and the trainer's data loading (``trainer.data``), so each
+opens the same ONNX sessions the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.progress import CancelToken, Progress
+
+
+class Encoders:
+    """The pretrained encoders, created on first use (opening ONNX sessions takes a moment)."""
+
+    def __init__(self, assets: Path | None = None) -> None:
+        self._assets = assets
+        self._lock = threading.RLock()  # class_embeddings needs minilm: nested creation
+        self._cache: dict[str, Any] = {}
+
+    def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Prepare the default pretrained assets when they are missing (first use; progress records); an
+        assets folder given explicitly is used as it is."""
+        if self._assets is None:
+            from engine.features.assets import ensure_assets
+
+            yield from ensure_assets(cancel)
+
+    def _get(self, key: str, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = make()
+            return self._cache[key]
+
+    @property
+    def backbone(self):
+        from engine.features.backbone import Backbone
+
+        return self._get("backbone", lambda: Backbone(self._assets))
+
+    @property
+    def class_names(self) -> list[str]:
+        from engine.features.backbone import class_names
+
+        return self._get("names", lambda: class_names(self._assets))
+
+    @property
+    def minilm(self):
+        from engine.features.text import MiniLMEncoder
+
+        return self._get("minilm", lambda: MiniLMEncoder(self._assets))
+
+    @property
+    def glove(self):
+        from engine.features.text import GloveEncoder
+
+        return self._get("glove", lambda: GloveEncoder(self._assets))
+
+    @property
+    def class_embeddings(self) -> np.ndarray:
+        from engine.features.backbone import require_assets
+        from engine.features.regional import class_texts
+
+        def make() -> np.ndarray:
+            cached = require_assets(self._assets) / "zeroshot" / "class_embeddings.npy"
+            if cached.is_file():
+                return np.load(cached)
+            return self.minilm.encode(class_texts(self.class_names)).sentence
+
+        return self._get("class_embeddings", make)
+
+    def extractor(self):
+        from engine.features.extract import FeatureExtractor
+
+        return FeatureExtractor(self.backbone, self.class_names)
+
+    def for_model(self, runner) -> Encoders:
+        """These encoders as ``runner``'s model sees them: its own fine-tuned backbone in place of the stock
+        one when it has one (cached per model version), the text encoders shared."""
+        if runner.manifest.backbone is None:
+            return self
+        return self._get(f"model:{runner.model_id}", lambda: _ModelEncoders(self, runner.own_backbone()))
+
+
+class _ModelEncoders(Encoders):
+    """:class:`Encoders` sharing everything with ``base`` but the backbone."""
+
+    def __init__(self, base: Encoders, backbone) -> None:  # not super().__init__: that starts a fresh cache
+        self._base, self._own_backbone = base, backbone
+        self._assets, self._lock, self._cache = base._assets, base._lock, base._cache
+
+    @property
+    def backbone(self):
+        return self._own_backbone
+
+    def for_model(self, runner) -> Encoders:
+        return self._base.for_model(runner)

@@ -1,0 +1,124 @@
+"""Evaluation on a caption folder of the zero-shot ranking and of a registered model, ranked the way the app
+ranks (the same metrics the trainer reports).
+
+Features of the folder's media come from the shared feature store (computed once, by content hash), so a
+second evaluation of the same folder never runs the backbone again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.features.extract import ensure_features
+from engine.features.featurestore import FeatureRecord, FeatureStore
+from engine.features.regional import content_words
+from engine.files import content_hash
+from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
+from engine.loop.errors import RetrainError
+from engine.loop.metrics import retrieval_report
+from engine.loop.service_api import LoopService
+from engine.search.zeroshot import ZeroShotIndex
+from engine.types import ZERO_SHOT
+
+
+def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, encoders,
+                       progress=None) -> dict:
+    """R@K both ways of the zero-shot ranking on one split of a caption folder."""
+    data = load_caption_folder(folder)
+    if split:
+        if split not in data.splits():
+            raise ValueError(f"split {split!r} is not in {folder} (splits: {', '.join(data.splits())})")
+        data = data.split(split)
+    paths_ = [item.path for item in data.items]
+    for p in ensure_features(paths_, store, encoders):
+        if progress:
+            progress(p)
+    hashes = [content_hash(p) for p in paths_]
+    backbone = encoders.backbone.id
+    present = set(hashes) - set(store.missing(hashes, backbone))
+    keep = [i for i, h in enumerate(hashes) if h in present]
+    index = ZeroShotIndex(encoders.class_embeddings, store.stack([hashes[i] for i in keep], backbone, "image_top_ids"),
+                          store.stack([hashes[i] for i in keep], backbone, "image_top_probs"))
+    position = {item: row for row, item in enumerate(keep)}
+    captions = [(position[i], text) for i, text in data.captions if i in position]
+    texts = [t for _, t in captions]
+    sentences = encoders.minilm.encode(texts).sentence
+    vocab = sorted({w for t in texts for w in content_words(t)})
+    word_index = {w: i for i, w in enumerate(vocab)}
+    words = encoders.minilm.encode(vocab).sentence if vocab else np.zeros((0, 384), np.float32)
+    scores = np.empty((len(keep), len(texts)), np.float32)
+    for j, text in enumerate(texts):
+        scores[:, j] = index.score(sentences[j], words[[word_index[w] for w in content_words(text)]])
+    report = retrieval_report(scores, np.array([m for m, _ in captions]))
+    report["model"] = ZERO_SHOT
+    report["split"] = split or "all"
+    report["n_failed"] = len(paths_) - len(keep)
+    return report
+
+
+def evaluate_trained(service: LoopService, folder: Path, split: str | None, model: str,
+                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
+    """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
+    K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
+    ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
+    :func:`engine.loop.metrics.retrieval_report`)."""
+    from engine.search.trained import TrainedSearch
+    from engine.search.vectorindex import kxk_scores
+
+    view = _split_view(folder, split)
+    record = service.catalog.model(model)
+    trained = TrainedSearch.open(record, service.catalog, service.features, service.encoders, service.library_dir)
+    paths_ = [item.path for item in view.items]
+    extra = [Path(p) for p in distractors]
+    for _ in ensure_features([*paths_, *extra], service.features, trained.encoders):  # the model's backbone's
+        pass
+    backbone = trained.encoders.backbone.id
+    feats = [service.features.get(content_hash(p), backbone) for p in paths_]
+    keep = [i for i, f in enumerate(feats) if f is not None]
+    position = {item: row for row, item in enumerate(keep)}
+    captions = [(position[i], text) for i, text in view.captions if i in position]
+    if not captions:
+        raise RetrainError(f"{folder}: split {split or 'all'!r} has no captions of decodable media to evaluate on")
+    texts, _ = trained.encode_text([t for _, t in captions])
+
+    def scores_of(records: list[FeatureRecord]) -> np.ndarray:
+        items = [trained.encode_media_features(_with_local(r)) for r in records]
+        if trained.runner.probabilistic:
+            from engine.search.modelrunner import MATCH_SEED, match_probability
+
+            m = trained.runner.manifest
+            mu = np.concatenate([e.mu for e in items])
+            log_sigma = np.concatenate([e.log_sigma for e in items])
+            return match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
+                                     m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
+        emb = np.concatenate([e.emb for e in items])
+        return np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
+
+    scores = scores_of([feats[i] for i in keep])
+    others = [f for f in (service.features.get(content_hash(p), backbone) for p in extra) if f is not None]
+    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
+                              distractors=scores_of(others).astype(np.float64) if others else None)
+    report.update(model=model, method=trained.runner.method, split=split or "all",
+                  n_failed=len(view.items) - len(keep))
+    return report
+
+
+def _with_local(record: FeatureRecord) -> FeatureRecord:
+    """A photo past the feature store's local-feature cap has no ``local``: its global feature stands in for
+    every region, as :meth:`engine.search.trained.TrainedSearch.encode_items` does."""
+    if record.local is None and record.frames is None:
+        return dataclasses.replace(record, local=np.repeat(record.global_[None], 49, 0))
+    return record
+
+
+def _split_view(folder: Path, split: str | None) -> CaptionFolder:
+    data = load_caption_folder(folder)
+    try:
+        return data if split is None else data.split(split)  # CaptionFolder.split names the missing split
+    except CaptionFolderError as exc:
+        raise RetrainError(str(exc)) from exc

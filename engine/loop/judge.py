@@ -1,0 +1,116 @@
+"""The activation rule of the library loop: a new model measured beside the active one, activated only when it is
+not worse (the one rule the CLI's retrain and the GUI's training dialog apply).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.library.captionfolder import load_caption_folder
+from engine.loop.service_api import LoopService
+from engine.loop.trainingset import MIN_HELDOUT_ITEMS, pseudo_check_set
+
+if TYPE_CHECKING:
+    from engine.loop.retrain import RetrainResult
+
+
+log = logging.getLogger(__name__)
+
+
+PSEUDO_TOLERANCE = 12.0  # rsum a retrain may lose on the pseudo pairs (noisy labels): 2 points of mean recall
+
+
+def mean_r10(report: dict[str, Any]) -> float:
+    """The mean of text->item and item->text R@10 of a retrieval report."""
+    return 0.5 * (float(report["i2t"]["r10"]) + float(report["t2i"]["r10"]))
+
+
+def heldout_tolerance(report: dict[str, Any]) -> float:
+    """The rsum that one query in each direction moves on a held-aside set by slipping one place out of a top
+    K: 100/items + 100/captions. A new model within this of the old one is "not worse": a set this small cannot
+    tell them apart. (R@10 alone cannot judge a set of 10 items or fewer: it is 100 for any model.)"""
+    return 100.0 / max(1, int(report["n_media"])) + 100.0 / max(1, int(report["n_captions"]))
+
+
+def gate(result: RetrainResult | Judgement) -> tuple[bool, str]:
+    """Whether a retrained model replaces the active one, and why, as one line.
+
+    The rule: the new model is activated when its rsum (R@1+R@5+R@10, both directions) on the held-aside
+    annotations (at least :data:`MIN_HELDOUT_ITEMS` of them) is not below the old model's by more than
+    :func:`heldout_tolerance`, AND its rsum on the
+    library's pseudo pairs (:func:`pseudo_check_set`; not measured when the old ranking is zero-shot, which wrote
+    those captions) is not below the old one's by more than :data:`PSEUDO_TOLERANCE`. With neither measure it is
+    not activated: nothing says it is not worse. A model that is not activated stays registered.
+    """
+    checks: list[tuple[bool, str]] = []
+    if (result.before is not None and result.after is not None
+            and int(result.after["n_media"]) >= MIN_HELDOUT_ITEMS):  # fewer: R@K moves 33+ points an item
+        old, new, tol = float(result.before["rsum"]), float(result.after["rsum"]), heldout_tolerance(result.after)
+        checks.append((new >= old - tol, f"held-aside rsum {old:.0f} -> {new:.0f} "
+                                         f"(R@10 {mean_r10(result.before):.0f} -> {mean_r10(result.after):.0f})"))
+    if result.pseudo_before is not None and result.pseudo_after is not None:
+        old, new = float(result.pseudo_before["rsum"]), float(result.pseudo_after["rsum"])
+        checks.append((new >= old - PSEUDO_TOLERANCE, f"pseudo-pair rsum {old:.0f} -> {new:.0f}"))
+    name = result.model_name
+    if not checks:
+        return False, (f"not activated: nothing to compare {name} with (fewer than {MIN_HELDOUT_ITEMS} "
+                       "annotated items held aside, and no pseudo pairs to check); "
+                       f"`polyseek models --activate {name}` uses it")
+    measured = ", ".join(text for _, text in checks)
+    if all(ok for ok, _ in checks):
+        return True, f"activated {name}: {measured}"
+    worse = ", ".join(text for ok, text in checks if not ok)
+    return False, (f"not activated: {worse}, worse than {result.old_model or 'zero-shot'}; {name} is kept, "
+                   f"`polyseek models --activate {name}` uses it")
+
+
+@dataclass
+class Judgement:
+    """A new model measured beside the active one, and the gate's decision (:func:`judge`)."""
+
+    model_name: str
+    old_model: str | None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    pseudo_before: dict[str, Any] | None = None
+    pseudo_after: dict[str, Any] | None = None
+    activated: bool = False
+    decision: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def judge(service: LoopService, new_model: str, old_model: str | None, folder: Path, split: str | None,
+          seed: int = 0) -> Judgement:
+    """Measure a registered new model and the old one (None: zero-shot) on the held-aside split of a training
+    folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply :func:`gate`.
+    The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing."""
+    from engine.search.modelrunner import ModelLoadError
+
+    out = Judgement(new_model, old_model)
+
+    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
+        try:
+            return service.evaluate_on(on, on_split, old_model, distractors)
+        except (ModelLoadError, OSError, LookupError) as exc:  # a broken old model must not block its successor
+            out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
+            return None
+
+    pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
+              if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
+    if split is not None:
+        # each held-aside caption searches its item among the other held-aside items and the check set's
+        # un-annotated items, as a search runs in the library (a set of ten dog photos cannot show that a
+        # new word for the dog was learnt; the same photos among a library's others can)
+        distractors = [item.path for item in load_caption_folder(pseudo).items] if pseudo is not None else []
+        out.before = old(folder, split, distractors)
+        out.after = service.evaluate_on(folder, split, new_model, distractors)
+    if pseudo is not None:
+        out.pseudo_before = old(pseudo, None)
+        if out.pseudo_before is not None:
+            out.pseudo_after = service.evaluate_on(pseudo, None, new_model)
+    out.activated, out.decision = gate(out)
+    return out
