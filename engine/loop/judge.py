@@ -14,6 +14,8 @@ from engine.library.captionfolder import load_caption_folder
 from engine.loop.service_api import LoopService
 from engine.loop.trainingset import MIN_HELDOUT_ITEMS, pseudo_check_set
 
+MIN_HELDOUT_ALONE = 10  # held-aside items the gate needs when they are its only measure
+
 if TYPE_CHECKING:
     from engine.loop.retrain import RetrainResult
 
@@ -40,25 +42,29 @@ def gate(result: RetrainResult | Judgement) -> tuple[bool, str]:
     """Whether a retrained model replaces the active one, and why, as one line.
 
     The rule: the new model is activated when its rsum (R@1+R@5+R@10, both directions) on the held-aside
-    annotations (at least :data:`MIN_HELDOUT_ITEMS` of them) is not below the old model's by more than
+    annotations (at least :data:`MIN_HELDOUT_ITEMS` of them, :data:`MIN_HELDOUT_ALONE` when there is no
+    pseudo-pair check) is not below the old model's by more than
     :func:`heldout_tolerance`, AND its rsum on the
     library's pseudo pairs (:func:`pseudo_check_set`; not measured when the old ranking is zero-shot, which wrote
     those captions) is not below the old one's by more than :data:`PSEUDO_TOLERANCE`. With neither measure it is
     not activated: nothing says it is not worse. A model that is not activated stays registered.
     """
     checks: list[tuple[bool, str]] = []
-    if (result.before is not None and result.after is not None
-            and int(result.after["n_media"]) >= MIN_HELDOUT_ITEMS):  # fewer: R@K moves 33+ points an item
+    pseudo = result.pseudo_before is not None and result.pseudo_after is not None
+    # fewer than 3 items: R@K moves 33+ points an item; alone (no pseudo-pair check, i.e. from zero-shot
+    # ranking), a set needs 10 items: on 4, a model with a tenth of zero-shot's library-wide rsum passed
+    least = MIN_HELDOUT_ITEMS if pseudo else MIN_HELDOUT_ALONE
+    if result.before is not None and result.after is not None and int(result.after["n_media"]) >= least:
         old, new, tol = float(result.before["rsum"]), float(result.after["rsum"]), heldout_tolerance(result.after)
         checks.append((new >= old - tol, f"held-aside rsum {old:.0f} -> {new:.0f} "
                                          f"(R@10 {mean_r10(result.before):.0f} -> {mean_r10(result.after):.0f})"))
-    if result.pseudo_before is not None and result.pseudo_after is not None:
+    if pseudo:
         old, new = float(result.pseudo_before["rsum"]), float(result.pseudo_after["rsum"])
         checks.append((new >= old - PSEUDO_TOLERANCE, f"pseudo-pair rsum {old:.0f} -> {new:.0f}"))
     name = result.model_name
     if not checks:
-        return False, (f"not activated: nothing to compare {name} with (fewer than {MIN_HELDOUT_ITEMS} "
-                       "annotated items held aside, and no pseudo pairs to check); "
+        return False, (f"not activated: too little to compare {name} with (fewer than {least} annotated "
+                       f"items held aside{'' if pseudo else ', and no pseudo pairs to check'}); "
                        f"`polyseek models --activate {name}` uses it")
     measured = ", ".join(text for _, text in checks)
     if all(ok for ok, _ in checks):

@@ -245,7 +245,7 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
     assert comparison.new["rsum"] == comparison.old["rsum"] and comparison.old_name == "zero-shot"
     assert comparison.new_name in {m.name for m in service.models()}
     # one item held aside cannot say "not worse": kept, not activated, one click away
-    assert not comparison.activated and "nothing to compare" in comparison.decision
+    assert not comparison.activated and "too little to compare" in comparison.decision
     table = dlg.result_table
     assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text().endswith("(new)")
     assert table.item(1, 4).text() == f"{comparison.new['rsum']:.1f}"
@@ -260,6 +260,7 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
         qtbot, library_dialog: TrainingDialog, service: FakeService, monkeypatch) -> None:
     caption_some(service, 11)
     monkeypatch.setattr(training_module, "HOLDOUT", 0.5)  # the fake library has 11 items: hold 3+ aside
+    monkeypatch.setattr("engine.loop.judge.MIN_HELDOUT_ALONE", 3)  # ... and no pseudo pairs beside them
     real = service.evaluate_on
 
     def worse_for_new(folder, split, model=None):  # the new model ranks every caption's item last

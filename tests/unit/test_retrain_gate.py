@@ -76,7 +76,7 @@ def test_the_pseudo_pairs_veto_a_model_that_lost_its_general_skill():
 
 def test_without_any_measure_the_model_is_kept_but_not_activated():
     activated, why = gate(_result(None, None))
-    assert not activated and "nothing to compare" in why
+    assert not activated and "too little to compare" in why
 
 
 # ------------------------------------------------------------------------------------------ the whole job
@@ -155,7 +155,7 @@ def test_a_better_retrain_is_activated_and_the_library_is_embedded_with_it(libra
     service, good, bad = library
     service.set_active_model(str(bad))
     _retrain_into(monkeypatch, good)
-    result = _run(service)
+    result = _run(service, holdout=0.8)  # 10+ of the 14 held aside: alone (no pseudo pairs here) they decide
     assert result.activated and result.decision.startswith(f"activated {result.model_name}")
     assert service.catalog.active_model().name == result.model_name
     record = service.catalog.model(result.model_name)
@@ -178,3 +178,15 @@ def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypat
     assert len(linked) == 24 - 5 and ts.n_unannotated == 10 - 5
     folder = trainingset.pseudo_check_set(service.catalog, tmp_path / "check", limit=5)
     assert {Path(i.path).resolve() for i in load_caption_folder(folder).items} == {m.path.resolve() for m in checked}
+
+
+def test_from_zero_shot_a_few_held_aside_items_alone_do_not_decide():
+    """No pseudo-pair check (the old ranking is zero-shot): 4 held-aside items cannot vouch for a model (a
+    from-scratch retrain that fell to a tenth of zero-shot's library-wide rsum passed them); 10 can."""
+    small_before, small_after = _report(4, 4), _report(4, 4, slipped=1)
+    assert small_before["rsum"] - small_after["rsum"] <= heldout_tolerance(small_after)
+    activated, why = gate(_result(small_before, small_after))
+    assert not activated and "too little to compare" in why and "no pseudo pairs" in why
+    assert gate(_result(_report(12, 12), _report(12, 12)))[0]
+    held = _report(4, 4)  # with the pseudo-pair check beside it, 3+ held-aside items count
+    assert gate(_result(held, held, (_report(200, 120), _report(200, 120))))[0]
