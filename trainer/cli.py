@@ -15,6 +15,7 @@ import logging.handlers
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--low-priority", action="store_true",
                    help="run at a lower CPU priority (nice +10), so the app that started it stays responsive")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--stop-with-parent", action="store_true",
+                   help="stop with a resumable checkpoint when the process that started this one is gone (the app "
+                        "or `polyseek retrain` was killed)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field (JSON value or plain string); repeatable")
     p.add_argument("--preset", default="paper", choices=list(PRESETS),
@@ -161,7 +165,32 @@ def _fail(message: str, status: int, emit: Callable[[dict[str, Any]], None] | No
 
 
 def _json_printer() -> Callable[[dict[str, Any]], None]:
-    return lambda event: print(json.dumps(event), flush=True)
+    def emit(event: dict[str, Any]) -> None:
+        try:
+            print(json.dumps(event), flush=True)
+        except BrokenPipeError:  # the reader is gone; the exit status still says what happened
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+
+    return emit
+
+
+def watch_parent(stop: Any, interval_s: float = 1.0) -> threading.Thread:
+    """A daemon thread that asks ``stop`` to stop (SIGTERM) once this process's parent is gone (it is then
+    re-parented, so ``os.getppid()`` changes): a killed app or ``polyseek retrain`` leaves no orphan trainer,
+    and the trainer leaves a resumable checkpoint."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.requested:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                log.warning("the process that started this trainer is gone: stopping with a resumable checkpoint")
+                stop.request(signal.SIGTERM)
+                return
+
+    thread = threading.Thread(target=watch, daemon=True, name="parent-watch")
+    thread.start()
+    return thread
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -273,6 +302,8 @@ def _train(args: argparse.Namespace) -> int:
         raise DataError(f"--data: {args.data} is not a caption folder (no captions.tsv)")
     stop = StopRequest()
     previous = _install_stop_handlers(stop)
+    if args.stop_with_parent:
+        watch_parent(stop)
     try:
         report = train(options, stop)
     except Interrupted as exc:

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -244,6 +245,7 @@ class Reporter:
         self.json_lines, self.enabled = json_lines, enabled
         self._write = write or (lambda line: print(line, flush=True))
         self._last_step = 0.0
+        self.on_reader_gone: Callable[[], None] | None = None  # train() asks the loop to stop
 
     def emit(self, event: dict[str, Any]) -> None:
         if not self.enabled:
@@ -251,9 +253,22 @@ class Reporter:
         if self.json_lines:
             import json
 
-            self._write(json.dumps(nan_to_none(event), allow_nan=False))
+            try:
+                self._write(json.dumps(nan_to_none(event), allow_nan=False))
+            except BrokenPipeError:  # whoever read the events (the app, `polyseek retrain`) is gone
+                self._reader_gone()
         else:
             log.info("%s", _describe(event))
+
+    def _reader_gone(self) -> None:
+        self.enabled = False
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush at exit may fail on the dead pipe
+        except OSError:
+            pass
+        log.warning("the events' reader is gone: stopping with a resumable checkpoint")
+        if self.on_reader_gone is not None:
+            self.on_reader_gone()
 
     def step(self, event: dict[str, Any], last: bool) -> None:
         """A step event, throttled to :data:`STEP_EVENT_INTERVAL_S` except for an epoch's last step."""
@@ -514,6 +529,7 @@ def train(options: TrainOptions, stop: StopRequest | None = None, source: Featur
     world = init_distributed(device)
     reporter = reporter or Reporter(options.json_progress)
     reporter.enabled = reporter.enabled and world.main
+    reporter.on_reader_gone = lambda: stop.request(signal.SIGTERM)
     own_source = source is None
     source = source or FeatureSource.open(options.assets, reporter.progress("features"))
     try:

@@ -184,7 +184,8 @@ class TrainingRequest:
             args += ["--finetune-epochs", str(self.finetune_epochs), "--finetune-blocks", str(self.finetune_blocks)]
         if self.low_priority:
             args.append("--low-priority")
-        return [*args, *self.extra, "--json-progress"]
+        # a killed app must not leave a trainer running on: it stops with a resumable checkpoint
+        return [*args, *self.extra, "--stop-with-parent", "--json-progress"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,7 +230,7 @@ class Retrain:
         epochs = options.epochs or (WARM_START_EPOCHS if start is not None else None)
         command = [sys.executable, "-m", "trainer", "train", "--method", method, "--data", str(ts.folder),
                    "--train-split", ts.train_split, "--val-split", ts.val_split, "--out", str(out),
-                   "--json-progress", *warm, *(["--epochs", str(epochs)] if epochs else []),
+                   "--json-progress", "--stop-with-parent", *warm, *(["--epochs", str(epochs)] if epochs else []),
                    *[arg for pair in options.overrides for arg in ("--set", pair)], *options.trainer_args]
         log.info("running %s", " ".join(command))
         out.parent.mkdir(parents=True, exist_ok=True)

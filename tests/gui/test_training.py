@@ -53,9 +53,10 @@ def test_request_arguments_follow_the_cli_contract(tmp_path: Path) -> None:
     assert args[args.index("--val-split") + 1] == "dev" and "--resume" not in args
     resumed = TrainingRequest("vse", tmp_path, tmp_path, val_split="heldout", resume=True,
                               extra=("--preset", "test")).arguments()
-    assert "--resume" in resumed and resumed[-3:] == ["--preset", "test", "--json-progress"]
+    assert "--resume" in resumed and resumed[-4:] == ["--preset", "test", "--stop-with-parent", "--json-progress"]
     assert resumed[resumed.index("--val-split") + 1] == "heldout"
     assert "--low-priority" in args  # the trainer yields the CPU to the GUI
+    assert "--stop-with-parent" in args  # and does not outlive it
     assert "--low-priority" not in TrainingRequest("vse", tmp_path, tmp_path, low_priority=False).arguments()
     tuned = TrainingRequest("vse", tmp_path, tmp_path, epochs=4, finetune_epochs=2)
     assert tuned.arguments()[tuned.arguments().index("--finetune-epochs") + 1] == "2" and tuned.total_epochs == 6
