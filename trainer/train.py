@@ -619,10 +619,10 @@ def _warm_start_config(options: TrainOptions) -> MethodConfig:
 def _warm_start(run: Run, start: Path, fresh: bool) -> None:
     """Load the starting weights (a fresh run), keep them as the L2-SP anchor, and score them on the
     validation subset as epoch 0: an epoch is kept only if it beats the model the run started from."""
-    if fresh:
-        ckpt.load_weights(start / ckpt.WEIGHTS_FILE, run.model)
-    anchor_model = build_model(run.config).to(run.device)
+    anchor_model = build_model(run.config).to(run.device)  # the start's weights, read once
     ckpt.load_weights(start / ckpt.WEIGHTS_FILE, anchor_model)
+    if fresh:  # a resumed run keeps its checkpoint's weights; the anchor stays the start
+        run.model.load_state_dict(anchor_model.state_dict())
     anchor = dict(anchor_model.named_parameters())
     run.anchor = [(p, anchor[name].detach()) for name, p in run.model.named_parameters() if name in anchor]
     strength = run.options.l2sp
