@@ -104,8 +104,21 @@ def write_json(path: Path, value: Any) -> None:
 
 def weights_bytes(model: nn.Module, metadata: dict[str, str] | None = None) -> bytes:
     """The model's state dict as safetensors bytes (CPU, contiguous copies)."""
-    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in _unwrap(model).state_dict().items()}
-    return save_safetensors(tensors, metadata=metadata)
+    return tensors_bytes(_unwrap(model).state_dict(), metadata)
+
+
+def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    """Named tensors as safetensors bytes (CPU, contiguous copies)."""
+    return save_safetensors({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()},
+                            metadata=metadata)
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (CPU); :class:`CheckpointError` when it cannot be read."""
+    try:
+        return load_safetensors(path.read_bytes())
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"{path}: cannot read weights: {exc}") from exc
 
 
 def save_weights(path: Path, model: nn.Module, metadata: dict[str, str] | None = None) -> None:
@@ -115,10 +128,7 @@ def save_weights(path: Path, model: nn.Module, metadata: dict[str, str] | None =
 
 def load_weights(path: Path, model: nn.Module) -> None:
     """Load safetensors weights into ``model`` (strict: every tensor must fit)."""
-    try:
-        tensors = load_safetensors(path.read_bytes())
-    except (OSError, SafetensorError) as exc:
-        raise CheckpointError(f"{path}: cannot read weights: {exc}") from exc
+    tensors = read_safetensors(path)
     target = _unwrap(model)
     device = next(iter(target.state_dict().values())).device if target.state_dict() else torch.device("cpu")
     try:

@@ -90,7 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--finetune-blocks", type=int, default=None, metavar="N",
                    help="fine-tune only the last N of the backbone's 16 blocks (and its head convolution; "
                         "default 16); below 16 the frozen part runs once per picture and is cached (fast on a CPU, "
-                        "no augmentation)")
+                        "no augmentation); 0: the image side keeps its cached features")
+    p.add_argument("--text-layers", type=int, default=None, metavar="N",
+                   help="in fine-tuning, the last N of MiniLM's 6 layers learn too (default 0: the cached "
+                        "text features); the model then carries its own text encoder")
+    p.add_argument("--text-lr", type=float, default=None,
+                   help="the text encoder's learning rate in fine-tuning (default 1e-5)")
 
     p = sub.add_parser("evaluate", help="retrieval metrics of a trained model on a caption folder")
     p.add_argument("--model", required=True, type=Path, help="a model folder written by train --out")
@@ -295,7 +300,7 @@ def _train(args: argparse.Namespace) -> int:
         pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
         epoch_captions=args.epoch_captions, finetune_epochs=args.finetune_epochs, finetune_lr=args.finetune_lr,
         finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks, init_from=args.init_from,
-        l2sp=args.l2sp)
+        l2sp=args.l2sp, text_layers=args.text_layers, text_lr=args.text_lr)
     if not (args.data / "captions.tsv").is_file():
         from trainer.data import DataError
 

@@ -158,24 +158,29 @@ class TorchBackbone(nn.Module):
 
 
 class FineTuned(nn.Module):
-    """Backbone and head trained together: batches carry :class:`Pixels`, the head sees features."""
+    """The head trained together with the backbone and/or the text encoder: batches carry :class:`Pixels` /
+    :class:`Trunk` and/or :class:`trainer.textencoder.Tokens`, the head sees features."""
 
-    def __init__(self, backbone: TorchBackbone, head: RetrievalModel) -> None:
+    def __init__(self, backbone: TorchBackbone | None, head: RetrievalModel, text: nn.Module | None = None) -> None:
         super().__init__()
-        self.backbone, self.head = backbone, head
+        self.backbone, self.head, self.text = backbone, head, text
 
     def forward(self, batch: PairBatch):
         return self.head(self.with_features(batch))
 
     def with_features(self, batch: PairBatch) -> PairBatch:
-        visual, unlabelled = batch.visual, batch.unlabelled_visual
+        from trainer.textencoder import Tokens
+
+        visual, unlabelled, text = batch.visual, batch.unlabelled_visual, batch.text
         if isinstance(visual, Pixels):
             visual = self.backbone(visual.images)
         elif isinstance(visual, Trunk):
             visual = self.backbone.top(visual.features)
         if isinstance(unlabelled, Pixels):
             unlabelled = self.backbone(unlabelled.images)
-        return dataclasses.replace(batch, visual=visual, unlabelled_visual=unlabelled)
+        if isinstance(text, Tokens):
+            text = self.text(text.ids, text.mask)
+        return dataclasses.replace(batch, visual=visual, unlabelled_visual=unlabelled, text=text)
 
 
 def load_backbone(weights: Path | None = None, trainable_from: int = 0) -> TorchBackbone:
@@ -186,12 +191,19 @@ def load_backbone(weights: Path | None = None, trainable_from: int = 0) -> Torch
     return backbone
 
 
-def optimizer_groups(backbone: TorchBackbone, head: nn.Module, backbone_lr: float,
-                     head_lr: float) -> list[dict]:
-    """Two parameter groups, each with its ``base_lr`` (the schedule scales both alike)."""
-    return [{"params": [p for p in backbone.parameters() if p.requires_grad], "base_lr": backbone_lr,
-             "lr": backbone_lr, "name": "backbone"},
-            {"params": list(head.parameters()), "base_lr": head_lr, "lr": head_lr, "name": "head"}]
+def optimizer_groups(backbone: TorchBackbone | None, head: nn.Module, backbone_lr: float, head_lr: float,
+                     text: nn.Module | None = None, text_lr: float = 0.0) -> list[dict]:
+    """A parameter group for each part that learns, each with its ``base_lr`` (the schedule scales all alike);
+    the head's comes last (the rate the trainer reports)."""
+    groups = []
+    if backbone is not None:
+        groups.append({"params": [p for p in backbone.parameters() if p.requires_grad], "base_lr": backbone_lr,
+                       "lr": backbone_lr, "name": "backbone"})
+    if text is not None:
+        groups.append({"params": [p for p in text.parameters() if p.requires_grad], "base_lr": text_lr,
+                       "lr": text_lr, "name": "text"})
+    groups.append({"params": list(head.parameters()), "base_lr": head_lr, "lr": head_lr, "name": "head"})
+    return groups
 
 
 # ------------------------------------------------------------------------------------------ pixels
@@ -345,19 +357,27 @@ def backbone_id_of(data: bytes) -> str:
     return f"{BACKBONE_ID}-ft-{hashlib.sha256(data).hexdigest()[:12]}"
 
 
-def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None) -> str | None:
-    """Write the best weights: the backbone file first, then ``model.safetensors`` naming it (the commit
-    point; see the module docstring). Returns the backbone id (None: the stock backbone)."""
-    if backbone is None:
-        ckpt.save_weights(out / ckpt.WEIGHTS_FILE, head)
-        return None
-    data = ckpt.weights_bytes(backbone)
-    bid = backbone_id_of(data)
-    ckpt.atomic_write_bytes(out / f"{BACKBONE_PREFIX}{bid}.safetensors", data)
-    ckpt.save_weights(out / ckpt.WEIGHTS_FILE, head, {BACKBONE_META: bid})
+def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, text: nn.Module | None = None
+              ) -> str | None:
+    """Write the best weights: the backbone's and the text encoder's files first, then ``model.safetensors``
+    naming them (the commit point; see the module docstring). Returns the backbone id (None: the stock one)."""
+    from trainer.textencoder import TEXT_META, drop_stale_text, save_text
+
+    meta: dict[str, str] = {}
+    bid = None
+    if backbone is not None:
+        data = ckpt.weights_bytes(backbone)
+        bid = backbone_id_of(data)
+        ckpt.atomic_write_bytes(out / f"{BACKBONE_PREFIX}{bid}.safetensors", data)
+        meta[BACKBONE_META] = bid
+    tid = save_text(out, text) if text is not None else None  # type: ignore[arg-type]
+    if tid is not None:
+        meta[TEXT_META] = tid
+    ckpt.save_weights(out / ckpt.WEIGHTS_FILE, head, meta or None)
     for stale in out.glob(f"{BACKBONE_PREFIX}*.safetensors"):
-        if stale.name != f"{BACKBONE_PREFIX}{bid}.safetensors":
+        if bid is None or stale.name != f"{BACKBONE_PREFIX}{bid}.safetensors":
             stale.unlink(missing_ok=True)
+    drop_stale_text(out, tid)
     return bid
 
 
@@ -400,22 +420,38 @@ def export_backbone(backbone: TorchBackbone, bid: str, dest: Path) -> dict:
 
 
 def model_pairs(model_dir: Path, pairs: PairSet, data_root: Path, device: torch.device) -> PairSet:
-    """``pairs`` as the model folder's head sees them: unchanged for a head on the stock backbone, with photo
-    features recomputed by its fine-tuned backbone otherwise."""
+    """``pairs`` as the model folder's head sees them: unchanged for a head on the stock features; photo
+    features recomputed by its fine-tuned backbone and caption features by its fine-tuned text encoder where
+    it has them."""
+    from trainer.textencoder import Tokenized, encode_captions, load_finetuned_text, with_text
+
     found = finetuned_backbone(model_dir)
-    if found is None:
-        return pairs
-    require_photos(pairs, "evaluated")
-    backbone = load_backbone(found[1]).to(device)
-    return with_visual(pairs, backbone_features(backbone, decode_for_eval(item_paths(data_root, pairs.files)), device))
+    if found is not None:
+        require_photos(pairs, "evaluated")
+        backbone = load_backbone(found[1]).to(device)
+        pairs = with_visual(pairs, backbone_features(backbone, decode_for_eval(item_paths(data_root, pairs.files)),
+                                                     device))
+    text = load_finetuned_text(model_dir)
+    if text is not None:
+        features = encode_captions(text.to(device), Tokenized(pairs.captions), device,
+                                   with_tokens=pairs.text.tokens is not None)
+        pairs = with_text(pairs, features)
+    return pairs
 
 
 def export_folder(model_dir: Path, head: RetrievalModel, out: Path) -> dict:
-    """Export a model folder's head, with its fine-tuned backbone where it has one."""
+    """Export a model folder's head, with its fine-tuned backbone and text encoder where it has them."""
     from trainer.methods import export_model
+    from trainer.textencoder import export_text, finetuned_text, load_text_encoder
 
     found = finetuned_backbone(model_dir)
-    if found is None:
-        return export_model(head, out)
-    backbone = load_backbone(found[1])
-    return export_model(head, out, backbone=lambda dest: export_backbone(backbone, found[0], dest))
+    backbone = None
+    if found is not None:
+        tuned = load_backbone(found[1])
+        backbone = lambda dest: export_backbone(tuned, found[0], dest)  # noqa: E731
+    text_found = finetuned_text(model_dir)
+    text = None
+    if text_found is not None:
+        encoder = load_text_encoder(text_found[2], text_found[1])
+        text = lambda dest: export_text(encoder, text_found[0], dest)  # noqa: E731
+    return export_model(head, out, backbone=backbone, text=text)

@@ -78,6 +78,7 @@ from trainer.methods import (
     get_method,
 )
 from trainer.sparse import SparseConfig
+from trainer.textencoder import Tokenized, TorchMiniLM, encode_captions, load_text_encoder, with_text
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ GRAD_CLIP = 2.0
 STEP_EVENT_INTERVAL_S = 0.25  # at most ~4 step events a second (plus every epoch's last step)
 SCHEDULES = ("plateau", "cosine", "step", "constant")
 FEATURE_DIM_FIELDS = ("image_dim", "image_regions", "sentence_dim", "text_word_dim")
+TEXT_LAYERS = 6  # MiniLM-L6's transformer layers
 
 
 class TrainingError(RuntimeError):
@@ -180,8 +182,10 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
+# Phase two: ``finetune_blocks`` of the image backbone (0: its cached features) and ``text_layers`` of MiniLM
+# (0: its cached features; trainer.textencoder) learn with the head.
 FINETUNE_DEFAULTS = {"finetune_epochs": 0, "finetune_lr": 1e-5, "finetune_head_lr": 2e-5,
-                     "finetune_blocks": NUM_BLOCKS}
+                     "finetune_blocks": NUM_BLOCKS, "text_layers": 0, "text_lr": 1e-5}
 
 
 @dataclass
@@ -214,6 +218,8 @@ class TrainOptions:
     finetune_lr: float | None = None  # the backbone's rate
     finetune_head_lr: float | None = None  # the head's rate
     finetune_blocks: int | None = None  # the last N MBConv blocks learn (fewer than all: their input is cached)
+    text_layers: int | None = None  # the last N MiniLM layers learn (0: the cached text features)
+    text_lr: float | None = None  # the text encoder's rate
     # Warm start (:func:`_warm_start`): a model folder of the same method whose config and weights the run
     # starts from, and the L2-SP strength pulling the weights back toward them (None: WARM_START_L2SP).
     init_from: Path | None = None
@@ -399,13 +405,16 @@ def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item:
 
 
 def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progress: float,
-               pseudo_rng: np.random.Generator | None, visual: Pixels | Trunk | None = None) -> PairBatch:
+               pseudo_rng: np.random.Generator | None, visual: Pixels | Trunk | None = None,
+               tokens: Tokenized | None = None) -> PairBatch:
     """The :class:`PairBatch` of caption ``rows``; for A3VSE also as many pseudo pairs of the same kind.
-    ``visual`` (phase two) is the rows' items as pixels or trunk outputs, in place of their cached features."""
+    ``visual`` (phase two) is the rows' items as pixels or trunk outputs, in place of their cached features;
+    ``tokens`` (phase two with the text encoder) gives the rows' captions as token ids in place of theirs."""
     train = data.train
     items = train.caption_item[rows]
     visual = visual if visual is not None else train.visual.batch(items, device)
-    batch = PairBatch(visual, train.text.batch(rows, device),
+    text = tokens.batch(rows, device) if tokens is not None else train.text.batch(rows, device)
+    batch = PairBatch(visual, text,
                       visual_ids=torch.as_tensor(items, device=device), progress=min(1.0, max(0.0, progress)))
     pseudo = data.pseudo
     if pseudo is not None and pseudo_rng is not None:
@@ -503,6 +512,9 @@ class Run:
     stop: StopRequest
     val_subset: PairSet
     backbone: TorchBackbone | None = None  # phase two: the backbone being fine-tuned
+    text: TorchMiniLM | None = None  # phase two: the text encoder being fine-tuned
+    train_tokens: Tokenized | None = None  # phase two with the text encoder: the captions, tokenised once
+    val_tokens: Tokenized | None = None
     trainable: nn.Module | None = None  # what checkpoints hold: the model, or FineTuned(backbone, model)
     feed: PixelFeed | None = None
     val_pixels: np.ndarray | None = None  # phase two: the validation subset's pictures, decoded once
@@ -559,18 +571,22 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     recipe = dataclasses.replace(RECIPES[options.method], schedule=settings["schedule"])
     torch.manual_seed(settings["seed"])
     data = _load_data(options, config, world, source, stop)
-    if settings["finetune_epochs"] and (saved is None or saved.finetune_from is None):
+    if settings["finetune_epochs"] and settings["finetune_blocks"] and (saved is None or saved.finetune_from is None):
         require_photos(data.train, "training")  # refused before the warm-up, not after it
         require_photos(data.val, "validation")
+    if settings["text_layers"] and not config.text_encoder.startswith("minilm"):
+        raise TrainingError(f"--text-layers: this {config.method} model reads {config.text_encoder} word vectors, "
+                            "not MiniLM; fine-tuning MiniLM needs text_encoder=minilm or minilm-sentence")
     if config.method == "instance" and not saved:
         config = dataclasses.replace(config, num_classes=data.train.n_items)  # type: ignore[call-arg]
     model = build_model(config).to(device)
-    backbone = trainable = None
+    backbone = trainable = text = None
     if saved is not None and saved.finetune_from is not None:  # resuming inside phase two
-        backbone = load_backbone(trainable_from=NUM_BLOCKS - settings["finetune_blocks"]).to(device)
-        trainable = FineTuned(backbone, model)
+        backbone, text = _phase_two_parts(settings, device)
+        trainable = FineTuned(backbone, model, text)
         optimizer = make_optimizer(recipe, optimizer_groups(backbone, model, settings["finetune_lr"],
-                                                            settings["finetune_head_lr"]), settings["lr"])
+                                                            settings["finetune_head_lr"], text, settings["text_lr"]),
+                                   settings["lr"])
     else:
         optimizer = make_optimizer(recipe, list(model.parameters()), settings["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
@@ -584,12 +600,22 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     val_subset = _validation_subset(data.val, settings["val_items"], settings["seed"])
     run = Run(options, recipe, settings, config, model, _wrap(trainable or model, world, device),
               build_loss(config).to(device), optimizer, scaler, data, state, device, world, reporter, stop,
-              val_subset, backbone, trainable)
+              val_subset, backbone, text, trainable=trainable)
     if options.init_from is not None:
         _warm_start(run, Path(options.init_from), saved is None)
-    if backbone is not None:
+    if trainable is not None:
         _open_pixels(run)
     return run
+
+
+def _phase_two_parts(settings: dict[str, Any], device: torch.device) -> tuple[TorchBackbone | None, TorchMiniLM | None]:
+    """The backbone and the text encoder phase two fine-tunes (None: that side reads its cached features)."""
+    backbone = text = None
+    if settings["finetune_blocks"]:
+        backbone = load_backbone(trainable_from=NUM_BLOCKS - settings["finetune_blocks"]).to(device)
+    if settings["text_layers"]:
+        text = load_text_encoder(settings["text_layers"]).to(device)
+    return backbone, text
 
 
 # L2-SP strength of a warm start (Li, Grandvalet & Davoine 2018: alpha/2 * ||w - w0||^2 on the weights the
@@ -693,11 +719,15 @@ def _settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerState | 
              **{k: pick(getattr(options, k), v) for k, v in FINETUNE_DEFAULTS.items()}}
     if fresh["schedule"] not in SCHEDULES:
         raise TrainingError(f"--schedule: expected one of {', '.join(SCHEDULES)}, got {fresh['schedule']!r}")
-    for name in ("lr", "batch_size", "epochs", "patience", "val_items", "finetune_lr", "finetune_head_lr"):
+    for name in ("lr", "batch_size", "epochs", "patience", "val_items", "finetune_lr", "finetune_head_lr", "text_lr"):
         if fresh[name] <= 0:
             raise TrainingError(f"--{name.replace('_', '-')}: must be positive, got {fresh[name]}")
-    if not 1 <= fresh["finetune_blocks"] <= NUM_BLOCKS:
-        raise TrainingError(f"--finetune-blocks: between 1 and {NUM_BLOCKS}, got {fresh['finetune_blocks']}")
+    if not 0 <= fresh["finetune_blocks"] <= NUM_BLOCKS:
+        raise TrainingError(f"--finetune-blocks: between 0 and {NUM_BLOCKS}, got {fresh['finetune_blocks']}")
+    if not 0 <= fresh["text_layers"] <= TEXT_LAYERS:
+        raise TrainingError(f"--text-layers: between 0 and {TEXT_LAYERS}, got {fresh['text_layers']}")
+    if fresh["finetune_epochs"] and not (fresh["finetune_blocks"] or fresh["text_layers"]):
+        raise TrainingError("--finetune-epochs: nothing to fine-tune with --finetune-blocks 0 and --text-layers 0")
     if fresh["finetune_epochs"] < 0:
         raise TrainingError(f"--finetune-epochs: must be 0 or more, got {fresh['finetune_epochs']}")
     if fresh["batch_size"] < 2:
@@ -811,7 +841,8 @@ def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
             # Phase two has no pseudo pairs: their cached features come from the stock backbone.
             pseudo_rng = np.random.default_rng([settings["seed"], state.epoch, index, 1]) \
                 if state.finetune_from is None else None
-            batch = make_batch(run.data, rows, run.device, progress, pseudo_rng, _phase_two_visual(run, rows, pictures))
+            batch = make_batch(run.data, rows, run.device, progress, pseudo_rng, _phase_two_visual(run, rows, pictures),
+                               run.train_tokens if run.text is not None else None)
             terms = _train_step(run, batch)
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0.0) + value
@@ -843,28 +874,36 @@ def _phase_two_visual(run: Run, rows: np.ndarray, pictures: Iterator[np.ndarray]
 def _begin_finetune(run: Run) -> None:
     """Phase two from the warm-up's best head: the backbone joins, with its own optimizer group; the
     schedule, early stopping and the gradient scaler start afresh, the best rsum so far stays to beat."""
-    require_photos(run.data.train, "training")
-    require_photos(run.data.val, "validation")
     settings, state = run.settings, run.state
+    if settings["finetune_blocks"]:
+        require_photos(run.data.train, "training")
+        require_photos(run.data.val, "validation")
     ckpt.load_weights(Path(run.options.out) / ckpt.WEIGHTS_FILE, run.model)
-    run.backbone = load_backbone(trainable_from=NUM_BLOCKS - settings["finetune_blocks"]).to(run.device)
-    run.trainable = FineTuned(run.backbone, run.model)
+    run.backbone, run.text = _phase_two_parts(settings, run.device)
+    run.trainable = FineTuned(run.backbone, run.model, run.text)
     run.optimizer = make_optimizer(run.recipe, optimizer_groups(run.backbone, run.model, settings["finetune_lr"],
-                                                                settings["finetune_head_lr"]), settings["lr"])
+                                                                settings["finetune_head_lr"], run.text,
+                                                                settings["text_lr"]), settings["lr"])
     run.scaler = torch.amp.GradScaler(run.device.type, enabled=run.device.type == "cuda")
     run.wrapped = _wrap(run.trainable, run.dist, run.device)
     state.finetune_from, state.step = state.epoch, 0
     state.bad_epochs, state.plateau_epochs, state.lr_scale, state.stopped_early = 0, 0, 1.0, False
     run.reporter.emit({"event": "phase", "phase": "finetune", "epoch": state.epoch,
-                       "epochs": settings["finetune_epochs"], "lr": settings["finetune_lr"]})
+                       "epochs": settings["finetune_epochs"], "lr": settings["finetune_lr"],
+                       "blocks": settings["finetune_blocks"], "text_layers": settings["text_layers"]})
     _open_pixels(run)
     _checkpoint(run)
 
 
 def _open_pixels(run: Run) -> None:
-    """Phase two's pictures: the augmented training feed and the validation subset decoded once; or, when
-    only the last blocks learn, the frozen trunk's output of every picture computed once (no augmentation)."""
-    assert run.backbone is not None
+    """Phase two's inputs. Pictures: the augmented training feed and the validation subset decoded once; or,
+    when only the last blocks learn, the frozen trunk's output of every picture computed once (no augmentation).
+    Captions, when the text encoder learns: every training and validation caption tokenised once."""
+    if run.text is not None:
+        run.train_tokens = Tokenized(run.data.train.captions, run.options.assets)
+        run.val_tokens = Tokenized(run.val_subset.captions, run.options.assets)
+    if run.backbone is None:
+        return
     train_paths = item_paths(run.options.data, run.data.train.files)
     val_paths = item_paths(run.options.data, run.val_subset.files)
     if run.backbone.trainable_from:
@@ -929,6 +968,8 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
             assert cached is not None
             val = with_visual(val, backbone_features(run.backbone, cached, run.device,
                                                      from_trunk=run.val_trunk is not None))
+        if run.text is not None and run.val_tokens is not None:
+            val = with_text(val, encode_captions(run.text, run.val_tokens, run.device, val.text.tokens is not None))
         report = quick_rsum(run.model, val, run.device, run.distractors)
         state.epoch += 1
         state.step = 0
@@ -937,7 +978,7 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
                               "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2),
                               **_gpu_peak(run.device)})
         if best:
-            save_best(Path(run.options.out), run.model, run.backbone)
+            save_best(Path(run.options.out), run.model, run.backbone, run.text)
         _checkpoint(run)
         run.reporter.emit({"event": "epoch", "epoch": state.epoch, "val": report, "best": best, "loss": losses,
                            "lr": lr})

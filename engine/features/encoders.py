@@ -81,23 +81,32 @@ class Encoders:
         return FeatureExtractor(self.backbone, self.class_names)
 
     def for_model(self, runner) -> Encoders:
-        """These encoders as ``runner``'s model sees them: its own fine-tuned backbone in place of the stock
-        one when it has one (cached per model version), the text encoders shared."""
-        if runner.manifest.backbone is None:
+        """These encoders as ``runner``'s model sees them: its own fine-tuned backbone and/or text encoder in
+        place of the stock ones where it has them (cached per model version), the rest shared."""
+        if runner.manifest.backbone is None and runner.manifest.text_model is None:
             return self
-        return self._get(f"model:{runner.model_id}", lambda: _ModelEncoders(self, runner.own_backbone()))
+        return self._get(f"model:{runner.model_id}",
+                         lambda: _ModelEncoders(self, runner.own_backbone(), runner.own_text_encoder(self._assets)))
 
 
 class _ModelEncoders(Encoders):
-    """:class:`Encoders` sharing everything with ``base`` but the backbone."""
+    """:class:`Encoders` sharing everything with ``base`` but the backbone and/or MiniLM (None: the base's)."""
 
-    def __init__(self, base: Encoders, backbone) -> None:  # not super().__init__: that starts a fresh cache
-        self._base, self._own_backbone = base, backbone
+    def __init__(self, base: Encoders, backbone, minilm=None) -> None:  # not super().__init__: a fresh cache
+        self._base, self._own_backbone, self._own_minilm = base, backbone, minilm
         self._assets, self._lock, self._cache = base._assets, base._lock, base._cache
 
     @property
     def backbone(self):
-        return self._own_backbone
+        return self._own_backbone if self._own_backbone is not None else self._base.backbone
+
+    @property
+    def minilm(self):
+        return self._own_minilm if self._own_minilm is not None else self._base.minilm
+
+    @property
+    def class_embeddings(self) -> np.ndarray:
+        return self._base.class_embeddings  # zero-shot ranking stays the stock MiniLM's
 
     def for_model(self, runner) -> Encoders:
         return self._base.for_model(runner)

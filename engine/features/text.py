@@ -42,14 +42,18 @@ class MiniLMEncoder:
     name = "minilm"
     dim = 384
 
-    def __init__(self, root: Path | None = None, threads: int | None = None, max_tokens: int = 128) -> None:
+    def __init__(self, root: Path | None = None, threads: int | None = None, max_tokens: int = 128,
+                 graph: Path | None = None, name: str = "minilm") -> None:
+        """The prepared assets' MiniLM, or ``graph``: a fine-tuned copy with the same inputs and outputs (a model
+        folder's ``text_encoder.onnx``), read with the same tokenizer."""
         from tokenizers import Tokenizer
 
         folder = require_assets(root) / "minilm"
+        self.id = name
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_tokens)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        self._session = open_session(folder / "model.onnx", threads=threads)
+        self._session = open_session(graph or folder / "model.onnx", threads=threads)
         self._lock = threading.Lock()  # the tokenizer's padding state is not thread-safe
 
     def encode(self, texts: list[str], batch_size: int = 64) -> EncodedText:

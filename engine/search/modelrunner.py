@@ -87,6 +87,7 @@ class ModelManifest:
     num_samples: int | None = None
     similarity_model: GraphSpec | None = None
     backbone: dict[str, Any] | None = None  # a fine-tuned backbone of the model's own: id, file, image_size
+    text_model: dict[str, Any] | None = None  # a fine-tuned MiniLM of the model's own: id, file
 
     @classmethod
     def parse(cls, data: Any, path: Path) -> ModelManifest:
@@ -114,7 +115,8 @@ class ModelManifest:
             num_samples=get.count("num_samples", 1) if data.get("probabilistic") else None,
             similarity_model=(_graph_spec(get.of("similarity_model", dict), path, "similarity_model")
                               if data.get("similarity") == "network" else None),
-            backbone=_backbone_entry(data.get("backbone"), data.get("feature_backbone"), path))
+            backbone=_backbone_entry(data.get("backbone"), data.get("feature_backbone"), path),
+            text_model=_text_entry(data.get("text_model"), data.get("text_encoder"), path))
         manifest._check_outputs(path)
         return manifest
 
@@ -218,8 +220,9 @@ class ModelRunner:
         if manifest.similarity_model is not None:
             graphs["similarity"] = manifest.similarity_model
         digest = hashlib.sha256(raw)
-        if manifest.backbone is not None:
-            digest.update(_inside(folder, manifest.backbone["file"]).read_bytes())
+        for own in (manifest.backbone, manifest.text_model):
+            if own is not None:
+                digest.update(_inside(folder, own["file"]).read_bytes())
         sessions = {}
         for key, spec in graphs.items():
             file = _inside(folder, spec.file)
@@ -239,6 +242,17 @@ class ModelRunner:
 
         entry = self.manifest.backbone
         return Backbone(graph=_inside(self.folder, entry["file"]), meta=entry, threads=threads)
+
+    def own_text_encoder(self, assets: Path | None = None, threads: int | None = None):
+        """The model's fine-tuned :class:`engine.features.text.MiniLMEncoder` (the stock tokenizer from
+        ``assets``), or None when it reads the stock MiniLM's features."""
+        if self.manifest.text_model is None:
+            return None
+        from engine.features.text import MiniLMEncoder
+
+        entry = self.manifest.text_model
+        return MiniLMEncoder(assets, threads=threads, graph=_inside(self.folder, entry["file"]),
+                             name=entry["id"])
 
     @property
     def num_embeddings(self) -> int:
@@ -313,6 +327,20 @@ def _backbone_entry(entry: Any, feature_backbone: Any, path: Path) -> dict[str, 
     if entry["id"] != feature_backbone:
         raise ModelLoadError(f"{path}: feature_backbone {feature_backbone!r} is not the model's own backbone "
                              f"{entry['id']!r}")
+    return dict(entry)
+
+
+def _text_entry(entry: Any, text_encoder: Any, path: Path) -> dict[str, Any] | None:
+    """The manifest's ``text_model`` (a fine-tuned MiniLM shipped with the model), checked, or None."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ModelLoadError(f"{path}: text_model: expected an object, got {type(entry).__name__}")
+    for key in ("id", "file"):
+        if not isinstance(entry.get(key), str):
+            raise ModelLoadError(f"{path}: text_model.{key}: expected str, got {entry.get(key)!r}")
+    if text_encoder == "glove":
+        raise ModelLoadError(f"{path}: text_model: a GloVe model cannot carry a MiniLM text encoder")
     return dict(entry)
 
 

@@ -73,7 +73,8 @@ def test_finetune_follows_the_warmup_and_exports_its_own_backbone(workspace, tmp
     events = [json.loads(line) for line in lines]
     assert [e["epoch"] for e in events if e["event"] == "epoch"] == [1, 2, 3]
     phase = [e for e in events if e["event"] == "phase"]
-    assert phase == [{"event": "phase", "phase": "finetune", "epoch": 1, "epochs": 2, "lr": 1e-5}]
+    assert phase == [{"event": "phase", "phase": "finetune", "epoch": 1, "epochs": 2, "lr": 1e-5, "blocks": 16,
+                      "text_layers": 0}]
     state = ckpt.load_state(out)
     assert state.finished and state.finetune_from == 1 and state.best_epoch == 3
 

@@ -17,6 +17,9 @@
 - for a model whose backbone was fine-tuned (:mod:`trainer.finetune`): ``backbone.onnx`` (the stock backbone's
   inputs and outputs) and ``backbone`` in the manifest (``id``, ``file``, ``image_size``, ``mean``, ``std``);
   ``feature_backbone`` is then that id.
+- for a model whose text encoder was fine-tuned (:mod:`trainer.textencoder`): ``text_encoder.onnx`` (the stock
+  ``minilm/model.onnx`` inputs and outputs) and ``text_model`` in the manifest (``id``, ``file``, ``base``,
+  ``dim``, ``max_tokens``); the engine encodes the model's queries with it.
 
 The legacy TorchScript exporter (``dynamo=False``) is used: it traces these small graphs predictably.
 """
@@ -168,13 +171,15 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
 
 def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
                  modalities: tuple[str, ...] = MODALITIES,
-                 backbone: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
+                 backbone: Callable[[Path], dict[str, Any]] | None = None,
+                 text: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Export ``model``'s encoders and manifest into ``out_dir`` (replaced atomically); returns the manifest.
 
     The model is copied to the CPU and put in eval mode, so the caller's model is left as it was.
     ``backbone``, for a model trained with its own fine-tuned backbone, writes that backbone's graph into the
     staging folder it is given and returns its manifest entry (``id``, ``file``, ``image_size``, ...): the
-    manifest then names it under ``backbone`` and its id as ``feature_backbone``.
+    manifest then names it under ``backbone`` and its id as ``feature_backbone``. ``text`` does the same for a
+    fine-tuned text encoder (:mod:`trainer.textencoder`): the manifest names it under ``text_model``.
     """
     unknown = [m for m in modalities if m not in MODALITIES]
     if unknown:
@@ -198,6 +203,8 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
         if backbone is not None:
             manifest["backbone"] = backbone(staging)
             manifest["feature_backbone"] = manifest["backbone"]["id"]
+        if text is not None:
+            manifest["text_model"] = text(staging)
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         _swap_into_place(staging, target)
     except BaseException:

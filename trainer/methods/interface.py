@@ -55,6 +55,10 @@ class TextInput:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
 
 VisualInput = ImageInput | VideoInput
 
@@ -84,7 +88,7 @@ class PairBatch:
 
     def positives(self) -> Tensor:
         """(B, B) bool: True where visual i and caption j match (same visual id or same caption id)."""
-        return match_matrix(len(self), self.visual_ids, self.text_ids, self.text.tokens.device)
+        return match_matrix(len(self), self.visual_ids, self.text_ids, self.text.device)
 
 
 def match_matrix(size: int, visual_ids: Tensor | None, text_ids: Tensor | None,
