@@ -58,7 +58,9 @@ def summarise(model_dir: Path, arguments: list[str]) -> dict:
     return {
         "method": state["method"],
         "finetune_epochs": options.get("finetune_epochs") or int(_flag(arguments, "--finetune-epochs", 0)),
-        "finetune_blocks": options.get("finetune_blocks") or int(_flag(arguments, "--finetune-blocks", 16)),
+        "finetune_blocks": (options["finetune_blocks"] if options.get("finetune_blocks") is not None
+                            else int(_flag(arguments, "--finetune-blocks", 16))),
+        "text_layers": options.get("text_layers") or 0, "text_lr": options.get("text_lr"),
         "finetune_lr": options.get("finetune_lr") or _flag(arguments, "--finetune-lr", 1e-5),
         "finetune_head_lr": options.get("finetune_head_lr") or _flag(arguments, "--finetune-head-lr", 2e-5),
         "warmup_best_rsum": round(max(h["val"]["rsum"] for h in warm), 2), "warmup_epochs": len(warm),
@@ -100,13 +102,15 @@ def markdown(rows: list[dict]) -> str:
              "evaluation are outside them); child CPU s and peak RSS cover the whole command; GPU peak is the most "
              "memory the trainer's tensors held on the GPU.",
              "",
-             "| run | blocks tuned | lr (backbone / head) | warm-up best rsum | phase-two rsum per epoch | i2t R@1 | "
+             "| run | blocks tuned | MiniLM layers tuned | lr (backbone / text / head) | warm-up best rsum | phase-two rsum per epoch | i2t R@1 | "
              "R@5 | R@10 | t2i R@1 | R@5 | R@10 | rsum | warm-up s | phase-two s | child CPU s | peak RSS MiB | "
              "machine | GPU peak MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per_epoch = " → ".join(f"{v:.1f}" for v in r["finetune_rsums"])
-        lines.append(f"| {r['name']} | {r['finetune_blocks']} of 16 | {r['finetune_lr']:g} / {r['finetune_head_lr']:g} "
+        text_lr = f"{r['text_lr']:g}" if r.get("text_layers") else "-"
+        lines.append(f"| {r['name']} | {r['finetune_blocks']} of 16 | {r.get('text_layers', 0)} of 6 "
+                     f"| {r['finetune_lr']:g} / {text_lr} / {r['finetune_head_lr']:g} "
                      f"| {r['warmup_best_rsum']} | {per_epoch} | {r['i2t']['r1']} | {r['i2t']['r5']} | "
                      f"{r['i2t']['r10']} | {r['t2i']['r1']} | {r['t2i']['r5']} | {r['t2i']['r10']} | **{r['rsum']}** "
                      f"| {r['warmup_s']:.0f} | {r['finetune_s']:.0f} | {r.get('cpu_s', 0):.0f} | "

