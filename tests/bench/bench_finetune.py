@@ -102,7 +102,8 @@ def markdown(rows: list[dict]) -> str:
              "evaluation are outside them); child CPU s and peak RSS cover the whole command; GPU peak is the most "
              "memory the trainer's tensors held on the GPU.",
              "",
-             "| run | blocks tuned | MiniLM layers tuned | lr (backbone / text / head) | warm-up best rsum | phase-two rsum per epoch | i2t R@1 | "
+             "| run | blocks tuned | MiniLM layers tuned | lr (backbone / text / head) | warm-up best rsum | "
+             "phase-two rsum per epoch | i2t R@1 | "
              "R@5 | R@10 | t2i R@1 | R@5 | R@10 | rsum | warm-up s | phase-two s | child CPU s | peak RSS MiB | "
              "machine | GPU peak MiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -27,10 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench.gpu_bundle import WHEELS, build_assets  # noqa: E402
-
 from engine.features.backbone import require_assets  # noqa: E402
 from engine.library.captionfolder import load_caption_folder  # noqa: E402
+from tests.bench.gpu_bundle import WHEELS, build_assets  # noqa: E402
 
 
 def build(src: Path, out: Path, shard_mib: float) -> dict:
