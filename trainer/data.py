@@ -238,6 +238,12 @@ class FeatureSource:
         self.store, self.encoders, self.text_cache, self.assets = store, encoders, text_cache, assets
         self.progress = progress or (lambda _p: None)
         self._text_encoders: dict[str, Any] = {}
+        self.own_minilm: tuple[Any, str] | None = None  # (encoder, id): a model's fine-tuned MiniLM in place of the stock
+
+    def use_minilm(self, encoder: Any, encoder_id: str) -> None:
+        """Encode captions with ``encoder`` (a fine-tuned MiniLM with the stock one's outputs, e.g. the text encoder
+        of the model a run warm-starts from) instead of the prepared MiniLM; cached under ``encoder_id``."""
+        self.own_minilm = (encoder, encoder_id)
 
     @classmethod
     def open(cls, assets: Path | None = None, progress: ProgressFn | None = None) -> FeatureSource:
@@ -337,7 +343,8 @@ class FeatureSource:
             return TextFeatures(len(captions), width)
         if needs.text_encoder == "glove" and needs.sentence:
             raise DataError("text_encoder: GloVe has no sentence vector; use 'minilm-sentence'")
-        fingerprint = _encoder_fingerprint(needs.text_encoder, self.assets)
+        own = self.own_minilm if needs.text_encoder == "minilm" else None
+        fingerprint = f"minilm:{own[1]}" if own else _encoder_fingerprint(needs.text_encoder, self.assets)
         keys = [caption_key(text) for text in captions]
         unique = dict(zip(keys, captions, strict=True))  # one entry per distinct caption, first occurrence
         cache = open_text_cache(self.text_cache, needs.text_encoder, fingerprint, width)
@@ -345,7 +352,7 @@ class FeatureSource:
             found, cache = read_cached(cache, list(unique), needs.tokens, needs.sentence)
             missing = [key for key in unique if key not in found]
             if missing:
-                encoder = self._text_encoder(needs.text_encoder)
+                encoder = own[0] if own else self._text_encoder(needs.text_encoder)
                 for chunk in _encode_chunks(encoder, [unique[key] for key in missing], self.progress):
                     rows = [CachedCaption(missing[i], tokens, sentence) for i, tokens, sentence in chunk]
                     cache = write_cached(cache, rows)  # each chunk is its own transaction: a crash keeps the rest

@@ -357,11 +357,13 @@ def backbone_id_of(data: bytes) -> str:
     return f"{BACKBONE_ID}-ft-{hashlib.sha256(data).hexdigest()[:12]}"
 
 
-def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, text: nn.Module | None = None
-              ) -> str | None:
+def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, text: nn.Module | None = None,
+              kept_text: tuple[str, Path] | None = None) -> str | None:
     """Write the best weights: the backbone's and the text encoder's files first, then ``model.safetensors``
-    naming them (the commit point; see the module docstring). Returns the backbone id (None: the stock one)."""
-    from trainer.textencoder import TEXT_META, drop_stale_text, save_text
+    naming them (the commit point; see the module docstring). ``kept_text`` (id, file) is a fine-tuned text
+    encoder the head keeps unchanged (a warm start from a model that has one): its file is copied in.
+    Returns the backbone id (None: the stock one)."""
+    from trainer.textencoder import TEXT_META, TEXT_PREFIX, drop_stale_text, save_text
 
     meta: dict[str, str] = {}
     bid = None
@@ -371,6 +373,11 @@ def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, t
         ckpt.atomic_write_bytes(out / f"{BACKBONE_PREFIX}{bid}.safetensors", data)
         meta[BACKBONE_META] = bid
     tid = save_text(out, text) if text is not None else None  # type: ignore[arg-type]
+    if tid is None and kept_text is not None:
+        tid = kept_text[0]
+        copy = out / f"{TEXT_PREFIX}{tid}.safetensors"
+        if not copy.is_file():
+            ckpt.atomic_write_bytes(copy, kept_text[1].read_bytes())
     if tid is not None:
         meta[TEXT_META] = tid
     ckpt.save_weights(out / ckpt.WEIGHTS_FILE, head, meta or None)

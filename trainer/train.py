@@ -78,7 +78,14 @@ from trainer.methods import (
     get_method,
 )
 from trainer.sparse import SparseConfig
-from trainer.textencoder import Tokenized, TorchMiniLM, encode_captions, load_text_encoder, with_text
+from trainer.textencoder import (
+    Tokenized,
+    TorchMiniLM,
+    encode_captions,
+    finetuned_text,
+    load_text_encoder,
+    with_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -523,6 +530,7 @@ class Run:
     anchor: list[tuple[nn.Parameter, torch.Tensor]] = field(default_factory=list)  # warm start: L2-SP's w0
     l2sp: float = 0.0
     distractors: PairSet | None = None  # warm start: un-annotated items the validation captions also search
+    kept_text: tuple[str, Path] | None = None  # warm start from a model with its own text encoder: (id, file), kept
 
     @property
     def checkpointed(self) -> nn.Module:
@@ -634,6 +642,9 @@ def _warm_start_config(options: TrainOptions) -> MethodConfig:
     if finetuned_backbone(start):
         raise TrainingError(f"--init-from: {start} has its own fine-tuned backbone; warm starts read the stock "
                             "backbone's cached features, so they cannot start from it")
+    if finetuned_text(start) and options.text_layers:
+        raise TrainingError(f"--init-from: {start} has its own fine-tuned text encoder; a warm start keeps it as it "
+                            "is, so --text-layers cannot be used with it")
     if options.overrides:
         try:
             config = dataclasses.replace(config, **options.overrides)
@@ -645,6 +656,8 @@ def _warm_start_config(options: TrainOptions) -> MethodConfig:
 def _warm_start(run: Run, start: Path, fresh: bool) -> None:
     """Load the starting weights (a fresh run), keep them as the L2-SP anchor, and score them on the
     validation subset as epoch 0: an epoch is kept only if it beats the model the run started from."""
+    kept = _start_text(run.options)
+    run.kept_text = kept[:2] if kept is not None else None  # the new model keeps the start's text encoder
     anchor_model = build_model(run.config).to(run.device)  # the start's weights, read once
     ckpt.load_weights(start / ckpt.WEIGHTS_FILE, anchor_model)
     if fresh:  # a resumed run keeps its checkpoint's weights; the anchor stays the start
@@ -663,7 +676,7 @@ def _warm_start(run: Run, start: Path, fresh: bool) -> None:
     if fresh and run.dist.main:
         report = quick_rsum(run.model, run.val_subset, run.device, run.distractors)
         run.state.best_rsum, run.state.best_epoch = report["rsum"], 0
-        save_best(Path(run.options.out), run.model, None)
+        save_best(Path(run.options.out), run.model, None, kept_text=run.kept_text)
         run.reporter.emit({"event": "epoch", "epoch": 0, "val": report, "best": True, "loss": {}, "lr": 0.0})
 
 
@@ -775,6 +788,11 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
         user_progress(p)
 
     source.progress = progress
+    kept = _start_text(options)
+    if kept is not None:
+        from engine.features.text import MiniLMEncoder
+
+        source.use_minilm(MiniLMEncoder(options.assets, graph=kept[2], name=kept[0]), kept[0])
     if world.active and not world.main:
         dist.barrier()
     try:
@@ -791,6 +809,20 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
              data.train.n_items, len(data.train.captions), data.val.n_items, len(data.val.captions),
              f", {data.pseudo.n_items} pseudo pairs" if data.pseudo else "")
     return data
+
+
+def _start_text(options: TrainOptions) -> tuple[str, Path, Path] | None:
+    """(id, weights file, exported graph) of the text encoder of the model a warm start begins from, or None."""
+    if options.init_from is None:
+        return None
+    found = finetuned_text(Path(options.init_from))
+    if found is None:
+        return None
+    graph = Path(options.init_from) / ckpt.ONNX_DIR / "text_encoder.onnx"
+    if not graph.is_file():
+        raise TrainingError(f"--init-from: {options.init_from} has its own text encoder but no {graph.name} export; "
+                            f"run `polyseek export --model {options.init_from}` first")
+    return found[0], found[1], graph
 
 
 def _validation_subset(val: PairSet, limit: int, seed: int) -> PairSet:
@@ -978,7 +1010,7 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
                               "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2),
                               **_gpu_peak(run.device)})
         if best:
-            save_best(Path(run.options.out), run.model, run.backbone, run.text)
+            save_best(Path(run.options.out), run.model, run.backbone, run.text, run.kept_text)
         _checkpoint(run)
         run.reporter.emit({"event": "epoch", "epoch": state.epoch, "val": report, "best": best, "loss": losses,
                            "lr": lr})

@@ -198,3 +198,31 @@ def test_onnx_text_encoder_matches_torch_on_padded_batches(assets_dir, tmp_path)
         expected = text.eval()(batch.ids, batch.mask)
     np.testing.assert_allclose(sentence, expected.sentence.numpy(), atol=1e-4)
     np.testing.assert_allclose(tokens, expected.tokens.numpy(), atol=1e-3)
+
+
+def test_a_warm_start_from_a_model_with_its_own_text_encoder_keeps_it(workspace, tmp_path, monkeypatch):
+    """A retrain starts from the active model; when that model tuned MiniLM, the new one reads captions through
+    the same tuned encoder (its features, cached under its id) and carries it on."""
+    folder, source, assets = workspace
+    scripted_rsums(monkeypatch, [50.0, 80.0, 40.0, 90.0])  # start: warm-up, phase two; warm run: epoch 0, epoch 1
+    start = tmp_path / "start"
+    train(options(folder, start, assets), source=source, reporter=Reporter(True, enabled=False))
+    tid = finetuned_text(start)[0]
+    seen = []
+    import trainer.data as data
+
+    real = data.FeatureSource.text
+    monkeypatch.setattr(data.FeatureSource, "text",
+                        lambda self, captions, needs: seen.append(self.own_minilm) or real(self, captions, needs))
+    out = tmp_path / "warm"
+    try:
+        train(options(folder, out, assets, finetune_epochs=0, text_layers=0, init_from=start, overrides={}),
+              source=source, reporter=Reporter(True, enabled=False))
+    finally:
+        source.own_minilm = None  # the feature source is shared by the module's tests
+    assert seen and all(own is not None and own[1] == tid for own in seen)
+    assert finetuned_text(out)[0] == tid
+    assert json.loads((out / "onnx" / "manifest.json").read_text())["text_model"]["id"] == tid
+    with pytest.raises(TrainingError, match="keeps it as it is"):
+        train(options(folder, tmp_path / "bad", assets, init_from=start, overrides={}), source=source,
+              reporter=Reporter(True, enabled=False))
