@@ -2,10 +2,14 @@
 # #19 on a lent GPU: vse and PVSE (seeds 0 and 1), each warmed up on cached features and then fine-tuned with the
 # whole EfficientNet-Lite0 and MiniLM's last TEXT_LAYERS layers, on the full Flickr8k train split (6,000 photos),
 # validated and reported on dev (1,000 photos). The data comes in shards (tests/bench/gpu_full_bundle.py), one
-# device call each, carried to .gpu/ (kept on the warm machine between calls); the last call runs this:
+# device call each. A call removes the paths an earlier call carried, so each shard call copies its shard out of the
+# checkout (the machine's /tmp stays while it is warm, 30 s between calls) and the last call, carrying .gpu/meta,
+# moves them back and runs this (the checkout must be small: the shipped starter model, 42 MB, was left out of
+# the tree for these calls with `git rm -r --cached` + .git/info/exclude, restored after):
 #
-#   run(carry=[".gpu/img1"], command="du -sh .gpu") ... then run(carry=[".gpu/meta"],
-#       command="bash tests/bench/gpu_full.sh", timeout_s=540)
+#   run(carry=[".gpu/img1"], command="mkdir -p /tmp/stash && cp -r .gpu/img1 /tmp/stash/")   (img2, img3 alike)
+#   run(carry=[".gpu/meta"], command="mv /tmp/stash/img* .gpu/ && FT=8 bash tests/bench/gpu_full.sh",
+#       timeout_s=540)
 #
 # Rows go to $OUT/<run>.json and .md (tests/bench/bench_finetune.py), a summary to stdout.
 # DEVICE=cpu SUBSET=40 FT=1 EPOCHS=1 bash tests/bench/gpu_full.sh   rehearses it on a CPU with 40 photos.
