@@ -116,8 +116,8 @@ def test_a3vse_reads_pseudo_pairs_for_unannotated_items(workspace, tmp_path, mon
 
     original = loop.make_batch
 
-    def spy(data, rows, device, progress, rng, pictures=None):
-        batch = original(data, rows, device, progress, rng, pictures)
+    def spy(data, rows, device, progress, rng, pictures=None, tokens=None):
+        batch = original(data, rows, device, progress, rng, pictures, tokens)
         seen.append(0 if batch.pseudo_text is None else len(batch.pseudo_text))
         return batch
 
