@@ -40,6 +40,7 @@ class WorkerSignals(QObject):
     errored = Signal(object)  # the exception
     cancelled = Signal()
     finished = Signal()  # always last, after returned / errored / cancelled
+    event = Signal(object)  # a record the job hands to a callback of its own (:meth:`Worker.emit_event`)
 
     _relay = Signal(str, object)
 
@@ -75,6 +76,12 @@ class Worker(QRunnable):
         if _accepts_cancel(fn):
             self._kwargs.setdefault("cancel", self.token)
         self.signals.finished.connect(lambda: Worker._running.discard(self))
+
+    def emit_event(self, record: object) -> None:
+        """Pass ``record`` to the GUI thread as ``event``: a callback for jobs that report more than
+        :class:`Progress` (the retraining job's trainer events and output lines). Callable from any thread;
+        records arrive in order, none is coalesced."""
+        self.signals._relay.emit("event", record)
 
     def cancel(self) -> None:
         """Ask the job to stop; ``cancelled`` follows when it has."""
