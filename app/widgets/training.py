@@ -346,23 +346,26 @@ class TrainingDialog(QDialog):
         trainer = self._job.trainer if self._job is not None else None
         return trainer.pid if trainer is not None else None
 
+    def job_options(self) -> RetrainOptions:
+        """The job the form describes now (what Start runs)."""
+        method = self.method.currentText()
+        if self.source_key() == SOURCE_LIBRARY:
+            return self._options(True, method)
+        return self._options(False, method, Path(self.data.text().strip()), self.train_split.text().strip() or
+                             "train", self.val_split.text().strip() or "dev")
+
     def start(self) -> None:
         """Start a run (one at a time) on what the form says."""
         if self.busy:
             return
-        method = self.method.currentText()
-        if self.source_key() == SOURCE_LIBRARY:
-            if self._service is None:
-                self.status.setText("Open a library first: its annotations are the training data.")
-                return
-            self._run(self._options(True, method), fresh=True)
+        if self.source_key() == SOURCE_LIBRARY and self._service is None:
+            self.status.setText("Open a library first: its annotations are the training data.")
             return
         data = self.data.text().strip()
-        if not data or data == ".":
+        if self.source_key() == SOURCE_FOLDER and (not data or data == "."):
             self.status.setText("Choose a caption folder to train on first.")
             return
-        self._run(self._options(False, method, Path(data), self.train_split.text().strip() or "train",
-                                self.val_split.text().strip() or "dev"), fresh=True)
+        self._run(self.job_options(), fresh=True)
 
     def resume(self) -> None:
         """Continue the last stopped run from its checkpoint (with the epochs and device now in the form)."""

@@ -9,11 +9,12 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    pseudo caption: A3VSE's D^u (Huang et al. 2019, §3.2 and §4.1; ``trainer.data.load_training_data`` with
    ``with_pseudo``). Split ``heldout`` holds the annotated items kept aside, which the run never trains on.
 2. **Before**: the model searches use now (a trained one or the zero-shot ranking) is scored on ``heldout``.
-3. **Training**: ``python -m trainer train --method a3vse ... --json-progress`` in its own process; the
-   method's recipe is the paper's schedule unless ``--epochs`` / ``--set`` say otherwise.
-4. **New model version**: the run's folder is registered under a new name and made active; the library is
-   re-indexed, which embeds every item with it.
-5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare.
+3. **Training**: ``python -m trainer train ... --json-progress`` in its own process
+   (:mod:`engine.loop.trainerprocess`), warm-started from the active model when it can be; its typed events
+   (:mod:`engine.trainerevents`) go to ``on_event`` and become progress records.
+4. **New model version**: the run's folder is registered under a new name.
+5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; it is
+   made active (and the library re-indexed with it) only when the rule finds it not worse.
 
 How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.judge`.
 
