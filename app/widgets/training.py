@@ -11,6 +11,8 @@ log pane. Cancel sets the job's :class:`CancelToken`: the job asks the trainer t
 checkpoint) and kills it only after ``stop_wait_ms``; Resume runs the job again with ``--resume``.
 
 The activation itself is left to the window (``use_model_requested``), which re-indexes in its library panel.
+The widgets and how they draw a run are :class:`app.widgets.trainingform.TrainingForm`; this class adds what
+the buttons do.
 """
 
 from __future__ import annotations
@@ -20,36 +22,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QComboBox,
-    QDialog,
-    QFileDialog,
-    QFormLayout,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QPlainTextEdit,
-    QProgressBar,
-    QPushButton,
-    QSpinBox,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QWidget
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.service_api import SearchServiceLike, active_model
-from app.settings import DEVICES
-from app.widgets.plaintext import plain_label
+from app.widgets.trainingform import SOURCE_FOLDER, SOURCE_LIBRARY, SOURCES, TrainingForm
 from app.widgets.trainingview import (
     METHOD_DESCRIPTIONS,
     METHODS,
     Comparison,
-    ComparisonBox,
     RunProgress,
     describe_training_set,
-    format_eta,
 )
 from app.workers import Worker, serial_pool, while_alive
 from engine import trainerevents as events
@@ -60,13 +44,11 @@ if TYPE_CHECKING:  # the job's module (catalog, training set, judge) loads on th
 
 log = logging.getLogger(__name__)
 
-__all__ = ["METHODS", "METHOD_DESCRIPTIONS", "TrainingDialog", "trainer_options"]
+__all__ = ["METHODS", "METHOD_DESCRIPTIONS", "SOURCES", "SOURCE_FOLDER", "SOURCE_LIBRARY", "TrainingDialog",
+           "trainer_options"]
 
 STOP_WAIT_MS = int(STOP_WAIT_S * 1000)  # how long Cancel lets the trainer save its checkpoint before killing it
 CLOSE_WAIT_MS = 15_000  # closing the dialog (or the app) during a run blocks this long at most
-SOURCE_FOLDER = "folder"
-SOURCE_LIBRARY = "library"
-SOURCES = ((SOURCE_FOLDER, "A caption folder"), (SOURCE_LIBRARY, "This library's annotations"))
 # A3VSE learns from a few annotated items plus many un-annotated ones, which is what a library holds.
 LIBRARY_METHOD = "a3vse"
 HOLDOUT = 0.2  # share of the annotated items kept aside to compare the old and the new model
@@ -81,7 +63,7 @@ def trainer_options(finetune_epochs: int = 0, finetune_blocks: int = 16, low_pri
     return (*(tuning if finetune_epochs else ()), *(("--low-priority",) if low_priority else ()), *extra)
 
 
-class TrainingDialog(QDialog):
+class TrainingDialog(TrainingForm):
     """Choose the data and a method, train, watch loss and validation rsum, cancel / resume, then compare.
 
     With a service set (:meth:`set_service`), a finished run is registered with the library, measured beside
@@ -98,8 +80,7 @@ class TrainingDialog(QDialog):
     def __init__(self, command: list[str], models_dir: Path, data_folder: str = "",
                  parent: QWidget | None = None, *, extra_args: tuple[str, ...] = (),
                  service: SearchServiceLike | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Train a model")
+        super().__init__(data_folder, parent)
         self.command = list(command)
         self.models_dir = models_dir
         self.extra_args = tuple(extra_args)
@@ -109,10 +90,6 @@ class TrainingDialog(QDialog):
         self.training_set: Any = None  # the library's exported TrainingSet of the current run
         self.comparison: Comparison | None = None
         self.final_metrics: dict[str, Any] | None = None
-        self.losses: list[tuple[int, float]] = []  # (global step, total loss)
-        self.rsums: list[tuple[int, float]] = []  # (epoch, validation rsum)
-        self.run_progress = RunProgress(epochs=1)  # the whole run's position, shown by the progress bar
-        self._phase_marker: pg.InfiniteLine | None = None  # where fine-tuning began, on the rsum plot
         self._service: SearchServiceLike | None = None
         self._job: Retrain | None = None  # the current job; records of an older one are dropped
         self._worker: Worker | None = None
@@ -121,7 +98,13 @@ class TrainingDialog(QDialog):
         self.job_pool = serial_pool("training")  # one job at a time, never on the window's read pool
         self.stop_wait_ms = STOP_WAIT_MS
         self._data_folder = data_folder
-        self._build(data_folder)
+        self.source.currentIndexChanged.connect(self._source_changed)
+        self.finetune.valueChanged.connect(lambda _v: self._enable_form(not self.busy))
+        self.result_box.use_clicked.connect(self._use_model)
+        self.start_button.clicked.connect(lambda: self.start())
+        self.resume_button.clicked.connect(self.resume)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.close_button.clicked.connect(self.close)
         self.set_service(service)
         self._offer_interrupted_run()
 
@@ -165,120 +148,6 @@ class TrainingDialog(QDialog):
         self._set_state("cancelled", f"An unfinished {saved.method} run: {saved.describe()}; Resume continues it, "
                                      "Start begins a new one.")
 
-    # --- layout
-    def _build(self, data_folder: str) -> None:
-        self.source = QComboBox()
-        for key, text in SOURCES:
-            self.source.addItem(text, key)
-        self.source.currentIndexChanged.connect(self._source_changed)
-        self.method = QComboBox()
-        self.method.addItems(METHODS)
-        self.method_description = plain_label("", wrap=True)
-        self.method.currentTextChanged.connect(lambda name: self.method_description.setText(
-            METHOD_DESCRIPTIONS.get(name, "")))
-        self.method_description.setText(METHOD_DESCRIPTIONS[self.method.currentText()])
-        method_column = QVBoxLayout()
-        method_column.addWidget(self.method)
-        method_column.addWidget(self.method_description)
-        self.data = QLineEdit(data_folder, placeholderText="A caption folder (images/ + captions.tsv)")
-        self.browse_button = QPushButton("Browse…")
-        self.browse_button.clicked.connect(self._browse)
-        data_row = QHBoxLayout()
-        data_row.addWidget(self.data, 1)
-        data_row.addWidget(self.browse_button)
-        self.train_split = QLineEdit("train")
-        self.val_split = QLineEdit("dev")
-        self.val_split.setToolTip("The split of the caption folder measured after every epoch")
-        split_row = QHBoxLayout()
-        split_row.addWidget(QLabel("train"))
-        split_row.addWidget(self.train_split)
-        split_row.addWidget(QLabel("validation"))
-        split_row.addWidget(self.val_split)
-        self.epochs = QSpinBox(minimum=1, maximum=1000, value=10)
-        self.finetune = QSpinBox(minimum=0, maximum=100, value=0, suffix=" epochs", specialValueText="off")
-        self.finetune.setToolTip("After the epochs above, fine-tune the image backbone itself with the best model "
-                                 "for this many epochs (photos only). The whole backbone is meant for a GPU: on a "
-                                 "CPU an epoch over 6,000 photos takes about a quarter of an hour.")
-        self.finetune_blocks = QSpinBox(minimum=1, maximum=16, value=16, prefix="last ", suffix=" of 16 blocks")
-        self.finetune_blocks.setToolTip("Fine-tune only the backbone's last blocks: below 16 the frozen part runs "
-                                        "once per picture and is cached (no augmentation), fast enough for a CPU "
-                                        "(5 blocks: about 1.5 minutes an epoch over 6,000 photos)")
-        self.finetune_blocks.setEnabled(False)  # until fine-tuning is on
-        self.finetune.valueChanged.connect(lambda _v: self._enable_form(not self.busy))
-        finetune_row = QHBoxLayout()
-        finetune_row.addWidget(self.finetune, 1)
-        finetune_row.addWidget(self.finetune_blocks, 1)
-        self.device = QComboBox()
-        self.device.addItems(DEVICES)
-        form = QFormLayout()
-        form.addRow("Train on", self.source)
-        form.addRow("Method", method_column)
-        form.addRow("Data", data_row)
-        form.addRow("Splits", split_row)
-        form.addRow("Epochs", self.epochs)
-        form.addRow("Fine-tune backbone", finetune_row)
-        form.addRow("Device", self.device)
-        self.data_summary = plain_label("", wrap=True)
-        self.data_warning = plain_label("", wrap=True)
-        self.data_warning.setStyleSheet("color: #b35900;")
-        self.progress = QProgressBar(minimum=0, maximum=1, value=0)
-        self.status = plain_label("Not started", wrap=True)  # messages carry paths
-        self.loss_plot = self._plot("training loss", "step")
-        self.loss_curve = self.loss_plot.plot(pen=pg.mkPen("#1f77b4", width=2))
-        self.val_plot = self._plot("validation rsum", "epoch")
-        self.val_curve = self.val_plot.plot(pen=pg.mkPen("#d62728", width=2), symbol="o", symbolSize=6)
-        self.log_view = QPlainTextEdit(readOnly=True, maximumBlockCount=2000)
-        self.log_view.setMaximumHeight(110)
-        self.result_box = ComparisonBox()
-        self.result_box.hide()
-        self.result_box.use_clicked.connect(self._use_model)
-        self.result_table, self.result_note, self.use_button = (self.result_box.table, self.result_box.note,
-                                                                self.result_box.use_button)
-        self.start_button = QPushButton("Start")
-        self.resume_button = QPushButton("Resume", enabled=False)
-        self.resume_button.setToolTip("Continue the cancelled run from its last checkpoint")
-        self.cancel_button = QPushButton("Cancel", enabled=False)
-        self.close_button = QPushButton("Close")
-        self.start_button.clicked.connect(lambda: self.start())
-        self.resume_button.clicked.connect(self.resume)
-        self.cancel_button.clicked.connect(self.cancel)
-        self.close_button.clicked.connect(self.close)
-        self._layout(form)
-
-    def _plot(self, title: str, x_label: str) -> pg.PlotWidget:
-        plot = pg.PlotWidget(background=None, title=title)
-        plot.setLabel("bottom", x_label)
-        plot.showGrid(x=True, y=True, alpha=0.2)
-        plot.setMinimumHeight(160)
-        return plot
-
-    def _layout(self, form: QFormLayout) -> None:
-        plots = QHBoxLayout()
-        plots.addWidget(self.loss_plot)
-        plots.addWidget(self.val_plot)
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
-        for button in (self.start_button, self.resume_button, self.cancel_button, self.close_button):
-            buttons.addWidget(button)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(self.data_summary)
-        layout.addWidget(self.data_warning)
-        layout.addWidget(self.progress)
-        layout.addWidget(self.status)
-        layout.addLayout(plots, 1)
-        layout.addWidget(self.result_box)
-        layout.addWidget(self.log_view)
-        layout.addLayout(buttons)
-        self.data_summary.hide()
-        self.data_warning.hide()
-        self.resize(860, 640)
-
-    def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Caption folder to train on", self.data.text())
-        if folder:
-            self.data.setText(folder)
-
     # --- the library
     def set_service(self, service: SearchServiceLike | None) -> None:
         """The library a finished model is registered with (and whose annotations can be the data)."""
@@ -289,17 +158,6 @@ class TrainingDialog(QDialog):
             self.source.setCurrentIndex(0)
         elif service is not None and not had_one and not self.busy:
             self.set_source(SOURCE_LIBRARY)  # what a user trains on first: the captions written here
-
-    def source_key(self) -> str:
-        """``"folder"`` or ``"library"``."""
-        return str(self.source.currentData())
-
-    def set_source(self, key: str) -> None:
-        """Choose the data source by key (``SOURCE_FOLDER`` / ``SOURCE_LIBRARY``)."""
-        index = self.source.findData(key)
-        if index < 0:
-            raise ValueError(f"unknown training data source {key!r}")
-        self.source.setCurrentIndex(index)
 
     def _source_changed(self) -> None:
         library = self.source_key() == SOURCE_LIBRARY
@@ -540,97 +398,6 @@ class TrainingDialog(QDialog):
             return Path(self.resumable_dir)
         return job.result.model_dir if job.result is not None else None
 
-    def _on_phase(self, event: events.Phase) -> None:
-        """Fine-tuning begins after the warm-up's last epoch (an early stop may have cut the warm-up short)."""
-        self.run_progress.epochs = event.epoch + event.epochs
-        self.run_progress.at_epoch_end(event.epoch)
-        self._show_run_progress()
-        self._clear_phase_marker()
-        self._phase_marker = pg.InfiniteLine(pos=event.epoch + 0.5, angle=90, label="fine-tuning",
-                                             pen=pg.mkPen("#7f7f7f", width=1, style=Qt.PenStyle.DashLine),
-                                             labelOpts={"position": 0.9, "color": "#7f7f7f"})
-        self.val_plot.addItem(self._phase_marker)
-        plural = "" if event.epochs == 1 else "s"
-        self._append_log(f"epoch {event.epoch}: fine-tuning the image backbone for {event.epochs} epoch{plural}")
-
-    def _clear_phase_marker(self) -> None:
-        if self._phase_marker is not None:
-            self.val_plot.removeItem(self._phase_marker)
-            self._phase_marker = None
-
-    def _clear_plots(self, run_progress: RunProgress) -> None:
-        self.losses.clear()
-        self.rsums.clear()
-        self.loss_curve.setData([], [])
-        self.val_curve.setData([], [])
-        self._clear_phase_marker()
-        self.run_progress = run_progress
-        self.progress.setFormat("%p%")
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-
-    def _on_progress(self, event: events.StageProgress) -> None:
-        # a stage before training (feature extraction) has the bar to itself; once the run's position is
-        # known (a resume) the bar keeps it, so it never jumps back
-        if event.total > 0 and not self.run_progress.known:
-            self.progress.setFormat(f"{event.stage} · %p%" if event.stage else "%p%")
-            self.progress.setRange(0, event.total)
-            self.progress.setValue(min(event.done, event.total))
-        self.status.setText(f"{event.stage}: {event.message}" if event.stage else event.message)
-
-    def _show_run_progress(self) -> None:
-        run = self.run_progress
-        self.progress.setFormat(run.label())  # first, so that valueChanged listeners read the new text
-        self.progress.setRange(0, run.total)
-        self.progress.setValue(run.done)
-
-    def _on_step(self, event: events.Step) -> None:
-        self.run_progress.at_step(event.epoch, event.step, max(1, event.total))
-        self._show_run_progress()
-        loss = event.total_loss
-        if loss is not None:
-            self.losses.append((self.run_progress.done, loss))  # x: the step of the whole run
-            self._plot_losses()
-        parts = [f"epoch {self.run_progress.epoch}/{self.run_progress.epoch_count}",
-                 f"step {event.step}/{max(1, event.total)}"]
-        if loss is not None:
-            parts.append(f"loss {loss:.4f}")
-        if event.lr is not None:
-            parts.append(f"lr {event.lr:.2e}")
-        # eta_s already covers the whole run (the trainer counts the steps of every epoch left plus the
-        # validations left), so it needs no scaling here
-        parts.append(f"ETA {format_eta(event.eta_s)}")
-        self.status.setText(" · ".join(parts))
-
-    def _plot_losses(self) -> None:
-        if self.losses:
-            xs, ys = zip(*self.losses, strict=True)
-            self.loss_curve.setData(list(xs), list(ys))
-        else:
-            self.loss_curve.setData([], [])
-
-    def _on_resumed(self, event: events.Resumed) -> None:
-        self._append_log(f"resumed at epoch {event.epoch}, step {event.step}")
-        self.run_progress.at_resume(event.epoch, event.step)
-        self._show_run_progress()
-        # steps after the checkpoint are trained again: their old losses make way for the new ones
-        self.losses = [(x, y) for x, y in self.losses if x <= self.run_progress.done]
-        self._plot_losses()
-
-    def _on_epoch(self, event: events.EpochEnd) -> None:
-        self.run_progress.at_epoch_end(event.epoch)
-        self._show_run_progress()
-        rsum = event.rsum
-        if rsum is not None:
-            self.rsums.append((event.epoch, rsum))
-            xs, ys = zip(*self.rsums, strict=True)
-            self.val_curve.setData(list(xs), list(ys))
-            self._append_log(f"epoch {event.epoch}: validation rsum {rsum:.1f}")
-
-    def _append_log(self, text: str) -> None:
-        if text:
-            self.log_view.appendPlainText(text)
-
     def _use_model(self) -> None:
         if self.comparison is not None:
             self.use_button.setEnabled(False)
@@ -666,3 +433,4 @@ class TrainingDialog(QDialog):
             self.cancel()
             self.job_pool.waitForDone(CLOSE_WAIT_MS + 5000)
         super().closeEvent(event)
+

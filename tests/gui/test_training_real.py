@@ -82,7 +82,7 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     assert comparison.new == service.evaluate_on(toy, "dev", comparison.new_name)
     assert comparison.old["n_media"] == comparison.new["n_media"] == metrics["n_media"] == 6
     assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models()}
-    assert dlg.result_table.item(1, 4).text() == f"{metrics['rsum']:.1f}"
+    assert dlg.result_table.item(1, 4).text() == f"{comparison.new['rsum']:.1f}"
     assert dlg.use_button.isEnabled()
 
 
