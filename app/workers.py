@@ -81,7 +81,7 @@ class Worker(QRunnable):
         """Pass ``record`` to the GUI thread as ``event``: a callback for jobs that report more than
         :class:`Progress` (the retraining job's trainer events and output lines). Callable from any thread;
         records arrive in order, none is coalesced."""
-        self.signals._relay.emit("event", record)
+        self._emit("event", record)
 
     def cancel(self) -> None:
         """Ask the job to stop; ``cancelled`` follows when it has."""
@@ -98,7 +98,7 @@ class Worker(QRunnable):
         return self
 
     def run(self) -> None:  # runs on a pool thread
-        emit = self.signals._relay.emit
+        emit = self._emit
         emit("started", None)
         try:
             result = self._fn(*self._args, **self._kwargs)
@@ -116,8 +116,16 @@ class Worker(QRunnable):
         finally:
             emit("finished", None)
 
+    def _emit(self, name: str, payload: object) -> None:
+        """Relay a signal to the GUI thread; once the signals object is gone (the app is quitting, or its
+        owner was deleted) nobody listens any more, so the job is asked to stop instead."""
+        try:
+            self.signals._relay.emit(name, payload)
+        except RuntimeError:  # "Signal source has been deleted"
+            self.token.cancel()
+
     def _drain(self, gen: Iterator[Any]) -> Any:
-        emit = self.signals._relay.emit
+        emit = self._emit
         last_emit, pending = 0.0, None
         try:
             while True:

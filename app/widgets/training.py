@@ -351,8 +351,8 @@ class TrainingDialog(TrainingForm):
         if comparison.decision:
             self.status.setText(f"Done: {comparison.new_name} is active; the library re-indexes with it."
                                 if comparison.activated else
-                                f"Done: {comparison.new_name} is kept but not active (worse than "
-                                f"{comparison.old_name}); “Use this model” switches anyway.")
+                                f"Done: {comparison.new_name} is kept but not active (why: below the table); "
+                                "“Use it and re-index” switches anyway.")
         else:
             self.status.setText(f"Done: {comparison.new_name} is registered with the library.")
         self.model_registered.emit(comparison.new_name)
