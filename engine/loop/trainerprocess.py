@@ -30,7 +30,7 @@ from engine.progress import Cancelled, CancelToken
 log = logging.getLogger(__name__)
 
 TRAINER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "trainer")
-STATE_FILE = "trainer_state.json"  # trainer.checkpoint.STATE_FILE: written last, naming a complete checkpoint
+STATE_FILE = "trainer_state.json"  # written last by trainer.checkpoint, naming a complete checkpoint
 # After a stop request the trainer finishes its step and writes a checkpoint. Niced (--low-priority) on a busy
 # machine, with the backbone being fine-tuned, that took well over 3 s once, so it was killed mid-save.
 STOP_WAIT_S = 60.0
