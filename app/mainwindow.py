@@ -534,8 +534,7 @@ class MainWindow(QMainWindow):
         """Show the training dialog (one per window)."""
         if self.training_dialog is None:
             self.training_dialog = TrainingDialog(self.settings.trainer_command, paths.models_dir(),
-                                                  self.settings.last_data_folder, self, service=self.service,
-                                                  pool=self.pool)
+                                                  self.settings.last_data_folder, self, service=self.service)
             self.training_dialog.model_trained.connect(self._model_trained)
             self.training_dialog.model_registered.connect(self._model_registered)
             self.training_dialog.use_model_requested.connect(self.use_model)

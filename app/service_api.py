@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.progress import CancelToken, Progress
-from engine.types import ZERO_SHOT as ZERO_SHOT  # the widgets import it from here
+from engine.types import ZERO_SHOT as ZERO_SHOT  # the widgets import these from here
 from engine.types import Explanation, SearchHit
+from engine.types import ModelInfo as ModelInfo
+from engine.types import active_model as active_model
 
-# Model methods whose scores are match probabilities (PCME), so a p >= x cutoff means something.
-PROBABILISTIC_METHODS = frozenset({"pcme"})
 ANNOTATION_FORMATS = {"folder": "caption folder", "coco": "COCO captions JSON"}
 
 
@@ -47,7 +47,7 @@ class SearchServiceLike(Protocol):
     def accept_pair(self, query: str, media_id: int) -> int: ...
     def reject_pair(self, query: str, media_id: int) -> int: ...
     def delete_pair(self, pair_id: int) -> None: ...
-    def models(self) -> list[Any]: ...
+    def models(self) -> list[ModelInfo]: ...
     def set_active_model(self, name: str | None) -> None: ...
     def register_model(self, model_dir: Path, name: str | None = None) -> str: ...
     def rename_model(self, name: str, new_name: str) -> None: ...
@@ -70,16 +70,3 @@ class SearchServiceLike(Protocol):
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]: ...
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]: ...
     def annotation_progress(self) -> Any: ...
-
-
-def is_probabilistic(model: Any) -> bool:
-    """Whether a ``ModelInfo`` ranks by match probability (so the relevance cutoff applies)."""
-    return str(getattr(model, "method", "")) in PROBABILISTIC_METHODS
-
-
-def active_model(models: list[Any]) -> Any | None:
-    """The active ``ModelInfo`` of a ``models()`` list (``active`` or ``is_active``), if any."""
-    for model in models:
-        if getattr(model, "active", getattr(model, "is_active", False)):
-            return model
-    return None

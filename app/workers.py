@@ -40,6 +40,7 @@ class WorkerSignals(QObject):
     errored = Signal(object)  # the exception
     cancelled = Signal()
     finished = Signal()  # always last, after returned / errored / cancelled
+    event = Signal(object)  # a record the job hands to a callback of its own (:meth:`Worker.emit_event`)
 
     _relay = Signal(str, object)
 
@@ -76,6 +77,12 @@ class Worker(QRunnable):
             self._kwargs.setdefault("cancel", self.token)
         self.signals.finished.connect(lambda: Worker._running.discard(self))
 
+    def emit_event(self, record: object) -> None:
+        """Pass ``record`` to the GUI thread as ``event``: a callback for jobs that report more than
+        :class:`Progress` (the retraining job's trainer events and output lines). Callable from any thread;
+        records arrive in order, none is coalesced."""
+        self._emit("event", record)
+
     def cancel(self) -> None:
         """Ask the job to stop; ``cancelled`` follows when it has."""
         self.token.cancel()
@@ -91,7 +98,7 @@ class Worker(QRunnable):
         return self
 
     def run(self) -> None:  # runs on a pool thread
-        emit = self.signals._relay.emit
+        emit = self._emit
         emit("started", None)
         try:
             result = self._fn(*self._args, **self._kwargs)
@@ -109,8 +116,16 @@ class Worker(QRunnable):
         finally:
             emit("finished", None)
 
+    def _emit(self, name: str, payload: object) -> None:
+        """Relay a signal to the GUI thread; once the signals object is gone (the app is quitting, or its
+        owner was deleted) nobody listens any more, so the job is asked to stop instead."""
+        try:
+            self.signals._relay.emit(name, payload)
+        except RuntimeError:  # "Signal source has been deleted"
+            self.token.cancel()
+
     def _drain(self, gen: Iterator[Any]) -> Any:
-        emit = self.signals._relay.emit
+        emit = self._emit
         last_emit, pending = 0.0, None
         try:
             while True:

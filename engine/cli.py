@@ -352,6 +352,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _retrain(args: argparse.Namespace) -> int:
+    from engine import trainerevents
     from engine.loop.retrain import Retrain, RetrainOptions
     from engine.loop.trainingset import check_holdout
 
@@ -370,7 +371,7 @@ def _retrain(args: argparse.Namespace) -> int:
     emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
     service = _open(args.library)
     try:
-        job = Retrain(service, options, on_event=emit)
+        job = Retrain(service, options, on_event=(lambda event: emit(trainerevents.to_json(event))) if emit else None)
         bar, shown = ProgressBar(quiet=args.json), set()
         try:
             for p in job.run():

@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,8 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
-from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaKind, SearchHit
+from engine.search.exportformat import is_probabilistic
+from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaKind, ModelInfo, SearchHit
 
 if TYPE_CHECKING:
     from engine.loop.trainingset import TrainingSet
@@ -35,17 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    """A model the user can pick; ``zero-shot`` is always there."""
-
-    name: str
-    method: str
-    path: Path | None
-    metrics: dict[str, Any] = field(default_factory=dict)
-    active: bool = False
 
 
 class SearchService:
@@ -368,7 +357,8 @@ class SearchService:
         records = self.catalog.models()
         active = any(r.is_active for r in records)
         infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active)]
-        infos += [ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active) for r in records]
+        infos += [ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active, is_probabilistic(r.path))
+                  for r in records]
         return infos
 
     def set_active_model(self, name: str | None) -> None:
@@ -398,8 +388,8 @@ class SearchService:
         """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
         import json
 
+        from engine.search.exportformat import model_export_dir
         from engine.search.modelrunner import ModelRunner
-        from engine.search.trained import model_export_dir
 
         model_dir = Path(model_dir).resolve()
         runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=self.encoders.backbone.id)

@@ -10,13 +10,13 @@ neither ``--json`` nor ``--json-progress`` (their output stays exactly as it was
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+from engine import trainerevents as events
 from engine.progress import Progress
 from engine.progressbar import ProgressBar
 
@@ -56,30 +56,24 @@ def run_with_progress(argv: Sequence[str], bar: ProgressBar | None = None,
 def _show(line: str, bar: ProgressBar) -> list[str]:
     """Draw one line of the trainer's stdout; returns what it adds to the output (a line that is not an event,
     or the closing summary for the "done" event)."""
-    try:
-        event: Any = json.loads(line)
-    except ValueError:
-        event = None
-    if not isinstance(event, dict) or "event" not in event:
+    event = events.parse(line)
+    if event is None:
         return [line]  # not an event: what the trainer printed, passed on
-    kind = event["event"]
-    if kind == "step":
-        loss = (event.get("loss") or {}).get("total")
-        loss_text = f" loss {loss:.4f}" if isinstance(loss, int | float) else ""
-        bar(Progress(int(event["step"]), int(event["total"]), f"epoch {event['epoch']}{loss_text}"))
-    elif kind == "progress":
-        bar(Progress(int(event["done"]), int(event["total"]), f"{event.get('stage', '')}: {event.get('message', '')}"))
-    elif kind == "epoch":
-        val = event.get("val") or {}
-        best = " (best so far)" if event.get("best") else ""
-        bar.log(f"epoch {event['epoch']}: validation rsum {_number(val.get('rsum'))}{best}")
-    elif kind == "phase":
-        bar.log(f"phase: {event.get('phase')} from epoch {event.get('epoch')}")
-    elif kind == "resumed":
-        bar.log(f"resumed at epoch {event.get('epoch')}, step {event.get('step')}")
-    elif kind == "done":
-        val = event.get("val") or {}
-        return [f"model written to {event['model_dir']} (validation rsum {_number(val.get('rsum'))})\n"]
+    if isinstance(event, events.Step):
+        loss = event.total_loss
+        loss_text = f" loss {loss:.4f}" if loss is not None else ""
+        bar(Progress(event.step, event.total, f"epoch {event.epoch}{loss_text}"))
+    elif isinstance(event, events.StageProgress):
+        bar(Progress(event.done, event.total, f"{event.stage}: {event.message}"))
+    elif isinstance(event, events.EpochEnd):
+        best = " (best so far)" if event.best else ""
+        bar.log(f"epoch {event.epoch}: validation rsum {_number(event.rsum)}{best}")
+    elif isinstance(event, events.Phase):
+        bar.log(f"phase: {event.phase} from epoch {event.epoch}")
+    elif isinstance(event, events.Resumed):
+        bar.log(events.describe(event))
+    elif isinstance(event, events.Done):
+        return [f"model written to {event.model_dir} (validation rsum {_number((event.val or {}).get('rsum'))})\n"]
     # "error" and "stopped" are also said on stderr by the trainer, which is relayed
     return []
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,3 +65,24 @@ class Explanation:
     query_mu_2d: np.ndarray | None = None
     item_mu_2d: np.ndarray | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A model the user can pick (``SearchService.models``); the zero-shot ranking is always one of them.
+
+    ``probabilistic``: its scores are match probabilities (PCME), so a ``p >= cutoff`` means something; it comes
+    from the model's export manifest, never from its method's name.
+    """
+
+    name: str
+    method: str
+    path: Path | None  # None: the zero-shot ranking
+    metrics: dict[str, Any] = field(default_factory=dict)
+    active: bool = False
+    probabilistic: bool = False
+
+
+def active_model(models: list[ModelInfo]) -> ModelInfo | None:
+    """The active model of a ``models()`` list, if any."""
+    return next((model for model in models if model.active), None)

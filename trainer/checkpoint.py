@@ -34,11 +34,11 @@ from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from engine.files import atomic_write_bytes, atomic_write_text
+from engine.loop.trainerprocess import STATE_FILE as STATE_FILE  # the engine reads a run's checkpoint by it
 from trainer.methods import ConfigError, MethodConfig, RetrievalModel, build_model, config_from_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-STATE_FILE = "trainer_state.json"
 METRICS_FILE = "metrics.json"
 ONNX_DIR = "onnx"
 STATE_VERSION = 1

@@ -2,7 +2,7 @@
 
 ``polyseek train|evaluate|export`` forward their arguments here unchanged. User errors (a bad option, a
 ``--set`` naming an unknown field, a missing folder) print one line on stderr and exit with status 2; with
-``--json-progress`` they are also reported as ``{"event": "error", "message": ...}`` on stdout. A training
+``--json-progress`` they are also reported as an error event on stdout (:mod:`engine.trainerevents`). A training
 run stopped by SIGINT / SIGTERM writes a resumable checkpoint and exits with 130 / 143.
 """
 
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine import trainerevents as events
 from engine.loop.metrics import report_lines, rounded
 
 log = logging.getLogger("trainer")
@@ -130,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json_progress:
             emit = _json_printer()
             root = prepare(force=args.force, progress=lambda p: emit(
-                {"event": "progress", "stage": "prepare", "done": p.done, "total": p.total, "message": p.message}))
-            emit({"event": "done", "assets": str(root)})
+                events.StageProgress("prepare", p.done, p.total, p.message)))
+            emit(events.Done(assets=str(root)))
         else:
             root = prepare(force=args.force)
             print(f"assets ready in {root}")
@@ -162,17 +163,17 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             ExportError, SparseSplitError, TrainingError, FileNotFoundError)
 
 
-def _fail(message: str, status: int, emit: Callable[[dict[str, Any]], None] | None) -> int:
+def _fail(message: str, status: int, emit: Callable[[events.TrainerEvent], None] | None) -> int:
     print(f"error: {message}", file=sys.stderr)
     if emit is not None:
-        emit({"event": "error", "message": message})
+        emit(events.Error(message))
     return status
 
 
-def _json_printer() -> Callable[[dict[str, Any]], None]:
-    def emit(event: dict[str, Any]) -> None:
+def _json_printer() -> Callable[[events.TrainerEvent], None]:
+    def emit(event: events.TrainerEvent) -> None:
         try:
-            print(json.dumps(event), flush=True)
+            print(events.dumps(event), flush=True)
         except BrokenPipeError:  # the reader is gone; the exit status still says what happened
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
 
@@ -315,7 +316,7 @@ def _train(args: argparse.Namespace) -> int:
         name = signal.Signals(exc.signum).name
         log.warning("training %s: a resumable checkpoint is in %s (continue with --resume)", exc, out)
         if args.json_progress:
-            _json_printer()({"event": "stopped", "signal": name, "model_dir": str(out), "resumable": True})
+            _json_printer()(events.Stopped(name, str(out), resumable=True))
         return 128 + exc.signum
     finally:
         for signum, handler in previous.items():

@@ -238,7 +238,7 @@ class FeatureSource:
         self.store, self.encoders, self.text_cache, self.assets = store, encoders, text_cache, assets
         self.progress = progress or (lambda _p: None)
         self._text_encoders: dict[str, Any] = {}
-        self.own_minilm: tuple[Any, str] | None = None  # (encoder, id): a model's fine-tuned MiniLM in place of the stock
+        self.own_minilm: tuple[Any, str] | None = None  # (encoder, id): a fine-tuned MiniLM for the stock one
 
     def use_minilm(self, encoder: Any, encoder_id: str) -> None:
         """Encode captions with ``encoder`` (a fine-tuned MiniLM with the stock one's outputs, e.g. the text encoder

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -46,6 +45,7 @@ from engine.loop.metrics import (
     recall_by_uncertainty_decile,
     retrieval_report,
 )
+from engine.trainerevents import nan_to_none as nan_to_none  # the trainer's callers import it here
 from trainer.data import PairSet, TextFeatures, VisualFeatures
 from trainer.methods import EncoderOutput, RetrievalModel
 from trainer.methods.functional import cosine_matrix
@@ -382,12 +382,3 @@ def _reranked(first: np.ndarray, top_n: int, score: Callable[[np.ndarray, np.nda
     return out
 
 
-def nan_to_none(value: Any) -> Any:
-    """JSON has no NaN: a Spearman correlation of a constant curve becomes null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [nan_to_none(v) for v in value]
-    return value

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from engine import trainerevents as events
 from engine.progress import Progress
 from trainer import checkpoint as ckpt
 from trainer.data import FeatureNeeds, FeatureSource, PairSet, TrainingData, feature_dims, load_training_data
@@ -260,18 +261,16 @@ class Reporter:
         self._last_step = 0.0
         self.on_reader_gone: Callable[[], None] | None = None  # train() asks the loop to stop
 
-    def emit(self, event: dict[str, Any]) -> None:
+    def emit(self, event: events.TrainerEvent) -> None:
         if not self.enabled:
             return
         if self.json_lines:
-            import json
-
             try:
-                self._write(json.dumps(nan_to_none(event), allow_nan=False))
+                self._write(events.dumps(event))
             except BrokenPipeError:  # whoever read the events (the app, `polyseek retrain`) is gone
                 self._reader_gone()
         else:
-            log.info("%s", _describe(event))
+            log.info("%s", events.describe(event))
 
     def _reader_gone(self) -> None:
         self.enabled = False
@@ -283,7 +282,7 @@ class Reporter:
         if self.on_reader_gone is not None:
             self.on_reader_gone()
 
-    def step(self, event: dict[str, Any], last: bool) -> None:
+    def step(self, event: events.Step, last: bool) -> None:
         """A step event, throttled to :data:`STEP_EVENT_INTERVAL_S` except for an epoch's last step."""
         now = time.monotonic()
         interval = STEP_EVENT_INTERVAL_S if self.json_lines else 5.0
@@ -292,33 +291,16 @@ class Reporter:
             self.emit(event)
 
     def progress(self, stage: str) -> Callable[[Progress], None]:
-        """A :class:`Progress` callback that reports ``{"event": "progress", ...}``."""
+        """A :class:`Progress` callback that reports :class:`events.StageProgress`."""
         last = {"t": 0.0}
 
         def report(p: Progress) -> None:
             now = time.monotonic()
             if p.done >= p.total or now - last["t"] >= 1.0:
                 last["t"] = now
-                self.emit({"event": "progress", "stage": stage, "done": p.done, "total": p.total,
-                           "message": p.message})
+                self.emit(events.StageProgress(stage, p.done, p.total, p.message))
 
         return report
-
-
-def _describe(event: dict[str, Any]) -> str:
-    kind = event["event"]
-    if kind == "step":
-        return (f"epoch {event['epoch']} step {event['step']}/{event['total']} loss "
-                f"{event['loss'].get('total', float('nan')):.4f} lr {event['lr']:.2e} eta {event['eta_s']:.0f}s")
-    if kind == "epoch":
-        val = event["val"]
-        return (f"epoch {event['epoch']}: validation rsum {val['rsum']:.1f} (i2t R@1 {val['i2t']['r1']:.1f}, "
-                f"t2i R@1 {val['t2i']['r1']:.1f}){' best' if event.get('best') else ''}")
-    if kind == "done":
-        return f"done: {event['model_dir']} (validation rsum {event['val']['rsum']:.1f})"
-    if kind == "progress":
-        return f"{event['stage']}: {event['message']} ({event['done']}/{event['total']})"
-    return str(event)
 
 
 # ------------------------------------------------------------------------------------------ distributed
@@ -601,7 +583,7 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     state = ckpt.TrainerState(method=config.method, options=_jsonable(settings, options))
     if saved:
         state = _restore(out, trainable or model, optimizer, scaler, settings)
-        reporter.emit({"event": "resumed", "epoch": state.epoch, "step": state.step})
+        reporter.emit(events.Resumed(state.epoch, state.step))
     elif world.main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt.save_config(out, config)
@@ -677,7 +659,7 @@ def _warm_start(run: Run, start: Path, fresh: bool) -> None:
         report = quick_rsum(run.model, run.val_subset, run.device, run.distractors)
         run.state.best_rsum, run.state.best_epoch = report["rsum"], 0
         save_best(Path(run.options.out), run.model, None, kept_text=run.kept_text)
-        run.reporter.emit({"event": "epoch", "epoch": 0, "val": report, "best": True, "loss": {}, "lr": 0.0})
+        run.reporter.emit(events.EpochEnd(0, report, best=True, loss={}, lr=0.0))
 
 
 def _wrap(module: nn.Module, world: Dist, device: torch.device) -> nn.Module:
@@ -881,10 +863,9 @@ def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
             done_here += 1
             state.step, state.global_step = index + 1, state.global_step + 1
             timer.tick()
-            run.reporter.step({"event": "step", "epoch": state.epoch + 1, "step": index + 1, "total": len(mine),
-                               "loss": terms, "lr": lr,
-                               "eta_s": timer.eta(end * len(mine) - (state.epoch * len(mine) + index + 1),
-                                                  end - state.epoch)},
+            run.reporter.step(events.Step(state.epoch + 1, index + 1, len(mine), loss=terms, lr=lr,
+                                          eta_s=timer.eta(end * len(mine) - (state.epoch * len(mine) + index + 1),
+                                                          end - state.epoch)),
                               last=index + 1 == len(mine))
             if _should_stop(run):
                 _checkpoint(run)
@@ -920,9 +901,8 @@ def _begin_finetune(run: Run) -> None:
     run.wrapped = _wrap(run.trainable, run.dist, run.device)
     state.finetune_from, state.step = state.epoch, 0
     state.bad_epochs, state.plateau_epochs, state.lr_scale, state.stopped_early = 0, 0, 1.0, False
-    run.reporter.emit({"event": "phase", "phase": "finetune", "epoch": state.epoch,
-                       "epochs": settings["finetune_epochs"], "lr": settings["finetune_lr"],
-                       "blocks": settings["finetune_blocks"], "text_layers": settings["text_layers"]})
+    run.reporter.emit(events.Phase("finetune", state.epoch, settings["finetune_epochs"], settings["finetune_lr"],
+                                   settings["finetune_blocks"], settings["text_layers"]))
     _open_pixels(run)
     _checkpoint(run)
 
@@ -1012,8 +992,7 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train
         if best:
             save_best(Path(run.options.out), run.model, run.backbone, run.text, run.kept_text)
         _checkpoint(run)
-        run.reporter.emit({"event": "epoch", "epoch": state.epoch, "val": report, "best": best, "loss": losses,
-                           "lr": lr})
+        run.reporter.emit(events.EpochEnd(state.epoch, report, best=best, loss=losses, lr=lr))
         decision = torch.tensor([float(state.stopped_early), state.lr_scale], device=run.device)
     if run.dist.active:
         dist.broadcast(decision, 0)
@@ -1052,7 +1031,7 @@ def _finish(run: Run) -> dict[str, Any]:
     export_folder(out, run.model, out / ckpt.ONNX_DIR)
     run.state.finished = True
     ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
-    run.reporter.emit({"event": "done", "model_dir": str(out), "val": report})
+    run.reporter.emit(events.Done(str(out), report))
     return report
 
 

@@ -115,7 +115,7 @@ class PreferencesDialog(QDialog):
         for model in models or []:
             label = "zero-shot (untrained)" if model.name == ZERO_SHOT else f"{model.name}  [{model.method}]"
             self.model.addItem(label, model.name)
-            if getattr(model, "active", getattr(model, "is_active", False)):
+            if model.active:
                 self._initial_model = model.name
                 self.model.setCurrentIndex(self.model.count() - 1)
         self.model.setEnabled(self.model.count() > 0)

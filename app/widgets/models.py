@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT, active_model
+from app.service_api import ZERO_SHOT, ModelInfo, active_model
 from app.widgets.plaintext import plain_label, plain_tooltip
 
 _SHOWN_METRICS = ("rsum", "r1", "r5", "r10", "medr")
@@ -44,7 +44,7 @@ def metrics_text(metrics: dict[str, Any]) -> str:
 STARTER = "starter"  # engine.loop.starter.STARTER_NAME: offered again to a library without it, so it stays
 
 
-def revert_target(models: list[Any]) -> str | None:
+def revert_target(models: list[ModelInfo]) -> str | None:
     """The model "Revert" activates: the one registered before the active model (a retrain's predecessor,
     the starter before the first retrain), or zero-shot; None when zero-shot is already active."""
     names = [m.name for m in models if m.name != ZERO_SHOT]
@@ -68,7 +68,7 @@ class ModelsDialog(QDialog):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self._models: list[Any] = []
+        self._models: list[ModelInfo] = []
         self.table = QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["Name", "Method", "Metrics", "Active"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -114,13 +114,13 @@ class ModelsDialog(QDialog):
         self.resize(720, 360)
         self._update_buttons()
 
-    def set_models(self, models: list[Any]) -> None:
+    def set_models(self, models: list[ModelInfo]) -> None:
         """Show ``models`` (``ModelInfo`` records); the selected model stays selected."""
         selected = self.selected_name()
         self._models = list(models)
         self.table.setRowCount(len(models))
         for row, model in enumerate(models):
-            active = getattr(model, "active", getattr(model, "is_active", False))
+            active = model.active
             metrics = metrics_text(dict(model.metrics or {}))
             cells = [model.name, str(model.method), metrics, "●" if active else ""]
             for column, text in enumerate(cells):

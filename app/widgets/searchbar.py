@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT, is_probabilistic
+from app.service_api import ZERO_SHOT, ModelInfo
 from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
 from engine import paths
@@ -209,7 +209,7 @@ class SearchBar(QWidget):
         self.example_clear.setVisible(path is not None)
 
     # --- models
-    def set_models(self, models: list[Any]) -> None:
+    def set_models(self, models: list[ModelInfo]) -> None:
         """Fill the picker from ``service.models()``; the cutoff is enabled for a probabilistic model."""
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
@@ -218,8 +218,8 @@ class SearchBar(QWidget):
             label = model.name if model.name != ZERO_SHOT else "zero-shot (untrained)"
             self.model_combo.addItem(f"{label}  [{model.method}]" if model.name != ZERO_SHOT else label,
                                      model.name)
-            self.model_combo.setItemData(i, is_probabilistic(model), Qt.ItemDataRole.UserRole + 1)
-            if getattr(model, "active", getattr(model, "is_active", False)):
+            self.model_combo.setItemData(i, model.probabilistic, Qt.ItemDataRole.UserRole + 1)
+            if model.active:
                 active_index = i
         self.model_combo.setCurrentIndex(active_index)
         self.model_combo.blockSignals(False)

@@ -8,7 +8,6 @@ and the CLI never import torch) and turns its JSON lines into :class:`Progress` 
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine import paths
+from engine import paths, trainerevents
 from engine.features.backbone import AssetsMissing
 from engine.progress import CancelToken, Progress
 
@@ -70,14 +69,10 @@ def ensure_assets(cancel: CancelToken | None = None, force: bool = False) -> Ite
 
 
 def _progress(line: str) -> Progress | None:
-    try:
-        event = json.loads(line)
-    except ValueError:
+    event = trainerevents.parse(line)
+    if not isinstance(event, trainerevents.StageProgress):
         return None
-    if not isinstance(event, dict) or event.get("event") != "progress":
-        return None
-    message = str(event.get("message") or PREPARE_MESSAGE)
-    return Progress(int(event.get("done", 0)), int(event.get("total", 0)), message)
+    return Progress(event.done, event.total, event.message or PREPARE_MESSAGE)
 
 
 def _log_path() -> Path:

@@ -5,7 +5,7 @@ not worse (the one rule the CLI's retrain and the GUI's training dialog apply).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,22 +89,37 @@ class Judgement:
     warnings: list[str] = field(default_factory=list)
 
 
+def _old_evaluator(service: LoopService, old_model: str | None,
+                   out: Judgement) -> Callable[..., dict[str, Any] | None]:
+    """``evaluate_on`` for the old model: a broken old model must not block its successor (a warning, None)."""
+    from engine.search.modelrunner import ModelLoadError
+
+    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
+        try:
+            return service.evaluate_on(on, on_split, old_model, distractors)
+        except (ModelLoadError, OSError, LookupError) as exc:
+            out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
+            return None
+
+    return old
+
+
+def measure(service: LoopService, new_model: str, old_model: str | None, folder: Path, split: str) -> Judgement:
+    """A registered new model and the old one (None: zero-shot) on one split of a caption folder, by the same
+    evaluation (``evaluate_on``); no rule applies (a run on a caption folder of the user's own: they decide)."""
+    out = Judgement(new_model, old_model)
+    out.before = _old_evaluator(service, old_model, out)(Path(folder), split)
+    out.after = service.evaluate_on(Path(folder), split, new_model)
+    return out
+
+
 def judge(service: LoopService, new_model: str, old_model: str | None, folder: Path, split: str | None,
           seed: int = 0) -> Judgement:
     """Measure a registered new model and the old one (None: zero-shot) on the held-aside split of a training
     folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply :func:`gate`.
     The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing."""
-    from engine.search.modelrunner import ModelLoadError
-
     out = Judgement(new_model, old_model)
-
-    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
-        try:
-            return service.evaluate_on(on, on_split, old_model, distractors)
-        except (ModelLoadError, OSError, LookupError) as exc:  # a broken old model must not block its successor
-            out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
-            return None
-
+    old = _old_evaluator(service, old_model, out)
     pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
               if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
     if split is not None:

@@ -9,11 +9,12 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    pseudo caption: A3VSE's D^u (Huang et al. 2019, §3.2 and §4.1; ``trainer.data.load_training_data`` with
    ``with_pseudo``). Split ``heldout`` holds the annotated items kept aside, which the run never trains on.
 2. **Before**: the model searches use now (a trained one or the zero-shot ranking) is scored on ``heldout``.
-3. **Training**: ``python -m trainer train --method a3vse ... --json-progress`` in its own process; the
-   method's recipe is the paper's schedule unless ``--epochs`` / ``--set`` say otherwise.
-4. **New model version**: the run's folder is registered under a new name and made active; the library is
-   re-indexed, which embeds every item with it.
-5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare.
+3. **Training**: ``python -m trainer train ... --json-progress`` in its own process
+   (:mod:`engine.loop.trainerprocess`), warm-started from the active model when it can be; its typed events
+   (:mod:`engine.trainerevents`) go to ``on_event`` and become progress records.
+4. **New model version**: the run's folder is registered under a new name.
+5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; it is
+   made active (and the library re-indexed with it) only when the rule finds it not worse.
 
 How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.judge`.
 
@@ -25,25 +26,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import queue
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import trainerevents
 from engine.loop.errors import RetrainError
-from engine.loop.judge import judge
+from engine.loop.judge import Judgement, measure
 from engine.loop.service_api import LoopService
+from engine.loop.trainerprocess import STOP_WAIT_S, TRAINER_COMMAND, TrainerProcess, TrainerRequest
 from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet
-from engine.progress import Cancelled, CancelToken, Progress
-from engine.types import ZERO_SHOT
+from engine.progress import CancelToken, Progress
+from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
 
@@ -70,35 +66,57 @@ def warm_start_args(method: str) -> list[str]:
 
 @dataclass(frozen=True)
 class RetrainOptions:
-    """One retraining's settings; ``trainer_args`` are extra ``python -m trainer train`` options."""
+    """One retraining's settings; ``trainer_args`` are extra ``python -m trainer train`` options.
+
+    By default the job trains on the library's annotations (exported with a held-aside split) and the activation
+    rule decides. ``data`` trains on a caption folder instead (``train_split`` / ``val_split``): both models are
+    then measured on its validation split and nothing is activated. ``resume_from`` continues a stopped run in
+    that folder (with the ``training_set`` it was exported to, when it trained on the library).
+    """
 
     method: str | None = None  # None: the active model's method, warm-started from it (a3vse from zero-shot)
     warm_start: bool = True  # start from the active model's weights when it has a warm-startable method
+    init_from: Path | None = None  # start from this model folder instead (a resume repeats its run's start)
     always_activate: bool = False  # activate the new model whatever :func:`gate` says (the decision is still given)
+    activate: bool = True  # activate (and re-index) a model the rule accepts; False: the caller does it
     holdout: float = DEFAULT_HOLDOUT
     seed: int = 0
-    epochs: int | None = None
+    epochs: int | None = None  # None: WARM_START_EPOCHS for a warm start, else ``cold_epochs``
+    cold_epochs: int | None = None  # epochs of a run from random weights (None: the method's recipe)
+    device: str | None = None  # the trainer's --device (None: its default, auto)
     overrides: tuple[str, ...] = ()  # "key=value", the trainer's --set
     trainer_args: tuple[str, ...] = ()
     name: str | None = None  # the new model's name (default: <method>-<library>-<timestamp>)
-    out: Path | None = None  # the new model's folder (default: under engine.paths.models_dir())
+    models_dir: Path | None = None  # where the new model's folder goes (default: engine.paths.models_dir())
     dest: Path | None = None  # the training set's folder (default: under the library's folder)
+    data: Path | None = None  # a caption folder to train on instead of the library's annotations
+    train_split: str = "train"
+    val_split: str = "dev"
+    training_set: TrainingSet | None = None  # an exported training set to train on again (a resume)
+    resume_from: Path | None = None  # continue the stopped run in this folder (``--resume``)
+    trainer_command: tuple[str, ...] = TRAINER_COMMAND  # the program that runs ``train ...``
+    stop_wait_s: float = STOP_WAIT_S  # how long a cancelled trainer may take to save its checkpoint
 
 
 @dataclass
 class RetrainResult:
-    """What a retraining did: the set it trained on, the new model, and R@K on the held-aside annotations
-    before (the model that was active) and after (the new model), both measured by :func:`evaluate_trained`
-    or the zero-shot evaluation. ``trainer_metrics`` is the trainer's own ``metrics.json``."""
+    """What a retraining did: the data it trained on, the new model, and R@K on the held-aside annotations
+    (or the folder's validation split) before (the model that was active) and after (the new model), both
+    measured by ``evaluate_on``. ``trainer_metrics`` is the trainer's own ``metrics.json``."""
 
-    training_set: TrainingSet
+    training_set: TrainingSet | None  # None: a caption folder (``data``) was the data
     old_model: str | None = None
     model_name: str | None = None
-    model_dir: Path | None = None
+    model_dir: Path | None = None  # known before training starts (a cancelled run's checkpoint is there)
+    method: str | None = None
+    epochs: int | None = None  # the epochs asked of the trainer (None: its recipe's)
+    data: Path | None = None
+    val_split: str | None = None
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
     trainer_metrics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    measure_warnings: list[str] = field(default_factory=list)  # what kept a model from being measured
     init_from: str | None = None  # the model the run started from (None: random weights)
     pseudo_before: dict[str, Any] | None = None  # R@K on the library's pseudo pairs (:func:`pseudo_check_set`)
     pseudo_after: dict[str, Any] | None = None
@@ -112,7 +130,7 @@ class RetrainResult:
         ts = self.training_set
         return rounded({
             "event": "result", "model": self.model_name, "model_dir": str(self.model_dir) if self.model_dir else None,
-            "old_model": self.old_model or ZERO_SHOT, "training_set": {
+            "old_model": self.old_model or ZERO_SHOT, "training_set": None if ts is None else {
                 "folder": str(ts.folder), "train_split": ts.train_split, "val_split": ts.val_split,
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
@@ -123,13 +141,17 @@ class RetrainResult:
     def summary_lines(self) -> list[str]:
         """Before/after R@1/5/10 on the held-aside annotations, as lines for a terminal."""
         ts = self.training_set
-        lines = [f"trained {self.model_name} on {ts.n_train_annotated} annotated + {ts.n_unannotated} "
-                 f"un-annotated items; {ts.n_heldout_items} held aside"]
+        if ts is None:
+            lines, where = [f"trained {self.model_name} on {self.data}"], f"split {self.val_split!r}"
+        else:
+            lines = [f"trained {self.model_name} on {ts.n_train_annotated} annotated + {ts.n_unannotated} "
+                     f"un-annotated items; {ts.n_heldout_items} held aside"]
+            where = "held-aside annotations"
         if self.before is None and self.after is None:
-            return lines + ["no held-aside annotations: before/after cannot be compared"]
+            return lines + [f"no {where}: before/after cannot be compared"]
         shown = self.after or self.before
         assert shown is not None
-        lines.append(f"held-aside annotations ({shown['n_media']} items, {shown['n_captions']} captions):")
+        lines.append(f"{where} ({shown['n_media']} items, {shown['n_captions']} captions):")
         for label, report, name in (("before", self.before, self.old_model or ZERO_SHOT),
                                     ("after ", self.after, self.model_name)):
             if report is None:
@@ -144,24 +166,70 @@ class RetrainResult:
 class Retrain:
     """The whole loop as one job: ``for p in Retrain(service, options).run(cancel): ...``, then ``.result``.
 
-    The trainer runs as its own process; ``on_event`` receives each of its ``--json-progress`` events
-    (the CLI prints them with ``--json``). The GUI runs :meth:`run` in a worker like any other job.
+    ``polyseek retrain`` and the GUI's training dialog both run it (the dialog in a worker thread). The trainer
+    runs as its own process; ``on_event`` receives each of its typed events (:mod:`engine.trainerevents`) and
+    ``on_output`` every other line it writes (and the command line itself). ``result`` exists from the first
+    progress record on and says, before the trainer starts, what it trains on, with which method and epochs,
+    and where the model goes. Without a ``service`` (only with ``options.data``) the job trains and stops there.
     """
 
-    def __init__(self, service: LoopService, options: RetrainOptions | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, service: LoopService | None, options: RetrainOptions | None = None,
+                 on_event: Callable[[trainerevents.TrainerEvent], None] | None = None,
+                 on_output: Callable[[str], None] | None = None) -> None:
         self.service, self.options = service, options or RetrainOptions()
+        if service is None and self.options.data is None:
+            raise RetrainError("training on a library's annotations needs the library")
         self.on_event = on_event or (lambda _event: None)
+        self.on_output = on_output or (lambda line: log.debug("trainer: %s", line))
         self.result: RetrainResult | None = None
+        self.trainer: TrainerProcess | None = None  # while the trainer runs
 
     def run(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Export, evaluate the old model, train from it, register, evaluate the new one, and activate it
-        only when :func:`gate` finds it not worse (then re-index with it)."""
+        """Export, train (from the active model when it can), register, measure the old and the new model the
+        same way, and activate the new one only when :func:`gate` finds it not worse (then re-index with it)."""
         cancel = cancel or CancelToken()
-        service, options = self.service, self.options
-        yield Progress(0, 0, "writing the training set")
-        ts = service.export_training_set(options.dest, options.holdout, options.seed)
-        result = self.result = RetrainResult(ts, old_model=_active_name(service))
+        options = self.options
+        result = self.result = RetrainResult(None, old_model=self._active_name())
+        yield from self._training_data(result)
+        method, start = self._method_and_start()
+        result.method, result.init_from = method, str(start) if start is not None else None
+        result.epochs = options.epochs or (WARM_START_EPOCHS if start is not None else options.cold_epochs)
+        cancel.raise_if_cancelled()
+        name, out = self._name_and_folder(method)
+        result.model_dir = out
+        yield Progress(0, 0, f"training {method}")
+        yield from self._train(result, cancel, start)
+        metrics_file = out / "metrics.json"
+        result.trainer_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        service = self.service
+        if service is None:
+            yield Progress(1, 1, "done")
+            return
+        result.model_name = service.register_model(out, name)
+        yield Progress(0, 0, f"comparing {result.model_name} with {result.old_model or 'zero-shot'}")
+        verdict = self._judge(service, result)
+        result.warnings.extend(verdict.warnings)
+        result.measure_warnings = list(verdict.warnings)
+        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision"):
+            setattr(result, name_, getattr(verdict, name_))
+        if options.always_activate and not result.activated:
+            result.activated, result.decision = True, f"activated as asked ({result.decision})"
+        if result.activated and options.activate:
+            service.set_active_model(result.model_name)
+            yield from _staged(service.reindex(cancel), f"re-indexing with {result.model_name}")
+        yield Progress(1, 1, "done")
+
+    def _training_data(self, result: RetrainResult) -> Iterator[Progress]:
+        """The library's annotations as a training set (exported now, or the one given), or the caption folder."""
+        options, ts = self.options, self.options.training_set
+        if options.data is not None and ts is None:
+            result.data, result.val_split = Path(options.data), options.val_split
+            return
+        if ts is None:
+            yield Progress(0, 0, "writing the training set")
+            assert self.service is not None
+            ts = self.service.export_training_set(options.dest, options.holdout, options.seed)
+        result.training_set, result.data, result.val_split = ts, Path(ts.folder), ts.val_split
         if ts.warning:
             result.warnings.append(ts.warning)
         yield Progress(0, 0, f"training set: {ts.n_train_annotated} annotated and {ts.n_unannotated} "
@@ -169,41 +237,23 @@ class Retrain:
         if ts.n_train_annotated < 1:
             raise RetrainError(f"nothing to train on: {ts.n_annotated_items} annotated items, "
                                f"{ts.n_heldout_items} of them held aside; annotate some items first")
-        method, start = self._method_and_start()
-        result.init_from = str(start) if start is not None else None
-        cancel.raise_if_cancelled()
         if not ts.n_heldout_items:
             result.warnings.append("no annotated item is held aside: the trainer validates on a part of the "
                                    "training items and before/after cannot be compared")
-        name, out = self._name_and_folder(method)
-        yield from self._train(ts, out, cancel, method, start)
-        metrics_file = out / "metrics.json"
-        result.trainer_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-        result.model_name = service.register_model(out, name)
-        result.model_dir = out
-        yield Progress(0, 0, f"comparing {result.model_name} with {result.old_model or 'zero-shot'} on the "
-                             "held-aside annotations and the library's pseudo pairs")
-        verdict = judge(service, result.model_name, result.old_model, ts.folder,
-                        ts.val_split if ts.n_heldout_items else None, options.seed)
-        result.warnings.extend(verdict.warnings)
-        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision"):
-            setattr(result, name_, getattr(verdict, name_))
-        if options.always_activate and not result.activated:
-            result.activated, result.decision = True, f"activated as asked ({result.decision})"
-        if result.activated:
-            service.set_active_model(result.model_name)
-            yield from _staged(service.reindex(cancel), f"re-indexing with {result.model_name}")
-        yield Progress(1, 1, "done")
 
     def _method_and_start(self) -> tuple[str, Path | None]:
         """The method to train and the model folder to start from: the active model's own method and
         weights when it can warm-start (and the options do not name another method), else random weights."""
-        active = self.service.catalog.active_model()
-        method = self.options.method
-        if active is not None and self.options.warm_start and method in (None, active.method):
+        options = self.options
+        if options.init_from is not None:
+            return options.method or DEFAULT_METHOD, Path(options.init_from)
+        active = self._active()
+        method = options.method
+        if active is not None and active.path is not None and options.warm_start and method in (None, active.method):
             start = Path(active.path)
             if (start / "model.safetensors").is_file() and (start / "config.json").is_file():
                 return active.method, start
+            assert self.result is not None
             self.result.warnings.append(f"{active.name}: no weights in {start}; training from scratch")
         return method or DEFAULT_METHOD, None
 
@@ -211,114 +261,74 @@ class Retrain:
         from engine import paths
 
         options = self.options
-        taken = {m.name for m in self.service.models()}
+        if options.resume_from is not None:
+            return options.name or Path(options.resume_from).name, Path(options.resume_from)
+        taken = {m.name for m in self.service.models()} if self.service is not None else set()
+        models_dir = Path(options.models_dir) if options.models_dir is not None else paths.models_dir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = options.name or f"{method}-{self.service.name}-{stamp}"
+        library = f"-{self.service.name}" if self.service is not None else ""
+        base = options.name or f"{method}{library}-{stamp}"
         if options.name and options.name in taken:
             raise RetrainError(f"a model named {options.name!r} is already registered")
         name, n = base, 1
-        while name in taken or (options.out is None and (paths.models_dir() / name).exists()):
+        while name in taken or (models_dir / name).exists():
             n += 1
             name = f"{base}-{n}"
-        return name, Path(options.out) if options.out else paths.models_dir() / name
+        return name, models_dir / name
 
-    def _train(self, ts: TrainingSet, out: Path, cancel: CancelToken, method: str,
-               start: Path | None) -> Iterator[Progress]:
-        """Run ``python -m trainer train`` and turn its JSON events into progress records."""
+    def _train(self, result: RetrainResult, cancel: CancelToken, start: Path | None) -> Iterator[Progress]:
+        """Run ``python -m trainer train`` and turn its events into progress records."""
         options = self.options
-        warm = ["--init-from", str(start), *warm_start_args(method)] if start is not None else []
-        epochs = options.epochs or (WARM_START_EPOCHS if start is not None else None)
-        command = [sys.executable, "-m", "trainer", "train", "--method", method, "--data", str(ts.folder),
-                   "--train-split", ts.train_split, "--val-split", ts.val_split, "--out", str(out),
-                   "--json-progress", "--stop-with-parent", *warm, *(["--epochs", str(epochs)] if epochs else []),
-                   *[arg for pair in options.overrides for arg in ("--set", pair)], *options.trainer_args]
-        log.info("running %s", " ".join(command))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
-            error: str | None = None
-            with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, encoding="utf-8",
-                                  errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"}) as process:
-                try:
-                    for event in _events(process, cancel):
-                        self.on_event(event)
-                        if event.get("event") == "error":
-                            error = str(event.get("message"))
-                        progress = _event_progress(event)
-                        if progress is not None:
-                            yield progress
-                except BaseException:  # cancelled, or the consumer closed the generator: no orphan trainer
-                    _stop(process)
-                    raise
-                status = process.wait()
-            if status != 0:
-                stderr.seek(0)
-                tail = error or (stderr.read().strip().splitlines() or ["no message"])[-1]
-                raise RetrainError(f"training failed (trainer exit status {status}): {tail}")
-
-
-def _active_name(service: LoopService) -> str | None:
-    active = service.catalog.active_model()
-    return active.name if active is not None else None
-
-
-def _events(process: subprocess.Popen, cancel: CancelToken) -> Iterator[dict[str, Any]]:
-    """The trainer's stdout events; a reader thread lets cancellation act while the trainer is quiet."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
+        assert result.method is not None and result.data is not None and result.model_dir is not None
+        ts = result.training_set
+        warm = ["--init-from", str(start), *warm_start_args(result.method)] if start is not None else []
+        request = TrainerRequest(
+            result.method, result.data, result.model_dir, result.epochs,
+            ts.train_split if ts is not None else options.train_split, str(result.val_split),
+            resume=options.resume_from is not None,
+            options=(*(["--device", options.device] if options.device else []), *warm,
+                     *[arg for pair in options.overrides for arg in ("--set", pair)], *options.trainer_args))
+        self.trainer = TrainerProcess(options.trainer_command, request, self.on_output, options.stop_wait_s)
+        stream = self.trainer.events(cancel)
         try:
-            for line in process.stdout or ():
-                lines.put(line)
-        except (OSError, ValueError):  # the pipe was closed under us: the job is over either way
-            pass
-        lines.put(None)
+            for event in stream:
+                self.on_event(event)
+                progress = _event_progress(event)
+                if progress is not None:
+                    yield progress
+        finally:
+            stream.close()  # a consumer that stops early (GeneratorExit here) stops the trainer now
+            self.trainer = None
 
-    threading.Thread(target=read, daemon=True, name="trainer-stdout").start()
-    while True:
-        if cancel.cancelled:
-            raise Cancelled()
-        try:
-            line = lines.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        if line is None:
-            return
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            log.debug("trainer: %s", line.rstrip())
-            continue
-        if isinstance(event, dict):
-            yield event
+    def _judge(self, service: LoopService, result: RetrainResult) -> Judgement:
+        """The library's rule on its held-aside annotations, or both models on the folder's validation split."""
+        assert result.model_name is not None and result.data is not None and result.val_split is not None
+        ts = result.training_set
+        if ts is None:
+            return measure(service, result.model_name, result.old_model, result.data, result.val_split)
+        return service.judge_model(result.model_name, ts.folder, ts.val_split if ts.n_heldout_items else None,
+                                   result.old_model, self.options.seed)
+
+    def _active(self) -> ModelInfo | None:
+        return active_model(self.service.models()) if self.service is not None else None
+
+    def _active_name(self) -> str | None:
+        active = self._active()
+        return active.name if active is not None and active.path is not None else None
 
 
-def _event_progress(event: dict[str, Any]) -> Progress | None:
-    kind = event.get("event")
-    if kind == "step":
-        loss = event.get("loss", {}).get("total")
-        text = f", loss {loss:.3f}" if isinstance(loss, (int, float)) else ""
-        return Progress(int(event.get("step", 0)), int(event.get("total", 0)),
-                        f"training epoch {event.get('epoch')}{text}")
-    if kind == "progress":
-        return Progress(int(event.get("done", 0)), int(event.get("total", 0)),
-                        f"training: {event.get('message') or event.get('stage')}")
-    if kind == "epoch":
-        rsum = (event.get("val") or {}).get("rsum")
-        text = f" (held-aside rsum {rsum:.1f})" if isinstance(rsum, (int, float)) else ""
-        return Progress(1, 1, f"epoch {event.get('epoch')} done{text}")
+def _event_progress(event: trainerevents.TrainerEvent) -> Progress | None:
+    if isinstance(event, trainerevents.Step):
+        loss = event.total_loss
+        return Progress(event.step, event.total,
+                        f"training epoch {event.epoch}" + (f", loss {loss:.3f}" if loss is not None else ""))
+    if isinstance(event, trainerevents.StageProgress):
+        return Progress(event.done, event.total, f"training: {event.message or event.stage}")
+    if isinstance(event, trainerevents.EpochEnd):
+        rsum = event.rsum
+        return Progress(1, 1, f"epoch {event.epoch} done" + (f" (held-aside rsum {rsum:.1f})" if rsum is not None
+                                                             else ""))
     return None
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Ask the trainer to stop (SIGINT: it writes a resumable checkpoint), then make sure it has."""
-    if process.poll() is not None:
-        return
-    try:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        process.kill()
-        process.wait()
 
 
 def _staged(progress: Iterator[Progress], stage: str) -> Iterator[Progress]:

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
     from engine.library.catalog import Catalog
+    from engine.loop.judge import Judgement
     from engine.loop.trainingset import TrainingSet
     from engine.progress import CancelToken, Progress
+    from engine.types import ModelInfo
 
 
 class LoopService(Protocol):
@@ -30,7 +32,7 @@ class LoopService(Protocol):
     encoders: Encoders
     library_dir: Path
 
-    def models(self) -> list[Any]: ...
+    def models(self) -> list[ModelInfo]: ...
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str: ...
 
@@ -42,3 +44,6 @@ class LoopService(Protocol):
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None,
                     distractors: Sequence[Path] = ()) -> dict[str, Any]: ...
+
+    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
+                    seed: int = 0) -> Judgement: ...

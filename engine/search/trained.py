@@ -22,6 +22,7 @@ import numpy as np
 from engine.features.featurestore import FeatureStore
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
+from engine.search.exportformat import model_export_dir as model_export_dir  # callers import it here
 from engine.search.modelrunner import MATCH_SEED, Encoded, ModelRunner, match_probability, uncertainty
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
 from engine.types import Explanation, MediaKind
@@ -201,12 +202,6 @@ class TrainedSearch:
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2,
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})",))
-
-
-def model_export_dir(path: Path) -> Path:
-    """The folder holding ``manifest.json``: the model directory itself or its ``onnx/`` sub-folder."""
-    path = Path(path)
-    return path / "onnx" if (path / "onnx" / "manifest.json").is_file() else path
 
 
 def _concat(parts: list[Encoded]) -> Encoded:

@@ -18,7 +18,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from PIL import Image, ImageDraw
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
 from engine.loop.metrics import retrieval_report
 from engine.progress import CancelToken, Progress
-from engine.types import CaptionSource, Explanation, MediaKind, SearchHit
+from engine.types import CaptionSource, Explanation, MediaKind, ModelInfo, SearchHit
 
 K = 2
 GRID = (7, 7)
@@ -77,17 +77,6 @@ class FakeCaption:
 
 
 @dataclass(frozen=True, slots=True)
-class FakeModel:
-    """The fake's ``ModelInfo``."""
-
-    name: str
-    method: str
-    path: Path | None
-    metrics: dict[str, Any]
-    active: bool
-
-
-@dataclass(frozen=True, slots=True)
 class FakeTrainingSet:
     """The fake's ``TrainingSet`` (what ``export_training_set`` wrote)."""
 
@@ -99,6 +88,10 @@ class FakeTrainingSet:
     n_heldout_items: int = 0
     n_unannotated: int = 0
     warning: str | None = None
+
+    @property
+    def n_train_annotated(self) -> int:
+        return self.n_annotated_items - self.n_heldout_items
 
 
 @dataclass
@@ -295,7 +288,7 @@ class FakeService:
 
     # --- search
     def _is_probabilistic(self) -> bool:
-        return any(name == self._active and method == "pcme" for name, method, _ in self._models)
+        return any(model.active and model.probabilistic for model in self.models())
 
     def _hit(self, entry: _Entry, score: float) -> SearchHit:
         media_id = entry.media.id
@@ -434,10 +427,11 @@ class FakeService:
         return dict(self._pairs)
 
     # --- models
-    def models(self) -> list[FakeModel]:
-        out = [FakeModel("zero-shot", "zero-shot", None, {}, self._active is None)]
+    def models(self) -> list[ModelInfo]:
+        """The fake's models; a PCME one ranks by match probability (a real one's manifest says so)."""
+        out = [ModelInfo("zero-shot", "zero-shot", None, {}, self._active is None)]
         for name, method, metrics in self._models:
-            out.append(FakeModel(name, method, self.workdir / name, metrics, name == self._active))
+            out.append(ModelInfo(name, method, self.workdir / name, metrics, name == self._active, method == "pcme"))
         return out
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str:
@@ -597,12 +591,14 @@ class FakeService:
         verdict.activated, verdict.decision = gate(verdict)
         return verdict
 
-    def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]:
+    def evaluate_on(self, folder: Path, split: str, model: str | None = None,
+                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
         """Retrieval metrics (``engine.loop.metrics.retrieval_report``) of split ``split`` of a caption folder.
 
         The fake has no real models, so every model ranks the same way: by how close an item's colour is to
         the colour words of the caption (an unnamed colour scores 0). ``model`` must exist (None or
-        ``zero-shot``: the zero-shot ranking, as in the engine).
+        ``zero-shot``: the zero-shot ranking, as in the engine). ``distractors`` are ignored: the fake ranks
+        each split on its own.
         """
         self.calls.append(("evaluate_on", (str(folder), split, model)))
         if model is not None and model != "zero-shot" and model not in {n for n, _, _ in self._models}:

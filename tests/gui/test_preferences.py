@@ -65,7 +65,7 @@ def test_the_model_device_and_cutoff_apply_on_ok(qtbot, window, service: FakeSer
     assert window.search_bar.cutoff.value() == 40
     training = window.open_training()
     assert training.device.currentText() == "cpu"
-    assert training.request().arguments()[training.request().arguments().index("--device") + 1] == "cpu"
+    assert training.job_options().device == "cpu"
     training.close()
 
 

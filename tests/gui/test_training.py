@@ -1,5 +1,6 @@
-"""The training dialog runs a trainer process, plots its JSON progress live, cancels and resumes it, trains on
-the library's own annotations, and compares the new model with the active one (fake trainer, FakeService)."""
+"""The training dialog runs the engine's retraining job (engine.loop.retrain.Retrain), plots the trainer's events
+live, cancels and resumes it, trains on the library's own annotations, and compares the new model with the active
+one (fake trainer, FakeService)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,9 @@ from pathlib import Path
 import pytest
 
 import app.widgets.training as training_module
-from app.widgets.training import (
-    SOURCE_FOLDER,
-    SOURCE_LIBRARY,
-    JsonLines,
-    RunProgress,
-    TrainingDialog,
-    TrainingRequest,
-    describe_training_set,
-    format_eta,
-    headline,
-    saved_checkpoint,
-)
+from app.widgets.training import SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog, trainer_options
+from app.widgets.trainingview import RunProgress, describe_training_set, format_eta, headline
+from engine.loop.trainerprocess import TrainerRequest, saved_checkpoint
 from tests.gui.fake_trainer import metrics as fake_metrics
 from tests.gui.fakes import FakeService
 
@@ -37,29 +29,22 @@ def dialog(qtbot, tmp_path: Path):
     dlg.close()
 
 
-def test_json_lines_buffers_partial_lines_and_passes_text_through() -> None:
-    parser = JsonLines()
-    assert parser.feed(b'{"event": "step", "st') == []
-    assert parser.feed(b'ep": 3}\nplain text\n{"no_event": 1}\n') == [
-        {"event": "step", "step": 3}, "plain text", '{"no_event": 1}']
-    assert parser.feed(b'{"event": "done"}') == []
-    assert parser.flush() == [{"event": "done"}]
-
-
 def test_request_arguments_follow_the_cli_contract(tmp_path: Path) -> None:
-    args = TrainingRequest("pcme", tmp_path / "d", tmp_path / "o", 3, "cpu").arguments()
+    args = TrainerRequest("pcme", tmp_path / "d", tmp_path / "o", 3, options=trainer_options()).arguments()
     assert args[:3] == ["train", "--method", "pcme"] and args[-1] == "--json-progress"
     assert args[args.index("--epochs") + 1] == "3" and args[args.index("--data") + 1] == str(tmp_path / "d")
     assert args[args.index("--val-split") + 1] == "dev" and "--resume" not in args
-    resumed = TrainingRequest("vse", tmp_path, tmp_path, val_split="heldout", resume=True,
-                              extra=("--preset", "test")).arguments()
+    resumed = TrainerRequest("vse", tmp_path, tmp_path, val_split="heldout", resume=True,
+                             options=trainer_options(extra=("--preset", "test"))).arguments()
     assert "--resume" in resumed and resumed[-4:] == ["--preset", "test", "--stop-with-parent", "--json-progress"]
     assert resumed[resumed.index("--val-split") + 1] == "heldout"
     assert "--low-priority" in args  # the trainer yields the CPU to the GUI
     assert "--stop-with-parent" in args  # and does not outlive it
-    assert "--low-priority" not in TrainingRequest("vse", tmp_path, tmp_path, low_priority=False).arguments()
-    tuned = TrainingRequest("vse", tmp_path, tmp_path, epochs=4, finetune_epochs=2)
-    assert tuned.arguments()[tuned.arguments().index("--finetune-epochs") + 1] == "2" and tuned.total_epochs == 6
+    assert "--low-priority" not in trainer_options(low_priority=False)
+    assert "--epochs" not in TrainerRequest("vse", tmp_path, tmp_path).arguments()  # the recipe's epochs
+    tuned = trainer_options(finetune_epochs=2, finetune_blocks=5)
+    assert tuned[tuned.index("--finetune-epochs") + 1] == "2" and tuned[tuned.index("--finetune-blocks") + 1] == "5"
+    assert "--finetune-epochs" not in trainer_options(finetune_epochs=0)
 
 
 def test_headline_reads_text_to_item_recalls_and_rsum() -> None:
@@ -133,11 +118,11 @@ def test_a_run_plots_loss_and_rsum_and_reports_the_model(qtbot, dialog, tmp_path
 def test_fine_tuning_epochs_extend_the_run_and_are_announced(qtbot, dialog, tmp_path: Path) -> None:
     dialog.epochs.setValue(2)
     assert dialog.finetune.value() == 0 and dialog.finetune.text() == "off"
-    assert "--finetune-epochs" not in dialog.request().arguments() and not dialog.finetune_blocks.isEnabled()
+    assert "--finetune-epochs" not in dialog.trainer_options() and not dialog.finetune_blocks.isEnabled()
     dialog.finetune.setValue(1)
     assert dialog.finetune_blocks.isEnabled()
     dialog.finetune_blocks.setValue(5)
-    args = dialog.request().arguments()
+    args = dialog.trainer_options()
     assert args[args.index("--finetune-epochs") + 1] == "1" and args[args.index("--finetune-blocks") + 1] == "5"
     with qtbot.waitSignal(dialog.model_trained, timeout=15000):
         dialog.start_button.click()
@@ -264,8 +249,8 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
     monkeypatch.setattr("engine.loop.judge.MIN_HELDOUT_ALONE", 3)  # ... and no pseudo pairs beside them
     real = service.evaluate_on
 
-    def worse_for_new(folder, split, model=None):  # the new model ranks every caption's item last
-        report = real(folder, split, model)
+    def worse_for_new(folder, split, model=None, distractors=()):  # the new model ranks every caption's item last
+        report = real(folder, split, model, distractors)
         if model not in (None, "zero-shot"):
             report = {**report, "rsum": 0.0, "t2i": {**report["t2i"], "r1": 0.0, "r10": 0.0},
                       "i2t": {**report["i2t"], "r1": 0.0, "r10": 0.0}}
@@ -353,15 +338,15 @@ def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dial
 def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp_path: Path,
                                                                       service: FakeService) -> None:
     import shiboken6
-    from PySide6.QtCore import QThreadPool
 
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "data"), service=service)
     dlg.set_source(SOURCE_FOLDER)
     dlg.epochs.setValue(1)
+    pool = dlg.job_pool
     with qtbot.waitSignal(dlg.model_trained, timeout=15000):
         dlg.start()
-    shiboken6.delete(dlg)  # e.g. the window closed; the registration job is still running or queued
-    QThreadPool.globalInstance().waitForDone(10000)
+    shiboken6.delete(dlg)  # e.g. the window closed; the job is still registering and measuring the model
+    assert pool.waitForDone(10000)
     qtbot.wait(200)  # its result is delivered now, and must be dropped (pytest-qt fails on an exception)
     assert any(name == "register_model" for name, _ in service.calls)
 

@@ -1,9 +1,9 @@
 """The training dialog with the real trainer process (``python -m trainer train``) on a tiny generated folder.
 
 The ``test`` preset shrinks every layer, so a run is a few seconds (mostly feature extraction with the
-prepared ONNX assets); the dialog's QProcess, JSON parsing, plots, cancel with a resumable checkpoint,
-resume, registration and the comparison are all the real thing. The library is the FakeService, whose
-``evaluate_on`` measures the "active model" on the same validation split.
+prepared ONNX assets); the engine's retraining job, the trainer's events, plots, cancel with a resumable
+checkpoint, resume, registration and the comparison are all the real thing. The library is the FakeService,
+whose ``evaluate_on`` measures both models on the same validation split.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def real_dialog(qtbot, tmp_path: Path, toy: Path, service: FakeService):
 
 
 def test_real_training_plots_live_progress_and_compares_with_the_active_model(
-        qtbot, real_dialog: TrainingDialog, service: FakeService) -> None:
+        qtbot, real_dialog: TrainingDialog, service: FakeService, toy: Path) -> None:
     dlg = real_dialog
     dlg.epochs.setValue(2)
     updates: list[bool] = []  # whether the trainer was still running at each loss-plot update
@@ -76,10 +76,13 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     metrics = json.loads((model_dir / "metrics.json").read_text())
     assert dict(dlg.rsums)[metrics["best_epoch"]] == pytest.approx(metrics["rsum"])  # the kept epoch's figures
     comparison = ready.args[0]
-    assert comparison.new == metrics and comparison.split == "dev"
-    assert comparison.old["n_media"] == metrics["n_media"] == 6  # both measured on the same dev split
+    assert comparison.split == "dev" and comparison.data == toy
+    # both models measured by the one evaluation path (the service's evaluate_on) on the same dev split
+    assert ("evaluate_on", (str(toy), "dev", comparison.new_name)) in service.calls
+    assert comparison.new == service.evaluate_on(toy, "dev", comparison.new_name)
+    assert comparison.old["n_media"] == comparison.new["n_media"] == metrics["n_media"] == 6
     assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models()}
-    assert dlg.result_table.item(1, 4).text() == f"{metrics['rsum']:.1f}"
+    assert dlg.result_table.item(1, 4).text() == f"{comparison.new['rsum']:.1f}"
     assert dlg.use_button.isEnabled()
 
 
@@ -89,7 +92,7 @@ def test_real_training_cancels_to_a_resumable_checkpoint_and_resumes(qtbot, real
     dlg.start()
     qtbot.waitUntil(lambda: len(dlg.losses) >= 1, timeout=WAIT_MS)
     if hasattr(os, "getpriority"):  # --low-priority: the trainer runs 10 nice levels below this process
-        trainer_nice = os.getpriority(os.PRIO_PROCESS, dlg._process.processId())
+        trainer_nice = os.getpriority(os.PRIO_PROCESS, dlg.trainer_pid)
         assert trainer_nice == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     with qtbot.waitSignal(dlg.state_changed, timeout=WAIT_MS // 4) as changed:
         dlg.cancel_button.click()

@@ -287,35 +287,74 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     assert os.path.islink(view.items[0].path)
 
 
-def test_cancelling_stops_a_quiet_trainer_process():
+def test_cancelling_stops_a_quiet_trainer_process(tmp_path):
     """The trainer may print nothing for a while (features, validation): cancel must still act, and stop it."""
-    import subprocess
     import sys
     import threading
 
-    from engine.loop.retrain import _event_progress, _events, _stop
+    from engine import trainerevents
+    from engine.loop.retrain import _event_progress
+    from engine.loop.trainerprocess import TrainerProcess, TrainerRequest
     from engine.progress import Cancelled, CancelToken
 
     script = ("import json, signal, sys, time\n"
-              "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
+              "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
               "print(json.dumps({'event': 'step', 'epoch': 1, 'step': 1, 'total': 4, 'loss': {'total': 0.5}}), "
               "flush=True)\n"
               "print('not json', flush=True)\n"
+              "print('a warning', file=sys.stderr, flush=True)\n"
               "time.sleep(60)\n")
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    trainer = TrainerProcess([sys.executable, "-c", script], TrainerRequest("vse", tmp_path, tmp_path / "out"),
+                             on_output=lines.append)
     cancel = CancelToken()
     seen = []
-    try:
-        with pytest.raises(Cancelled):
-            for event in _events(process, cancel):
-                seen.append(event)
-                threading.Timer(0.3, cancel.cancel).start()
-    finally:
-        _stop(process)
-    assert process.returncode == 130
-    assert [e["event"] for e in seen] == ["step"]
+    with pytest.raises(Cancelled):
+        for event in trainer.events(cancel):
+            seen.append(event)
+            threading.Timer(0.3, cancel.cancel).start()
+    assert trainer.process.returncode == 143  # asked to stop (SIGTERM), not killed
+    assert seen == [trainerevents.Step(1, 1, 4, loss={"total": 0.5})]
+    assert lines[0].startswith("$ ") and "--json-progress" in lines[0]
+    assert "not json" in lines and "a warning" in lines  # other lines are passed on as text
     progress = _event_progress(seen[0])
     assert (progress.done, progress.total) == (1, 4) and "loss 0.500" in progress.message
+
+
+def test_a_trainer_that_ignores_the_stop_request_is_killed(tmp_path):
+    import sys
+
+    from engine.loop.trainerprocess import TrainerProcess, TrainerRequest
+    from engine.progress import Cancelled, CancelToken
+
+    script = ("import signal, time\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "print('{\"event\": \"resumed\", \"epoch\": 1}', flush=True)\n"
+              "time.sleep(60)\n")
+    lines: list[str] = []
+    trainer = TrainerProcess([sys.executable, "-c", script], TrainerRequest("vse", tmp_path, tmp_path / "out"),
+                             on_output=lines.append, stop_wait_s=0.3)
+    cancel = CancelToken()
+    with pytest.raises(Cancelled):
+        for _event in trainer.events(cancel):
+            cancel.cancel()
+    assert trainer.process.returncode == -9 and "killed it" in lines[-1]
+
+
+def test_a_failing_trainer_is_reported_with_its_status_and_last_words(tmp_path):
+    import sys
+
+    from engine.loop.trainerprocess import TrainerFailed, TrainerProcess, TrainerRequest
+    from engine.progress import CancelToken
+
+    script = "import sys\nprint('Traceback: it broke', file=sys.stderr)\nsys.exit(3)\n"
+    trainer = TrainerProcess([sys.executable, "-c", script], TrainerRequest("vse", tmp_path, tmp_path / "out"))
+    with pytest.raises(TrainerFailed) as failed:
+        list(trainer.events(CancelToken()))
+    assert failed.value.status == 3 and failed.value.reason == "Traceback: it broke"
+    with pytest.raises(TrainerFailed) as missing:
+        TrainerProcess([str(tmp_path / "no-such-program")], TrainerRequest("vse", tmp_path, tmp_path / "out"))
+    assert missing.value.status is None
 
 
 def test_files_with_the_same_relative_path_in_two_folders_keep_their_own_captions(tmp_path):

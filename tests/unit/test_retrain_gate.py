@@ -122,8 +122,8 @@ def _scramble(folder: Path) -> None:
 
 def _retrain_into(monkeypatch, result_folder: Path):
     """Retrain whose trainer process is replaced by copying ``result_folder`` into the run's output."""
-    def fake_train(self, ts, out, cancel, method, start):
-        shutil.copytree(result_folder, out)
+    def fake_train(self, result, cancel, start):
+        shutil.copytree(result_folder, result.model_dir)
         yield from ()
 
     monkeypatch.setattr(Retrain, "_train", fake_train)

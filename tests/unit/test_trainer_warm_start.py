@@ -38,16 +38,18 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_a_warm_start_begins_at_the_start_model_and_keeps_it_unless_an_epoch_beats_it(workspace, start, tmp_path):
     folder, source, assets = workspace
     out = tmp_path / "warm"
-    events: list[dict] = []
+    from engine.trainerevents import EpochEnd, TrainerEvent
     from trainer.train import Reporter
+
+    events: list[TrainerEvent] = []
 
     reporter = Reporter(False)
     reporter.emit = events.append  # type: ignore[method-assign]
     # a learning rate this high wrecks the weights: no epoch may beat the start, so the start is what is kept
     report = train(_options(folder, out, assets, init_from=start, lr=5.0, l2sp=0.0, schedule="constant"),
                    source=source, reporter=reporter)
-    first = next(e for e in events if e.get("event") == "epoch")
-    assert first["epoch"] == 0 and first["best"]
+    first = next(e for e in events if isinstance(e, EpochEnd))
+    assert first.epoch == 0 and first.best
     state = ckpt.load_state(out)
     assert state is not None and state.options["init_from"] == str(start)
     assert state.best_epoch == 0 and report["best_epoch"] == 0

@@ -1,0 +1,40 @@
+"""Whether a model ranks by match probability comes from its export manifest, also for older model folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.search.exportformat import MANIFEST_FILE, is_probabilistic, model_export_dir
+from engine.types import ModelInfo, active_model
+
+
+def _model(folder: Path, manifest: dict, nested: bool = True) -> Path:
+    where = folder / "onnx" if nested else folder
+    where.mkdir(parents=True)
+    (where / MANIFEST_FILE).write_text(json.dumps(manifest))
+    return folder
+
+
+def test_the_manifest_says_whether_a_model_is_probabilistic(tmp_path: Path) -> None:
+    pcme = _model(tmp_path / "pcme", {"method": "pcme", "probabilistic": True, "match_scale": 5.0})
+    vse = _model(tmp_path / "vse", {"method": "vse", "probabilistic": False}, nested=False)
+    # a method name says nothing: a (hypothetical) deterministic export of a pcme-named method is not probabilistic
+    renamed = _model(tmp_path / "renamed", {"method": "pcme", "probabilistic": False})
+    assert model_export_dir(pcme) == pcme / "onnx" and model_export_dir(vse) == vse
+    assert is_probabilistic(pcme) and not is_probabilistic(vse) and not is_probabilistic(renamed)
+
+
+def test_older_folders_without_the_flag_and_broken_ones_still_load(tmp_path: Path) -> None:
+    old_pcme = _model(tmp_path / "old-pcme", {"method": "pcme", "match_scale": 5.0, "match_shift": 1.0})
+    old_vse = _model(tmp_path / "old-vse", {"method": "vse"})
+    broken = tmp_path / "broken"
+    (broken / "onnx").mkdir(parents=True)
+    (broken / "onnx" / MANIFEST_FILE).write_text("{not json")
+    assert is_probabilistic(old_pcme) and not is_probabilistic(old_vse)
+    assert not is_probabilistic(broken) and not is_probabilistic(tmp_path / "missing") and not is_probabilistic(None)
+
+
+def test_active_model_reads_the_typed_flag() -> None:
+    models = [ModelInfo("zero-shot", "zero-shot", None), ModelInfo("m", "vse", Path("m"), active=True)]
+    assert active_model(models) is models[1] and active_model(models[:1]) is None
