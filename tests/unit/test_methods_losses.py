@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 from trainer.methods import build_config, build_loss
 from trainer.methods.a3vse import DomainAdversarialLoss
+from trainer.methods.functional import closed_form_sampled_distance
 from trainer.methods.instance import InstanceLoss
 from trainer.methods.interface import EncoderOutput, ImageInput, PairBatch, PairOutput, TextInput
 from trainer.methods.losses import MILLoss, TripletLoss
-from trainer.methods.functional import closed_form_sampled_distance
 from trainer.methods.pcme import (
     ClosedFormMatchLoss,
     GaussianKLLoss,
