@@ -84,11 +84,12 @@ CLEAR_PERCENTILE = 10.0  # its 10 % most certain read "clear"
 def uncertainty_reading(percentile: float, items: int) -> str:
     """The item's uncertainty in words, from where it sits among the library's ``items`` (``percentile``: the
     share of them at most as uncertain, :attr:`engine.types.Explanation.item_uncertainty_percentile`)."""
+    one_item = 100.0 / max(1, items)  # never a finer share than one item of the library
     if percentile >= AMBIGUOUS_PERCENTILE:
-        share = max(1, math.ceil(100.0 - percentile))
+        share = max(1, math.ceil(100.0 - percentile), math.ceil(one_item))
         return f"Ambiguous: among the {share} % least certain of the {items:,} items in this library"
     if percentile <= CLEAR_PERCENTILE:
-        share = max(1, math.ceil(percentile))
+        share = max(1, math.ceil(percentile), math.ceil(one_item))
         return f"Clear: among the {share} % most certain of the {items:,} items in this library"
     return f"Typical: more uncertain than {percentile:.0f} % of the {items:,} items in this library"
 
@@ -498,7 +499,7 @@ class Inspector(QScrollArea):
             layout.addWidget(self.uncertainty_label)
             self.uncertainty_bar = QProgressBar(minimum=0, maximum=1000)
             self.uncertainty_bar.setValue(round(10 * pct))
-            self.uncertainty_bar.setFormat(f"more uncertain than {pct:.0f} % of the library")
+            self.uncertainty_bar.setFormat(f"uncertainty percentile {pct:.0f} in this library")
             self.uncertainty_bar.setToolTip(plain_tooltip(
                 "Where this item's uncertainty (the geometric mean of its sigma) sits among every item of this "
                 "library under the active model: left is the most certain, right the most ambiguous."))

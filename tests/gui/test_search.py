@@ -69,6 +69,7 @@ def test_first_result_is_selected_and_explained_with_k_heads(qtbot, window, serv
     (42.0, 50, "Typical: more uncertain than 42 % of the 50 items in this library"),
     (10.0, 50, "Clear: among the 10 % most certain of the 50 items in this library"),
     (0.4, 300, "Clear: among the 1 % most certain of the 300 items in this library"),
+    (100.0, 12, "Ambiguous: among the 9 % least certain of the 12 items in this library"),  # one item: 8.3 %
 ])
 def test_uncertainty_reads_as_a_place_in_the_library(percentile: float, items: int, reading: str) -> None:
     assert uncertainty_reading(percentile, items) == reading
