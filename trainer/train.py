@@ -162,9 +162,10 @@ RECIPES: dict[str, Recipe] = {
     # part of AdamP that matters for un-normalised heads) stands in for it. D=512 (PCME's CUB size).
     # Every caption of an item each epoch: 6 such epochs (2,820 steps on Flickr8k). With PCME's sampled
     # distance they reached dev rsum 269.0, but sigma stayed within 0.018-0.027 and image-to-text R@1 did not
-    # fall with it (Spearman -0.08); PCME++'s closed-form distance with its pseudo-positives (alpha 0.1) is the
-    # default (docs/benchmarks.md, "PCME's uncertainty").
-    "pcme": Recipe({**_SENTENCE, "embed_dim": 512, "match_distance": "csd", "pseudo_positive_weight": 0.1},
+    # fall with it (Spearman -0.08). PCME++'s closed-form distance is the default (docs/benchmarks.md, "PCME's
+    # uncertainty"); its pseudo-positives (alpha 0.1) are not: from scratch, where every mean starts alike, most
+    # negatives count as pseudo-positives and their pull froze the means (dev rsum 6.6 after an epoch).
+    "pcme": Recipe({**_SENTENCE, "embed_dim": 512, "match_distance": "csd"},
                    "adamw", 2e-4, weight_decay=1e-4, schedule="cosine", epochs=6, patience=4, per_item=None),
     # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16 (here
     # 12 and 8); the paper's lambdas are the config defaults. Its attention reads MiniLM token vectors.
