@@ -159,14 +159,14 @@ RECIPES: dict[str, Recipe] = {
     # 0.2 (VSE++'s) with vse's 30-epoch budget reaches 288.0 (epoch 25).
     "pvse": Recipe({**_SENTENCE, "margin": 0.2}, "amsgrad", 2e-4, epochs=30, patience=4, schedule_patience=2),
     # PCME uses AdamP with a cosine schedule; AdamP is not installed, AdamW (decoupled weight decay, the
-    # part of AdamP that matters for un-normalised heads) stands in for it. D=512 (PCME's CUB size).
-    # Every caption of an item each epoch: 6 such epochs (2,820 steps on Flickr8k). With PCME's sampled
-    # distance they reached dev rsum 269.0, but sigma stayed within 0.018-0.027 and image-to-text R@1 did not
-    # fall with it (Spearman -0.08). PCME++'s closed-form distance is the default (docs/benchmarks.md, "PCME's
-    # uncertainty"); its pseudo-positives (alpha 0.1) are not: from scratch, where every mean starts alike, most
-    # negatives count as pseudo-positives and their pull froze the means (dev rsum 6.6 after an epoch).
-    "pcme": Recipe({**_SENTENCE, "embed_dim": 512, "match_distance": "csd"},
-                   "adamw", 2e-4, weight_decay=1e-4, schedule="cosine", epochs=6, patience=4, per_item=None),
+    # part of AdamP that matters for un-normalised heads) stands in for it. D=512 (PCME's CUB size) halves
+    # the J x J sample distances of the loss.
+    # Every caption of an item each epoch: 6 such epochs (2,820 steps on Flickr8k) reach dev rsum 269.0 and a
+    # sigma-decile Spearman of -0.78 text-to-image, against 242.4 / -0.54 for 12 one-caption epochs (564 steps).
+    # PCME++'s closed-form distance (--set match_distance=csd) is not the default: only its first epoch of six
+    # has been measured (docs/benchmarks.md, "PCME's uncertainty").
+    "pcme": Recipe({**_SENTENCE, "embed_dim": 512}, "adamw", 2e-4, weight_decay=1e-4, schedule="cosine",
+                   epochs=6, patience=4, per_item=None),
     # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16 (here
     # 12 and 8); the paper's lambdas are the config defaults. Its attention reads MiniLM token vectors.
     "a3vse": Recipe({"text_encoder": "minilm"}, "adam", 2e-4, weight_decay=1e-6, schedule="step",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         label, _, folder = spec.partition("=")
         rows[label] = measure(Path(folder), args.data, args.split)
         print(f"{label}: rsum {rows[label]['rsum']:.1f}, Spearman {rows[label]['spearman']}", flush=True)
-    command = "python tests/bench/bench_pcme_uncertainty.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python tests/bench/bench_pcme_uncertainty.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(rows, command))
