@@ -64,6 +64,10 @@ class Explanation:
     item_sigma: np.ndarray | None = None
     query_mu_2d: np.ndarray | None = None
     item_mu_2d: np.ndarray | None = None
+    # PCME: the percentage of the library's items at most as uncertain as this one (0-100), and how many items
+    # that is among; 95 reads "among the 5 % least certain items of this library"
+    item_uncertainty_percentile: float | None = None
+    library_items: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 

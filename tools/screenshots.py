@@ -6,6 +6,7 @@ Run under a virtual X server so the window is real::
     xvfb-run -a python tools/screenshots.py --flickr8k 150 --out /tmp/f8k  # a Flickr8k sample (never docs/)
     xvfb-run -a python tools/screenshots.py --library NAME --keep-home --out /tmp/mine
     xvfb-run -a python tools/screenshots.py --fake --out /tmp/shots     # FakeService, no model assets
+    xvfb-run -a python tools/screenshots.py --model DIR --no-train --out /tmp/pcme  # the demo, a trained model
 
 The default is the demo library (``resources.demo``) in a temporary ``POLYSEEK_HOME`` with the real engine,
 seven of its items captioned by hand below, so "What to annotate next" has the rest to suggest. Before the
@@ -78,6 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", default="1440x900", help="window size, WIDTHxHEIGHT")
     parser.add_argument("--epochs", type=int, default=40, help="epochs of the training run")
     parser.add_argument("--no-train", action="store_true", help="skip the training shots")
+    parser.add_argument("--model", type=Path, default=None, metavar="DIR",
+                        help="a trained model folder to register and activate before the search shots")
     parser.add_argument("--docs", action="store_true", help="copy the demo shots into docs/")
     parser.add_argument("--shapes", type=int, default=60, metavar="N",
                         help="demo: before training, add N generated captioned shape photos through "
@@ -275,6 +278,8 @@ def run(args: argparse.Namespace) -> int:
         service, query = open_service(args.library), args.query or "a dog running on the grass"
     else:
         service, query = demo_service(), args.query or "a cat"
+    if args.model is not None:
+        service.set_active_model(str(args.model.resolve()))
     window = MainWindow(GuiSettings(), service)
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)

@@ -52,6 +52,7 @@ from trainer.methods.functional import cosine_matrix
 
 SIMILARITIES = ("default", "mean", "elk", "js", "wasserstein", "avg-l2", "match-prob", "csd")
 PCME_DEFAULT_SIMILARITY = "match-prob"  # PCME's choice at test time (§4.3, table 1)
+PCMEPP_DEFAULT_SIMILARITY = "csd"  # a model trained on PCME++'s closed-form distance ranks by it
 ENCODE_BATCH = 256
 CHUNK_ELEMENTS = 2 ** 25  # floats in one broadcast block of a similarity chunk (~128 MB)
 FOLD = 1000
@@ -130,11 +131,15 @@ def encode_pairs(model: RetrievalModel, pairs: PairSet, device: torch.device,
 
 def resolve_similarity(model: RetrievalModel, name: str) -> str:
     """The similarity ``name`` stands for with this model ('default': the model's own, match probability
-    for PCME); :class:`EvaluationError` if it needs Gaussians the model does not have."""
+    for PCME, the closed-form sampled distance for a PCME trained on it); :class:`EvaluationError` if it
+    needs Gaussians the model does not have."""
     if name not in SIMILARITIES:
         raise EvaluationError(f"--similarity: unknown {name!r}; known: {', '.join(SIMILARITIES)}")
     if name == "default":
-        return PCME_DEFAULT_SIMILARITY if model.probabilistic else "default"
+        if not model.probabilistic:
+            return "default"
+        closed = getattr(model.config, "match_distance", "sampled") == "csd"
+        return PCMEPP_DEFAULT_SIMILARITY if closed else PCME_DEFAULT_SIMILARITY
     if not model.probabilistic:
         raise EvaluationError(f"--similarity {name}: needs a probabilistic model (pcme), "
                               f"not {model.config.method!r}")

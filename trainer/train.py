@@ -173,6 +173,8 @@ RECIPES: dict[str, Recipe] = {
     # the J x J sample distances of the loss.
     # Every caption of an item each epoch: 6 such epochs (2,820 steps on Flickr8k) reach dev rsum 269.0 and a
     # sigma-decile Spearman of -0.78 text-to-image, against 242.4 / -0.54 for 12 one-caption epochs (564 steps).
+    # PCME++'s closed-form distance (--set match_distance=csd) is not the default: only its first epoch of six
+    # has been measured (docs/benchmarks.md, "PCME's uncertainty").
     "pcme": Recipe({**_SENTENCE, "embed_dim": 512}, "adamw", 2e-4, weight_decay=1e-4, schedule="cosine",
                    epochs=6, patience=4, per_item=None),
     # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16 (here

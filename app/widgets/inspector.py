@@ -3,7 +3,8 @@
 For the selected result it draws, from ``service.explain(query, media_id)``: each head's attention as
 a heatmap over the image (K heads side by side) or, for GIFs and videos, over a strip of frames; the
 query's words tinted by each head's attention; the K x K head-to-head similarity with the matched pair;
-the query's and the item's uncertainty; the match probability; and the 2-D means with their sigma as
+the query's and the item's uncertainty, the item's read against the library's ("ambiguous: among the 10 % least
+certain items of this library"); the match probability; and the 2-D means with their sigma as
 ellipses. When the active model has no heads (zero-shot), it shows the explanation's notes instead.
 
 Queries and captions are user text: everything here paints them as plain text, never as markup.
@@ -12,6 +13,7 @@ Queries and captions are user text: everything here paints them as plain text, n
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,23 @@ def overlay(base: QImage, weights: np.ndarray) -> QPixmap:
     painter.drawImage(0, 0, heat)
     painter.end()
     return canvas
+
+
+AMBIGUOUS_PERCENTILE = 90.0  # the library's 10 % least certain items read "ambiguous"
+CLEAR_PERCENTILE = 10.0  # its 10 % most certain read "clear"
+
+
+def uncertainty_reading(percentile: float, items: int) -> str:
+    """The item's uncertainty in words, from where it sits among the library's ``items`` (``percentile``: the
+    share of them at most as uncertain, :attr:`engine.types.Explanation.item_uncertainty_percentile`)."""
+    one_item = 100.0 / max(1, items)  # never a finer share than one item of the library
+    if percentile >= AMBIGUOUS_PERCENTILE:
+        share = max(1, math.ceil(100.0 - percentile), math.ceil(one_item))
+        return f"Ambiguous: among the {share} % least certain of the {items:,} items in this library"
+    if percentile <= CLEAR_PERCENTILE:
+        share = max(1, math.ceil(percentile), math.ceil(one_item))
+        return f"Clear: among the {share} % most certain of the {items:,} items in this library"
+    return f"Typical: more uncertain than {percentile:.0f} % of the {items:,} items in this library"
 
 
 def bin_weights(weights: np.ndarray, n_bins: int) -> np.ndarray:
@@ -298,6 +317,8 @@ class Inspector(QScrollArea):
         self.probability_bar: QProgressBar | None = None
         self.uncertainty_plot: pg.PlotWidget | None = None
         self.uncertainty_values: tuple[float | None, float | None] = (None, None)
+        self.uncertainty_label: QLabel | None = None
+        self.uncertainty_bar: QProgressBar | None = None
         self.ellipse_plot: pg.PlotWidget | None = None
         self.similarity_plot: pg.PlotWidget | None = None
 
@@ -467,7 +488,23 @@ class Inspector(QScrollArea):
         layout.addWidget(plot)
 
     def _add_uncertainty(self, ex: Explanation) -> None:
-        layout = self._group("Uncertainty (geometric mean of sigma)")
+        layout = self._group("Uncertainty")
+        if ex.item_uncertainty_percentile is not None and ex.library_items:
+            pct = ex.item_uncertainty_percentile
+            self.uncertainty_label = _plain_label(uncertainty_reading(pct, ex.library_items))
+            self.uncertainty_label.setObjectName("uncertaintyReading")
+            font = self.uncertainty_label.font()
+            font.setBold(True)
+            self.uncertainty_label.setFont(font)
+            layout.addWidget(self.uncertainty_label)
+            self.uncertainty_bar = QProgressBar(minimum=0, maximum=1000)
+            self.uncertainty_bar.setValue(round(10 * pct))
+            self.uncertainty_bar.setFormat(f"uncertainty percentile {pct:.0f} in this library")
+            self.uncertainty_bar.setToolTip(plain_tooltip(
+                "Where this item's uncertainty (the geometric mean of its sigma) sits among every item of this "
+                "library under the active model: left is the most certain, right the most ambiguous."))
+            layout.addWidget(self.uncertainty_bar)
+        layout.addWidget(_plain_label("Geometric mean of sigma:"))
         values = [ex.query_uncertainty or 0.0, ex.item_uncertainty or 0.0]
         self.uncertainty_values = (ex.query_uncertainty, ex.item_uncertainty)
         plot = _plot(110)

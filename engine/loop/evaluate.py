@@ -89,13 +89,11 @@ def evaluate_trained(service: LoopService, folder: Path, split: str | None, mode
     def scores_of(records: list[FeatureRecord]) -> np.ndarray:
         items = [trained.encode_media_features(_with_local(r)) for r in records]
         if trained.runner.probabilistic:
-            from engine.search.modelrunner import MATCH_SEED, match_probability
+            from engine.search.modelrunner import model_match_probability
 
-            m = trained.runner.manifest
             mu = np.concatenate([e.mu for e in items])
             log_sigma = np.concatenate([e.log_sigma for e in items])
-            return match_probability(texts.mu, texts.log_sigma, mu, log_sigma, m.match_scale, m.match_shift,
-                                     m.num_samples or 7, np.random.default_rng(MATCH_SEED)).T
+            return model_match_probability(trained.runner.manifest, texts.mu, texts.log_sigma, mu, log_sigma).T
         emb = np.concatenate([e.emb for e in items])
         return np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
 

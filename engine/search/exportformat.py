@@ -15,6 +15,8 @@ MANIFEST_VERSION = 1
 MODALITIES = ("image", "video", "text")
 # a manifest's "similarity": how the engine ranks items with the export (RetrievalModel.similarity_kind)
 SIMILARITY_KINDS = ("cosine", "max-cosine", "network")
+# a probabilistic (PCME) manifest's "match_distance": what its match probability is computed from
+MATCH_DISTANCES = ("sampled", "csd")
 
 
 def model_export_dir(path: Path) -> Path:

@@ -9,8 +9,10 @@ and ``log_sigma`` (N, D).
 
 The PCME helpers below work on those arrays: :func:`uncertainty` (§3.2.1, geometric mean of sigma),
 :func:`match_probability` (Monte-Carlo eq. 2 with the sample-wise eq. 3; ``a`` and ``b`` are the
-manifest's ``match_scale`` and ``match_shift``). PCME's other test-time similarities (PCME++'s closed-form
-sampled distance and the rest) are the trainer's: ``trainer.evaluation``.
+manifest's ``match_scale`` and ``match_shift``), :func:`closed_form_match_probability` (PCME++'s
+``sigmoid(-a CSD + b)``, for exports whose manifest says ``match_distance: "csd"``), :func:`model_match_probability`
+(whichever of the two the export was trained with) and :func:`uncertainty_percentile`. PCME's other test-time
+similarities are the trainer's: ``trainer.evaluation``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ import numpy as np
 import onnxruntime as ort
 
 from engine.features.onnx import open_session
-from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES, SIMILARITY_KINDS
+from engine.search.exportformat import (
+    MANIFEST_FILE,
+    MANIFEST_VERSION,
+    MATCH_DISTANCES,
+    MODALITIES,
+    SIMILARITY_KINDS,
+)
 
 # Monte-Carlo samples of match_probability for search and evaluation: fixed, so a query ranks the same way and an
 # evaluation gives the same numbers every run
@@ -85,6 +93,7 @@ class ModelManifest:
     match_scale: float | None = None
     match_shift: float | None = None
     num_samples: int | None = None
+    match_distance: str = "sampled"  # PCME: 'sampled' (eq. 2-3) or 'csd' (PCME++); exports before it: sampled
     similarity_model: GraphSpec | None = None
     backbone: dict[str, Any] | None = None  # a fine-tuned backbone of the model's own: id, file, image_size
     text_model: dict[str, Any] | None = None  # a fine-tuned MiniLM of the model's own: id, file
@@ -113,6 +122,7 @@ class ModelManifest:
             match_scale=get.number("match_scale") if data.get("probabilistic") else None,
             match_shift=get.number("match_shift") if data.get("probabilistic") else None,
             num_samples=get.count("num_samples", 1) if data.get("probabilistic") else None,
+            match_distance=get.choice("match_distance", MATCH_DISTANCES) if "match_distance" in data else "sampled",
             similarity_model=(_graph_spec(get.of("similarity_model", dict), path, "similarity_model")
                               if data.get("similarity") == "network" else None),
             backbone=_backbone_entry(data.get("backbone"), data.get("feature_backbone"), path),
@@ -454,6 +464,40 @@ def match_probability(mu_q: np.ndarray, log_sigma_q: np.ndarray, mu_i: np.ndarra
     zi = sample_embeddings(mu_i, log_sigma_i, samples, rng)
     out = match_probability_from_samples(zq, zi, a, b)
     return out[0] if single else out
+
+
+def closed_form_match_probability(mu_q: np.ndarray, log_sigma_q: np.ndarray, mu_i: np.ndarray,
+                                  log_sigma_i: np.ndarray, a: float, b: float) -> np.ndarray:
+    """(Q, N) PCME++'s match probability ``sigmoid(-a CSD + b)`` of queries (Q, D) against items (N, D), with
+    the closed-form sampled distance ``CSD = ||mu_q - mu_i||^2 + sum sigma_q^2 + sum sigma_i^2``; no sampling.
+    A 1-D query (D,) gives (N,)."""
+    single = np.ndim(mu_q) == 1
+    mu_q, mu_i = np.atleast_2d(np.asarray(mu_q, np.float64)), np.asarray(mu_i, np.float64)
+    var_q = np.exp(2 * np.atleast_2d(np.asarray(log_sigma_q, np.float64))).sum(-1)
+    var_i = np.exp(2 * np.asarray(log_sigma_i, np.float64)).sum(-1)
+    squared = (mu_q ** 2).sum(-1)[:, None] + (mu_i ** 2).sum(-1)[None] - 2.0 * mu_q @ mu_i.T
+    out = _sigmoid(-a * (np.maximum(squared, 0.0) + var_q[:, None] + var_i[None]) + b)
+    return out[0] if single else out
+
+
+def model_match_probability(manifest: ModelManifest, mu_q: np.ndarray, log_sigma_q: np.ndarray, mu_i: np.ndarray,
+                            log_sigma_i: np.ndarray) -> np.ndarray:
+    """The match probability a PCME export was trained with: closed-form for ``match_distance: "csd"``,
+    else Monte-Carlo with the export's J and the fixed :data:`MATCH_SEED`. (Q, N), or (N,) for a 1-D query."""
+    a, b = float(manifest.match_scale or 0.0), float(manifest.match_shift or 0.0)
+    if manifest.match_distance == "csd":
+        return closed_form_match_probability(mu_q, log_sigma_q, mu_i, log_sigma_i, a, b)
+    return match_probability(mu_q, log_sigma_q, mu_i, log_sigma_i, a, b, manifest.num_samples or 7,
+                             np.random.default_rng(MATCH_SEED))
+
+
+def uncertainty_percentile(library: np.ndarray, value: float) -> float:
+    """Where ``value`` sits among the uncertainties ``library`` (sorted ascending): the percentage of them at
+    most ``value`` (0-100). 95 reads "more uncertain than 95 % of the library", i.e. among its 5 % least
+    certain items."""
+    if len(library) == 0:
+        raise ValueError("uncertainty_percentile: the library has no uncertainties")
+    return 100.0 * float(np.searchsorted(library, value, side="right")) / len(library)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

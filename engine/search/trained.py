@@ -23,7 +23,13 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
 from engine.search.exportformat import model_export_dir as model_export_dir  # callers import it here
-from engine.search.modelrunner import MATCH_SEED, Encoded, ModelRunner, match_probability, uncertainty
+from engine.search.modelrunner import (
+    Encoded,
+    ModelRunner,
+    model_match_probability,
+    uncertainty,
+    uncertainty_percentile,
+)
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
 from engine.types import Explanation, MediaKind
 
@@ -51,6 +57,7 @@ class TrainedSearch:
         self.catalog, self.features, self.encoders = catalog, features, encoders
         self.index_dir = index_dir
         self.index = self._load_index()
+        self._library_uncertainties: np.ndarray | None = None
 
     @classmethod
     def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
@@ -97,8 +104,23 @@ class TrainedSearch:
         if outdated:  # saved by an older version with another kind of approximate index
             log.info("rebuilding the %s index of %s as %s", built, self.record.name, self.index.params.kind)
             self.index.rebuild()
+        if todo or stale:
+            self._library_uncertainties = None
         if todo or stale or outdated:
             self.index.save(self.index_dir)
+
+    def library_uncertainties(self) -> np.ndarray:
+        """PCME: the uncertainty of every item this model has embedded in the library, sorted ascending (what an
+        item's uncertainty is ranked against); empty for a deterministic model. Read once, until the next sync
+        changes the library."""
+        if not self.runner.probabilistic:
+            return np.zeros(0)
+        if self._library_uncertainties is None:
+            _, _, extras = self.catalog.get_embeddings(self.record.id)
+            log_sigma = extras.get("log_sigma")
+            self._library_uncertainties = (np.sort(uncertainty(log_sigma)) if log_sigma is not None and len(log_sigma)
+                                           else np.zeros(0))
+        return self._library_uncertainties
 
     def _ensure_own_features(self, media: list[MediaRecord]) -> None:
         """A model with its own fine-tuned backbone reads features the indexer did not compute: they are
@@ -168,8 +190,7 @@ class TrainedSearch:
         item_mu = self.index.get(ids)[:, 0]
         item_logsig = extras["log_sigma"]
         m = self.runner.manifest
-        prob = match_probability(query.mu[0], query.log_sigma[0], item_mu, item_logsig, m.match_scale,
-                                 m.match_shift, m.num_samples or 7, np.random.default_rng(MATCH_SEED))
+        prob = model_match_probability(m, query.mu[0], query.log_sigma[0], item_mu, item_logsig)
         unc = uncertainty(item_logsig)
         order = np.lexsort((ids, -prob))
         ranked = [RankedItem(int(ids[k]), float(prob[k]), (0, 0), float(prob[k]), float(unc[k])) for k in order]
@@ -189,18 +210,21 @@ class TrainedSearch:
         query_att = _attention_or_uniform(query_encoded.attention, len(query_tokens), k)
         item_att = _attention_or_uniform(enc.attention, 49 if feats.local is not None else len(feats.frames), k)
         grid = (7, 7) if feats.local is not None and item_att.shape[1] == 49 else None
-        prob = q_unc = i_unc = None
+        prob = q_unc = i_unc = i_pct = None
+        population = 0
         q_sig = i_sig = q2 = i2 = None
         if self.runner.probabilistic:
             m = self.runner.manifest
-            prob = float(match_probability(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu, enc.log_sigma,
-                                           m.match_scale, m.match_shift, m.num_samples or 7,
-                                           np.random.default_rng(MATCH_SEED))[0])
+            prob = float(model_match_probability(m, query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu,
+                                                 enc.log_sigma)[0])
             q_unc, i_unc = float(uncertainty(query_encoded.log_sigma)[0]), float(uncertainty(enc.log_sigma)[0])
+            library = self.library_uncertainties()
+            if len(library):
+                i_pct, population = uncertainty_percentile(library, i_unc), len(library)
             q2, i2, q_sig, i_sig = _project_pair(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu[0],
                                                  enc.log_sigma[0])
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
-                           q_unc, i_unc, prob, q_sig, i_sig, q2, i2,
+                           q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})",))
 
 

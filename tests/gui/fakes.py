@@ -350,15 +350,16 @@ class FakeService:
             grid = None
         sim = np.array([[0.31, 0.12], [0.05, 0.44]], dtype=np.float32) + 0.01 * (media_id % 3)
         pair = tuple(int(i) for i in np.unravel_index(int(sim.argmax()), sim.shape))
-        prob = unc_q = unc_i = None
+        prob = unc_q = unc_i = pct = None
         mu_q = mu_i = sig_q = sig_i = None
         if self._is_probabilistic():
+            pct = 100.0 * ((media_id % 10) + 1) / 10  # an invented place among 10 library items
             unc_q, unc_i = 0.35, 0.2 + 0.1 * (media_id % 5)
             prob = 1 / (1 + math.exp(-4 * float(sim.max())))
             mu_q, mu_i = np.array([0.0, 0.2]), np.array([0.5, -0.1 * (media_id % 4)])
             sig_q, sig_i = np.array([0.3, 0.2]), np.array([unc_i, unc_i * 0.6])
         return Explanation(tokens, query_att.astype(np.float32), item_att.astype(np.float32), grid, sim,
-                           pair, unc_q, unc_i, prob, sig_q, sig_i, mu_q, mu_i, ())
+                           pair, unc_q, unc_i, prob, sig_q, sig_i, mu_q, mu_i, pct, 10 if pct is not None else 0, ())
 
     # --- media
     def media(self, media_id: int) -> FakeMedia:

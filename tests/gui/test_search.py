@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from app.widgets.inspector import uncertainty_reading
 from app.widgets.results import HIT_ROLE
 from tests.gui.fakes import FakeService
 
@@ -54,6 +55,24 @@ def test_first_result_is_selected_and_explained_with_k_heads(qtbot, window, serv
     assert q_unc == pytest.approx(0.35) and i_unc is not None
     assert inspector.probability_bar is not None and inspector.probability_bar.value() > 0
     assert inspector.ellipse_plot is not None and inspector.similarity_plot is not None
+    explanation = inspector.explanation
+    assert inspector.uncertainty_label is not None and inspector.uncertainty_bar is not None
+    assert inspector.uncertainty_label.text() == uncertainty_reading(explanation.item_uncertainty_percentile, 10)
+    assert inspector.uncertainty_bar.value() == round(10 * explanation.item_uncertainty_percentile)
+
+
+@pytest.mark.parametrize(("percentile", "items", "reading"), [
+    (100.0, 2000, "Ambiguous: among the 1 % least certain of the 2,000 items in this library"),
+    (90.0, 50, "Ambiguous: among the 10 % least certain of the 50 items in this library"),
+    (95.5, 50, "Ambiguous: among the 5 % least certain of the 50 items in this library"),
+    (89.9, 50, "Typical: more uncertain than 90 % of the 50 items in this library"),
+    (42.0, 50, "Typical: more uncertain than 42 % of the 50 items in this library"),
+    (10.0, 50, "Clear: among the 10 % most certain of the 50 items in this library"),
+    (0.4, 300, "Clear: among the 1 % most certain of the 300 items in this library"),
+    (100.0, 12, "Ambiguous: among the 9 % least certain of the 12 items in this library"),  # one item: 8.3 %
+])
+def test_uncertainty_reads_as_a_place_in_the_library(percentile: float, items: int, reading: str) -> None:
+    assert uncertainty_reading(percentile, items) == reading
 
 
 def test_animation_shows_a_frame_strip_per_head(qtbot, window, service: FakeService) -> None:

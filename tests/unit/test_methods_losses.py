@@ -11,10 +11,17 @@ import torch.nn.functional as F
 
 from trainer.methods import build_config, build_loss
 from trainer.methods.a3vse import DomainAdversarialLoss
+from trainer.methods.functional import closed_form_sampled_distance
 from trainer.methods.instance import InstanceLoss
 from trainer.methods.interface import EncoderOutput, ImageInput, PairBatch, PairOutput, TextInput
 from trainer.methods.losses import MILLoss, TripletLoss
-from trainer.methods.pcme import GaussianKLLoss, SoftContrastiveLoss, UniformityLoss, soft_contrastive_nll
+from trainer.methods.pcme import (
+    ClosedFormMatchLoss,
+    GaussianKLLoss,
+    SoftContrastiveLoss,
+    UniformityLoss,
+    soft_contrastive_nll,
+)
 from trainer.methods.pvse import DiversityLoss, MMDLoss
 from trainer.methods.twobranch import BidirectionalRankingLoss, LogisticPairLoss
 
@@ -209,6 +216,81 @@ def test_soft_contrastive_gradient_follows_pcme_eq5() -> None:
         assert order.tolist() == ([0, 1, 2, 3] if matched else [3, 2, 1, 0])
 
 
+def ref_csd(mu_a: torch.Tensor, ls_a: torch.Tensor, mu_b: torch.Tensor, ls_b: torch.Tensor) -> float:
+    return sum(float((mu_a[d] - mu_b[d]) ** 2 + math.exp(2 * float(ls_a[d])) + math.exp(2 * float(ls_b[d])))
+               for d in range(len(mu_a)))
+
+
+def ref_closed_form_match(mu_v, ls_v, mu_t, ls_t, a: float, b: float, positives: torch.Tensor,
+                          alpha: float) -> float:
+    """PCME++: BCE of sigmoid(-a CSD + b) over all pairs; a negative pair no farther apart than the farthest
+    positive of its photo (row) or its caption (column) is a pseudo-positive, trained as a match with weight
+    alpha."""
+    n = len(mu_v)
+    dist = [[ref_csd(mu_v[i], ls_v[i], mu_t[j], ls_t[j]) for j in range(n)] for i in range(n)]
+    total = 0.0
+    for i in range(n):
+        for j in range(n):
+            p = _sigmoid(-a * dist[i][j] + b)
+            if positives[i, j]:
+                total += -math.log(p)
+                continue
+            row = max([dist[i][k] for k in range(n) if positives[i, k]], default=-math.inf)
+            col = max([dist[k][j] for k in range(n) if positives[k, j]], default=-math.inf)
+            if alpha > 0 and (dist[i][j] <= row or dist[i][j] <= col):
+                total += -alpha * math.log(p)
+            else:
+                total += -math.log(1 - p)
+    return total / (n * n)
+
+
+def test_closed_form_sampled_distance_is_the_expected_squared_distance_of_samples() -> None:
+    torch.manual_seed(13)
+    mu_a, mu_b = torch.randn(2, 3, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64)
+    ls_a, ls_b = torch.randn(2, 3, dtype=torch.float64) * 0.3, torch.randn(3, 3, dtype=torch.float64) * 0.3
+    got = closed_form_sampled_distance(mu_a, ls_a, mu_b, ls_b)
+    for i in range(2):
+        for j in range(3):
+            assert float(got[i, j]) == pytest.approx(ref_csd(mu_a[i], ls_a[i], mu_b[j], ls_b[j]), rel=1e-10)
+    eps = torch.randn(2, 200_000, 3, 2, dtype=torch.float64)  # Monte Carlo: E||z_a - z_b||^2
+    z_a, z_b = mu_a[0] + ls_a[0].exp() * eps[0, :, :, 0], mu_b[1] + ls_b[1].exp() * eps[0, :, :, 1]
+    assert float(got[0, 1]) == pytest.approx(float(((z_a - z_b) ** 2).sum(-1).mean()), rel=1e-2)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5])
+def test_closed_form_match_loss_matches_reference(alpha: float) -> None:
+    torch.manual_seed(14)
+    mu_v, mu_t = F.normalize(torch.randn(4, 5), dim=-1), F.normalize(torch.randn(4, 5), dim=-1)
+    ls_v, ls_t = torch.randn(4, 5) * 0.4 - 1.5, torch.randn(4, 5) * 0.4 - 1.5
+    positives = torch.eye(4, dtype=torch.bool)
+    positives[1, 2] = positives[2, 1] = True  # two photos sharing captions: rows with two positives
+    got = ClosedFormMatchLoss()(mu_v, ls_v, mu_t, ls_t, torch.tensor(3.0), torch.tensor(2.0), positives, alpha)
+    want = ref_closed_form_match(mu_v, ls_v, mu_t, ls_t, 3.0, 2.0, positives, alpha)
+    assert float(got["total"]) == pytest.approx(want, rel=1e-5)
+    if alpha:  # the reference's choice of pseudo-positives is not vacuous here
+        assert 0 < float(got["pseudo"]) < 1
+
+
+def test_closed_form_loss_grows_sigma_of_confusable_items_and_shrinks_it_for_distinct_ones() -> None:
+    """Why PCME++'s loss makes sigma an uncertainty: an item's variance V enters each of its pairs' logits as
+    ``-a V``, so dL/dV = a (sum_pos (1 - p) - sum_neg p) / B^2. An item whose negatives look like matches (a
+    photo between two captions) is pushed to a larger sigma; one whose positive is missed, to a smaller one."""
+    a, b = 4.0, 2.0
+    mu_v = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    mu_t = torch.tensor([[0.9, 0.4], [0.8, 0.6], [-1.0, 0.0]])  # caption 1 sits next to photo 0
+    mu_v, mu_t = F.normalize(mu_v, dim=-1), F.normalize(mu_t, dim=-1)
+    ls_v = torch.full((3, 2), -2.0, requires_grad=True)
+    ls_t = torch.full((3, 2), -2.0)
+    ClosedFormMatchLoss()(mu_v, ls_v, mu_t, ls_t, torch.tensor(a), torch.tensor(b))["total"].backward()
+    with torch.no_grad():
+        p = torch.sigmoid(-a * closed_form_sampled_distance(mu_v, ls_v, mu_t, ls_t) + b)
+        eye = torch.eye(3, dtype=torch.bool)
+        dl_dv = a * torch.where(eye, 1 - p, -p).sum(1) / 9  # dL/dV_i, V_i = sum_d exp(2 ls_id)
+        want = dl_dv[:, None] * 2 * ls_v.exp() ** 2
+    assert torch.allclose(ls_v.grad, want, atol=1e-7)
+    assert ls_v.grad[0].sum() < 0 < ls_v.grad[1].sum()  # descent: photo 0 (confusable) grows, photo 1 shrinks
+
+
 def test_gaussian_kl_matches_torch_distributions() -> None:
     torch.manual_seed(5)
     mu, logsigma = torch.randn(3, 1, 4), torch.randn(3, 1, 4) * 0.5
@@ -384,6 +466,24 @@ def test_pcme_criterion_combines_match_kl_and_uniformity() -> None:
     uni = float(UniformityLoss(2.0)(torch.cat([v.reshape(-1, 8), t.reshape(-1, 8)]))["total"])
     want = ref_soft_contrastive(v, t, 2.0, 1.0) + 0.1 * kl + 0.5 * uni
     assert float(got["total"]) == pytest.approx(want, rel=1e-5)
+
+
+def test_pcme_criterion_with_the_closed_form_distance() -> None:
+    """match_distance='csd': PCME++'s match loss on the means and sigmas (no samples), + KL, + uniformity of
+    the means; pseudo-positives with the config's alpha."""
+    torch.manual_seed(15)
+    config = build_config("pcme", {"kl_weight": 0.1, "uniformity_weight": 0.5, "match_distance": "csd",
+                                   "pseudo_positive_weight": 0.2}, preset="test")
+    mu_v, mu_t = F.normalize(torch.randn(3, 1, 8), dim=-1), F.normalize(torch.randn(3, 1, 8), dim=-1)
+    ls_v, ls_t = torch.randn(3, 1, 8) * 0.2 - 1, torch.randn(3, 1, 8) * 0.2 - 1
+    extras = {"match_scale": torch.tensor(2.0), "match_shift": torch.tensor(1.0)}
+    out = PairOutput(EncoderOutput(mu_v, logsigma=ls_v), EncoderOutput(mu_t, logsigma=ls_t), extras)
+    got = build_loss(config)(out, _fake_batch(3))
+    kl = float(GaussianKLLoss()(mu_v, ls_v)["total"]) + float(GaussianKLLoss()(mu_t, ls_t)["total"])
+    uni = float(UniformityLoss(2.0)(torch.cat([mu_v[:, 0], mu_t[:, 0]]))["total"])
+    match = ref_closed_form_match(mu_v[:, 0], ls_v[:, 0], mu_t[:, 0], ls_t[:, 0], 2.0, 1.0,
+                                  torch.eye(3, dtype=torch.bool), 0.2)
+    assert float(got["total"]) == pytest.approx(match + 0.1 * kl + 0.5 * uni, rel=1e-5)
 
 
 @pytest.mark.parametrize("weights", [(1.0, 1.0, 1.0), (0.7, 0.4, 1.3)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -16,10 +17,13 @@ from engine.search.modelrunner import (
     ModelInputError,
     ModelLoadError,
     ModelRunner,
+    closed_form_match_probability,
     match_probability,
     match_probability_from_samples,
+    model_match_probability,
     sample_embeddings,
     uncertainty,
+    uncertainty_percentile,
 )
 from trainer.methods import build_config, build_model, export_model
 
@@ -95,6 +99,49 @@ def test_pcme_manifest_carries_the_match_scalars(exports: dict) -> None:
     assert manifest.probabilistic
     assert manifest.match_scale == pytest.approx(7.5) and manifest.match_shift == pytest.approx(-2.25)
     assert manifest.num_samples == model.config.num_samples
+    assert manifest.match_distance == model.config.match_distance == "sampled"
+
+
+def test_a_csd_pcme_export_ranks_with_the_closed_form_probability_of_torch(tmp_path: Path) -> None:
+    """A PCME trained on PCME++'s closed-form distance says so in its manifest, and the engine's match
+    probability is then the model's own ``sigmoid(-a CSD + b)`` (not the sampled eq. 2-3)."""
+    from trainer.methods.interface import EncoderOutput
+
+    torch.manual_seed(2)
+    model = build_model(build_config("pcme", {"match_distance": "csd"}, preset="test")).eval()
+    with torch.no_grad():
+        model.match_scale.fill_(3.0)
+        model.match_shift.fill_(4.0)
+    export_model(model, tmp_path / "export")
+    manifest = ModelRunner.load(tmp_path / "export", threads=1).manifest
+    assert manifest.match_distance == "csd"
+    rng = np.random.default_rng(8)
+    mu_q, mu_i = rng.standard_normal((2, 6)) * 0.3, rng.standard_normal((5, 6)) * 0.3
+    ls_q, ls_i = rng.standard_normal((2, 6)) * 0.3 - 1, rng.standard_normal((5, 6)) * 0.3 - 1
+    got = model_match_probability(manifest, mu_q, ls_q, mu_i, ls_i)
+    with torch.no_grad():
+        want = model.closed_form_match_probability(
+            EncoderOutput(torch.tensor(mu_q[:, None]), logsigma=torch.tensor(ls_q[:, None])),
+            EncoderOutput(torch.tensor(mu_i[:, None]), logsigma=torch.tensor(ls_i[:, None])))
+    assert np.allclose(got, want.numpy(), atol=1e-9)
+    sampled = model_match_probability(dataclasses.replace(manifest, match_distance="sampled"), mu_q, ls_q, mu_i,
+                                      ls_i)
+    assert not np.allclose(sampled, got, atol=1e-3)
+
+
+def test_an_export_without_match_distance_is_sampled_and_a_bad_one_is_refused(exports: dict,
+                                                                               tmp_path: Path) -> None:
+    _, folder = exports["pcme"]
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    data = json.loads((copy / "manifest.json").read_text())
+    del data["match_distance"]  # written before PCME++'s distance existed
+    (copy / "manifest.json").write_text(json.dumps(data))
+    assert ModelRunner.load(copy, threads=1).manifest.match_distance == "sampled"
+    data["match_distance"] = "cosine"
+    (copy / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ModelLoadError, match="match_distance"):
+        ModelRunner.load(copy, threads=1)
 
 
 def test_similarity_network_scores_like_torch(exports: dict) -> None:
@@ -253,3 +300,26 @@ def test_match_probability_without_uncertainty_is_eq_3_on_the_means() -> None:
     assert np.allclose(got[0], 1.0 / (1.0 + np.exp(5.0 * dist - 2.0)))
 
 
+
+
+def test_closed_form_match_probability_is_a_loop_over_dimensions() -> None:
+    rng = np.random.default_rng(6)
+    mu_q, ls_q = rng.standard_normal((2, 4)), rng.standard_normal((2, 4)) - 1.0
+    mu_i, ls_i = rng.standard_normal((3, 4)), rng.standard_normal((3, 4)) - 1.0
+    got = closed_form_match_probability(mu_q, ls_q, mu_i, ls_i, a=2.0, b=3.0)
+    for q in range(2):
+        for n in range(3):
+            csd = sum((mu_q[q, d] - mu_i[n, d]) ** 2 + math.exp(2 * ls_q[q, d]) + math.exp(2 * ls_i[n, d])
+                      for d in range(4))
+            assert got[q, n] == pytest.approx(1.0 / (1.0 + math.exp(2.0 * csd - 3.0)), rel=1e-12)
+    assert np.allclose(closed_form_match_probability(mu_q[0], ls_q[0], mu_i, ls_i, 2.0, 3.0), got[0])
+
+
+def test_uncertainty_percentile_is_the_share_of_the_library_at_most_as_uncertain() -> None:
+    library = np.sort(np.array([0.1, 0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]))
+    assert uncertainty_percentile(library, 0.9) == pytest.approx(100.0)  # the least certain item
+    assert uncertainty_percentile(library, 0.85) == pytest.approx(90.0)
+    assert uncertainty_percentile(library, 0.2) == pytest.approx(30.0)  # ties count as "at most"
+    assert uncertainty_percentile(library, 0.05) == pytest.approx(0.0)
+    with pytest.raises(ValueError):
+        uncertainty_percentile(np.zeros(0), 0.3)

@@ -99,6 +99,25 @@ def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff
     assert explanation.query_mu_2d.shape == (2,) and explanation.item_sigma.shape == (2,)
 
 
+def test_pcme_explanation_places_the_item_uncertainty_among_the_library(service, tmp_path):
+    """The inspector's calibrated reading: the percentage of the library's items at most as uncertain as
+    the item, from the uncertainties the engine stored for every item (the least certain item reads 100)."""
+    from engine.search.modelrunner import uncertainty
+
+    service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme", match_distance="csd")))
+    hits = service.search_text("a blue picture", top=10)
+    _, _, extras = service.catalog.get_embeddings(service.catalog.model("pcme").id)
+    library = uncertainty(extras["log_sigma"])
+    assert len(library) == 7 and np.ptp(library) > 0  # seven items, not all alike
+    for hit in hits:
+        explanation = service.explain("a blue picture", hit.media_id)
+        want = 100.0 * (library <= explanation.item_uncertainty + 1e-12).sum() / len(library)
+        assert explanation.item_uncertainty_percentile == pytest.approx(want)
+        assert explanation.library_items == 7
+    least_certain = max(hits, key=lambda h: h.uncertainty)
+    assert service.explain("a blue picture", least_certain.media_id).item_uncertainty_percentile == 100.0
+
+
 def test_an_unknown_model_name_is_a_clear_error(service):
     with pytest.raises(LookupError, match="no model named"):
         service.set_active_model("does-not-exist")

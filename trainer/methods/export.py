@@ -12,8 +12,8 @@
 - ``manifest.json``: ``version`` (format version, 1), ``method``, ``feature_backbone``
   ('efficientnet-lite0'), ``text_encoder``, ``num_embeddings`` (K), ``embed_dim`` (D),
   ``attention_heads`` (H), ``similarity`` ('cosine' | 'max-cosine' | 'network'), ``probabilistic``,
-  ``max_frames``, PCME's ``match_scale``/``match_shift``/``num_samples``, ``encoders`` (per modality: file,
-  inputs and outputs with shapes, symbolic axes as strings) and the full ``config``.
+  ``max_frames``, PCME's ``match_scale``/``match_shift``/``num_samples``/``match_distance``, ``encoders``
+  (per modality: file, inputs and outputs with shapes, symbolic axes as strings) and the full ``config``.
 - for a model whose backbone was fine-tuned (:mod:`trainer.finetune`): ``backbone.onnx`` (the stock backbone's
   inputs and outputs) and ``backbone`` in the manifest (``id``, ``file``, ``image_size``, ``mean``, ``std``);
   ``feature_backbone`` is then that id.
@@ -159,7 +159,7 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
     }
     if model.probabilistic:
         manifest.update(match_scale=model.match_scale.item(), match_shift=model.match_shift.item(),
-                        num_samples=c.num_samples)  # type: ignore[attr-defined]
+                        num_samples=c.num_samples, match_distance=c.match_distance)  # type: ignore[attr-defined]
     if model.similarity_kind == "network":
         d = model.embed_size
         manifest["similarity_model"] = {

@@ -51,3 +51,11 @@ def sample_gaussian(mu: Tensor, logsigma: Tensor, num_samples: int) -> Tensor:
     """Reparametrised samples ``mu + exp(logsigma) * eps`` (PCME §3.1.2): (B, D) inputs -> (B, J, D)."""
     eps = torch.randn(mu.shape[0], num_samples, mu.shape[-1], dtype=mu.dtype, device=mu.device)
     return mu.unsqueeze(1) + torch.exp(logsigma).unsqueeze(1) * eps
+
+
+def closed_form_sampled_distance(mu_a: Tensor, logsigma_a: Tensor, mu_b: Tensor, logsigma_b: Tensor) -> Tensor:
+    """(N, M) PCME++'s closed-form sampled distance between diagonal Gaussians, the expected squared distance
+    between a sample of each: ``E||z_a - z_b||^2 = ||mu_a - mu_b||^2 + ||sigma_a^2 + sigma_b^2||_1``
+    for means and log sigmas (N, D) and (M, D)."""
+    variance_a, variance_b = torch.exp(2 * logsigma_a).sum(-1), torch.exp(2 * logsigma_b).sum(-1)
+    return squared_distances(mu_a, mu_b) + variance_a.unsqueeze(-1) + variance_b.unsqueeze(-2)
