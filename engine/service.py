@@ -110,6 +110,9 @@ class SearchService:
             yield from self.indexer.index(targets, cancel)
         finally:
             self._invalidate()
+        from engine.media import prune_thumbnails
+
+        prune_thumbnails(self.cache_dir)  # the thumbnail cache stays within its budget (engine/media/thumbs.py)
         trained = self._active_trained()
         if trained is not None:
             yield from trained.sync(cancel)
