@@ -106,15 +106,19 @@ class SearchService:
         if unknown:
             raise FileNotFoundError(f"no such file or folder: {unknown[0]}")
         yield from self.encoders.prepare(cancel)
+        before = self.catalog.version()
+        changed = True
         try:
             yield from self.indexer.index(targets, cancel)
+            changed = self.catalog.version() != before
         finally:
-            self._invalidate()
+            if changed:  # a re-scan that found nothing new keeps the loaded indexes (no reload at 100k items)
+                self._invalidate()
         from engine.media import prune_thumbnails
 
         prune_thumbnails(self.cache_dir)  # the thumbnail cache stays within its budget (engine/media/thumbs.py)
-        trained = self._active_trained()
-        if trained is not None:
+        trained = self._active_trained()  # embeds whatever its index lacks
+        if trained is not None and changed:
             yield from trained.sync(cancel)
 
     def offline_roots(self) -> list:

@@ -794,6 +794,14 @@ class Catalog(SQLiteStore):
         )
         return [(Path(_path_text(path)), error or "") for path, error in rows]
 
+    def version(self) -> tuple[int, int]:
+        """A value that changes whenever the file's content may have: rows this connection changed, and SQLite's
+        ``data_version`` (which moves when another connection commits). A re-scan that leaves it as it was
+        changed nothing, so the service keeps its search caches (a 100,000-item index is not reloaded)."""
+        with self._lock:
+            conn = self._live()
+            return conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0]
+
     def counts(self) -> dict[str, dict[str, int]]:
         """``{"status": {status: n}, "kind": {kind: n}}``; kinds count indexed (ok) items only."""
         by_status = self._read("counting media", "SELECT status, COUNT(*) FROM media GROUP BY status")

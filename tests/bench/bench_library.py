@@ -436,24 +436,24 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     root = work / "synthetic-files"
     shutil.rmtree(root, ignore_errors=True)
-    source = work / "synthetic-source.jpg"
-    source.write_bytes(b"\xff\xd8\xff" + bytes(997))
     start = time.perf_counter()
     paths = []
     for i in range(n):
         folder = root / f"part{i // FOLDER_SIZE:03d}"
-        if i % FOLDER_SIZE == 0:
+        if i % FOLDER_SIZE == 0:  # one real file per folder, hard-linked (a file has at most 65,000 links)
             folder.mkdir(parents=True)
+            source = folder / ".source"
+            source.write_bytes(b"\xff\xd8\xff" + bytes(997))
         path = folder / f"s{i:07d}.jpg"
         os.link(source, path)
         paths.append(path)
     files_s = time.perf_counter() - start
     catalog = Catalog(work / "synthetic-catalog.sqlite")
     root_id = catalog.add_root(root, os.stat(root).st_dev)
-    st = source.stat()
     start = time.perf_counter()
     with catalog.transaction("synthetic rows"):
         for i, path in enumerate(paths):
+            st = path.stat()
             media_id, _ = catalog.upsert_media(path, st.st_size, st.st_mtime_ns, f"{i:064x}", root_id)
             catalog.set_media_ok(media_id, MediaKind.IMAGE, "jpeg", 224, 224, 1, None, "synthetic")
             catalog.set_pseudo_caption(media_id, "a dog and a ball on the grass, green and brown")

@@ -153,3 +153,17 @@ def test_scores_equal_the_terms_computed_item_by_item_on_random_libraries():
         got = ZeroShotIndex(classes, ids, probs).score(sentence, words)
         want = _naive_scores(classes, ids, probs, sentence, words) if n > 1 else np.zeros(1)
         np.testing.assert_allclose(got, want, atol=2e-4)
+
+
+def test_a_rescan_that_changes_nothing_keeps_the_loaded_ranking_and_a_change_drops_it(indexed, tmp_path):
+    indexed.search_text("a cat")
+    loaded = indexed._zero_shot
+    assert loaded is not None
+    list(indexed.index_paths(None))  # the app's start-up scan of an unchanged library
+    assert indexed._zero_shot is loaded
+    more = tmp_path / "more"
+    more.mkdir()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(more / "red.jpg")
+    list(indexed.index_paths([more]))
+    assert indexed._zero_shot is None  # rebuilt with the new item at the next query
+    assert len(indexed.search_text("a cat", top=10)) == len(SAMPLES) + 1
