@@ -276,13 +276,14 @@ def disk(service, home: Path, n: int) -> dict:
     stats = service.features.stats()
     catalog = sqlite_bytes(service.catalog.path)
     features = sqlite_bytes(home / "features.sqlite")
-    index = tree_bytes(*[p for p in service.library_dir.iterdir() if p.is_dir() and p.name != "thumbnails"
-                         and not p.name.startswith(("training", ".training"))])
+    index = tree_bytes(service.library_dir / "index")  # every model's vector index (engine/search/trained.py)
+    training = tree_bytes(service.library_dir / "retrain")  # the last retrain's caption folder (links)
     thumbs = tree_bytes(service.cache_dir)
     local = getattr(stats, "local_bytes", 0)
     past_cap = catalog + (features - local) + index + thumbs
     return {"items": n, "catalog_bytes": catalog, "features_bytes": features, "features_local_bytes": local,
-            "vector_index_bytes": index, "thumbnail_bytes": thumbs,
+            "vector_index_bytes": index, "thumbnail_bytes": thumbs, "training_set_bytes": training,
+            "models": [m.name for m in service.catalog.models()],
             "kb_per_item": {"catalog": round(catalog / n / 1024, 2), "features": round(features / n / 1024, 2),
                             "features_without_local": round((features - local) / n / 1024, 2),
                             "vector_index": round(index / n / 1024, 2), "thumbnails": round(thumbs / n / 1024, 2),
