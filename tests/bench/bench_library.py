@@ -356,19 +356,19 @@ def retrain(service, n_annotations: int, epochs: int | None, seed: int = 0) -> d
             "unannotated_in_library": getattr(ts, "n_unannotated_library", ts.n_unannotated), "load": load()}
 
 
-def gui(home: Path, library_name: str, assets: Path) -> dict:
+def gui(home: Path, library_name: str, assets: Path, query: bool = True, **env_extra: str) -> dict:
     out = home / "gui-probe.json"
     env = {**os.environ, "POLYSEEK_HOME": str(home), "POLYSEEK_ASSETS": str(assets),
-           "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")}
+           "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"), **env_extra}
     started = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--gui-probe", library_name, "--json", str(out)], env=env, cwd=REPO,
-                   check=True)
+    subprocess.run([sys.executable, __file__, "--gui-probe", library_name, "--json", str(out),
+                    *([] if query else ["--gui-no-query"])], env=env, cwd=REPO, check=True)
     record = json.loads(out.read_text())
     record["probe_wall_s"] = round(time.perf_counter() - started, 1)
     return record
 
 
-def gui_probe(library_name: str, out: Path) -> int:
+def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
     """In a process of its own: the main window over the bench library (see the module docstring, part 6)."""
     t0 = time.perf_counter()
     from bench_gui import StallProbe
@@ -422,20 +422,22 @@ def gui_probe(library_name: str, out: Path) -> int:
     scrolling = probe.stop()
     rows = model.rowCount()
     rss_scrolled = rss_mb()
-    probe = StallProbe()
-    start = time.perf_counter()
-    window.search_bar.edit.setText("a dog running on the grass")
-    window.search_bar.submit()
-    wait(lambda: model.rowCount() > 0 and not model.is_loading and time.perf_counter() - start > 0.05)
-    query_s = time.perf_counter() - start
-    querying = probe.stop()
+    querying, query_s = {}, None
+    if query:
+        probe = StallProbe()
+        start = time.perf_counter()
+        window.search_bar.edit.setText("a dog running on the grass")
+        window.search_bar.submit()
+        wait(lambda: model.rowCount() > 0 and not model.is_loading and time.perf_counter() - start > 0.05)
+        query_s = round(time.perf_counter() - start, 2)
+        querying = probe.stop()
     rss_end = rss_mb()
     done.set()
     record = {"time_to_window_s": round(shown, 2), "time_to_first_page_s": round(first_page, 2),
               "rss_mb": {"opened": rss_open, "scrolled_to_end": rss_scrolled, "after_query": rss_end,
                          "peak": peak[0]},
               "scroll": {"rows": rows, "seconds": round(scroll_s, 1), **scrolling},
-              "query": {"seconds": round(query_s, 2), **querying}, "load": load()}
+              "query": {"seconds": query_s, **querying} if query else None, "load": load()}
     window.shutdown()
     service.close()
     out.write_text(json.dumps(record, indent=2))
@@ -445,7 +447,7 @@ def gui_probe(library_name: str, out: Path) -> int:
 # ------------------------------------------------------------------------------------------- synthetic N
 
 
-def synthetic(n: int, work: Path, assets: Path, seed: int = 0) -> dict:
+def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = True) -> dict:
     """The parts that need no backbone, at ``n`` items (module docstring, part 7)."""
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
@@ -470,7 +472,9 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0) -> dict:
         os.link(source, path)
         paths.append(path)
     files_s = time.perf_counter() - start
-    catalog = Catalog(work / "synthetic-catalog.sqlite")
+    home = work / "synthetic-home"
+    (home / "libraries" / "synthetic").mkdir(parents=True)
+    catalog = Catalog(home / "libraries" / "synthetic" / "catalog.sqlite")
     root_id = catalog.add_root(root, os.stat(root).st_dev)
     start = time.perf_counter()
     with catalog.transaction("synthetic rows"):
@@ -480,7 +484,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0) -> dict:
             catalog.set_media_ok(media_id, MediaKind.IMAGE, "jpeg", 224, 224, 1, None, "synthetic")
             catalog.set_pseudo_caption(media_id, "a dog and a ball on the grass, green and brown")
     rows_s = time.perf_counter() - start
-    features = FeatureStore(work / "synthetic-features.sqlite")
+    features = FeatureStore(home / "features.sqlite")
 
     def no_extractor():
         raise AssertionError("a no-change re-scan must not open the backbone")
@@ -506,6 +510,9 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0) -> dict:
     catalog_bytes = sqlite_bytes(catalog.path)
     catalog.close()
     features.close()
+    # the grid scrolled over all n rows (no model: POLYSEEK_STARTER=off; the files are not pictures, so every
+    # thumbnail fails and is drawn as a placeholder; no query: these items have no features)
+    window = gui(home, "synthetic", assets, query=False, POLYSEEK_STARTER="off") if with_gui else None
     shutil.rmtree(root, ignore_errors=True)
 
     encoders = Encoders(assets)
@@ -533,7 +540,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0) -> dict:
     return {"synthetic": True, "items": n, "make_files_s": round(files_s, 1), "make_rows_s": round(rows_s, 1),
             "rescan_no_change_s": {"runs": [round(s, 3) for s in rescan], "median": round(statistics.median(rescan), 3),
                                    "cpu_median": round(statistics.median(rescan_cpu), 3)},
-            "browse_page": pages, "catalog_kb_per_item": round(catalog_bytes / n / 1024, 2),
+            "browse_page": pages, "catalog_kb_per_item": round(catalog_bytes / n / 1024, 2), "gui_browse": window,
             "zero_shot": {"build_s": round(zs_build, 2), "rank_only": percentiles(zs_score),
                           "encode_and_rank": percentiles(zs_total, zs_cpu)},
             "default_model_index": vector, "load": load()}
@@ -582,9 +589,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only part 7 (no Flickr8k needed: the queries fall back to one sentence)")
     parser.add_argument("--keep", action="store_true", help="keep the library and its home afterwards")
     parser.add_argument("--gui-probe", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gui-no-query", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.gui_probe:
-        return gui_probe(args.gui_probe, args.json)
+        return gui_probe(args.gui_probe, args.json, query=not args.gui_no_query)
     if args.synthetic_only:
         from engine.paths import assets_dir
 
@@ -647,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         part("disk", lambda: disk(service, home, args.items))
         service.close()
         if "synthetic" not in args.skip and args.synthetic:
-            part("synthetic", lambda: synthetic(args.synthetic, work, assets))
+            part("synthetic", lambda: synthetic(args.synthetic, work, assets, with_gui="gui" not in args.skip))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
