@@ -149,7 +149,8 @@ def tree_bytes(*paths: Path) -> int:
         if path.is_file():
             total += path.stat().st_size
         elif path.is_dir():
-            total += sum(f.lstat().st_size for f in path.rglob("*") if f.is_symlink() or f.is_file())  # a link, not its target
+            # a link counts as itself, not as the file it points to (the training set is links)
+            total += sum(f.lstat().st_size for f in path.rglob("*") if f.is_symlink() or f.is_file())
     return total
 
 
