@@ -448,7 +448,8 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
 # ------------------------------------------------------------------------------------------- synthetic N
 
 
-def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = True) -> dict:
+def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = True,
+              with_vector_index: bool = True) -> dict:
     """The parts that need no backbone, at ``n`` items (module docstring, part 7)."""
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
@@ -539,7 +540,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = 
         zs_score.append(end - mid)
         zs_total.append(end - start)
         zs_cpu.append(time.process_time() - cpu)
-    vector = synthetic_vector_index(n, rng)
+    vector = synthetic_vector_index(n, rng) if with_vector_index else None
     return {"synthetic": True, "items": n, "make_files_s": round(files_s, 1), "make_rows_s": round(rows_s, 1),
             "rescan_no_change_s": {"runs": [round(s, 3) for s in rescan], "median": round(statistics.median(rescan), 3),
                                    "cpu_median": round(statistics.median(rescan_cpu), 3)},
@@ -587,7 +588,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--annotations", type=int, default=200, help="items captioned before the retrain")
     parser.add_argument("--retrain-epochs", type=int, default=None, help="default: the app's warm-start epochs")
     parser.add_argument("--synthetic", type=int, default=100_000, help="items of the synthetic part (0: skip)")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["retrain", "gui", "synthetic"])
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["retrain", "gui", "synthetic", "vector-index"],
+                        help="parts not to run (vector-index: the synthetic part's HNSW build, ~0.5 ms a vector)")
     parser.add_argument("--synthetic-only", action="store_true",
                         help="run only part 7 (no Flickr8k needed: the queries fall back to one sentence)")
     parser.add_argument("--keep", action="store_true", help="keep the library and its home afterwards")
@@ -601,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
 
         work = Path(tempfile.mkdtemp(prefix="polyseek-synthetic-", dir=args.work))
         try:
-            record = synthetic(args.synthetic, work, Path(os.environ.get("POLYSEEK_ASSETS") or assets_dir()))
+            record = synthetic(args.synthetic, work, Path(os.environ.get("POLYSEEK_ASSETS") or assets_dir()),
+                               with_gui="gui" not in args.skip, with_vector_index="vector-index" not in args.skip)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(json.dumps(record, indent=1))
@@ -658,7 +662,8 @@ def main(argv: list[str] | None = None) -> int:
         part("disk", lambda: disk(service, home, args.items))
         service.close()
         if "synthetic" not in args.skip and args.synthetic:
-            part("synthetic", lambda: synthetic(args.synthetic, work, assets, with_gui="gui" not in args.skip))
+            part("synthetic", lambda: synthetic(args.synthetic, work, assets, with_gui="gui" not in args.skip,
+                                                with_vector_index="vector-index" not in args.skip))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
