@@ -243,8 +243,10 @@ def _schema_v3(conn: sqlite3.Connection) -> None:
 
 
 def name_key(path: str | bytes | Path) -> str:
-    """What the library sorts a file by when it is browsed by name: its file name, case-folded."""
-    return os.path.basename(_path_text(path) if isinstance(path, str | bytes) else str(path)).casefold()
+    """What the library sorts a file by when it is browsed by name: its file name, case-folded (a name that is
+    not valid UTF-8 with its undecodable bytes replaced, so that it can be stored as text)."""
+    name = os.path.basename(_path_text(path) if isinstance(path, str | bytes) else str(path))
+    return os.fsencode(name).decode("utf-8", "replace").casefold()
 
 
 def _schema_v4(conn: sqlite3.Connection) -> None:

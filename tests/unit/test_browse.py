@@ -125,3 +125,14 @@ def test_a_v3_catalog_gets_its_file_names_for_sorting_when_it_is_opened(tmp_path
         media_id, _ = upgraded.upsert_media(tmp_path / "c" / "Banana.jpg", 99, 5, "hash-b", None)
         upgraded.set_media_ok(media_id, MediaKind.IMAGE, "x", 8, 8, 1, None, "bb")
         assert names(browse(upgraded, sort="name")) == ["apple", "Banana", "kiwi", "mango", "zebra"]
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_and_sorted_by_name(tmp_path: Path) -> None:
+    import os
+
+    catalog, _ = _catalog(tmp_path)
+    odd = Path(os.fsdecode(os.fsencode(str(tmp_path / "a")) + b"/caf\xe9.jpg"))
+    media_id, _ = catalog.upsert_media(odd, 7, 8, "hash-odd", None)
+    catalog.set_media_ok(media_id, MediaKind.IMAGE, "x", 8, 8, 1, None, "bb")
+    assert names(browse(catalog, sort="name")) == ["apple", "caf\udce9", "kiwi", "mango", "zebra"]
+    assert media_id in {h.media_id for h in browse(catalog, folder=tmp_path / "a")}
