@@ -3,18 +3,17 @@
 A person opening the app (or clearing the search box) sees their library, as in a photo manager: newest or
 by name, one folder, one kind, or only the items still to caption. The same module says which items carry
 captions (and from whom) and which the user accepted or rejected for a query, so a grid can badge them.
-Everything here reads the catalog; nothing is embedded or decoded.
+Everything here reads the catalog, a page or a count at a time in SQL; nothing is embedded or decoded.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from engine.library.catalog import Catalog, MediaRecord, MediaStatus
+from engine.library.catalog import Catalog
 from engine.types import CaptionSource, MediaKind, SearchHit
 
 
@@ -64,46 +63,24 @@ class AnnotationProgress:
     total: int
 
 
-def _sources(catalog: Catalog) -> dict[int, set[str]]:
-    by_media: dict[int, set[str]] = defaultdict(set)
-    for caption in catalog.iter_captions():
-        by_media[caption.media_id].add(str(caption.source))
-    return by_media
-
-
 def annotation_states(catalog: Catalog, media_ids: Iterable[int], query: str | None = None
                       ) -> dict[int, AnnotationState]:
     """The :class:`AnnotationState` of each of ``media_ids`` (verdicts for the text ``query``, if given)."""
-    wanted = set(media_ids)
-    out: dict[int, AnnotationState] = {}
+    wanted = {int(m) for m in media_ids}
+    captions, pairs = catalog.captions_of(wanted), catalog.pairs_of(wanted)
     key = query.strip().casefold() if query else None
+    out: dict[int, AnnotationState] = {}
     for media_id in wanted:
-        sources = frozenset(str(c.source) for c in catalog.captions(media_id))
-        pairs = catalog.pairs(media_id=media_id)
-        verdicts = [p.label for p in pairs if key is not None and p.query.strip().casefold() == key]
-        out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(pairs))
+        sources = frozenset(str(c.source) for c in captions.get(media_id, ()))
+        judged = pairs.get(media_id, [])
+        verdicts = [p.label for p in judged if key is not None and p.query.strip().casefold() == key]
+        out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(judged))
     return out
 
 
 def annotation_progress(catalog: Catalog) -> AnnotationProgress:
     """Indexed items with a human caption, of all indexed items."""
-    ok = {m.id for m in catalog.iter_media(MediaStatus.OK)}
-    captioned = {m for m, sources in _sources(catalog).items() if sources & HUMAN_SOURCES} & ok
-    return AnnotationProgress(len(captioned), len(ok))
-
-
-def _sort_key(sort: BrowseSort):  # noqa: ANN202 - a key function for sorted()
-    if sort is BrowseSort.NAME:
-        return lambda m: (m.path.name.casefold(), str(m.path.parent))
-    return lambda m: (m.mtime_ns, m.id)
-
-
-def _under(path: Path, folder: Path) -> bool:
-    try:
-        path.relative_to(folder)
-    except ValueError:
-        return False
-    return True
+    return AnnotationProgress(*catalog.count_captioned())
 
 
 def browse(catalog: Catalog, offset: int = 0, top: int = 60, sort: BrowseSort | str = BrowseSort.NEWEST,
@@ -112,20 +89,12 @@ def browse(catalog: Catalog, offset: int = 0, top: int = 60, sort: BrowseSort | 
     """One page of the indexed library as hits (score 0), sorted and filtered.
 
     ``folder`` keeps the items under it, ``kind`` one media kind, ``annotation`` filters by what the user wrote.
+    The page is read in SQL (:meth:`Catalog.browse_media`), so its cost does not grow with the library.
     """
     sort, annotation = BrowseSort(sort), AnnotationFilter(annotation)
     kind = MediaKind(kind) if kind is not None else None
-    items: list[MediaRecord] = [
-        m for m in catalog.iter_media(MediaStatus.OK)
-        if (kind is None or m.kind is kind) and (folder is None or _under(m.path, Path(folder)))]
-    if annotation is not AnnotationFilter.ALL:
-        if annotation is AnnotationFilter.JUDGED:
-            keep = {p.media_id for p in catalog.pairs()}
-        else:
-            human = {m for m, sources in _sources(catalog).items() if sources & HUMAN_SOURCES}
-            keep = human if annotation is AnnotationFilter.CAPTIONED else {m.id for m in items} - human
-        items = [m for m in items if m.id in keep]
-    items.sort(key=_sort_key(sort), reverse=sort is BrowseSort.NEWEST)
-    page = items[offset:offset + top]
+    page = catalog.browse_media(offset, top, sort.value, Path(folder) if folder is not None else None, kind,
+                                annotation.value)
+    captions = catalog.captions_of(m.id for m in page)
     return [SearchHit(m.id, str(m.path), m.kind or MediaKind.IMAGE, 0.0,
-                      tuple(c.text for c in catalog.captions(m.id))) for m in page]
+                      tuple(c.text for c in captions.get(m.id, ()))) for m in page]

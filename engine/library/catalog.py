@@ -28,7 +28,8 @@ Schema
     v1 is the first layout; v2 adds ``media.features_backbone``, ``embedding_extras``, the lookup indexes
     and the "one pseudo caption per item" / "one active model" rules (fixing rows that broke them); v3 adds
     ``roots.device`` (the ``st_dev`` a folder was on, so an unplugged drive's empty mount point is told apart
-    from an emptied folder).
+    from an emptied folder); v4 adds ``media.name_key`` (the file name, case-folded) and the indexes that let the
+    library be browsed a page at a time in SQL, by date or by name, whatever its size.
 
 Annotations outlive files
     Captions and pairs are the user's work. A scan never deletes a media row: a file that is gone is marked
@@ -241,7 +242,25 @@ def _schema_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE roots ADD COLUMN device INTEGER")
 
 
-_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3)
+def name_key(path: str | bytes | Path) -> str:
+    """What the library sorts a file by when it is browsed by name: its file name, case-folded (a name that is
+    not valid UTF-8 with its undecodable bytes replaced, so that it can be stored as text)."""
+    name = os.path.basename(_path_text(path) if isinstance(path, str | bytes) else str(path))
+    return os.fsencode(name).decode("utf-8", "replace").casefold()
+
+
+def _schema_v4(conn: sqlite3.Connection) -> None:
+    """``media.name_key`` and the browse indexes: a page of a 100,000-item library sorted by date or name is
+    read from an index (status, then the order), not by loading and sorting every row in Python."""
+    conn.execute("ALTER TABLE media ADD COLUMN name_key TEXT")
+    conn.create_function("polyseek_name_key", 1, name_key, deterministic=True)
+    conn.execute("UPDATE media SET name_key = polyseek_name_key(path)")
+    conn.execute("CREATE INDEX media_browse_by_time ON media (status, mtime_ns, id)")
+    conn.execute("CREATE INDEX media_browse_by_name ON media (status, name_key, path)")
+    conn.execute("CREATE INDEX captions_by_source ON captions (source, media_id)")
+
+
+_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3, _schema_v4)
 LATEST_SCHEMA_VERSION = len(_MIGRATIONS)
 
 _MEDIA_COLUMNS = (
@@ -259,6 +278,22 @@ _MISSING_WITHOUT_COPY = (
     "AND p.status <> 'missing')"
 )
 _MODEL_SELECT = "SELECT id, name, method, path, created_at, metrics_json, is_active FROM models"
+
+
+# a media path under a folder: the folder itself, or a path in [folder + "/", folder + "0") -- "0" follows "/"
+# in byte order -- as text, or as bytes for the names stored as BLOBs (see _path_value; TEXT never equals a BLOB)
+_UNDER_FOLDER = "(path = ? OR (path >= ? AND path < ?) OR (path >= ? AND path < ?))"
+
+
+def _folder_bounds(folder: Path) -> tuple[str | bytes, ...]:
+    """The parameters of :data:`_UNDER_FOLDER` for ``folder``."""
+    text = str(folder).rstrip(os.sep) or os.sep
+    raw = os.fsencode(text)
+    prefix, raw_prefix = text.rstrip(os.sep) + os.sep, raw.rstrip(os.fsencode(os.sep)) + os.fsencode(os.sep)
+    after, raw_after = prefix[:-1] + chr(ord(os.sep) + 1), raw_prefix[:-1] + bytes([raw_prefix[-1] + 1])
+    if isinstance(_path_value(text), bytes):  # an undecodable folder holds only BLOB paths: no text range
+        prefix = after = ""
+    return _path_value(text), prefix, after, raw_prefix, raw_after
 
 
 def _media_record(row: tuple[Any, ...]) -> MediaRecord:
@@ -460,15 +495,15 @@ class Catalog(SQLiteStore):
             moved = self._find_moved(conn, size, content_hash)
             if moved is not None:
                 conn.execute(
-                    f"UPDATE media SET path = ?, root_id = ?, mtime_ns = ?, status = {_RESTORED_STATUS} "
+                    f"UPDATE media SET path = ?, name_key = ?, root_id = ?, mtime_ns = ?, status = {_RESTORED_STATUS} "
                     "WHERE id = ?",
-                    (text, root_id, mtime_ns, moved),
+                    (text, name_key(path), root_id, mtime_ns, moved),
                 )
                 return moved, "moved"
             cursor = conn.execute(
-                "INSERT INTO media (root_id, path, size, mtime_ns, content_hash, status) "
-                "VALUES (?, ?, ?, ?, ?, 'pending')",
-                (root_id, text, size, mtime_ns, content_hash),
+                "INSERT INTO media (root_id, path, name_key, size, mtime_ns, content_hash, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'pending')",
+                (root_id, text, name_key(path), size, mtime_ns, content_hash),
             )
             return int(cursor.lastrowid or 0), "new"
 
@@ -602,9 +637,9 @@ class Catalog(SQLiteStore):
             root = next((rid for rid, rpath in conn.execute("SELECT id, path FROM roots")
                          if _is_under_text(str(path), _path_text(rpath))), None)
             cursor = conn.execute(
-                "INSERT INTO media (root_id, path, size, mtime_ns, content_hash, status) "
-                "VALUES (?, ?, ?, ?, ?, 'missing')",
-                (root, text, size, mtime_ns, content_hash),
+                "INSERT INTO media (root_id, path, name_key, size, mtime_ns, content_hash, status) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'missing')",
+                (root, text, name_key(path), size, mtime_ns, content_hash),
             )
             return int(cursor.lastrowid or 0)
 
@@ -680,6 +715,76 @@ class Catalog(SQLiteStore):
                 return
             last = rows[-1][0]
 
+    def browse_media(self, offset: int = 0, limit: int = 60, order: str = "newest", folder: Path | None = None,
+                     kind: MediaKind | str | None = None, annotation: str = "all") -> list[MediaRecord]:
+        """One page of the indexed (ok) items, sorted and filtered in SQL (served by the v4 browse indexes).
+
+        ``order``: ``newest`` / ``oldest`` (file mtime, then id) or ``name`` (:func:`name_key`, then path).
+        ``folder`` keeps the items under it; ``kind`` one media kind; ``annotation``: ``all``, ``captioned``
+        (a user or imported caption), ``uncaptioned`` (none) or ``judged`` (a pair, accepted or rejected).
+        """
+        orders = {"newest": "mtime_ns DESC, id DESC", "oldest": "mtime_ns, id", "name": "name_key, path, id"}
+        if order not in orders:
+            raise CatalogError(f"unknown browse order {order!r}")
+        clauses, params = ["status = 'ok'"], []
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(MediaKind(kind).value)
+        if folder is not None:
+            clauses.append(_UNDER_FOLDER)
+            params.extend(_folder_bounds(Path(folder)))
+        human = "EXISTS (SELECT 1 FROM captions c WHERE c.media_id = media.id AND c.source <> 'pseudo')"
+        filters = {"all": None, "captioned": human, "uncaptioned": f"NOT {human}",
+                   "judged": "EXISTS (SELECT 1 FROM pairs p WHERE p.media_id = media.id)"}
+        if annotation not in filters:
+            raise CatalogError(f"unknown annotation filter {annotation!r}")
+        if filters[annotation]:
+            clauses.append(filters[annotation])
+        rows = self._read(
+            "browsing media",
+            f"SELECT {_MEDIA_COLUMNS} FROM media WHERE {' AND '.join(clauses)} ORDER BY {orders[order]} "
+            "LIMIT ? OFFSET ?",
+            (*params, max(0, int(limit)), max(0, int(offset))),
+        )
+        return [_media_record(r) for r in rows]
+
+    def captions_of(self, media_ids: Iterable[int]) -> dict[int, list[CaptionRecord]]:
+        """The captions of several items at once (oldest first each); items without any are left out."""
+        out: dict[int, list[CaptionRecord]] = {}
+        rows = self._read_in(
+            "reading captions",
+            "SELECT id, media_id, text, source, created_at, updated_at FROM captions "
+            "WHERE media_id IN ({marks}) ORDER BY id",
+            (),
+            sorted({int(m) for m in media_ids}),
+        )
+        for record in map(_caption_record, rows):
+            out.setdefault(record.media_id, []).append(record)
+        return out
+
+    def pairs_of(self, media_ids: Iterable[int]) -> dict[int, list[PairRecord]]:
+        """The pairs of several items at once (oldest first each); items without any are left out."""
+        out: dict[int, list[PairRecord]] = {}
+        rows = self._read_in(
+            "listing pairs",
+            "SELECT id, media_id, query, label, source, created_at FROM pairs WHERE media_id IN ({marks}) ORDER BY id",
+            (),
+            sorted({int(m) for m in media_ids}),
+        )
+        for i, m, q, lab, s, c in rows:
+            out.setdefault(m, []).append(PairRecord(i, m, q, lab, CaptionSource(s), c))
+        return out
+
+    def count_captioned(self) -> tuple[int, int]:
+        """``(indexed items with a user or imported caption, indexed items)``, counted in SQL."""
+        rows = self._read(
+            "counting captioned media",
+            "SELECT COUNT(*), SUM(EXISTS (SELECT 1 FROM captions c WHERE c.media_id = media.id "
+            "AND c.source <> 'pseudo')) FROM media WHERE status = 'ok'",
+        )
+        total, captioned = rows[0]
+        return int(captioned or 0), int(total)
+
     def pending_media(self) -> list[MediaRecord]:
         """Rows still to be indexed; an interrupted index resumes from these."""
         return list(self.iter_media(MediaStatus.PENDING))
@@ -690,6 +795,14 @@ class Catalog(SQLiteStore):
             "listing failures", "SELECT path, error FROM media WHERE status = 'failed' ORDER BY id"
         )
         return [(Path(_path_text(path)), error or "") for path, error in rows]
+
+    def version(self) -> tuple[int, int]:
+        """A value that changes whenever the file's content may have: rows this connection changed, and SQLite's
+        ``data_version`` (which moves when another connection commits). A re-scan that leaves it as it was
+        changed nothing, so the service keeps its search caches (a 100,000-item index is not reloaded)."""
+        with self._lock:
+            conn = self._live()
+            return conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0]
 
     def counts(self) -> dict[str, dict[str, int]]:
         """``{"status": {status: n}, "kind": {kind: n}}``; kinds count indexed (ok) items only."""

@@ -7,6 +7,13 @@ which the trainer pairs with its regional-semantics pseudo caption: A3VSE's D^u 
 §4.1; ``trainer.data.load_training_data`` with ``with_pseudo``). Split ``heldout`` holds the annotated items
 kept aside, which the run never trains on (the whole loop: :mod:`engine.loop.retrain`).
 
+Un-annotated items are sampled. A library of 100,000 items would otherwise put 100,000 pseudo pairs (and their
+features, in the trainer's memory) into every retrain, whose cost should follow the annotations, not the library.
+At most :data:`MAX_UNANNOTATED_ITEMS` un-annotated items go into ``train``, drawn by ``u(seed, round, content
+hash)`` where the round is the number of annotated items: the sample is the same for the same library state (a
+rerun trains on the same set) and changes as the user annotates, so over successive retrains the pseudo pairs
+cover the library.
+
 Held-aside annotations. An annotated item is held aside when ``u(seed, content hash) < holdout``, where
 ``u`` maps the pair to [0, 1) through BLAKE2b. The decision depends on nothing but the item's content, so
 an item stays on its side across retrains and however many items are annotated later: a model is never
@@ -69,6 +76,9 @@ PSEUDO_CHECK_ITEMS = 300  # un-annotated items whose pseudo captions check that 
 MIN_PSEUDO_CHECK_ITEMS = 20
 
 
+MAX_UNANNOTATED_ITEMS = 5000  # D^u items in one training set (module docstring); the retrain's time and memory cap
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingSet:
     """A caption folder written from a library for one retraining (see the module docstring)."""
@@ -80,6 +90,7 @@ class TrainingSet:
     n_captions: int = 0  # training captions of the annotated items, held-aside ones included
     n_heldout_items: int = 0
     n_unannotated: int = 0  # D^u: items of the train split with no caption
+    n_unannotated_library: int = 0  # un-annotated items the library had to sample D^u from
     warning: str | None = None
 
     @property
@@ -88,7 +99,7 @@ class TrainingSet:
         return self.n_annotated_items - self.n_heldout_items
 
 
-def holdout_key(content_hash_: str, seed: int = 0) -> float:
+def holdout_key(content_hash_: str, seed: int | str = 0) -> float:
     """A number in [0, 1) fixed by an item's content hash and ``seed`` (BLAKE2b, so no PYTHONHASHSEED)."""
     digest = hashlib.blake2b(f"{seed}:{content_hash_}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0 ** 64
@@ -133,13 +144,21 @@ def library_annotations(catalog: Catalog) -> dict[int, list[str]]:
     return {media_id: list(dict.fromkeys(texts)) for media_id, texts in out.items()}
 
 
-def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HOLDOUT,
-                       seed: int = 0) -> TrainingSet:
-    """Write the retraining caption folder of a library at ``dest`` (replacing an earlier one there)."""
+def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HOLDOUT, seed: int = 0,
+                       max_unannotated: int | None = MAX_UNANNOTATED_ITEMS) -> TrainingSet:
+    """Write the retraining caption folder of a library at ``dest`` (replacing an earlier one there).
+
+    At most ``max_unannotated`` un-annotated items are written (None: all), sampled as the module docstring says.
+    """
     check_holdout(holdout)
     annotations = library_annotations(catalog)
     checked = {m.id for m in pseudo_check_media(catalog, seed)}  # the gate's check set is never trained on
-    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.path.is_file() and m.id not in checked]
+    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.id not in checked and m.path.is_file()]
+    unannotated = [m for m in media if not annotations.get(m.id)]
+    sampled = sample_unannotated(unannotated, max_unannotated, seed, len(media) - len(unannotated))
+    if len(sampled) < len(unannotated):
+        keep = {m.id for m in sampled}
+        media = [m for m in media if annotations.get(m.id) or m.id in keep]
     entries: list[tuple[str, Path]] = []
     splits: list[str] = []
     captions: list[tuple[int, str]] = []
@@ -156,7 +175,18 @@ def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HO
     write_linked_folder(dest, entries, captions, splits)
     return TrainingSet(Path(dest), n_annotated_items=n_annotated, n_captions=n_captions,
                        n_heldout_items=n_heldout, n_unannotated=len(media) - n_annotated,
-                       warning=training_warning(n_annotated, n_heldout))
+                       n_unannotated_library=len(unannotated), warning=training_warning(n_annotated, n_heldout))
+
+
+def sample_unannotated(media: Sequence[MediaRecord], limit: int | None, seed: int = 0, round_: int = 0
+                       ) -> list[MediaRecord]:
+    """At most ``limit`` of ``media`` (all when None or enough), the ones with the smallest
+    ``u(seed, round, content hash)``, in their given order (module docstring)."""
+    if limit is None or len(media) <= limit:
+        return list(media)
+    key = f"{seed}:unannotated:{round_}"
+    chosen = {m.id for m in sorted(media, key=lambda m: holdout_key(m.content_hash, key))[:max(0, limit)]}
+    return [m for m in media if m.id in chosen]
 
 
 def _training_key(record: MediaRecord) -> str:

@@ -41,7 +41,7 @@ from engine.media.errors import MediaError
 from engine.media.sampling import FRAMES_PER_ITEM, SAMPLE_FPS, frame_indices, stride_for_fps
 from engine.media.sniff import ANIMATABLE_FORMATS, IMAGE_FORMATS, VIDEO_FORMATS, sniff_format
 from engine.media.stills import BACKGROUND
-from engine.media.thumbs import thumbnail
+from engine.media.thumbs import prune_thumbnails, thumbnail
 
 __all__ = [
     "ANIMATABLE_FORMATS",
@@ -62,5 +62,6 @@ __all__ = [
     "probe_and_decode",
     "sniff_format",
     "stride_for_fps",
+    "prune_thumbnails",
     "thumbnail",
 ]

@@ -1,4 +1,10 @@
-"""Thumbnails and preview frames, cached on disk as JPEG and written atomically."""
+"""Thumbnails and preview frames, made on demand, cached on disk as JPEG (written atomically) in a bounded cache.
+
+The cache never grows past a budget whatever the library's size: :func:`prune_thumbnails` (run by the service
+after each scan) removes the least recently used files once it holds more than ``max_bytes``; a cache hit
+refreshes a file's modification time, so what the user keeps looking at stays. A pruned thumbnail is made again
+the next time it is shown.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from engine.media.video import inspect_video, video_frames
 from engine.types import MediaKind
 
 THUMBNAIL_QUALITY = 85
+THUMBNAIL_CACHE_BYTES = 256 * 1024 * 1024  # ~60,000 thumbnails of 256 px; past it the least recently used go
+PRUNE_TO = 0.8  # a prune goes down to this fraction of the budget, so the next ones are rare
 
 
 def thumbnail(path: Path, cache_dir: Path, size: int = 256, n_preview: int = 0) -> list[Path]:
@@ -66,13 +74,52 @@ def _cache_key(checked: CheckedFile, size: int) -> str:
 
 def _cached(still: Path, manifest: Path, n_preview: int) -> list[Path] | None:
     if not n_preview:
-        return [still] if still.is_file() else None
+        paths = [still] if still.is_file() else None
+    else:
+        try:
+            names = manifest.read_text().split()
+        except (OSError, UnicodeDecodeError):
+            return None
+        paths = [manifest.parent / name for name in names]
+        paths = paths if paths and all(path.is_file() for path in paths) else None
+    for path in (paths or []) + ([manifest] if paths and n_preview else []):
+        try:
+            os.utime(path)  # recently used: the last to be pruned
+        except OSError:
+            pass
+    return paths
+
+
+def prune_thumbnails(cache_dir: Path, max_bytes: int = THUMBNAIL_CACHE_BYTES) -> tuple[int, int]:
+    """Keep the cache under ``max_bytes``: when it holds more, remove the least recently used files until it
+    holds :data:`PRUNE_TO` of it. Returns ``(files removed, bytes freed)``. Files being written (``.tmp-``) stay."""
+    files = []
     try:
-        names = manifest.read_text().split()
-    except (OSError, UnicodeDecodeError):
-        return None
-    paths = [manifest.parent / name for name in names]
-    return paths if paths and all(path.is_file() for path in paths) else None
+        folders = [entry for entry in os.scandir(cache_dir) if entry.is_dir()]
+    except OSError:
+        return 0, 0
+    for folder in folders:
+        try:
+            with os.scandir(folder.path) as entries:
+                for entry in entries:
+                    if entry.is_file() and not entry.name.startswith(".tmp-"):
+                        st = entry.stat()
+                        files.append((st.st_mtime_ns, st.st_size, entry.path))
+        except OSError:
+            continue
+    total = sum(size for _, size, _ in files)
+    if total <= max_bytes:
+        return 0, 0
+    removed = freed = 0
+    for _, size, path in sorted(files):
+        if total - freed <= PRUNE_TO * max_bytes:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed, freed = removed + 1, freed + size
+    return removed, freed
 
 
 def _render(checked: CheckedFile, size: int, n_preview: int) -> list[Image.Image]:

@@ -42,21 +42,32 @@ class ZeroShotIndex:
     ``class_embeddings`` are the MiniLM embeddings of :func:`class_texts` (C, D); each item is its top classes
     ``class_ids`` (N, k) with probabilities ``class_probs`` (N, k). The pseudo caption's embedding in term 3 is
     the probability-weighted centroid of its classes' text embeddings, so indexing never runs the text encoder.
+
+    Scale. Every term is a sparse (N, C) matrix with k non-zeros a row times a C-vector the query gives, so a
+    query costs O(N k), not O(N D), and the index holds ~(8 k + 4) bytes an item. Term 3 never forms the
+    (N, D) centroids: ``centroid_n . q = (sum_j p_nj e_j . q) / ||sum_j p_nj e_j||``, i.e. the item's class
+    probabilities times the sentence's class similarities ``E q`` (which term 1 needs anyway), divided by the
+    centroid's norm, computed once here in chunks. Exact: the same scores as forming the centroids.
     """
+
+    _NORM_CHUNK = 8192  # items whose centroids are formed at once to measure their norms (8192 x D floats)
 
     def __init__(self, class_embeddings: np.ndarray, class_ids: np.ndarray, class_probs: np.ndarray) -> None:
         from scipy.sparse import csr_matrix
 
         self.class_embeddings = class_embeddings.astype(np.float32)
         n, k = class_ids.shape
-        ids = class_ids.astype(np.int64)
+        n_classes = self.class_embeddings.shape[0]
+        ids = class_ids.astype(np.int32).ravel()
         probs = class_probs.astype(np.float32)
-        rows = np.repeat(np.arange(n), k)
-        self._sqrt = csr_matrix((np.sqrt(probs).ravel(), (rows, ids.ravel())),
-                                shape=(n, self.class_embeddings.shape[0]))
-        centroid = np.einsum("nk,nkd->nd", probs, self.class_embeddings[ids]) if n else np.zeros((0, 1))
-        norms = np.linalg.norm(centroid, axis=1, keepdims=True) if n else np.ones((0, 1))
-        self._centroids = (centroid / np.maximum(norms, 1e-9)).astype(np.float32)
+        indptr = np.arange(0, n * k + 1, k, dtype=np.int64)
+        self._sqrt = csr_matrix((np.sqrt(probs).ravel(), ids, indptr), shape=(n, n_classes))
+        self._probs = csr_matrix((probs.ravel(), ids, indptr), shape=(n, n_classes))
+        norms = np.ones(n, np.float32)
+        for lo in range(0, n, self._NORM_CHUNK):
+            centroids = self._probs[lo:lo + self._NORM_CHUNK] @ self.class_embeddings
+            norms[lo:lo + len(centroids)] = np.linalg.norm(centroids, axis=1)
+        self._inv_norms = (1.0 / np.maximum(norms, 1e-9)).astype(np.float32)
 
     def __len__(self) -> int:
         return self._sqrt.shape[0]
@@ -65,13 +76,21 @@ class ZeroShotIndex:
         """Scores (N,) for one sentence embedding (D,) and the embeddings of its content words (W, D)."""
         if len(self) == 0:
             return np.zeros(0, np.float32)
-        sims = self.class_embeddings @ sentence
-        class_match = self._sqrt @ np.sqrt(softmax(sims / SENTENCE_TAU))
-        total = _zscore(class_match) + _zscore(self._centroids @ sentence)
+        sims = self.class_embeddings @ sentence.astype(np.float32)
+        # Terms 1 and 2 read the item's square-rooted distribution: one pass over it with every query column
+        # (sentence, then each word), in float32 so the sparse product never converts the library's matrix.
+        columns = [np.sqrt(softmax(sims / SENTENCE_TAU))]
+        weights = np.zeros(0, np.float32)
         if len(words):
-            word_sims = words @ self.class_embeddings.T  # (W, C)
+            word_sims = words.astype(np.float32) @ self.class_embeddings.T  # (W, C)
             weights = np.clip(word_sims.max(axis=1) - WORD_FLOOR, 0.0, None)
             if weights.sum() > 0:
-                per_word = self._sqrt @ np.sqrt(softmax(word_sims / WORD_TAU, axis=1)).T  # (N, W)
-                total = total + _zscore(np.log(per_word + EPS) @ weights)
+                columns.extend(np.sqrt(softmax(word_sims / WORD_TAU, axis=1)))
+            else:
+                weights = np.zeros(0, np.float32)
+        matched = self._sqrt @ np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.float32)  # (N, 1 + W)
+        caption_match = (self._probs @ sims) * self._inv_norms
+        total = _zscore(matched[:, 0]) + _zscore(caption_match)
+        if len(weights):
+            total = total + _zscore(np.log(matched[:, 1:] + EPS) @ weights)
         return total.astype(np.float32)

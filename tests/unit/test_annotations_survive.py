@@ -364,7 +364,7 @@ def test_catalog_v2_upgrades_to_v3_keeping_its_annotations(tmp_path):
     conn.execute("INSERT INTO captions (media_id, text, source, created_at, updated_at) VALUES (1, 'x', 'user', 0, 0)")
     conn.close()
     with Catalog(path) as catalog:
-        assert catalog.schema_version == 3
+        assert catalog.schema_version == catalog_module.LATEST_SCHEMA_VERSION  # v3, then v4 (browse indexes)
         assert catalog.root_device(1) is None  # not known until the folder is next seen online
         assert catalog.add_root(Path("/lib"), device=77) == 1 and catalog.root_device(1) == 77
         assert [c.text for c in catalog.iter_captions()] == ["x"]

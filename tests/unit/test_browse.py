@@ -58,3 +58,81 @@ def test_annotation_states_and_progress(tmp_path: Path) -> None:
     assert annotation_states(catalog, [ids["zebra"]], "other")[ids["zebra"]].judgement == 0
     progress = annotation_progress(catalog)
     assert (progress.captioned, progress.total) == (2, 4)
+
+
+def _reference(catalog: Catalog, sort: str, folder: Path | None, kind: str | None, annotation: str) -> list[int]:
+    """The whole catalog read and sorted in Python: what a page must be a slice of."""
+    from engine.library.catalog import MediaStatus
+
+    items = [m for m in catalog.iter_media(MediaStatus.OK) if (kind is None or m.kind == kind)
+             and (folder is None or m.path == folder or folder in m.path.parents)]
+    human = {c.media_id for c in catalog.iter_captions() if c.source != CaptionSource.PSEUDO}
+    judged = {p.media_id for p in catalog.pairs()}
+    keep = {"all": lambda m: True, "captioned": lambda m: m.id in human,
+            "uncaptioned": lambda m: m.id not in human, "judged": lambda m: m.id in judged}[annotation]
+    items = [m for m in items if keep(m)]
+    if sort == "name":
+        items.sort(key=lambda m: (m.path.name.casefold(), str(m.path)))
+    else:
+        items.sort(key=lambda m: (m.mtime_ns, m.id), reverse=sort == "newest")
+    return [m.id for m in items]
+
+
+def test_pages_read_in_sql_are_slices_of_the_whole_library_sorted_and_filtered(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(3)
+    catalog = Catalog(tmp_path / "catalog.sqlite")
+    folders = [tmp_path / "a", tmp_path / "ab", tmp_path / "a" / "deep", tmp_path / "b"]  # "ab" is not under "a"
+    kinds = [MediaKind.IMAGE, MediaKind.ANIMATION, MediaKind.VIDEO]
+    for n in range(240):
+        name = rng.choice(["IMG", "img", "Beach", "zoo", "Ärger"]) + f"_{rng.randint(0, 40)}_{n}.jpg"
+        media_id, _ = catalog.upsert_media(rng.choice(folders) / name, n, rng.randint(1, 30), f"h{n}", None)
+        if n % 11 == 0:
+            catalog.set_media_failed(media_id, "broken")
+            continue
+        catalog.set_media_ok(media_id, rng.choice(kinds), "x", 8, 8, 1, None, "bb")
+        catalog.set_pseudo_caption(media_id, "a guess")
+        if n % 5 == 0:
+            catalog.add_caption(media_id, "mine", rng.choice([CaptionSource.USER, CaptionSource.IMPORTED]))
+        if n % 7 == 0:
+            catalog.add_pair(media_id, "q", rng.choice([1, -1]), CaptionSource.USER)
+    for sort in ("newest", "oldest", "name"):
+        for folder in (None, tmp_path / "a", tmp_path / "ab"):
+            for kind in (None, "video"):
+                for annotation in ("all", "captioned", "uncaptioned", "judged"):
+                    want = _reference(catalog, sort, folder, kind, annotation)
+                    got = [h.media_id for offset in range(0, len(want) + 25, 25)
+                           for h in browse(catalog, offset, 25, sort, folder, kind, annotation)]
+                    assert got == want, (sort, folder, kind, annotation)
+    assert len(_reference(catalog, "name", tmp_path / "a", None, "all")) > 0
+
+
+def test_a_v3_catalog_gets_its_file_names_for_sorting_when_it_is_opened(tmp_path: Path) -> None:
+    import sqlite3
+
+    catalog, _ = _catalog(tmp_path)
+    catalog.close()
+    conn = sqlite3.connect(tmp_path / "catalog.sqlite")
+    for index in ("media_browse_by_time", "media_browse_by_name", "captions_by_source"):
+        conn.execute(f"DROP INDEX {index}")
+    conn.execute("ALTER TABLE media DROP COLUMN name_key")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with Catalog(tmp_path / "catalog.sqlite") as upgraded:
+        assert names(browse(upgraded, sort="name")) == ["apple", "kiwi", "mango", "zebra"]
+        media_id, _ = upgraded.upsert_media(tmp_path / "c" / "Banana.jpg", 99, 5, "hash-b", None)
+        upgraded.set_media_ok(media_id, MediaKind.IMAGE, "x", 8, 8, 1, None, "bb")
+        assert names(browse(upgraded, sort="name")) == ["apple", "Banana", "kiwi", "mango", "zebra"]
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_and_sorted_by_name(tmp_path: Path) -> None:
+    import os
+
+    catalog, _ = _catalog(tmp_path)
+    odd = Path(os.fsdecode(os.fsencode(str(tmp_path / "a")) + b"/caf\xe9.jpg"))
+    media_id, _ = catalog.upsert_media(odd, 7, 8, "hash-odd", None)
+    catalog.set_media_ok(media_id, MediaKind.IMAGE, "x", 8, 8, 1, None, "bb")
+    assert names(browse(catalog, sort="name")) == ["apple", "caf\udce9", "kiwi", "mango", "zebra"]
+    assert media_id in {h.media_id for h in browse(catalog, folder=tmp_path / "a")}

@@ -718,3 +718,24 @@ def test_damaged_files_only_ever_raise_media_error(tmp_path: Path) -> None:
                     decoder(target)
                 except MediaError:
                     pass  # any other exception type fails the test
+
+
+def test_the_thumbnail_cache_stays_within_its_budget_and_keeps_what_was_used_last(tmp_path: Path) -> None:
+    from engine.media import prune_thumbnails
+
+    cache = tmp_path / "thumbs"
+    sources = [mg.make_image(tmp_path / f"p{i}.png", "png", (64, 48), (i * 20, 90, 200 - i * 20)) for i in range(8)]
+    made = {}
+    for i, source in enumerate(sources):
+        made[i] = thumbnail(source, cache, size=32)[0]
+        os.utime(made[i], ns=(i * 10**9, i * 10**9))  # made one after the other, oldest first
+    sizes = {i: path.stat().st_size for i, path in made.items()}
+    assert prune_thumbnails(cache, max_bytes=sum(sizes.values())) == (0, 0)  # within budget: nothing goes
+    thumbnail(sources[0], cache, size=32)  # a hit: the oldest becomes the most recently used
+    budget = sum(sizes[i] for i in range(4, 8)) + sizes[0]
+    removed, freed = prune_thumbnails(cache, max_bytes=budget)
+    left = {i for i, path in made.items() if path.is_file()}
+    assert removed == 8 - len(left) and freed == sum(sizes[i] for i in set(made) - left)
+    assert 0 in left and 1 not in left  # least recently used first
+    assert sum(sizes[i] for i in left) <= 0.8 * budget
+    assert thumbnail(sources[1], cache, size=32)[0].is_file()  # a pruned thumbnail is made again

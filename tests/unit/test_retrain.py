@@ -407,3 +407,23 @@ def test_the_result_summary_shows_before_and_after_and_says_when_one_is_missing(
     assert "before not available (zero-shot)" in "\n".join(result.summary_lines())
     result.after = None
     assert result.summary_lines()[-1].startswith("no held-aside annotations")
+
+
+def test_a_big_library_trains_on_a_sample_of_its_unannotated_items(library, tmp_path):
+    catalog, ids, _ = library
+    for media_id in ids[:12]:
+        catalog.add_caption(media_id, f"user caption of {media_id}", CaptionSource.USER)
+    ts = build_training_set(catalog, tmp_path / "set", holdout=0.2, max_unannotated=10)
+    folder = load_caption_folder(ts.folder)
+    by_id = {int(item.file.split("-")[0]): texts for item, texts in folder.item_captions()}
+    assert set(ids[:12]) <= set(by_id)  # every annotated item, sampling never drops one
+    unannotated = set(by_id) - set(ids[:12])
+    assert len(unannotated) == ts.n_unannotated == 10 and ts.n_unannotated_library == 24  # 24 are the check set
+    again = build_training_set(catalog, tmp_path / "again", holdout=0.2, max_unannotated=10)
+    assert {int(i.file.split("-")[0]) for i, _ in load_caption_folder(again.folder).item_captions()} == set(by_id)
+    catalog.add_caption(ids[12], "one more caption", CaptionSource.USER)  # a new round draws another sample
+    later = build_training_set(catalog, tmp_path / "later", holdout=0.2, max_unannotated=10)
+    later_ids = {int(i.file.split("-")[0]) for i, _ in load_caption_folder(later.folder).item_captions()}
+    assert len(later_ids - set(ids[:13])) == 10 and later_ids - set(ids[:13]) != unannotated - {ids[12]}
+    everything = build_training_set(catalog, tmp_path / "all", holdout=0.2, max_unannotated=None)
+    assert everything.n_unannotated == everything.n_unannotated_library > 10

@@ -115,3 +115,55 @@ def test_class_texts_use_basic_level_names():
     names[207] = "Golden Retriever"
     assert class_texts(names)[207] == "dog, Golden Retriever"
     assert class_texts(names)[500] == "class 500"
+
+
+def _naive_scores(classes: np.ndarray, ids: np.ndarray, probs: np.ndarray, sentence: np.ndarray,
+                  words: np.ndarray) -> np.ndarray:
+    """The module docstring's three terms item by item, with each pseudo caption's centroid formed."""
+    from engine.features.regional import softmax
+    from engine.search import zeroshot as z
+
+    def zscore(x):
+        return (x - x.mean()) / x.std()
+
+    n_classes = len(classes)
+    dense = np.zeros((len(ids), n_classes))
+    for row, (item_ids, item_probs) in enumerate(zip(ids, probs, strict=True)):
+        dense[row, item_ids] += item_probs
+    sims = classes @ sentence
+    class_match = np.sqrt(dense) @ np.sqrt(softmax(sims / z.SENTENCE_TAU))
+    centroids = dense @ classes
+    caption = (centroids / np.linalg.norm(centroids, axis=1, keepdims=True)) @ sentence
+    word_sims = words @ classes.T
+    weights = np.clip(word_sims.max(axis=1) - z.WORD_FLOOR, 0, None)
+    per_word = np.sqrt(dense) @ np.sqrt(softmax(word_sims / z.WORD_TAU, axis=1)).T
+    return zscore(class_match) + zscore(caption) + zscore(np.log(per_word + z.EPS) @ weights)
+
+
+def test_scores_equal_the_terms_computed_item_by_item_on_random_libraries():
+    rng = np.random.default_rng(7)
+    classes = rng.standard_normal((50, 16))
+    classes /= np.linalg.norm(classes, axis=1, keepdims=True)
+    for n in (1, 7, 300):
+        ids = np.stack([rng.choice(50, 5, replace=False) for _ in range(n)])
+        probs = rng.dirichlet(np.ones(5), n)
+        sentence = classes[3] + 0.3 * rng.standard_normal(16)
+        sentence /= np.linalg.norm(sentence)
+        words = classes[[3, 9]] * 1.0
+        got = ZeroShotIndex(classes, ids, probs).score(sentence, words)
+        want = _naive_scores(classes, ids, probs, sentence, words) if n > 1 else np.zeros(1)
+        np.testing.assert_allclose(got, want, atol=2e-4)
+
+
+def test_a_rescan_that_changes_nothing_keeps_the_loaded_ranking_and_a_change_drops_it(indexed, tmp_path):
+    indexed.search_text("a cat")
+    loaded = indexed._zero_shot
+    assert loaded is not None
+    list(indexed.index_paths(None))  # the app's start-up scan of an unchanged library
+    assert indexed._zero_shot is loaded
+    more = tmp_path / "more"
+    more.mkdir()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(more / "red.jpg")
+    list(indexed.index_paths([more]))
+    assert indexed._zero_shot is None  # rebuilt with the new item at the next query
+    assert len(indexed.search_text("a cat", top=10)) == len(SAMPLES) + 1
