@@ -113,6 +113,17 @@ def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | N
                             metadata=metadata)
 
 
+def safetensors_metadata(path: Path) -> dict[str, str]:
+    """The metadata of a safetensors file's header; :class:`CheckpointError` when it cannot be read."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as exc:  # OSError, or safetensors' own error type for a damaged header
+        raise CheckpointError(f"{path}: cannot read weights: {exc}") from exc
+
+
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file (CPU); :class:`CheckpointError` when it cannot be read."""
     try:

@@ -54,7 +54,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
-from safetensors import safe_open
 from torch import Tensor, nn
 
 from engine.media import MediaError
@@ -392,12 +391,7 @@ def finetuned_backbone(model_dir: Path) -> tuple[str, Path] | None:
     """(id, weights file) of the fine-tuned backbone the model folder's best head was trained with, or None
     for a head on the stock backbone."""
     weights = Path(model_dir) / ckpt.WEIGHTS_FILE
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            meta = f.metadata() or {}
-    except Exception as exc:  # OSError, or safetensors' own error type for a damaged header
-        raise ckpt.CheckpointError(f"{weights}: cannot read weights: {exc}") from exc
-    bid = meta.get(BACKBONE_META)
+    bid = ckpt.safetensors_metadata(weights).get(BACKBONE_META)
     if not bid:
         return None
     path = Path(model_dir) / f"{BACKBONE_PREFIX}{bid}.safetensors"

@@ -24,14 +24,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from torch import Tensor, nn
 
 from engine.features.backbone import require_assets
@@ -219,22 +217,13 @@ def finetuned_text(model_dir: Path) -> tuple[str, Path, int] | None:
     """(id, weights file, trainable layers) of the fine-tuned text encoder the model folder's best head was
     trained with, or None for a head on the stock MiniLM features."""
     weights = Path(model_dir) / ckpt.WEIGHTS_FILE
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            meta = f.metadata() or {}
-    except Exception as exc:  # OSError, or safetensors' own error type for a damaged header
-        raise ckpt.CheckpointError(f"{weights}: cannot read weights: {exc}") from exc
-    tid = meta.get(TEXT_META)
+    tid = ckpt.safetensors_metadata(weights).get(TEXT_META)
     if not tid:
         return None
     path = Path(model_dir) / f"{TEXT_PREFIX}{tid}.safetensors"
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            layers = int((f.metadata() or {}).get("layers", "0"))
-    except Exception as exc:
-        raise ckpt.CheckpointError(f"{weights}: names text encoder {tid!r} but {path.name} cannot be read: "
-                                   f"{exc}") from exc
-    return tid, path, layers
+    if not path.is_file():
+        raise ckpt.CheckpointError(f"{weights}: names text encoder {tid!r} but {path.name} is missing")
+    return tid, path, int(ckpt.safetensors_metadata(path).get("layers", "0"))
 
 
 def load_finetuned_text(model_dir: Path, bert: nn.Module | None = None) -> TorchMiniLM | None:
@@ -276,7 +265,3 @@ def export_text(model: TorchMiniLM, tid: str, dest: Path) -> dict:
                           opset_version=17, dynamo=False)
     return {"id": tid, "file": "text_encoder.onnx", "base": TEXT_MODEL_ID, "dim": 384, "max_tokens": MAX_TOKENS}
 
-
-def describe(model_dir: Path) -> str:
-    found = finetuned_text(model_dir)
-    return json.dumps({"text_encoder": found[0] if found else None})
