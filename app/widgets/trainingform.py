@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
@@ -58,9 +59,6 @@ class TrainingForm(QDialog):
         self.method.currentTextChanged.connect(lambda name: self.method_description.setText(
             METHOD_DESCRIPTIONS.get(name, "")))
         self.method_description.setText(METHOD_DESCRIPTIONS[self.method.currentText()])
-        method_column = QVBoxLayout()
-        method_column.addWidget(self.method)
-        method_column.addWidget(self.method_description)
         self.data = QLineEdit(data_folder, placeholderText="A caption folder (images/ + captions.tsv)")
         self.browse_button = QPushButton("Browse…")
         self.browse_button.clicked.connect(self._browse)
@@ -92,7 +90,8 @@ class TrainingForm(QDialog):
         self.device.addItems(DEVICES)
         form = QFormLayout()
         form.addRow("Train on", self.source)
-        form.addRow("Method", method_column)
+        form.addRow("Method", self.method)
+        form.addRow("", self.method_description)  # its own row: a wrapped label's height follows its width
         form.addRow("Data", data_row)
         form.addRow("Splits", split_row)
         form.addRow("Epochs", self.epochs)
@@ -136,6 +135,8 @@ class TrainingForm(QDialog):
         for button in (self.start_button, self.resume_button, self.cancel_button, self.close_button):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
+        # the dialog grows when the result and the log appear rather than squashing the form's rows
+        layout.setSizeConstraint(QLayout.SizeConstraint.SetMinimumSize)
         layout.addLayout(form)
         layout.addWidget(self.data_summary)
         layout.addWidget(self.data_warning)
