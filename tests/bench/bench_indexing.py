@@ -39,6 +39,7 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 FLICKR = REPO.parent / "shared" / "datasets" / "flickr8k" / "images"
 
 
@@ -62,21 +63,30 @@ def decode_only(paths: list[Path], size: int) -> float:
         return len(paths) / (time.perf_counter() - start)
 
 
-def end_to_end(folder: Path, assets: Path) -> tuple[float, float]:
-    """(items/s, CPU ms per item) of ``index_paths`` on a fresh home."""
+def end_to_end(folder: Path, assets: Path, profile: bool = False) -> tuple[float, float, dict | None]:
+    """(items/s, CPU ms per item, the profile or None) of ``index_paths`` on a fresh home."""
+    from contextlib import nullcontext
+
     from engine.service import SearchService
+    from indexing_profile import profiled, report
 
     with tempfile.TemporaryDirectory() as home:
         os.environ["POLYSEEK_HOME"] = home
         service = SearchService.open("bench", assets)
         service.encoders.backbone  # noqa: B018 - session opening is not indexing
         n = len(list(folder.iterdir()))
-        start, cpu = time.perf_counter(), time.process_time()
-        for _ in service.index_paths([folder]):
-            pass
-        rate, cpu_ms = n / (time.perf_counter() - start), 1000 * (time.process_time() - cpu) / n
+        with profiled(service) if profile else nullcontext() as figures:
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in service.index_paths([folder]):
+                pass
+            wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        stats = service.features.stats()
         service.close()
-    return rate, cpu_ms
+        store_bytes = stats.global_bytes + stats.local_bytes + stats.frame_bytes
+        details = report(figures, n, cpu_s, wall, stats.file_bytes) if profile else None
+        if details is not None:
+            details["feature_payload_bytes_per_item"] = round(store_bytes / n)
+    return n / wall, 1000 * cpu_s / n, details
 
 
 def make_large(files: list[Path], dest: Path) -> None:
@@ -93,6 +103,8 @@ def main() -> int:
     parser.add_argument("--photos", type=Path, default=FLICKR, help="a folder of Flickr8k photos")
     parser.add_argument("--decode-threads", type=int, default=None,
                         help="the indexer's decode threads (default: engine.features.extract.default_decode_threads())")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more end-to-end run per library with per-stage CPU, lock waits and bytes per item")
     args = parser.parse_args()
     if args.decode_threads:
         import engine.features.extract
@@ -124,7 +136,7 @@ def main() -> int:
             for _ in range(args.repeat):
                 alone.append(backbone_alone(backbone, images, BATCH))
                 decode.append(decode_only(paths, backbone.image_size))
-                full.append(end_to_end(folder, assets))
+                full.append(end_to_end(folder, assets)[:2])
             row = {"n": len(paths),
                    "backbone_alone_per_s": statistics.median(a for a, _ in alone),
                    "end_to_end_per_s": statistics.median(f for f, _ in full),
@@ -136,6 +148,9 @@ def main() -> int:
             row["ratio"] = row["end_to_end_per_s"] / row["backbone_alone_per_s"]
             row["decode_bound"] = row["decode_only_per_s"] / (row["decode_only_per_s"] + row["backbone_alone_per_s"])
             row["cpu_ratio"] = row["backbone_alone_cpu_ms"] / row["end_to_end_cpu_ms"]
+            if args.profile:
+                row["profile"] = end_to_end(folder, assets, profile=True)[2]
+                print(json.dumps(row["profile"], indent=1), flush=True)
             results[name] = row
             print(f"{name:16s} n={row['n']:4d}  backbone alone {row['backbone_alone_per_s']:6.1f}/s  "
                   f"end to end {row['end_to_end_per_s']:6.1f}/s  decode only {row['decode_only_per_s']:6.1f}/s  "
