@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 BATCH = 32
 HASH_CHUNK = 200  # files hashed, then recorded in one catalog transaction, between progress reports
+HASH_THREADS = os.cpu_count() or 2
 KNOWN_FILES_PROBED = 64  # known files of a root that moved to another device checked for presence
 
 
@@ -93,20 +94,21 @@ class Indexer:
         plan.missing = [p for p in plan.missing if not _inside(p, unreadable)]
         root_of = {p: rid for p, _, _, rid in found}
         touched = plan.new + plan.changed
-        for start in range(0, len(touched), HASH_CHUNK):
-            yield Progress(start, len(touched), f"checking {len(touched)} new or changed files")
-            hashed = []
-            for entry in touched[start:start + HASH_CHUNK]:
+        # Hashing runs on every core (hashlib releases the GIL): on one thread, the 12 MP photos of a camera
+        # folder kept one core of two idle for 2-3 ms a photo before extraction could start.
+        with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="hash") as hashers:
+            for start in range(0, len(touched), HASH_CHUNK):
+                yield Progress(start, len(touched), f"checking {len(touched)} new or changed files")
                 cancel.raise_if_cancelled()
-                try:
-                    hashed.append((entry, content_hash(entry.path)))
-                except OSError as error:
-                    log.info("cannot read %s: %s", entry.path, error)
-            # One transaction per chunk, not per file: a commit costs more than hashing a photo. The files are
-            # read before the transaction opens so a slow disk never holds the catalog's write lock.
-            with self.catalog.transaction("recording new and changed files"):
-                for entry, digest in hashed:
-                    self.catalog.upsert_media(entry.path, entry.size, entry.mtime_ns, digest, root_of[entry.path])
+                chunk = touched[start:start + HASH_CHUNK]
+                hashed = [(e, d) for e, d in zip(chunk, hashers.map(_hash_or_none, [e.path for e in chunk]),
+                                                  strict=True) if d is not None]
+                # One transaction per chunk, not per file: a commit costs more than hashing a photo. The files
+                # are read before the transaction opens so a slow disk never holds the catalog's write lock.
+                with self.catalog.transaction("recording new and changed files"):
+                    for entry, digest in hashed:
+                        self.catalog.upsert_media(entry.path, entry.size, entry.mtime_ns, digest,
+                                                  root_of[entry.path])
         gone = self.catalog.mark_missing(plan.missing)
         if gone:
             log.info("%d files are gone; they are kept as missing, with their annotations", gone)
@@ -260,6 +262,15 @@ class Indexer:
         if record is not None:
             caption = pseudo_caption_from_record(record, self.extractor.names)
             self.catalog.set_pseudo_caption(media.id, caption)
+
+
+def _hash_or_none(path: Path) -> str | None:
+    """The file's content hash, or None (logged) when it cannot be read."""
+    try:
+        return content_hash(path)
+    except OSError as error:
+        log.info("cannot read %s: %s", path, error)
+        return None
 
 
 def _inside(path: Path, folders: set[str]) -> bool:

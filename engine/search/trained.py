@@ -137,21 +137,28 @@ class TrainedSearch:
                 pass
 
     def encode_items(self, media: list[MediaRecord]) -> tuple[list[int], Encoded]:
-        """Encodings of items from their cached features (photos and animations/videos batched apart)."""
+        """Encodings of items from their cached features (photos and animations/videos batched apart).
+
+        Only the fields the model's encoders read come out of the store, in one query per kind: a model that
+        reads the pooled feature alone never loads a photo's 49 local features."""
         backbone = self.encoders.backbone.id
         photos = [m for m in media if m.kind == MediaKind.IMAGE]
         moving = [m for m in media if m.kind != MediaKind.IMAGE]
         parts: list[tuple[list[int], Encoded]] = []
         if photos:
-            records = [self.features.get(m.content_hash, backbone) for m in photos]
-            keep = [(m, r) for m, r in zip(photos, records, strict=True) if r is not None]
-            pooled = np.stack([r.global_ for _, r in keep]).astype(np.float32)
-            local = np.stack([r.local if r.local is not None else np.repeat(r.global_[None], 49, 0)
-                              for _, r in keep]).astype(np.float32)
-            parts.append(([m.id for m, _ in keep], self.runner.encode_image(local, pooled)))
+            wants_local = "local" in self.runner.manifest.encoders["image"].input_names
+            fields = ("global", "local") if wants_local else ("global",)
+            records = self.features.get_many([m.content_hash for m in photos], backbone, fields)
+            keep = [(m, records[m.content_hash]) for m in photos if m.content_hash in records]
+            if keep:
+                pooled = np.stack([r.global_ for _, r in keep]).astype(np.float32)
+                local = np.stack([r.local if r.local is not None else np.repeat(r.global_[None], 49, 0)
+                                  for _, r in keep]).astype(np.float32) if wants_local else None
+                parts.append(([m.id for m, _ in keep], self.runner.encode_image(local, pooled)))
         if moving:
-            records = [self.features.get(m.content_hash, backbone) for m in moving]
-            keep = [(m, r) for m, r in zip(moving, records, strict=True) if r is not None and r.frames is not None]
+            records = self.features.get_many([m.content_hash for m in moving], backbone, ("frames",))
+            keep = [(m, records[m.content_hash]) for m in moving
+                    if m.content_hash in records and records[m.content_hash].frames is not None]
             if keep:
                 frames = np.stack([r.frames for _, r in keep]).astype(np.float32)
                 mask = np.ones(frames.shape[:2], np.float32)

@@ -7,7 +7,9 @@ Two libraries: ``--n`` Flickr8k photos as they are (224x224 JPEGs, from ../share
 alone on already-decoded 224x224 batches of the same size, (b) ``SearchService.index_paths`` on a fresh home
 (walk, hash, decode, backbone, regional semantics, feature store and catalog writes), (c) decoding alone: the
 indexer's own decode (``engine.features.extract.decode_for_backbone``) on a pool of two threads, as the indexer runs it.
-The ratio (b)/(a) is the figure of merit (PRODUCT.md: >= 0.8). Medians of ``--repeat`` runs; (a), (c) and (b)
+The ratio (b)/(a) is the figure of merit (PRODUCT.md: >= 0.8; issue #24: >= 0.9). Opening the service,
+the backbone and the active model (the starter, which embeds the new items at the end of (b)) is session
+opening, not indexing, and happens before (b) is timed. Medians of ``--repeat`` runs; (a), (c) and (b)
 run one after the other in each repeat so a changing load on the machine hits them alike.
 
 Two more figures explain the ratio:
@@ -20,6 +22,12 @@ Two more figures explain the ratio:
 - ``cpu_ratio``: backbone-alone CPU time per item over end-to-end CPU time per item (process CPU, all threads).
   It is what the throughput ratio tends to on a machine whose cores indexing has to itself, and it moves less
   than wall-clock figures when other programs load the machine.
+- ``of_decode_bound`` (and its CPU form ``cpu_of_decode_bound``, (backbone + decode CPU) / end-to-end CPU): how
+  close end to end comes to that bound; the 12 MP target is >= 0.9.
+
+``--profile`` adds one more end-to-end run per library with the CPU per item of each stage, each thread's CPU,
+waits on the stores' locks and the feature store's bytes per item (``tests/bench/indexing_profile.py``). Both
+files are written: ``--out`` (JSON) and the same name with ``.md``.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 FLICKR = REPO.parent / "shared" / "datasets" / "flickr8k" / "images"
 
 
@@ -51,32 +60,44 @@ def backbone_alone(backbone, images: np.ndarray, batch: int) -> tuple[float, flo
     return len(images) / (time.perf_counter() - start), 1000 * (time.process_time() - cpu) / len(images)
 
 
-def decode_only(paths: list[Path], size: int) -> float:
-    """Items/s of the indexer's decode on as many threads as the extractor's pool has, no backbone."""
+def decode_only(paths: list[Path], size: int) -> tuple[float, float]:
+    """(items/s, CPU ms per item) of the indexer's decode on as many threads as the extractor's pool has, no
+    backbone."""
     from engine.features.extract import decode_for_backbone, default_decode_threads
 
     with ThreadPoolExecutor(max_workers=default_decode_threads()) as pool:
         list(pool.map(lambda p: decode_for_backbone(p, size), paths[:2]))  # warm-up: imports, plugin init
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         list(pool.map(lambda p: decode_for_backbone(p, size), paths))
-        return len(paths) / (time.perf_counter() - start)
+        return len(paths) / (time.perf_counter() - start), 1000 * (time.process_time() - cpu) / len(paths)
 
 
-def end_to_end(folder: Path, assets: Path) -> tuple[float, float]:
-    """(items/s, CPU ms per item) of ``index_paths`` on a fresh home."""
+def end_to_end(folder: Path, assets: Path, profile: bool = False) -> tuple[float, float, dict | None]:
+    """(items/s, CPU ms per item, the profile or None) of ``index_paths`` on a fresh home."""
+    from contextlib import nullcontext
+
+    from indexing_profile import profiled, report
+
     from engine.service import SearchService
 
     with tempfile.TemporaryDirectory() as home:
         os.environ["POLYSEEK_HOME"] = home
         service = SearchService.open("bench", assets)
         service.encoders.backbone  # noqa: B018 - session opening is not indexing
+        service._active_trained()  # nor is opening the active model (the starter), which embeds the new items
         n = len(list(folder.iterdir()))
-        start, cpu = time.perf_counter(), time.process_time()
-        for _ in service.index_paths([folder]):
-            pass
-        rate, cpu_ms = n / (time.perf_counter() - start), 1000 * (time.process_time() - cpu) / n
+        with profiled(service) if profile else nullcontext() as figures:
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in service.index_paths([folder]):
+                pass
+            wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        stats = service.features.stats()
         service.close()
-    return rate, cpu_ms
+        store_bytes = stats.global_bytes + stats.local_bytes + stats.frame_bytes
+        details = report(figures, n, cpu_s, wall, stats.file_bytes) if profile else None
+        if details is not None:
+            details["feature_payload_bytes_per_item"] = round(store_bytes / n)
+    return n / wall, 1000 * cpu_s / n, details
 
 
 def make_large(files: list[Path], dest: Path) -> None:
@@ -93,6 +114,8 @@ def main() -> int:
     parser.add_argument("--photos", type=Path, default=FLICKR, help="a folder of Flickr8k photos")
     parser.add_argument("--decode-threads", type=int, default=None,
                         help="the indexer's decode threads (default: engine.features.extract.default_decode_threads())")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more end-to-end run per library with per-stage CPU, lock waits and bytes per item")
     args = parser.parse_args()
     if args.decode_threads:
         import engine.features.extract
@@ -124,30 +147,68 @@ def main() -> int:
             for _ in range(args.repeat):
                 alone.append(backbone_alone(backbone, images, BATCH))
                 decode.append(decode_only(paths, backbone.image_size))
-                full.append(end_to_end(folder, assets))
+                full.append(end_to_end(folder, assets)[:2])
             row = {"n": len(paths),
                    "backbone_alone_per_s": statistics.median(a for a, _ in alone),
                    "end_to_end_per_s": statistics.median(f for f, _ in full),
-                   "decode_only_per_s": statistics.median(decode),
+                   "decode_only_per_s": statistics.median(d for d, _ in decode),
+                   "decode_only_cpu_ms": statistics.median(c for _, c in decode),
                    "backbone_alone_cpu_ms": statistics.median(c for _, c in alone),
                    "end_to_end_cpu_ms": statistics.median(c for _, c in full),
-                   "runs": {"backbone_alone_per_s": [a for a, _ in alone], "decode_only_per_s": decode,
-                            "end_to_end_per_s": [f for f, _ in full]}}
+                   "runs": {"backbone_alone_per_s": [a for a, _ in alone],
+                            "decode_only_per_s": [d for d, _ in decode],
+                            "end_to_end_per_s": [f for f, _ in full],
+                            "backbone_alone_cpu_ms": [c for _, c in alone],
+                            "end_to_end_cpu_ms": [c for _, c in full]}}
             row["ratio"] = row["end_to_end_per_s"] / row["backbone_alone_per_s"]
             row["decode_bound"] = row["decode_only_per_s"] / (row["decode_only_per_s"] + row["backbone_alone_per_s"])
             row["cpu_ratio"] = row["backbone_alone_cpu_ms"] / row["end_to_end_cpu_ms"]
+            row["of_decode_bound"] = row["ratio"] / row["decode_bound"]
+            row["cpu_of_decode_bound"] = ((row["backbone_alone_cpu_ms"] + row["decode_only_cpu_ms"])
+                                          / row["end_to_end_cpu_ms"])
+            if args.profile:
+                row["profile"] = end_to_end(folder, assets, profile=True)[2]
+                print(json.dumps(row["profile"], indent=1), flush=True)
             results[name] = row
             print(f"{name:16s} n={row['n']:4d}  backbone alone {row['backbone_alone_per_s']:6.1f}/s  "
                   f"end to end {row['end_to_end_per_s']:6.1f}/s  decode only {row['decode_only_per_s']:6.1f}/s  "
                   f"ratio {row['ratio']:.2f}  decode bound {row['decode_bound']:.2f}  "
                   f"cpu ms/item {row['backbone_alone_cpu_ms']:.1f} vs {row['end_to_end_cpu_ms']:.1f} "
-                  f"(cpu ratio {row['cpu_ratio']:.2f})", flush=True)
+                  f"(cpu ratio {row['cpu_ratio']:.2f})  of the decode bound {row['of_decode_bound']:.2f} "
+                  f"(cpu {row['cpu_of_decode_bound']:.2f})", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    args.out.write_text(json.dumps({"machine": f"{os.cpu_count()} cores", "decode_threads": default_decode_threads(),
-                                    "load_average_1min_at_end": load,
-                                    "target_ratio": 0.8, "results": results}, indent=2))
+    record = {"machine": f"{os.cpu_count()} cores", "decode_threads": default_decode_threads(),
+              "load_average_1min_at_end": load, "target_ratio": 0.9, "results": results}
+    args.out.write_text(json.dumps(record, indent=2))
+    args.out.with_suffix(".md").write_text(markdown(record))
     return 0
+
+
+def markdown(record: dict) -> str:
+    """The run as tables: throughput and ratios, then (with --profile) CPU per item by stage."""
+    lines = [f"# Indexing throughput ({record['machine']}, load average {record['load_average_1min_at_end']:.1f} "
+             "at the end)", "",
+             "| library | backbone alone /s | end to end /s | decode only /s | ratio | decode bound | of the bound "
+             "| CPU ms/item alone vs end to end | CPU ratio | CPU of the bound |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in record["results"].items():
+        lines.append(f"| {name} ({r['n']}) | {r['backbone_alone_per_s']:.1f} | {r['end_to_end_per_s']:.1f} | "
+                     f"{r['decode_only_per_s']:.1f} | {r['ratio']:.2f} | {r['decode_bound']:.2f} | "
+                     f"{r['of_decode_bound']:.2f} | {r['backbone_alone_cpu_ms']:.1f} vs {r['end_to_end_cpu_ms']:.1f} | "
+                     f"{r['cpu_ratio']:.2f} | {r['cpu_of_decode_bound']:.2f} |")
+    profiles = {name: r["profile"] for name, r in record["results"].items() if r.get("profile")}
+    if profiles:
+        stages = sorted({s for p in profiles.values() for s in p["stage_cpu_ms_per_item"]})
+        lines += ["", "CPU ms per item by stage (one profiled run each):", "",
+                  "| stage | " + " | ".join(profiles) + " |", "|---|" + "---|" * len(profiles)]
+        for stage in stages:
+            lines.append(f"| {stage} | " + " | ".join(f"{p['stage_cpu_ms_per_item'].get(stage, 0):.2f}"
+                                                      for p in profiles.values()) + " |")
+        for key, label in (("feature_store_bytes_per_item", "feature store file, bytes/item"),
+                           ("feature_payload_bytes_per_item", "feature payloads, bytes/item")):
+            lines.append(f"| {label} | " + " | ".join(str(p[key]) for p in profiles.values()) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

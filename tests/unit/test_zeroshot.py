@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.features.regional import class_texts, colour_name, content_words, region_colour
+from engine.features.regional import class_texts, colour_name, content_words, region_colour, region_colours
 from engine.search.zeroshot import ZeroShotIndex
 from engine.service import SearchService
 
@@ -90,6 +90,10 @@ def test_each_cell_is_named_by_its_own_colour(shape):
             image[ys[r]:ys[r + 1], xs[c]:xs[c + 1]] = colours[r, c]
     image = np.clip(image + rng.integers(-8, 9, image.shape), 0, 255).astype(np.uint8)
     assert [region_colour(image, cell) for cell in range(49)] == expected
+    # the batched form the indexer uses reads the same cells, of the right frame
+    frames = np.stack([np.zeros_like(image), image])
+    cells = [(1, cell) for cell in range(49)] + [(0, 3)]
+    assert region_colours(frames, cells) == expected + ["black"]
 
 
 def test_content_words_drop_stop_words():
