@@ -124,6 +124,20 @@ def safetensors_metadata(path: Path) -> dict[str, str]:
         raise CheckpointError(f"{path}: cannot read weights: {exc}") from exc
 
 
+def companion_weights(model_dir: Path, key: str, prefix: str, what: str) -> tuple[str, Path] | None:
+    """(id, file) of the weights file ``model.safetensors``'s metadata ``key`` names in ``model_dir`` (a fine-tuned
+    backbone or text encoder saved beside the head as ``<prefix><id>.safetensors``), or None when it names none;
+    :class:`CheckpointError` when it names a file that is missing."""
+    weights = Path(model_dir) / WEIGHTS_FILE
+    found = safetensors_metadata(weights).get(key)
+    if not found:
+        return None
+    path = Path(model_dir) / f"{prefix}{found}.safetensors"
+    if not path.is_file():
+        raise CheckpointError(f"{weights}: names {what} {found!r} but {path.name} is missing")
+    return found, path
+
+
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file (CPU); :class:`CheckpointError` when it cannot be read."""
     try:

@@ -390,14 +390,7 @@ def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, t
 def finetuned_backbone(model_dir: Path) -> tuple[str, Path] | None:
     """(id, weights file) of the fine-tuned backbone the model folder's best head was trained with, or None
     for a head on the stock backbone."""
-    weights = Path(model_dir) / ckpt.WEIGHTS_FILE
-    bid = ckpt.safetensors_metadata(weights).get(BACKBONE_META)
-    if not bid:
-        return None
-    path = Path(model_dir) / f"{BACKBONE_PREFIX}{bid}.safetensors"
-    if not path.is_file():
-        raise ckpt.CheckpointError(f"{weights}: names backbone {bid!r} but {path.name} is missing")
-    return bid, path
+    return ckpt.companion_weights(model_dir, BACKBONE_META, BACKBONE_PREFIX, "backbone")
 
 
 # ------------------------------------------------------------------------------------------ export

@@ -216,14 +216,10 @@ def drop_stale_text(out: Path, keep: str | None) -> None:
 def finetuned_text(model_dir: Path) -> tuple[str, Path, int] | None:
     """(id, weights file, trainable layers) of the fine-tuned text encoder the model folder's best head was
     trained with, or None for a head on the stock MiniLM features."""
-    weights = Path(model_dir) / ckpt.WEIGHTS_FILE
-    tid = ckpt.safetensors_metadata(weights).get(TEXT_META)
-    if not tid:
+    found = ckpt.companion_weights(model_dir, TEXT_META, TEXT_PREFIX, "text encoder")
+    if found is None:
         return None
-    path = Path(model_dir) / f"{TEXT_PREFIX}{tid}.safetensors"
-    if not path.is_file():
-        raise ckpt.CheckpointError(f"{weights}: names text encoder {tid!r} but {path.name} is missing")
-    return tid, path, int(ckpt.safetensors_metadata(path).get("layers", "0"))
+    return found[0], found[1], int(ckpt.safetensors_metadata(found[1]).get("layers", "0"))
 
 
 def load_finetuned_text(model_dir: Path, bert: nn.Module | None = None) -> TorchMiniLM | None:
