@@ -28,6 +28,10 @@ from engine.types import MediaKind
 
 log = logging.getLogger(__name__)
 
+# Frames the backbone takes at once while the rest of a batch is still decoding (one GIF's or video's frames,
+# or eight photos).
+STREAM_FRAMES = 8
+
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
@@ -114,28 +118,37 @@ class FeatureExtractor:
         return _collect(self._start(futures))
 
     def _start(self, futures: Sequence[Future]) -> list[Future | MediaError]:
-        """Wait for the decodes, run the backbone on the good ones and hand their finishing to the pool:
-        per file a future of its Extracted, or its MediaError."""
-        decoded: list[Decoded | MediaError] = []
-        for future in futures:
-            try:
-                decoded.append(future.result())
-            except MediaError as error:
-                decoded.append(error)
-            except Exception as error:  # a decoder bug must not stop indexing; report it as the file's error
-                log.exception("unexpected error decoding a file")
-                decoded.append(MediaError(f"could not decode: {type(error).__name__}: {error}"))
-        good = [d for d in decoded if isinstance(d, Decoded)]
-        if not good:
-            return list(decoded)  # type: ignore[arg-type]
-        out = self.backbone(np.concatenate([d.frames for d in good]))
-        finishing: dict[int, Future] = {}
+        """Run the backbone on the decodes as they complete and hand their finishing to the pool: per file a
+        future of its Extracted, or its MediaError.
+
+        The backbone takes the decoded frames a few files at a time (:data:`STREAM_FRAMES`) instead of waiting
+        for the whole batch, so decoding the rest of the batch overlaps it: with 12 MP photos, whose decoding
+        costs more than the backbone, one batch was otherwise decoded with the backbone idle, then run with
+        the decoders idle.
+        """
+        out: list[Future | MediaError | None] = [None] * len(futures)
+        chunk: list[tuple[int, Decoded]] = []
+        for i, future in enumerate(futures):
+            decoded = _decoded(future)
+            if isinstance(decoded, MediaError):
+                out[i] = decoded
+                continue
+            chunk.append((i, decoded))
+            if sum(len(d.frames) for _, d in chunk) >= STREAM_FRAMES:
+                self._run_chunk(chunk, out)
+                chunk = []
+        if chunk:
+            self._run_chunk(chunk, out)
+        return out  # type: ignore[return-value] - every place is filled
+
+    def _run_chunk(self, chunk: list[tuple[int, Decoded]], out: list[Future | MediaError | None]) -> None:
+        """Run the backbone on the decoded files of ``chunk`` and put their finishing futures in their places."""
+        result = self.backbone(np.concatenate([d.frames for _, d in chunk]))
         start = 0
-        for d in good:
+        for i, d in chunk:
             stop = start + len(d.frames)
-            finishing[id(d)] = self._pool.submit(self._finish, d, out, slice(start, stop))
+            out[i] = self._pool.submit(self._finish, d, result, slice(start, stop))
             start = stop
-        return [finishing[id(d)] if isinstance(d, Decoded) else d for d in decoded]
 
     def _finish(self, d: Decoded, out, rows: slice) -> Extracted:
         semantics = regional_semantics(out.probs[rows], out.region_max[rows], out.region_best[rows], d.frames,
@@ -152,6 +165,17 @@ class FeatureExtractor:
             image_top_probs=semantics.class_probs,
         )
         return Extracted(d.path, d.info, record, semantics)
+
+
+def _decoded(future: Future) -> Decoded | MediaError:
+    """A decode's result, or the file's MediaError (a decoder bug is reported as the file's error)."""
+    try:
+        return future.result()
+    except MediaError as error:
+        return error
+    except Exception as error:  # a decoder bug must not stop indexing; report it as the file's error
+        log.exception("unexpected error decoding a file")
+        return MediaError(f"could not decode: {type(error).__name__}: {error}")
 
 
 def _collect(items: Sequence[Future | MediaError]) -> list[Extracted | MediaError]:

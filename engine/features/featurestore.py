@@ -42,6 +42,7 @@ FEATURES_FILENAME = "features.sqlite"
 DEFAULT_MAX_LOCAL_ITEMS = 50_000
 _F16 = np.dtype("<f2")
 _I16 = np.dtype("<i2")
+PAGE_SIZE = 65536  # SQLite's largest page, for a new store
 _F16_MAX = float(np.finfo(np.float16).max)
 _CV_MIN_SIZE = 4096  # below this NumPy is as fast (OpenCV has a fixed cost per call)
 
@@ -287,8 +288,12 @@ class FeatureStore(SQLiteStore):
         if max_local_items < 0:
             raise FeatureStoreError(f"max_local_items={max_local_items} is negative")
         self.max_local_items = max_local_items
-        # auto_vacuum only takes effect before the first table exists
-        super().__init__(path, _MIGRATIONS, first_pragmas=("PRAGMA auto_vacuum=INCREMENTAL",))
+        # Both only take effect before the first table exists (an older store keeps its 4 KB pages). A photo's
+        # local features are a 125 KB blob: on 4 KB pages SQLite chains 31 overflow pages for it, on 64 KB
+        # pages 2; writing 384 of them took 0.56 ms of CPU (0.94 ms wall) each with 4 KB pages, 0.31 (0.32)
+        # with 64 KB ones, and indexing writes one per photo.
+        super().__init__(path, _MIGRATIONS, first_pragmas=(f"PRAGMA page_size={PAGE_SIZE}",
+                                                           "PRAGMA auto_vacuum=INCREMENTAL"))
 
     def __enter__(self) -> FeatureStore:
         return self

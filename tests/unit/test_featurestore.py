@@ -246,3 +246,21 @@ def test_a_version_1_store_gets_its_count_on_opening(tmp_path: Path) -> None:
     with FeatureStore(path, max_local_items=4) as store:
         assert store.schema_version == 2 and _counted(store) == (3, 3)
         assert store.put_many([(f"n{i}", _photo(10 + i, dim=8)) for i in range(2)], BACKBONE) == 1
+
+
+def test_a_new_store_uses_large_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    """Local features are 125 KB blobs: a new store writes them on 64 KB pages; a store made with SQLite's
+    default 4 KB pages opens as it is (the page size of a WAL database cannot change) and still works."""
+    import sqlite3
+
+    with FeatureStore(tmp_path / "new.db") as store:
+        assert store._read("page size", "PRAGMA page_size")[0][0] == 65536
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("CREATE TABLE placeholder (x)")  # fixes the page size, as an older Polyseek's store did
+    conn.close()
+    with FeatureStore(old) as store:
+        assert store._read("page size", "PRAGMA page_size")[0][0] == 4096
+        store.put("abc", "b0", _photo(0))
+        assert store.get("abc", "b0").local.shape == (49, D)
