@@ -188,3 +188,18 @@ def test_a_renamed_model_keeps_its_index_and_ranks_the_same(service, tmp_path):
     assert [h.media_id for h in service.search_text("a red square", top=10)] == before
     with pytest.raises(ValueError, match="zero-shot"):
         service.rename_model("my colours", "zero-shot")
+
+
+def test_indexing_embeds_new_files_and_drops_gone_ones_in_the_open_model_without_reopening_it(service, tmp_path):
+    service.set_active_model(str(export_untrained("vse", tmp_path / "vse-model")))
+    trained = service._active_trained()
+    folder = tmp_path / "media"
+    make_jpeg(folder / "new.jpg", (48, 40), (120, 60, 200))
+    (folder / "photo0.jpg").unlink()
+    list(service.index_paths([folder]))
+    assert service._active_trained() is trained  # the same ONNX sessions and vector index
+    paths = {Path(h.path).name for h in service.search_text("a purple square", top=20)}
+    assert "new.jpg" in paths and "photo0.jpg" not in paths
+    record = service.catalog.model("vse-model")
+    new = service.catalog.media_by_path(folder / "new.jpg")
+    assert new.id in trained.index and new.id in service.catalog.embedded_ids(record.id)
