@@ -35,14 +35,19 @@ def checkpoint(out: Path, method: str, epochs_done: int, options: dict | None = 
     are the run's (``trainer_state.json`` keeps data, splits and epochs there)."""
     out.mkdir(parents=True, exist_ok=True)
     tag = f"{epochs_done * STEPS:08d}-000000"
-    for old in [*out.glob("last-*.safetensors"), *out.glob("optimizer-*.pt")]:
-        old.unlink()
+    stale = [*out.glob("last-*.safetensors"), *out.glob("optimizer-*.pt")]
     (out / f"last-{tag}.safetensors").write_bytes(b"fake weights")
     (out / f"optimizer-{tag}.pt").write_bytes(b"fake optimizer")
     state = {"version": 1, "method": method, "epoch": epochs_done, "step": 0, "global_step": epochs_done * STEPS,
              "finished": False, "resume": {"weights": f"last-{tag}.safetensors", "optimizer": f"optimizer-{tag}.pt"},
              "options": options or {}}
-    (out / "trainer_state.json").write_text(json.dumps(state))
+    # in the real trainer's order: new files, the state atomically, then the stale files; a kill at any moment
+    # leaves a state naming files that exist (deleting first made the killed-trainer test flaky under load)
+    (out / "trainer_state.json.tmp").write_text(json.dumps(state))
+    os.replace(out / "trainer_state.json.tmp", out / "trainer_state.json")
+    for old in stale:
+        if old.name not in state["resume"].values():
+            old.unlink()
 
 
 def main() -> int:
