@@ -7,27 +7,37 @@ or in a training caption folder, is run through the backbone once. The store is 
 transaction per write, a lock around the one connection, and ``auto_vacuum=INCREMENTAL`` so deleting features
 gives the space back.
 
-What is kept per item, as float16 (features) or int16 (ImageNet class ids) blobs:
+What is kept per item, as float16 (features), 8-bit codes (local features) or int16 (ImageNet class ids) blobs:
 
 - ``global``: the pooled feature, (D,) with D = 1280 for EfficientNet-Lite0. Always present; for an animation
   or video it is whatever the extractor pools over frames.
-- ``local``: the 7x7 map as (49, D), still images only.
+- ``local``: the 7x7 map as (49, D), still images only, stored as 8-bit codes on a square-root scale with an
+  offset and a range per region vector (:func:`encode_local_codes`): 63 KB a photo instead of float16's 125 KB,
+  which halves what indexing writes per photo and the store's size. The square-root scale spends the codes where
+  the backbone's ReLU6 outputs are (88% exact zeros, most of the rest small): zeros stay exact and a value y of
+  a vector with range r is off by at most r (2 sqrt(y / r) + 1/510) / 510, so small activations keep their
+  size (a linear scale rounded every value below r / 510 to zero, and a toy PCME trained on those codes came
+  out different). Stores written before schema v3 hold float16 rows; they are read as they are
+  (``locals.codec`` tells the formats apart), and new rows are written as codes.
 - ``frames``: (T, D) pooled features of sampled frames, animations and videos only.
 - ``region_top_ids`` / ``region_top_probs``: (R, k) top-k ImageNet classes of each region (e.g. 49 x 3), and
   ``image_top_ids`` / ``image_top_probs``: (k,) top classes of the whole image (e.g. 5) -- the compact
   record of regional semantics that pseudo-pair mining reads, instead of 49 x 1000 logits.
 
-Policy for big libraries: a still image costs about 125 KB of local features (49 x 1280 x 2 bytes) against
-2.5 KB for its global feature. Local features are kept for at most ``max_local_items`` items (default 50,000,
-about 6 GB); past the cap an item is stored with its global feature, frames and region tops only, and whoever
-needs its local features (the trainer, for the items it samples) recomputes them. Replacing an item that
-already has local features keeps within the cap. :meth:`FeatureStore.stats` reports the sizes.
+Policy for big libraries: a still image costs about 63 KB of local features (49 x 1280 codes and 49 offsets and
+steps) against 2.5 KB for its global feature. Local features are kept for at most ``max_local_items`` items
+(default 50,000, about 3 GB); past the cap an item is stored with its global feature, frames and region tops
+only, and whoever needs its local features (the trainer, for the items it samples) recomputes them. Replacing
+an item that already has local features keeps within the cap. :meth:`FeatureStore.stats` reports the sizes.
 
-Arrays come back as float16 / int16 in native byte order, writable; cast with ``.astype(np.float32)``.
+Arrays come back as float16 / int16 in native byte order, writable; cast with ``.astype(np.float32)``. A row
+whose blob does not have the size its shape says (a damaged file) is logged and read as a missing field, never
+raised: readers already treat a missing ``local`` as one to recompute.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,9 +48,15 @@ import numpy as np
 
 from engine.sqlitestore import CatalogError, SQLiteStore
 
+log = logging.getLogger(__name__)
+
 FEATURES_FILENAME = "features.sqlite"
 DEFAULT_MAX_LOCAL_ITEMS = 50_000
 _F16 = np.dtype("<f2")
+_F32 = np.dtype("<f4")
+CODEC_FLOAT16 = 0  # locals.codec: (n, D) float16, the only format before schema v3
+# locals.codec 1 was a linear 8-bit scale, never released; such a row reads as damaged (recomputed by readers)
+CODEC_SQRT8 = 2  # locals.codec: n float32 offsets, n float32 ranges, then (n, D) uint8 square-root codes
 _I16 = np.dtype("<i2")
 PAGE_SIZE = 65536  # SQLite's largest page, for a new store
 _F16_MAX = float(np.finfo(np.float16).max)
@@ -144,7 +160,12 @@ def _schema_v2(conn: sqlite3.Connection) -> None:
                  "BEGIN UPDATE counts SET n = n - 1 WHERE name = 'locals'; END")
 
 
-_MIGRATIONS = (_schema_v1, _schema_v2)
+def _schema_v3(conn: sqlite3.Connection) -> None:
+    """How each ``locals`` row is encoded; the rows already there are float16 and stay readable as they are."""
+    conn.execute(f"ALTER TABLE locals ADD COLUMN codec INTEGER NOT NULL DEFAULT {CODEC_FLOAT16}")
+
+
+_MIGRATIONS = (_schema_v1, _schema_v2, _schema_v3)
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -154,7 +175,7 @@ _MIGRATIONS = (_schema_v1, _schema_v2)
 class _Encoded:
     dim: int
     global_feature: bytes
-    local: tuple[int, bytes] | None
+    local: tuple[int, bytes, int] | None  # (rows, blob, codec)
     frames: tuple[int, bytes] | None
     region_k: int | None
     region_top_ids: bytes | None
@@ -205,14 +226,14 @@ def _encode(key: str, record: FeatureRecord) -> _Encoded:
         raise FeatureStoreError(f"feature record of {key} has no global feature")
     global_feature = _half(key, "global", record.global_, 1)
     dim = global_feature.shape[0]
-    local = None if record.local is None else _half(key, "local", record.local, 2, dim)
+    local = None if record.local is None else encode_local_codes(key, record.local, dim)
     frames = None if record.frames is None else _half(key, "frames", record.frames, 2, dim)
     region = _encode_tops(key, "region", record.region_top_ids, record.region_top_probs, 2)
     image = _encode_tops(key, "image", record.image_top_ids, record.image_top_probs, 1)
     return _Encoded(
         dim=dim,
         global_feature=global_feature.tobytes(),
-        local=None if local is None else (local.shape[0], local.tobytes()),
+        local=None if local is None else (len(local[0]), b"".join(a.tobytes() for a in local), CODEC_SQRT8),
         frames=None if frames is None else (frames.shape[0], frames.tobytes()),
         region_k=None if region is None else region[0],
         region_top_ids=None if region is None else region[1],
@@ -233,6 +254,53 @@ def _encode_tops(
     return half.shape[-1], _class_ids(key, f"{name} top ids", ids, half.shape), half.tobytes()
 
 
+def encode_local_codes(key: str, local: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, ranges, codes) of (n, ``dim``) features: per row, ``offset`` = min and ``range`` = max - min
+    (float32), and ``codes`` = round(255 sqrt((x - offset) / range)) as uint8, so
+    x ~ offset + range (code / 255)^2."""
+    local = np.asarray(local)
+    if local.ndim != 2 or local.shape[-1] != dim:
+        raise FeatureStoreError(f"local features of {key} have shape {local.shape}, want 2-D with last axis {dim}")
+    local = local.astype(np.float32, copy=False)
+    low, high = local.min(axis=1), local.max(axis=1)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):  # NaN or inf anywhere reaches a row's min or max
+        raise FeatureStoreError(f"local features of {key} are not finite")
+    span = high - low
+    inverse = np.divide(1, span, out=np.zeros_like(span), where=span > 0)
+    scaled = local - low[:, None] if low.any() else local * 1  # ReLU features: every row's min is 0
+    scaled *= inverse[:, None]
+    np.sqrt(scaled, out=scaled)
+    scaled *= 255
+    scaled += 0.5  # truncating x + 0.5 rounds x >= 0 to nearest
+    return low, span.astype(np.float32), scaled.astype(np.uint8)
+
+
+def decode_local_codes(blob: bytes, n: int, dim: int) -> np.ndarray:
+    """The float16 (n, ``dim``) features of a :func:`encode_local_codes` blob (offsets, ranges, codes)."""
+    head = 2 * n * _F32.itemsize
+    if len(blob) != head + n * dim:
+        raise ValueError(f"{len(blob)} bytes of 8-bit local features, want {head + n * dim} for {n} x {dim}")
+    low = np.frombuffer(blob, _F32, n)
+    span = np.frombuffer(blob, _F32, n, n * _F32.itemsize)
+    values = _SQUARES[np.frombuffer(blob, np.uint8, offset=head).reshape(n, dim)]
+    values *= span.astype(np.float32)[:, None]
+    values += low.astype(np.float32)[:, None]
+    return _to_half(values)
+
+
+_SQUARES = (np.arange(256, dtype=np.float32) / 255) ** 2  # code -> its share of the row's range
+
+
+def _local(dim: int, n: int, blob: bytes | None, codec: int) -> np.ndarray | None:
+    if blob is None:
+        return None
+    if codec == CODEC_SQRT8:
+        return decode_local_codes(blob, n, dim)
+    if codec == CODEC_FLOAT16:
+        return _floats(blob, n, dim)
+    raise ValueError(f"unknown local-feature codec {codec}")
+
+
 def _floats(blob: bytes | None, *shape: int) -> np.ndarray | None:
     return None if blob is None else np.frombuffer(blob, dtype=_F16).reshape(shape).astype(np.float16)
 
@@ -244,7 +312,7 @@ def _ints(blob: bytes | None, *shape: int) -> np.ndarray | None:
 # field -> (columns it reads after ``dim``, decoder of (dim, *columns))
 _DECODERS: dict[str, tuple[tuple[str, ...], Callable[..., np.ndarray | None]]] = {
     "global": (("i.global_feature",), lambda dim, blob: _floats(blob, dim)),
-    "local": (("l.n_regions", "l.data"), lambda dim, n, blob: _floats(blob, n, dim)),
+    "local": (("l.n_regions", "l.data", "l.codec"), _local),
     "frames": (("f.n_frames", "f.data"), lambda dim, n, blob: _floats(blob, n, dim)),
     "region_top_ids": (("i.region_k", "i.region_top_ids"), lambda dim, k, blob: _ints(blob, -1, k)),
     "region_top_probs": (("i.region_k", "i.region_top_probs"), lambda dim, k, blob: _floats(blob, -1, k)),
@@ -266,11 +334,16 @@ def _select(fields: Sequence[str]) -> str:
     return f"SELECT i.content_hash, i.dim, {', '.join(columns)} FROM items i{joins}"
 
 
-def _decode(row: tuple, fields: Sequence[str]) -> FeatureRecord:
+def _decode(row: tuple, fields: Sequence[str], where: Path) -> FeatureRecord:
+    """One row as a record; a field whose blob is damaged (wrong size, unknown codec) is logged and left None."""
     dim, values, record = row[1], row[2:], FeatureRecord()
     for field in fields:
         columns, decoder = _DECODERS[field]
-        array = decoder(dim, *values[: len(columns)])
+        try:
+            array = decoder(dim, *values[: len(columns)])
+        except (ValueError, TypeError) as error:
+            log.warning("%s: the %s features of %s are damaged and read as missing: %s", where, field, row[0], error)
+            array = None
         values = values[len(columns) :]
         setattr(record, "global_" if field == "global" else field, array)
     return record
@@ -318,7 +391,8 @@ class FeatureStore(SQLiteStore):
                 if encoded.local is not None and n_local >= self.max_local_items:
                     dropped += 1
                 elif encoded.local is not None:
-                    conn.execute("INSERT INTO locals VALUES (?, ?, ?)", (item_id, *encoded.local))
+                    conn.execute("INSERT INTO locals (item_id, n_regions, data, codec) VALUES (?, ?, ?, ?)",
+                                 (item_id, *encoded.local))
                     n_local += 1
                 if encoded.frames is not None:
                     conn.execute("INSERT INTO frames VALUES (?, ?, ?)", (item_id, *encoded.frames))
@@ -361,7 +435,7 @@ class FeatureStore(SQLiteStore):
         """Records of the stored items among ``hashes``, only ``fields`` loaded; absent ones are left out."""
         sql = f"{_select(fields)} WHERE i.backbone = ? AND i.content_hash IN ({{marks}})"
         rows = self._read_in(f"reading {backbone} features", sql, (backbone,), list(dict.fromkeys(hashes)))
-        return {row[0]: _decode(row, fields) for row in rows}
+        return {row[0]: _decode(row, fields, self.path) for row in rows}
 
     def stack(self, hashes: Sequence[str], backbone: str, field: str = "global") -> np.ndarray:
         """One field of many items stacked in ``hashes`` order, e.g. (N, D) globals; all must have it."""

@@ -1,4 +1,5 @@
-"""The feature cache: fp16 round trips, lookups by content hash, the local-features cap, clean-up."""
+"""The feature cache: fp16 and 8-bit round trips, lookups by content hash, the local-features cap, clean-up, old
+stores and damaged rows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.features.featurestore import FeatureRecord, FeatureStore, FeatureStoreError, _half, top_k_classes
+from engine.features.featurestore import (
+    FeatureRecord,
+    FeatureStore,
+    FeatureStoreError,
+    _half,
+    decode_local_codes,
+    encode_local_codes,
+    top_k_classes,
+)
 
 D = 1280
 BACKBONE = "effnet-lite0@224"
@@ -46,12 +55,29 @@ def _close(got: np.ndarray | None, want: np.ndarray) -> bool:
     return got is not None and got.shape == want.shape and np.allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
-def test_photo_record_round_trips_within_fp16_tolerance(store: FeatureStore) -> None:
+def _code_error_bound(want: np.ndarray) -> np.ndarray:
+    """How far the square-root codes may put each value: with y = (x - min) / range, the code's square root is
+    off by at most 1/510, so x by range (2 sqrt(y) + 1/510) / 510."""
+    low = want.min(axis=1, keepdims=True)
+    span = want.max(axis=1, keepdims=True) - low
+    y = np.divide(want - low, span, out=np.zeros_like(want), where=span > 0)
+    return span * (2 * np.sqrt(y) + 1 / 510) / 510
+
+
+def _within_codes(got: np.ndarray | None, want: np.ndarray) -> bool:
+    """Within the 8-bit codes' error (plus float16 rounding of the result)."""
+    return got is not None and got.shape == want.shape and bool(
+        np.all(np.abs(got.astype(np.float32) - want) <= _code_error_bound(want) * (1 + 1e-5) + 1e-3 * np.abs(want)
+               + 1e-6))
+
+
+def test_photo_record_round_trips_within_fp16_and_8_bit_tolerance(store: FeatureStore) -> None:
     record = _photo(0)
     store.put("hash-a", BACKBONE, record)
     got = store.get("hash-a", BACKBONE)
     assert got.global_.dtype == np.float16 and got.local.dtype == np.float16
-    assert _close(got.global_, record.global_) and _close(got.local, record.local)
+    assert _close(got.global_, record.global_) and _within_codes(got.local, record.local)
+    assert not _close(got.local, record.local)  # 8-bit codes, not float16
     assert got.region_top_ids.dtype == np.int16 and np.array_equal(got.region_top_ids, record.region_top_ids)
     assert np.array_equal(got.region_top_probs, record.region_top_probs)
     assert np.array_equal(got.image_top_ids, record.image_top_ids) and got.image_top_ids.shape == (5,)
@@ -127,7 +153,7 @@ def test_local_features_are_capped(tmp_path: Path) -> None:
         assert store.put_many([("p2", _photo(2, dim=8))], BACKBONE) == 0
         stats = store.stats()
         assert (stats.items, stats.local_items, stats.max_local_items) == (3, 2, 2)
-        assert stats.local_bytes == 2 * 49 * 8 * 2 and stats.global_bytes == 3 * 8 * 2
+        assert stats.local_bytes == 2 * 49 * (8 + 2 * 4) and stats.global_bytes == 3 * 8 * 2  # codes, offsets, ranges
         assert stats.file_bytes > 0
 
 
@@ -200,8 +226,8 @@ def test_stored_halves_are_numpys_float16_bit_for_bit(store: FeatureStore, shape
     assert np.array_equal(_half("k", "test", transposed, transposed.ndim).view(np.uint16),
                           transposed.astype(np.float16).view(np.uint16))
     if shape == (49, D):
-        store.put("h", BACKBONE, FeatureRecord(global_=values[0], local=values))
-        assert np.array_equal(store.get("h", BACKBONE).local.view(np.uint16), got.view(np.uint16))
+        store.put("h", BACKBONE, FeatureRecord(global_=values[0], frames=values))
+        assert np.array_equal(store.get("h", BACKBONE).frames.view(np.uint16), got.view(np.uint16))
 
 
 def _counted(store: FeatureStore) -> tuple[int, int]:
@@ -238,13 +264,14 @@ def test_a_version_1_store_gets_its_count_on_opening(tmp_path: Path) -> None:
         store.put_many([(f"p{i}", _photo(i, dim=8)) for i in range(3)], BACKBONE)
         conn = store._live()
         for statement in ("DROP TRIGGER locals_added", "DROP TRIGGER locals_removed", "DROP TABLE counts",
+                          "ALTER TABLE locals DROP COLUMN codec",
                           "UPDATE meta SET value = '1' WHERE key = 'schema_version'"):
             conn.execute(statement)  # back to the file an older Polyseek wrote
     old = SQLiteStore(path, _MIGRATIONS[:1])
     assert old.schema_version == 1
     old.close()
     with FeatureStore(path, max_local_items=4) as store:
-        assert store.schema_version == 2 and _counted(store) == (3, 3)
+        assert store.schema_version == 3 and _counted(store) == (3, 3)
         assert store.put_many([(f"n{i}", _photo(10 + i, dim=8)) for i in range(2)], BACKBONE) == 1
 
 
@@ -264,3 +291,100 @@ def test_a_new_store_uses_large_pages_and_an_old_one_keeps_its_own(tmp_path: Pat
         assert store._read("page size", "PRAGMA page_size")[0][0] == 4096
         store.put("abc", "b0", _photo(0))
         assert store.get("abc", "b0").local.shape == (49, D)
+
+
+# ---------------------------------------------------------------------------------------- 8-bit local features
+
+
+def test_local_codes_keep_zeros_exact_small_values_alive_and_every_value_within_the_bound() -> None:
+    rng = np.random.default_rng(3)
+    relu = np.clip(rng.normal(0, 2, (49, 64)), 0, 6).astype(np.float32)  # the backbone's ReLU6 outputs
+    relu[5] = 0.0  # an all-zero region
+    relu[7, :8] = [6.0, 0.001, 0.004, 0.008, 0.01, 0.02, 0.05, 0.1]  # small activations beside a large one
+    signed = rng.normal(1, 3, (7, 64)).astype(np.float32)  # another backbone: rows with negative minima
+    signed[2] = 4.25  # a constant row
+    for local in (relu, signed):
+        low, span, codes = encode_local_codes("k", local, 64)
+        assert codes.dtype == np.uint8 and codes.shape == local.shape and low.dtype == span.dtype == np.float32
+        assert np.array_equal(span, local.max(axis=1) - local.min(axis=1))
+        blob = low.tobytes() + span.tobytes() + codes.tobytes()
+        got = decode_local_codes(blob, len(local), 64).astype(np.float32)
+        # exact arithmetic: within the square-root scale's bound (float16 rounding of the result aside)
+        exact = low[:, None] + span[:, None] * (codes.astype(np.float64) / 255) ** 2
+        assert np.all(np.abs(exact - local) <= _code_error_bound(local) * (1 + 1e-5) + 1e-6)
+        assert _within_codes(got, local)
+    decoded = decode_local_codes(*_blob(relu), 64)
+    assert np.array_equal(decoded[relu == 0], np.zeros((relu == 0).sum(), np.float16))
+    # a linear 8-bit scale over 0..6 (step 0.0235) rounds all of these to 0 or 0.0235; the square-root scale keeps
+    # each one nonzero and within a third of its value
+    small = decoded[7, 1:8].astype(np.float32)
+    assert np.all(small > 0) and np.all(np.abs(small - relu[7, 1:8]) <= relu[7, 1:8] / 3)
+    assert np.all(decode_local_codes(*_blob(signed), 64)[2] == np.float16(4.25))
+    assert np.all(encode_local_codes("k", relu, 64)[2].max(axis=1)[relu.max(axis=1) > 0] == 255)
+
+
+def _blob(local: np.ndarray) -> tuple[bytes, int]:
+    low, span, codes = encode_local_codes("k", local, local.shape[1])
+    return low.tobytes() + span.tobytes() + codes.tobytes(), len(local)
+
+
+def test_local_codes_refuse_what_is_not_finite(store: FeatureStore) -> None:
+    for bad in (np.nan, np.inf, -np.inf):
+        local = np.ones((49, 8), np.float32)
+        local[3, 4] = bad
+        with pytest.raises(FeatureStoreError, match="local features of h .* not finite"):
+            store.put("h", BACKBONE, FeatureRecord(global_=np.ones(8), local=local))
+    assert store.get("h", BACKBONE) is None
+
+
+def _old_store(path: Path) -> dict[str, np.ndarray]:
+    """A schema v2 file as Polyseek wrote it before 8-bit codes: float16 local rows, three columns."""
+    from engine.features.featurestore import _MIGRATIONS
+    from engine.sqlitestore import SQLiteStore
+
+    rng = np.random.default_rng(11)
+    locals_ = {f"old{i}": (rng.random((49, 8), dtype=np.float32) * 6).astype(np.float16) for i in range(3)}
+    old = SQLiteStore(path, _MIGRATIONS[:2])
+    with old.transaction() as conn:
+        for key, local in locals_.items():
+            item_id = conn.execute(
+                "INSERT INTO items (content_hash, backbone, dim, global_feature, created_at) VALUES (?, ?, 8, ?, 0) "
+                "RETURNING id", (key, BACKBONE, local.mean(axis=0).astype(np.float16).tobytes())).fetchone()[0]
+            conn.execute("INSERT INTO locals VALUES (?, ?, ?)", (item_id, 49, local.tobytes()))
+    assert old.schema_version == 2
+    old.close()
+    return locals_
+
+
+def test_a_version_2_store_keeps_its_float16_local_features(tmp_path: Path) -> None:
+    path = tmp_path / "features.sqlite"
+    old = _old_store(path)
+    with FeatureStore(path, max_local_items=5) as store:
+        assert store.schema_version == 3
+        for key, local in old.items():  # read bit for bit as they were written
+            assert np.array_equal(store.get(key, BACKBONE).local.view(np.uint16), local.view(np.uint16))
+        new = _photo(4, dim=8)
+        assert store.put_many([("new", new), ("new2", _photo(5, dim=8)), ("new3", _photo(6, dim=8))],
+                              BACKBONE) == 1  # the old rows count towards the cap
+        assert _within_codes(store.get("new", BACKBONE).local, new.local)
+        both = store.get_many(["old0", "new"], BACKBONE, ("local",))
+        assert both["old0"].local.shape == both["new"].local.shape == (49, 8)
+        assert store.stats().local_bytes == 3 * 49 * 8 * 2 + 2 * 49 * (8 + 8)
+    with FeatureStore(path) as store:  # and again after the migration
+        assert np.array_equal(store.get("old1", BACKBONE).local.view(np.uint16), old["old1"].view(np.uint16))
+
+
+def test_a_damaged_local_row_is_reported_and_read_as_missing(store: FeatureStore,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    store.put_many([(f"p{i}", _photo(i, dim=8)) for i in range(4)], BACKBONE)
+    conn = store._live()
+    ids = dict(conn.execute("SELECT content_hash, id FROM items").fetchall())
+    conn.execute("UPDATE locals SET data = substr(data, 1, 100) WHERE item_id = ?", (ids["p1"],))  # truncated
+    conn.execute("UPDATE locals SET data = zeroblob(10000) WHERE item_id = ?", (ids["p2"],))  # overwritten
+    conn.execute("UPDATE locals SET codec = 7 WHERE item_id = ?", (ids["p3"],))  # a format from the future
+    with caplog.at_level("WARNING", logger="engine.features.featurestore"):
+        got = store.get_many([f"p{i}" for i in range(4)], BACKBONE, ("global", "local"))
+    assert got["p0"].local is not None and [got[f"p{i}"].local for i in (1, 2, 3)] == [None, None, None]
+    assert all(got[f"p{i}"].global_ is not None for i in range(4))  # the rest of the record is still there
+    assert [h for h in ("p1", "p2", "p3") if any(h in r.getMessage() for r in caplog.records)] == ["p1", "p2", "p3"]
+    assert "damaged" in caplog.records[0].getMessage()
