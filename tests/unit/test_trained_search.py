@@ -188,3 +188,24 @@ def test_a_renamed_model_keeps_its_index_and_ranks_the_same(service, tmp_path):
     assert [h.media_id for h in service.search_text("a red square", top=10)] == before
     with pytest.raises(ValueError, match="zero-shot"):
         service.rename_model("my colours", "zero-shot")
+
+
+def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_index(service, tmp_path,
+                                                                                      monkeypatch):
+    from engine.search.trained import TrainedSearch
+
+    service.set_active_model(str(export_untrained("vse", tmp_path / "m")))
+    assert service.search_text("a red square", top=3)  # the library's index exists and is saved
+    folder = tmp_path / "folder"
+    (folder / "images").mkdir(parents=True)
+    for i, colour in enumerate(COLOURS[:3]):
+        make_jpeg(folder / "images" / f"p{i}.jpg", (40, 32), colour)
+    (folder / "captions.tsv").write_text("file\tcaption\np0.jpg\ta red square\np1.jpg\ta green square\n"
+                                         "p2.jpg\ta blue square\n")
+
+    def refuse(self):
+        raise AssertionError("an evaluation read the library's vector index")
+
+    monkeypatch.setattr(TrainedSearch, "_load_index", refuse)
+    report = service.evaluate_on(folder, None, "m")
+    assert report["n_media"] == 3 and report["n_captions"] == 3
