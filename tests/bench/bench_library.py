@@ -584,7 +584,7 @@ class PeakOwnRss:
     a retrain: export, evaluation, re-embedding, index build)."""
 
     def __init__(self) -> None:
-        self.peak_mb = self._rss()
+        self.start_mb = self.peak_mb = self.stage_peak_mb = self._rss()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -596,8 +596,14 @@ class PeakOwnRss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak_mb = max(self.peak_mb, self._rss())
+            rss = self._rss()
+            self.peak_mb, self.stage_peak_mb = max(self.peak_mb, rss), max(self.stage_peak_mb, rss)
             time.sleep(0.1)
+
+    def stage_peak(self) -> float:
+        """The peak since the last call (or the start), and a new stage from now."""
+        peak, self.stage_peak_mb = self.stage_peak_mb, self._rss()
+        return round(max(peak, self.stage_peak_mb), 1)
 
     def stop(self) -> float:
         self._stop.set()
@@ -806,7 +812,10 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
         if stage != current:
             now, cpu_now = time.perf_counter() - t0, time.process_time() - c0
             if current is not None:
-                stages[current].update(end_s=round(now, 1), engine_cpu_end_s=round(cpu_now, 1))
+                stages[current].update(end_s=round(now, 1), engine_cpu_end_s=round(cpu_now, 1),
+                                       engine_peak_rss_mb=engine_peak.stage_peak())
+            else:
+                engine_peak.stage_peak()
             stages.setdefault(stage, {"start_s": round(now, 1), "engine_cpu_start_s": round(cpu_now, 1),
                                       "load_at_start": load()})
             current = stage
@@ -826,6 +835,7 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
         "annotations": len(chosen), "epochs": res.epochs, "epochs_asked": epochs or "default",
         "wall_s": round(wall, 1), "wall_min": round(wall / 60, 2), "trainer_cpu_s": round(trainer_cpu, 1),
         "engine_cpu_s": round(engine_cpu, 1), "trainer_peak_rss_mb": trainer_peak.stop(),
+        "engine_rss_at_start_mb": round(engine_peak.start_mb, 1),
         "engine_peak_rss_mb": engine_peak.stop(), "engine_max_rss_mb_whole_run":
             round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages, "epoch_ends": epochs_at, "model": res.model_name, "activated": res.activated,
