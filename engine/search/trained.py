@@ -99,6 +99,7 @@ class TrainedSearch:
             self.catalog.delete_embeddings(self.record.id, stale)
             self.index.remove([i for i in stale if i in self.index])
         todo = [m for i, m in ok.items() if i not in done_ids or i not in self.index]
+        self.index.reserve(len(todo))  # one growth of its arrays, not one per batch (peak memory)
         for start in range(0, len(todo), BATCH):
             cancel.raise_if_cancelled()
             batch = todo[start:start + BATCH]

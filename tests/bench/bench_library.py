@@ -29,6 +29,17 @@ modification times. One run then measures, in a fresh ``POLYSEEK_HOME`` with the
 Targets (issue #23, 2 cores): no-change re-scan of 100k < 10 s; query p95 < 50 ms (default model), < 150 ms
 (zero-shot); GUI resident < 1.5 GB and no stall > 50 ms while scrolling; storage < 30 KB per item past the
 local-feature cap; retrain < 30 min. The machine may be shared: the load average is recorded with each part.
+
+Part 8 runs on its own (it needs Flickr8k): ``--synthetic-retrain N`` (e.g. 100000) builds a library of N items
+whose feature store holds realistic records without running the backbone N times -- ``--real-photos`` Flickr8k
+photos are run through the extractor and each item is a file of its own (a photo's bytes plus a trailer) whose
+record copies that photo's (global feature perturbed; local features up to the store's cap) -- lets the starter
+embed it, gives ``--annotations`` items their Flickr8k caption and runs the app's retrain with its defaults: wall
+time, trainer and engine CPU, both processes' peak memory, and each stage (export, the trainer's epochs, the
+before/after evaluation, the activation's re-scan and re-embedding of all N items), plus the starter's and the
+new model's query latency over the N items::
+
+    python tests/bench/bench_library.py --synthetic-retrain 100000 --json bench-results/library-100k-retrain.json
 """
 
 from __future__ import annotations
