@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,14 +134,38 @@ def training_warning(n_annotated: int, n_heldout: int) -> str | None:
 def library_annotations(catalog: Catalog) -> dict[int, list[str]]:
     """Training captions per media id: user and imported captions and accepted pairs' queries, each text once
     per item, oldest first. Pseudo captions and rejected pairs are not training captions."""
-    out: dict[int, list[str]] = {}
-    for caption in catalog.iter_captions():
-        if caption.source != CaptionSource.PSEUDO:
-            out.setdefault(caption.media_id, []).append(caption.text)
-    for pair in catalog.pairs():
-        if pair.label > 0:
-            out.setdefault(pair.media_id, []).append(pair.query)
-    return {media_id: list(dict.fromkeys(texts)) for media_id, texts in out.items()}
+    return _LibraryView.read(catalog, with_media=False).annotations
+
+
+@dataclass(frozen=True, slots=True)
+class _LibraryView:
+    """What a training set and its check set are chosen from, read once: every ok item, the training captions
+    per item (:func:`library_annotations`), the pseudo caption per item and the items with any pair. At 100,000
+    items each read of the media rows costs seconds (a ``MediaRecord`` and a ``Path`` per row), and the export
+    used to read them twice and the captions three times."""
+
+    media: list[MediaRecord]
+    annotations: dict[int, list[str]]
+    pseudo: dict[int, str]
+    paired: set[int]
+
+    @classmethod
+    def read(cls, catalog: Catalog, with_media: bool = True) -> _LibraryView:
+        out: dict[int, list[str]] = {}
+        pseudo: dict[int, str] = {}
+        for caption in catalog.iter_captions():
+            if caption.source == CaptionSource.PSEUDO:
+                pseudo[caption.media_id] = caption.text
+            else:
+                out.setdefault(caption.media_id, []).append(caption.text)
+        paired: set[int] = set()
+        for pair in catalog.pairs():
+            paired.add(pair.media_id)
+            if pair.label > 0:
+                out.setdefault(pair.media_id, []).append(pair.query)
+        annotations = {media_id: list(dict.fromkeys(texts)) for media_id, texts in out.items()}
+        media = list(catalog.iter_media(MediaStatus.OK)) if with_media else []
+        return cls(media, annotations, pseudo, paired)
 
 
 def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HOLDOUT, seed: int = 0,
@@ -151,14 +175,16 @@ def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HO
     At most ``max_unannotated`` un-annotated items are written (None: all), sampled as the module docstring says.
     """
     check_holdout(holdout)
-    annotations = library_annotations(catalog)
-    checked = {m.id for m in pseudo_check_media(catalog, seed)}  # the gate's check set is never trained on
-    media = [m for m in catalog.iter_media(MediaStatus.OK) if m.id not in checked and m.path.is_file()]
+    view = _LibraryView.read(catalog)
+    annotations = view.annotations
+    checked = {m.id for m in _check_media(view, seed)}  # the gate's check set is never trained on
+    media = [m for m in view.media if m.id not in checked]
+    # only the files that go into the folder are looked at on disk (a stat each: ~1 s at 100,000 items)
+    annotated = [m for m in media if annotations.get(m.id) and m.path.is_file()]
     unannotated = [m for m in media if not annotations.get(m.id)]
-    sampled = sample_unannotated(unannotated, max_unannotated, seed, len(media) - len(unannotated))
-    if len(sampled) < len(unannotated):
-        keep = {m.id for m in sampled}
-        media = [m for m in media if annotations.get(m.id) or m.id in keep]
+    sampled = sample_unannotated(unannotated, max_unannotated, seed, len(annotated), present=_present)
+    keep = {m.id for m in annotated} | {m.id for m in sampled}
+    media = [m for m in media if m.id in keep]
     entries: list[tuple[str, Path]] = []
     splits: list[str] = []
     captions: list[tuple[int, str]] = []
@@ -178,15 +204,34 @@ def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HO
                        n_unannotated_library=len(unannotated), warning=training_warning(n_annotated, n_heldout))
 
 
-def sample_unannotated(media: Sequence[MediaRecord], limit: int | None, seed: int = 0, round_: int = 0
-                       ) -> list[MediaRecord]:
+def sample_unannotated(media: Sequence[MediaRecord], limit: int | None, seed: int = 0, round_: int = 0,
+                       present: Callable[[MediaRecord], bool] | None = None) -> list[MediaRecord]:
     """At most ``limit`` of ``media`` (all when None or enough), the ones with the smallest
-    ``u(seed, round, content hash)``, in their given order (module docstring)."""
+    ``u(seed, round, content hash)``, in their given order (module docstring). With ``present``, only items it
+    accepts are taken, and it is asked about no more items than the sample needs (in key order)."""
+    accept = present or (lambda _m: True)
     if limit is None or len(media) <= limit:
-        return list(media)
+        return [m for m in media if accept(m)]
     key = f"{seed}:unannotated:{round_}"
-    chosen = {m.id for m in sorted(media, key=lambda m: holdout_key(m.content_hash, key))[:max(0, limit)]}
+    chosen = set(_first_accepted(sorted(media, key=lambda m: holdout_key(m.content_hash, key)), max(0, limit),
+                                 accept))
     return [m for m in media if m.id in chosen]
+
+
+def _first_accepted(media: Sequence[MediaRecord], limit: int, accept: Callable[[MediaRecord], bool]) -> list[int]:
+    """Ids of the first ``limit`` items of ``media`` that ``accept`` takes, asking no further."""
+    out: list[int] = []
+    for m in media:
+        if len(out) >= limit:
+            break
+        if accept(m):
+            out.append(m.id)
+    return out
+
+
+def _present(record: MediaRecord) -> bool:
+    """Whether an item's file is there now (a scan may not have seen it go yet)."""
+    return record.path.is_file()
 
 
 def _training_key(record: MediaRecord) -> str:
@@ -245,24 +290,31 @@ def pseudo_check_media(catalog: Catalog, seed: int = 0, limit: int | None = None
     """Up to ``limit`` un-annotated items with a pseudo caption (and at most half of them), chosen from their
     content hashes (the same items every time for the same library); none when the library has fewer than
     :data:`MIN_PSEUDO_CHECK_ITEMS`. :func:`build_training_set` leaves them out, so the check is never trained on."""
-    annotated = set(library_annotations(catalog)) | {p.media_id for p in catalog.pairs()}
-    pseudo = {c.media_id for c in catalog.iter_captions(CaptionSource.PSEUDO)}
-    media = [m for m in catalog.iter_media(MediaStatus.OK)
-             if m.id in pseudo and m.id not in annotated and m.path.is_file()]
+    return _check_media(_LibraryView.read(catalog), seed, limit)
+
+
+def _check_media(view: _LibraryView, seed: int = 0, limit: int | None = None) -> list[MediaRecord]:
+    """:func:`pseudo_check_media` from a library already read."""
+    annotated = set(view.annotations) | view.paired
+    media = [m for m in view.media if m.id in view.pseudo and m.id not in annotated]
     if len(media) < MIN_PSEUDO_CHECK_ITEMS:
         return []
-    # at most half of them: the other half stays in the training set (pseudo pairs, a warm start's distractors)
+    # at most half of them: the other half stays in the training set (pseudo pairs, a warm start's distractors);
+    # only the chosen items' files are looked at on disk (an item whose file is gone is passed over)
     keep = min(limit or PSEUDO_CHECK_ITEMS, len(media) // 2)
-    return sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))[:keep]
+    ordered = sorted(media, key=lambda m: holdout_key(m.content_hash, seed + 1))
+    chosen = _first_accepted(ordered, keep, _present)
+    by_id = {m.id: m for m in ordered}
+    return [by_id[i] for i in chosen]
 
 
 def pseudo_check_set(catalog: Catalog, dest: Path, seed: int = 0, limit: int | None = None) -> Path | None:
     """A caption folder of :func:`pseudo_check_media` with their pseudo captions (A3VSE's regional semantics);
     None when the library has too few."""
-    media = pseudo_check_media(catalog, seed, limit)
+    view = _LibraryView.read(catalog)
+    media = _check_media(view, seed, limit)
     if not media:
         return None
-    pseudo = {c.media_id: c.text for c in catalog.iter_captions(CaptionSource.PSEUDO)}
     write_linked_folder(dest, [(_training_key(m), m.path) for m in media],
-                        [(i, pseudo[m.id]) for i, m in enumerate(media)])
+                        [(i, view.pseudo[m.id]) for i, m in enumerate(media)])
     return Path(dest)

@@ -56,7 +56,7 @@ class TrainedSearch:
         self.record, self.runner = record, runner
         self.catalog, self.features, self.encoders = catalog, features, encoders
         self.index_dir = index_dir
-        self.index = self._load_index()
+        self._index: MultiVectorIndex | None = None
         self._library_uncertainties: np.ndarray | None = None
 
     @classmethod
@@ -67,6 +67,15 @@ class TrainedSearch:
         return cls(record, runner, catalog, features, encoders.for_model(runner), library_dir / "index" / record.name)
 
     # -- embeddings and index -----------------------------------------------------------------------------
+
+    @property
+    def index(self) -> MultiVectorIndex:
+        """The library's vector index for this model, loaded (or built from the catalog) on first use: evaluating
+        a model on a few hundred items (:func:`engine.loop.evaluate.evaluate_trained`) never reads it, and at
+        100,000 items it is hundreds of MB."""
+        if self._index is None:
+            self._index = self._load_index()
+        return self._index
 
     def _load_index(self) -> MultiVectorIndex:
         try:  # today's parameters, not the saved ones: an older structure is rebuilt by the next sync()
@@ -90,6 +99,7 @@ class TrainedSearch:
             self.catalog.delete_embeddings(self.record.id, stale)
             self.index.remove([i for i in stale if i in self.index])
         todo = [m for i, m in ok.items() if i not in done_ids or i not in self.index]
+        self.index.reserve(len(todo))  # one growth of its arrays, not one per batch (peak memory)
         for start in range(0, len(todo), BATCH):
             cancel.raise_if_cancelled()
             batch = todo[start:start + BATCH]

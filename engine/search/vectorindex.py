@@ -741,6 +741,15 @@ class MultiVectorIndex:
 
     # -- writing -------------------------------------------------------------------------------------
 
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more items now, so that adding them a batch at a time grows the stored arrays
+        once: each growth copies them (old and new copy side by side), which at 100,000 items of the 1024-d
+        starter added ~260 MB to the peak resident memory of embedding a library."""
+        with self._write_lock:
+            grown = self._grown(self._data, max(0, int(extra)))
+            with self._lock:
+                self._data = grown
+
     def add(self, ids: np.ndarray | list[int], vectors: np.ndarray,
             payload: np.ndarray | None = None) -> None:
         """Add items ``ids`` (N,) with vectors (N, K, D) (and payload (N, P)); an id already present is

@@ -29,6 +29,17 @@ modification times. One run then measures, in a fresh ``POLYSEEK_HOME`` with the
 Targets (issue #23, 2 cores): no-change re-scan of 100k < 10 s; query p95 < 50 ms (default model), < 150 ms
 (zero-shot); GUI resident < 1.5 GB and no stall > 50 ms while scrolling; storage < 30 KB per item past the
 local-feature cap; retrain < 30 min. The machine may be shared: the load average is recorded with each part.
+
+Part 8 runs on its own (it needs Flickr8k): ``--synthetic-retrain N`` (e.g. 100000) builds a library of N items
+whose feature store holds realistic records without running the backbone N times -- ``--real-photos`` Flickr8k
+photos are run through the extractor and each item is a file of its own (a photo's bytes plus a trailer) whose
+record copies that photo's (global feature perturbed; local features up to the store's cap) -- lets the starter
+embed it, gives ``--annotations`` items their Flickr8k caption and runs the app's retrain with its defaults: wall
+time, trainer and engine CPU, both processes' peak memory, and each stage (export, the trainer's epochs, the
+before/after evaluation, the activation's re-scan and re-embedding of all N items), plus the starter's and the
+new model's query latency over the N items::
+
+    python tests/bench/bench_library.py --synthetic-retrain 100000 --json bench-results/library-100k-retrain.json
 """
 
 from __future__ import annotations
@@ -576,7 +587,316 @@ def synthetic_vector_index(n: int, rng: np.random.Generator) -> dict:
             "approximate": index.approximate}
 
 
+# ------------------------------------------------------------------------------------------- synthetic retrain
+
+
+class PeakOwnRss:
+    """Samples this process's resident memory every 100 ms from ``start``; keeps the peak (the engine's side of
+    a retrain: export, evaluation, re-embedding, index build)."""
+
+    def __init__(self) -> None:
+        self.start_mb = self.peak_mb = self.stage_peak_mb = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _rss() -> float:
+        with open("/proc/self/status") as f:
+            return next((int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")), 0) / 1024
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = self._rss()
+            self.peak_mb, self.stage_peak_mb = max(self.peak_mb, rss), max(self.stage_peak_mb, rss)
+            time.sleep(0.1)
+
+    def stage_peak(self) -> float:
+        """The peak since the last call (or the start), and a new stage from now."""
+        peak, self.stage_peak_mb = self.stage_peak_mb, self._rss()
+        return round(max(peak, self.stage_peak_mb), 1)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return round(self.peak_mb, 1)
+
+
+def _flickr_first_captions() -> dict[str, str]:
+    first: dict[str, str] = {}
+    for line in (FLICKR / "captions.tsv").read_text().splitlines()[1:]:
+        file, text = line.split("\t")
+        first.setdefault(file, text)
+    return first
+
+
+def _small_jpegs(photos: list[Path], side: int = 256) -> list[bytes]:
+    """Each photo re-encoded with its longer side ``side`` (larger than the backbone's 224 input): the bytes every
+    synthetic copy of it starts with, small enough that 100,000 copies fit on /tmp (~1.5 GB)."""
+    import io
+
+    from PIL import Image
+
+    out = []
+    for photo in photos:
+        with Image.open(photo) as img:
+            img = img.convert("RGB")
+            img.thumbnail((side, side))
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=85)
+        out.append(buf.getvalue())
+    return out
+
+
+def synthetic_library_with_features(n: int, work: Path, assets: Path, n_real: int, seed: int = 0) -> dict:
+    """A library of ``n`` items in a fresh ``POLYSEEK_HOME`` whose feature store holds realistic records, without
+    running the backbone ``n`` times (part 8; labelled synthetic).
+
+    ``n_real`` Flickr8k train photos are re-encoded small and run through the app's extractor once. Item ``i`` is
+    a file of its own: photo ``i % n_real``'s bytes plus a trailer naming ``i`` (after the JPEG's end marker, so it
+    decodes as that photo but has its own content hash). Its feature record is the photo's, with the global
+    feature scaled by a random factor in [0.95, 1.05] and Gaussian noise of 2 % of its spread added (so no two
+    items are equal), the local features and region/image top classes copied; the store keeps local features up
+    to its cap (50,000) and drops the rest, as it does for indexed photos. Catalog rows carry the real content
+    hashes, sizes and times and the photo's pseudo caption, as the indexer writes them."""
+    from engine.features.encoders import Encoders
+    from engine.features.featurestore import FeatureRecord, FeatureStore
+    from engine.files import content_hash
+    from engine.library.catalog import Catalog
+
+    splits = dict(line.split("\t") for line in (FLICKR / "splits.tsv").read_text().splitlines()[1:])
+    train = sorted(FLICKR / "images" / f for f, s in splits.items() if s == "train")
+    photos = random.Random(seed).sample(train, min(n_real, len(train)))
+    out: dict = {"items": n, "real_photos": len(photos), "load_before": load()}
+    start = time.perf_counter()
+    sources = _small_jpegs(photos)
+    out["reencode_s"] = round(time.perf_counter() - start, 1)
+    encoders = Encoders(assets)
+    extractor = encoders.extractor()
+    start, cpu = time.perf_counter(), time.process_time()
+    src_dir = work / "sources"
+    src_dir.mkdir(parents=True, exist_ok=True)
+    src_paths = []
+    for k, data in enumerate(sources):
+        path = src_dir / f"{k:05d}-{photos[k].name}"
+        path.write_bytes(data)
+        src_paths.append(path)
+    extracted = [r for batch in extractor.iter_batches([src_paths[i:i + 64] for i in range(0, len(src_paths), 64)])
+                 for r in batch]
+    failed = [p for p, r in zip(src_paths, extracted, strict=True) if not hasattr(r, "record")]
+    if failed:
+        raise RuntimeError(f"{len(failed)} re-encoded photos could not be decoded, e.g. {failed[0]}")
+    out["backbone_on_real_photos"] = {"s": round(time.perf_counter() - start, 1),
+                                      "cpu_s": round(time.process_time() - cpu, 1), "load": load()}
+    backbone = encoders.backbone.id
+    rng = np.random.default_rng(seed)
+    root = work / "library"
+    start = time.perf_counter()
+    files, written = [], 0
+    for i in range(n):
+        folder = root / f"part{i // FOLDER_SIZE:03d}"
+        if i % FOLDER_SIZE == 0:
+            folder.mkdir(parents=True)
+        path = folder / f"s{i:07d}-{photos[i % len(photos)].name}"
+        written += path.write_bytes(sources[i % len(sources)] + f"polyseek-synthetic-{i:07d}".encode())
+        files.append(path)
+    out["write_files_s"] = round(time.perf_counter() - start, 1)
+    out["files_bytes"] = written
+    home = Path(os.environ["POLYSEEK_HOME"])
+    (home / "libraries" / "synthetic").mkdir(parents=True)
+    catalog = Catalog(home / "libraries" / "synthetic" / "catalog.sqlite")
+    store = FeatureStore(home / "features.sqlite")
+    root_id = catalog.add_root(root, os.stat(root).st_dev)
+    start = time.perf_counter()
+    for lo in range(0, n, 2000):
+        records = []
+        with catalog.transaction("synthetic rows"):
+            for i in range(lo, min(n, lo + 2000)):
+                path, real = files[i], extracted[i % len(extracted)]
+                st = path.stat()
+                digest = content_hash(path)
+                media_id, _ = catalog.upsert_media(path, st.st_size, st.st_mtime_ns, digest, root_id)
+                info = real.info
+                catalog.set_media_ok(media_id, info.kind, info.format, info.width, info.height, info.n_frames,
+                                     info.duration_s, backbone)
+                catalog.set_pseudo_caption(media_id, real.semantics.caption)
+                source = real.record
+                pooled = source.global_.astype(np.float32)
+                pooled = pooled * rng.uniform(0.95, 1.05) + rng.normal(0, 0.02 * float(pooled.std()), pooled.shape)
+                records.append((digest, FeatureRecord(
+                    global_=pooled.astype(np.float16), local=source.local, frames=source.frames,
+                    region_top_ids=source.region_top_ids, region_top_probs=source.region_top_probs,
+                    image_top_ids=source.image_top_ids, image_top_probs=source.image_top_probs)))
+        store.put_many(records, backbone)
+    out["write_rows_and_features_s"] = round(time.perf_counter() - start, 1)
+    stats = store.stats()
+    out["feature_store"] = {k: v for k, v in vars(stats).items()} if hasattr(stats, "__dict__") else str(stats)
+    out["features_bytes"] = sqlite_bytes(home / "features.sqlite")
+    out["catalog_bytes"] = sqlite_bytes(catalog.path)
+    catalog.close()
+    store.close()
+    out["photos"] = [p.name for p in photos]
+    out["load"] = load()
+    return out
+
+
+def _query_figures(service, queries: list[str]) -> dict:
+    service.search_text(queries[0], top=PAGE)  # opening the model / its index is not a query
+    times, cpu = [], []
+    for q in queries:
+        start, c = time.perf_counter(), time.process_time()
+        service.search_text(q, top=PAGE)
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - c)
+    return {**percentiles(times, cpu), "load": load()}
+
+
+def _stage_of(message: str) -> str:
+    if message.startswith(("writing the training set", "training set:")):
+        return "export_training_set"
+    if message.startswith(("training", "epoch")):
+        return "trainer"
+    if message.startswith("comparing"):
+        return "before_after_evaluation"
+    if message.startswith("re-indexing"):
+        return "activation_rescan_and_embedding"
+    return "done" if message == "done" else "other"
+
+
+def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotations: int, epochs: int | None,
+                      n_queries: int = 100, seed: int = 0, on_update=None) -> dict:
+    """Part 8: the app's retrain (``engine.loop.retrain.Retrain``, its defaults) after ``n_annotations`` items of a
+    synthetic ``n``-item library (:func:`synthetic_library_with_features`) got their Flickr8k caption: wall time,
+    engine and trainer CPU, both processes' peak resident memory, and each stage's time (the trainer's epochs, the
+    before/after evaluation, the activation: a re-scan and the whole library embedded with the new model).
+    ``on_update(result)`` is called with what is measured so far after each step and epoch (a long run stopped
+    early keeps its figures)."""
+    update = on_update or (lambda _record: None)
+    import resource
+
+    from engine import trainerevents
+    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.service import SearchService
+
+    home = work / "home"
+    os.environ.update(POLYSEEK_HOME=str(home), POLYSEEK_ASSETS=str(assets))
+    os.environ.pop("POLYSEEK_STARTER", None)
+    result: dict = {"synthetic": True, "items": n, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    result["library"] = synthetic_library_with_features(n, work / "files", assets, n_real, seed)
+    photos = result["library"].pop("photos")
+    update(result)
+    service = SearchService.open("synthetic", assets)
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in service.reindex():  # a no-change re-scan, then the starter embeds every item (as after indexing)
+        pass
+    active = service.catalog.active_model()
+    result["starter_embedding"] = {"s": round(time.perf_counter() - start, 1),
+                                   "cpu_s": round(time.process_time() - cpu, 1), "load": load(),
+                                   "model": active.name if active else None}
+    queries = dev_captions(n_queries, seed)
+    result["query_before"] = _query_figures(service, queries)
+    update(result)
+    captions = _flickr_first_captions()
+    by_photo: dict[str, int] = {}
+    for media in service.catalog.iter_media("ok"):
+        by_photo.setdefault(media.path.name.split("-", 1)[1], media.id)
+    chosen = random.Random(seed).sample([p for p in photos if p in by_photo], min(n_annotations, len(photos)))
+    for name in chosen:
+        service.add_caption(by_photo[name], captions[name])
+    trainer_peak, engine_peak = PeakChildRss(), PeakOwnRss()
+    stages: dict[str, dict] = {}
+    epochs_at: list[dict] = []
+    t0, c0 = time.perf_counter(), time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    def on_event(event) -> None:
+        if isinstance(event, trainerevents.EpochEnd):
+            epochs_at.append({"epoch": event.epoch, "at_s": round(time.perf_counter() - t0, 1),
+                              "rsum": event.rsum, "best": event.best, "load": load()})
+            result["retrain_so_far"] = {"stages": stages, "epoch_ends": epochs_at}
+            update(result)
+
+    job = Retrain(service, RetrainOptions(epochs=epochs), on_event=on_event)
+    current = None
+    for progress in job.run():
+        stage = _stage_of(progress.message)
+        if stage != current:
+            now, cpu_now = time.perf_counter() - t0, time.process_time() - c0
+            if current is not None:
+                stages[current].update(end_s=round(now, 1), engine_cpu_end_s=round(cpu_now, 1),
+                                       engine_peak_rss_mb=engine_peak.stage_peak())
+            else:
+                engine_peak.stage_peak()
+            stages.setdefault(stage, {"start_s": round(now, 1), "engine_cpu_start_s": round(cpu_now, 1),
+                                      "load_at_start": load()})
+            current = stage
+            result["retrain_so_far"] = {"stages": stages, "epoch_ends": epochs_at}
+            update(result)
+    wall = time.perf_counter() - t0
+    engine_cpu = time.process_time() - c0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    trainer_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+    res = job.result
+    ts = res.training_set
+    for info in stages.values():
+        if "end_s" in info:
+            info["wall_s"] = round(info["end_s"] - info["start_s"], 1)
+            info["engine_cpu_s"] = round(info["engine_cpu_end_s"] - info["engine_cpu_start_s"], 1)
+    result["retrain"] = {
+        "annotations": len(chosen), "epochs": res.epochs, "epochs_asked": epochs or "default",
+        "wall_s": round(wall, 1), "wall_min": round(wall / 60, 2), "trainer_cpu_s": round(trainer_cpu, 1),
+        "engine_cpu_s": round(engine_cpu, 1), "trainer_peak_rss_mb": trainer_peak.stop(),
+        "engine_rss_at_start_mb": round(engine_peak.start_mb, 1),
+        "engine_peak_rss_mb": engine_peak.stop(), "engine_max_rss_mb_whole_run":
+            round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "stages": stages, "epoch_ends": epochs_at, "model": res.model_name, "activated": res.activated,
+        "decision": res.decision, "before": res.before and {k: res.before.get(k) for k in ("rsum", "n_media")},
+        "after": res.after and {k: res.after.get(k) for k in ("rsum", "n_media")},
+        "annotated_items": ts.n_annotated_items, "heldout_items": ts.n_heldout_items,
+        "unannotated_items": ts.n_unannotated, "unannotated_in_library": ts.n_unannotated_library,
+        "load": load()}
+    result.pop("retrain_so_far", None)
+    update(result)
+    result["query_after"] = _query_figures(service, queries)
+    service.close()
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    return result
+
+
 # ------------------------------------------------------------------------------------------- main
+
+
+def _run_synthetic_retrain(args: argparse.Namespace) -> int:
+    if not (FLICKR / "images").is_dir():
+        print(f"skipped: {FLICKR} is absent (../shared/datasets/flickr8k)")
+        return 0
+    from engine.paths import assets_dir
+
+    work = Path(tempfile.mkdtemp(prefix="polyseek-synthetic-retrain-", dir=args.work))
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+    def update(record: dict) -> None:
+        print(json.dumps({k: v for k, v in record.items() if k != "library"}, default=str)[-1500:], flush=True)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"synthetic_retrain": {**record, "command": command}}, indent=2,
+                                            default=str))
+
+    try:
+        record = synthetic_retrain(args.synthetic_retrain, work, Path(os.environ.get("POLYSEEK_ASSETS")
+                                                                      or assets_dir()),
+                                   args.real_photos, args.annotations, args.retrain_epochs, args.queries,
+                                   on_update=update)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    record["command"] = command
+    record["machine"] = f"{os.cpu_count()} cores, shared"
+    print(json.dumps(record, indent=1, default=str))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"synthetic_retrain": record}, indent=2, default=str))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -591,6 +911,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["retrain", "gui", "synthetic", "vector-index"],
                         help="parts not to run (vector-index: the synthetic part's HNSW build, ~0.5 ms a vector)")
+    parser.add_argument("--synthetic-retrain", type=int, default=0, metavar="N",
+                        help="run only part 8: a retrain over a synthetic N-item library with realistic features")
+    parser.add_argument("--real-photos", type=int, default=2000,
+                        help="part 8: Flickr8k photos run through the backbone, whose records the N items copy")
     parser.add_argument("--synthetic-only", action="store_true",
                         help="run only part 7 (no Flickr8k needed: the queries fall back to one sentence)")
     parser.add_argument("--keep", action="store_true", help="keep the library and its home afterwards")
@@ -599,6 +923,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.gui_probe:
         return gui_probe(args.gui_probe, args.json, query=not args.gui_no_query)
+    if args.synthetic_retrain:
+        return _run_synthetic_retrain(args)
     if args.synthetic_only:
         from engine.paths import assets_dir
 

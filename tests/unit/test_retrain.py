@@ -427,3 +427,25 @@ def test_a_big_library_trains_on_a_sample_of_its_unannotated_items(library, tmp_
     assert len(later_ids - set(ids[:13])) == 10 and later_ids - set(ids[:13]) != unannotated - {ids[12]}
     everything = build_training_set(catalog, tmp_path / "all", holdout=0.2, max_unannotated=None)
     assert everything.n_unannotated == everything.n_unannotated_library > 10
+
+
+def test_the_training_set_looks_on_disk_only_at_the_files_it_takes(library, tmp_path, monkeypatch):
+    from engine.loop import trainingset
+
+    catalog, ids, _ = library
+    for media_id in ids[:12]:
+        catalog.add_caption(media_id, f"user caption of {media_id}", CaptionSource.USER)
+    first = build_training_set(catalog, tmp_path / "first", holdout=0.2, max_unannotated=10)
+    taken = {int(i.file.split("-")[0]) for i, _ in load_caption_folder(first.folder).item_captions()}
+    gone = sorted(taken - set(ids[:12]))[:3]  # vanished since the last scan (the catalog still says ok)
+    for media_id in gone:
+        catalog.media(media_id).path.unlink()
+    asked: list[int] = []
+    present = trainingset._present
+    monkeypatch.setattr(trainingset, "_present", lambda m: asked.append(m.id) or present(m))
+    again = build_training_set(catalog, tmp_path / "again", holdout=0.2, max_unannotated=10)
+    linked = {int(i.file.split("-")[0]) for i, _ in load_caption_folder(again.folder).item_captions()}
+    assert again.n_unannotated == 10 and not linked & set(gone)  # the sample is filled past the missing files
+    assert set(ids[:12]) <= linked
+    # the check set (24 of the 48 un-annotated) and the sample (10, plus the 3 missing) only, not all 48 twice
+    assert len(asked) <= 24 + 10 + 3 + 3

@@ -203,3 +203,24 @@ def test_indexing_embeds_new_files_and_drops_gone_ones_in_the_open_model_without
     record = service.catalog.model("vse-model")
     new = service.catalog.media_by_path(folder / "new.jpg")
     assert new.id in trained.index and new.id in service.catalog.embedded_ids(record.id)
+
+
+def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_index(service, tmp_path,
+                                                                                      monkeypatch):
+    from engine.search.trained import TrainedSearch
+
+    service.set_active_model(str(export_untrained("vse", tmp_path / "m")))
+    assert service.search_text("a red square", top=3)  # the library's index exists and is saved
+    folder = tmp_path / "folder"
+    (folder / "images").mkdir(parents=True)
+    for i, colour in enumerate(COLOURS[:3]):
+        make_jpeg(folder / "images" / f"p{i}.jpg", (40, 32), colour)
+    (folder / "captions.tsv").write_text("file\tcaption\np0.jpg\ta red square\np1.jpg\ta green square\n"
+                                         "p2.jpg\ta blue square\n")
+
+    def refuse(self):
+        raise AssertionError("an evaluation read the library's vector index")
+
+    monkeypatch.setattr(TrainedSearch, "_load_index", refuse)
+    report = service.evaluate_on(folder, None, "m")
+    assert report["n_media"] == 3 and report["n_captions"] == 3

@@ -390,3 +390,21 @@ def test_wide_vectors_are_linked_in_their_principal_directions(tmp_path: Path) -
 def replace_params(params: AnnParams, **changes: object) -> AnnParams:
     from dataclasses import replace
     return replace(params, **changes)
+
+
+def test_reserving_room_first_makes_batched_adds_grow_the_arrays_once_and_changes_no_result():
+    from engine.search.vectorindex import normalise
+
+    rng = np.random.default_rng(3)
+    vectors = normalise(rng.standard_normal((3000, 2, 16)).astype(np.float32))
+    plain, reserved = MultiVectorIndex(16, 2), MultiVectorIndex(16, 2)
+    reserved.reserve(3000)
+    stored = reserved._data.vectors
+    for lo in range(0, 3000, 256):
+        ids = np.arange(lo, min(lo + 256, 3000))
+        plain.add(ids, vectors[ids])
+        reserved.add(ids, vectors[ids])
+        assert reserved._data.vectors is stored  # no copy into a bigger array on the way
+    query = normalise(rng.standard_normal((1, 16)).astype(np.float32))
+    for a, b in zip(plain.search(query, top=20), reserved.search(query, top=20), strict=True):
+        np.testing.assert_array_equal(a, b)
