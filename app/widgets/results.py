@@ -22,6 +22,7 @@ from PySide6.QtCore import (
     QModelIndex,
     QObject,
     QPersistentModelIndex,
+    QPoint,
     QRect,
     QSize,
     Qt,
@@ -668,6 +669,7 @@ class ResultsView(QListView):
         self.entered.connect(self._hover)
         self._hovered: int | None = None
         self._frame = 0
+        self._anchor: QPersistentModelIndex | None = None  # the first row shown when a batched layout began
         self._timer = QTimer(self, interval=140)
         self._timer.timeout.connect(self._next_frame)
         cache.frames_ready.connect(self._frames_arrived)
@@ -682,6 +684,35 @@ class ResultsView(QListView):
             self.setBatchSize(self.LISTING_BATCH)
         else:
             self.setLayoutMode(QListView.LayoutMode.SinglePass)
+
+    def doItemsLayout(self) -> None:
+        # A batched layout starts again from the first row, and until its last batch the scroll bar only
+        # covers the rows laid out so far: remember where the user was, to come back there (updateGeometries).
+        if self.layoutMode() is QListView.LayoutMode.Batched and self._anchor is None:
+            top = self.first_row_shown()
+            if top.isValid() and top.row() > 0:
+                self._anchor = QPersistentModelIndex(top)
+        super().doItemsLayout()
+
+    def updateGeometries(self) -> None:
+        super().updateGeometries()
+        anchor, model = self._anchor, self.model()
+        if anchor is None or model is None:
+            return
+        if not anchor.isValid():
+            self._anchor = None
+        elif not self.visualRect(model.index(model.rowCount() - 1, 0)).isEmpty():  # the last batch is done
+            self._anchor = None
+            self.scrollTo(model.index(anchor.row(), 0), QListView.ScrollHint.PositionAtTop)
+
+    def first_row_shown(self) -> QModelIndex:
+        """The first row at the top of the viewport (invalid when none is)."""
+        x = self.spacing() + 8
+        for y in range(0, self.viewport().height(), 8):  # past the gap between two rows of the grid
+            index = self.indexAt(QPoint(x, y))
+            if index.isValid():
+                return index
+        return QModelIndex()
 
     def _rows_filled(self, first: int, last: int) -> None:
         current = self.currentIndex()

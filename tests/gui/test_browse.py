@@ -151,6 +151,11 @@ def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_show
     offsets = [args[1] for name, args in service.calls if name == "browse"]
     assert 0 in offsets and 19_980 in offsets and len(offsets) < 10  # not the 332 pages in between
     assert not inserted
+    shown = view.first_row_shown().row()
+    assert shown > 19_000
+    window.resize(window.width() + 250, window.height())  # the grid is laid out again, a batch a pass ...
+    qtbot.waitUntil(lambda: not view.visualRect(last).isEmpty(), timeout=10_000)
+    qtbot.waitUntil(lambda: abs(view.first_row_shown().row() - shown) < 20, timeout=5000)  # ... and stays there
     qtbot.keyClick(view, Qt.Key.Key_Home)
     assert view.current_hit().media_id == 0
     window.shutdown()
