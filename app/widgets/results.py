@@ -548,11 +548,6 @@ class ResultDelegate(QStyledItemDelegate):
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         rect, palette = option.rect.adjusted(3, 3, -3, -3), option.palette
-        if hit is None:  # a listing's row whose page is on its way: an empty frame where its picture goes
-            icon_rect = QRect(rect.left() + 3, rect.top() + 3, rect.width() - 6, self.icon_size)
-            self._paint_thumbnail(painter, icon_rect, None, palette)
-            painter.restore()
-            return
         selected = bool(option.state & QStyle.StateFlag.State_Selected)
         hovered = bool(option.state & QStyle.StateFlag.State_MouseOver)
         if selected or hovered:
@@ -562,6 +557,10 @@ class ResultDelegate(QStyledItemDelegate):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(rect, 6, 6)
         icon_rect = QRect(rect.left() + 3, rect.top() + 3, rect.width() - 6, self.icon_size)
+        if hit is None:  # a listing's row whose page is on its way: an empty frame where its picture goes
+            self._paint_thumbnail(painter, icon_rect, None, palette)
+            painter.restore()
+            return
         self._paint_thumbnail(painter, icon_rect, index.data(Qt.ItemDataRole.DecorationRole), palette)
         self._paint_badges(painter, icon_rect, hit)
         state = index.data(STATE_ROLE)
