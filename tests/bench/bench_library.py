@@ -34,6 +34,7 @@ local-feature cap; retrain < 30 min. The machine may be shared: the load average
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -421,8 +422,18 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
         last_cpu[0] = now
 
     model.page_loaded.connect(page_arrived)
+    full_gc = []  # (at s, ms) of Python's full (generation 2) garbage collections while scrolling
+    gc_began = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        elif info["generation"] == 2:
+            full_gc.append((round(gc_began[0] - start, 3), round(1000 * (time.perf_counter() - gc_began[0]), 1)))
+
     probe = StallProbe()
     start = time.perf_counter()
+    gc.callbacks.append(on_gc)
     while True:  # a screen at a time, as a user paging down does: the pages the screens show load on the way
         bar.setValue(bar.value() + bar.pageStep())
         qapp.processEvents()
@@ -436,6 +447,7 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
         time.sleep(0.01)
     scroll_s = time.perf_counter() - start
     scrolling = probe.stop()
+    gc.callbacks.remove(on_gc)
     model.page_loaded.disconnect(page_arrived)
     rows = model.rowCount()
     rss_scrolled = rss_mb()
@@ -454,7 +466,9 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
               "rss_mb": {"opened": rss_open, "scrolled_to_end": rss_scrolled, "after_query": rss_end,
                          "peak": peak[0]},
               "scroll": {"rows": rows, "seconds": round(scroll_s, 1), **scrolling,
-                         "gui_cpu_per_page": page_work(page_cpu, page_rows)},
+                         "gui_cpu_per_page": page_work(page_cpu, page_rows),
+                         "full_gc": {"count": len(full_gc), "worst_ms": max((ms for _, ms in full_gc), default=0),
+                                     "over_50ms": [list(g) for g in full_gc if g[1] > 50][:20]}},
               "query": {"seconds": query_s, **querying} if query else None, "load": load()}
     window.shutdown()
     service.close()
