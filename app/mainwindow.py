@@ -270,7 +270,7 @@ class MainWindow(QMainWindow):
         service = self.service
         states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
         self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
-                                     hide_rejected=text is not None)
+                                     hide_rejected=text is not None, count=self.session.listing_counter())
         if fetch is not None:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
@@ -313,7 +313,7 @@ class MainWindow(QMainWindow):
     def _page_loaded(self, added: int) -> None:
         total = self.results_model.rowCount()
         self.empty_label.setText(self._results_summary(total))
-        if total and not self.results.currentIndex().isValid() and added == total:
+        if total and not self.results.currentIndex().isValid() and self.results_model.pages_loaded == 1:
             self.results.select_row(0)
 
     def judge(self, label: int) -> None:

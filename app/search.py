@@ -61,6 +61,17 @@ class SearchSession:
             return service.search_text(query, top=top, offset=offset, min_probability=cutoff)
         return fetch_text
 
+    def listing_counter(self) -> Callable[[], int] | None:
+        """``count() -> int``: how many items the library listing holds (None while searching: a search's
+        length is only known once its pages run out)."""
+        service, options = self.service, self.browse
+        if service is None or self.query is not None:
+            return None
+
+        def count_library() -> int:
+            return service.browse_count(folder=options.folder, kind=options.kind, annotation=options.annotation)
+        return count_library
+
     def describe(self) -> str:
         """The query as the status bar shows it."""
         if isinstance(self.query, Path):

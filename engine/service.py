@@ -149,6 +149,12 @@ class SearchService:
 
         return browse.browse(self.catalog, offset, top, sort, folder, kind, annotation)
 
+    def browse_count(self, folder: Path | None = None, kind: str | None = None, annotation: str = "all") -> int:
+        """How many items :meth:`browse` lists with these filters (:func:`engine.library.browse.browse_count`)."""
+        from engine.library import browse
+
+        return browse.browse_count(self.catalog, folder, kind, annotation)
+
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
         """Caption sources and the verdict for ``query`` of each item
         (:func:`engine.library.browse.annotation_states`)."""

@@ -22,6 +22,7 @@ from PySide6.QtCore import (
     QModelIndex,
     QObject,
     QPersistentModelIndex,
+    QPoint,
     QRect,
     QSize,
     Qt,
@@ -54,6 +55,7 @@ HIT_ROLE = Qt.ItemDataRole.UserRole + 1
 RELEVANCE_ROLE = Qt.ItemDataRole.UserRole + 2  # Relevance | None (None: browsing, no scores)
 STATE_ROLE = Qt.ItemDataRole.UserRole + 3  # engine.library.browse.AnnotationState | None (None: not known yet)
 PageFetch = Callable[[int, int], list[SearchHit]]  # (offset, top) -> one page of hits
+ListingCount = Callable[[], int]  # how many hits a listing's pages hold in all
 StatesFetch = Callable[[list[int]], dict[int, Any]]  # media ids -> AnnotationState
 # Relevance bands, on the search's own score range (see relevance()): at least this share of the way up
 BANDS = ((0.75, 3, "strong match"), (0.4, 2, "good match"), (0.0, 1, "weak match"))
@@ -228,18 +230,31 @@ def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
 
 
 class ResultsModel(QAbstractListModel):
-    """Search hits, one page at a time; the next page loads when the view scrolls to the end."""
+    """Search hits or the library's listing, one page at a time.
+
+    A search grows when the view scrolls to its end (``canFetchMore``/``fetchMore``): its length is known only
+    when its pages run out. A listing (browsing, ``set_fetch(..., count=...)``) is counted first, so all its
+    rows exist from the start, empty until the page that holds them is fetched, which happens when one of them
+    is first painted. Scrolling a listing never inserts rows: a ``QListView`` lays every row out again after
+    each insert, asking this Python model about each one, which is far too slow per page at 100,000 rows.
+    """
 
     page_loaded = Signal(int)  # hits added by the page that just arrived
+    rows_filled = Signal(int, int)  # a listing's page arrived: its first and last row now hold their hits
     search_failed = Signal(str)
+    WANTED_PAGES = 16  # a listing fetches the pages painted last; older wishes (scrolled past) are forgotten
 
     def __init__(self, cache: ThumbnailCache, pool: QThreadPool, page_size: int = 60,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._cache, self._pool, self.page_size = cache, pool, page_size
-        self._hits: list[SearchHit] = []
+        self._hits: list[SearchHit | None] = []  # None: a listing's row whose page is not fetched yet
         self._rows: dict[int, int] = {}  # media id -> row
         self._fetch: PageFetch | None = None
+        self._count: ListingCount | None = None  # set: a listing, every row up front
+        self._wanted: OrderedDict[int, None] = OrderedDict()  # a listing's pages to fetch, latest wish last
+        self._fetching: int | None = None  # the listing's page being fetched
+        self.pages_loaded = 0
         self._generation = 0  # replies from an older search are dropped
         self._loading = False
         self._exhausted = True
@@ -254,26 +269,36 @@ class ResultsModel(QAbstractListModel):
 
     # --- searching
     def set_fetch(self, fetch: PageFetch | None, scored: bool = True, states: StatesFetch | None = None,
-                  hide_rejected: bool = False) -> None:
+                  hide_rejected: bool = False, count: ListingCount | None = None) -> None:
         """Start a new search: clear, then load the first page of ``fetch(offset, top)``.
 
         ``scored`` False: browsing (no relevance shown). ``states(ids)`` gives the annotation state of the
         items each page brings (badges); with ``hide_rejected`` the items rejected for the query are dropped.
+        ``count()``: how many hits all the pages hold; with it the results are a listing (see the class).
         """
         self.beginResetModel()
         self._hits, self._rows = [], {}
         self._generation += 1
-        self._fetch = fetch
+        self._fetch, self._count = fetch, count if fetch is not None and not hide_rejected else None
+        self._wanted, self._fetching, self.pages_loaded = OrderedDict(), None, 0
         self._loading, self._exhausted = False, fetch is None
         self._scored, self._scale = scored, None
         self._states_fetch, self._states, self._hide_rejected, self._dropped = states, {}, hide_rejected, {}
         self.endResetModel()
-        if fetch is not None:
+        if self._count is not None:
+            self._load_listing()
+        elif fetch is not None:
             self._load_page()
 
     @property
     def is_loading(self) -> bool:
-        return self._loading
+        """A page is on its way (or a listing has pages still to fetch for the rows painted)."""
+        return self._loading or self._fetching is not None or bool(self._wanted)
+
+    @property
+    def is_listing(self) -> bool:
+        """The rows are a counted listing, all there from the start (see the class)."""
+        return self._count is not None
 
     def _load_page(self) -> None:
         fetch, generation, offset, top = self._fetch, self._generation, len(self._hits), self.page_size
@@ -290,6 +315,7 @@ class ResultsModel(QAbstractListModel):
         if generation != self._generation:
             return
         self._loading = False
+        self.pages_loaded += 1
         self._exhausted = len(hits) < self.page_size
         fresh = [h for h in hits if h.media_id not in self._rows and h.media_id not in self._dropped]
         if self._scored and self._scale is None and hits:
@@ -305,6 +331,87 @@ class ResultsModel(QAbstractListModel):
         elif hits:
             self._exhausted = True  # a page of only repeats: nothing new will come
         self.page_loaded.emit(len(fresh))
+
+    # --- a listing: counted first, then its pages fetched for the rows painted
+    def _load_listing(self) -> None:
+        fetch, count, generation, top = self._fetch, self._count, self._generation, self.page_size
+        if fetch is None or count is None:
+            return
+
+        def first_page() -> tuple[int, list[SearchHit]]:
+            return count(), fetch(0, top)
+        self._loading = True
+        run_in_background(
+            first_page, pool=self._pool, priority=10,
+            on_result=while_alive(self, lambda result: self._start_listing(generation, *result)),
+            on_error=while_alive(self, lambda exc: self._failed(generation, exc)),
+        )
+
+    def _start_listing(self, generation: int, total: int, hits: list[SearchHit]) -> None:
+        if generation != self._generation:
+            return
+        self._loading, self._exhausted = False, True
+        self.pages_loaded += 1
+        total = len(hits) if len(hits) < self.page_size else max(total, len(hits))
+        if total:
+            self.beginInsertRows(QModelIndex(), 0, total - 1)
+            self._hits = [*hits, *[None] * (total - len(hits))]
+            self._rows = {hit.media_id: row for row, hit in enumerate(hits)}
+            self.endInsertRows()
+            self.refresh_states([h.media_id for h in hits])
+        self.page_loaded.emit(len(hits))
+
+    def _want(self, page: int) -> None:
+        """A row of ``page`` is being painted: fetch it soon (the latest wish first)."""
+        if page == self._fetching or self._loading:
+            return
+        self._wanted[page] = None
+        self._wanted.move_to_end(page)
+        while len(self._wanted) > self.WANTED_PAGES:
+            self._wanted.popitem(last=False)
+        self._fetch_wanted()
+
+    def _fetch_wanted(self) -> None:
+        fetch, generation, size = self._fetch, self._generation, self.page_size
+        if fetch is None or self._fetching is not None or not self._wanted:
+            return
+        page, _ = self._wanted.popitem(last=True)
+        self._fetching = page
+        run_in_background(
+            fetch, page * size, size, pool=self._pool, priority=10,
+            on_result=while_alive(self, lambda hits: self._fill(generation, page, hits)),
+            on_error=while_alive(self, lambda exc: self._fill_failed(generation, page, exc)),
+        )
+
+    def _fill(self, generation: int, page: int, hits: list[SearchHit]) -> None:
+        if generation != self._generation:
+            return
+        self._fetching = None
+        first = page * self.page_size
+        hits = hits[:max(0, len(self._hits) - first)]
+        end = first + len(hits)
+        for row, hit in enumerate(hits, start=first):
+            self._hits[row] = hit
+            self._rows[hit.media_id] = row
+        if len(hits) < self.page_size and end < len(self._hits):  # the listing shrank since it was counted
+            self.beginRemoveRows(QModelIndex(), end, len(self._hits) - 1)
+            del self._hits[end:]
+            self._rows = {m: r for m, r in self._rows.items() if r < end}
+            self.endRemoveRows()
+        self.pages_loaded += 1
+        if hits:
+            self.dataChanged.emit(self.index(first), self.index(end - 1))
+            self.rows_filled.emit(first, end - 1)
+            self.refresh_states([h.media_id for h in hits])
+        self.page_loaded.emit(len(hits))
+        self._fetch_wanted()
+
+    def _fill_failed(self, generation: int, page: int, exc: BaseException) -> None:
+        if generation != self._generation:
+            return
+        self._fetching = None
+        log.warning("listing page %d: %s", page, exc)  # its rows ask again when they are painted again
+        self._fetch_wanted()
 
     # --- annotation states (badges; items rejected for the query drop out)
     def refresh_states(self, media_ids: list[int]) -> None:
@@ -332,7 +439,7 @@ class ResultsModel(QAbstractListModel):
     def drop(self, media_id: int) -> None:
         """Take an item out of the results (rejected for this query); :meth:`restore` puts it back."""
         row = self._rows.get(media_id)
-        if row is None:
+        if row is None or self.is_listing:  # a listing shows every item (a verdict belongs to a query)
             return
         self.beginRemoveRows(QModelIndex(), row, row)
         self._dropped[media_id] = (row, self._hits.pop(row))
@@ -341,7 +448,7 @@ class ResultsModel(QAbstractListModel):
 
     def restore(self, media_id: int) -> int | None:
         """Put a dropped item back where it was (its verdict was undone); returns its row."""
-        if media_id not in self._dropped:
+        if media_id not in self._dropped or self.is_listing:
             return None
         row, hit = self._dropped.pop(media_id)
         row = min(row, len(self._hits))
@@ -368,7 +475,8 @@ class ResultsModel(QAbstractListModel):
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._hits)
 
-    def hit(self, row: int) -> SearchHit:
+    def hit(self, row: int) -> SearchHit | None:
+        """The hit of ``row`` (None: a listing's row whose page is still on its way)."""
         return self._hits[row]
 
     def row_of(self, media_id: int) -> int | None:
@@ -379,6 +487,9 @@ class ResultsModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._hits):
             return None
         hit = self._hits[index.row()]
+        if hit is None:
+            self._want(index.row() // self.page_size)
+            return None
         if role == Qt.ItemDataRole.DisplayRole:
             return Path(hit.path).name
         if role == Qt.ItemDataRole.DecorationRole:
@@ -434,8 +545,6 @@ class ResultDelegate(QStyledItemDelegate):
     def paint(self, painter: QPainter, option: QStyleOptionViewItem,
               index: QModelIndex | QPersistentModelIndex) -> None:
         hit: SearchHit | None = index.data(HIT_ROLE)
-        if hit is None:
-            return
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         rect, palette = option.rect.adjusted(3, 3, -3, -3), option.palette
@@ -448,6 +557,10 @@ class ResultDelegate(QStyledItemDelegate):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(rect, 6, 6)
         icon_rect = QRect(rect.left() + 3, rect.top() + 3, rect.width() - 6, self.icon_size)
+        if hit is None:  # a listing's row whose page is on its way: an empty frame where its picture goes
+            self._paint_thumbnail(painter, icon_rect, None, palette)
+            painter.restore()
+            return
         self._paint_thumbnail(painter, icon_rect, index.data(Qt.ItemDataRole.DecorationRole), palette)
         self._paint_badges(painter, icon_rect, hit)
         state = index.data(STATE_ROLE)
@@ -549,13 +662,61 @@ class ResultsView(QListView):
         self.activated.connect(lambda index: self.open_requested.emit(index.data(HIT_ROLE)))
         self.setItemDelegate(ResultDelegate(icon_size, self))
         self.setModel(model)
+        model.modelReset.connect(self._choose_layout)
+        model.rows_filled.connect(self._rows_filled)
         self.selectionModel().currentChanged.connect(self._current_changed)
         self.entered.connect(self._hover)
         self._hovered: int | None = None
         self._frame = 0
+        self._anchor: QPersistentModelIndex | None = None  # the first row shown when a batched layout began
         self._timer = QTimer(self, interval=140)
         self._timer.timeout.connect(self._next_frame)
         cache.frames_ready.connect(self._frames_arrived)
+
+    LISTING_BATCH = 2000  # rows laid out per event-loop pass in a listing (a few ms at any library size)
+
+    def _choose_layout(self) -> None:
+        """A listing's rows all arrive at once (100,000 of them, say): lay them out a batch per pass so the
+        event loop keeps running; a search's pages come a few dozen at a time and lay out in one pass."""
+        if self.results().is_listing:
+            self.setLayoutMode(QListView.LayoutMode.Batched)
+            self.setBatchSize(self.LISTING_BATCH)
+        else:
+            self.setLayoutMode(QListView.LayoutMode.SinglePass)
+
+    def doItemsLayout(self) -> None:
+        # A batched layout starts again from the first row, and until its last batch the scroll bar only
+        # covers the rows laid out so far: remember where the user was, to come back there (updateGeometries).
+        if self.layoutMode() is QListView.LayoutMode.Batched and self._anchor is None:
+            top = self.first_row_shown()
+            if top.isValid() and top.row() > 0:
+                self._anchor = QPersistentModelIndex(top)
+        super().doItemsLayout()
+
+    def updateGeometries(self) -> None:
+        super().updateGeometries()
+        anchor, model = self._anchor, self.model()
+        if anchor is None or model is None:
+            return
+        if not anchor.isValid():
+            self._anchor = None
+        elif not self.visualRect(model.index(model.rowCount() - 1, 0)).isEmpty():  # the last batch is done
+            self._anchor = None
+            self.scrollTo(model.index(anchor.row(), 0), QListView.ScrollHint.PositionAtTop)
+
+    def first_row_shown(self) -> QModelIndex:
+        """The first row at the top of the viewport (invalid when none is)."""
+        x = self.spacing() + 8
+        for y in range(0, self.viewport().height(), 8):  # past the gap between two rows of the grid
+            index = self.indexAt(QPoint(x, y))
+            if index.isValid():
+                return index
+        return QModelIndex()
+
+    def _rows_filled(self, first: int, last: int) -> None:
+        current = self.currentIndex()
+        if current.isValid() and first <= current.row() <= last:  # the current row's hit has just arrived
+            self.current_hit_changed.emit(current.data(HIT_ROLE))
 
     def set_icon_size(self, size: int) -> None:
         """Draw the results' pictures ``size`` pixels big (Preferences)."""
@@ -576,7 +737,8 @@ class ResultsView(QListView):
     def selected_hits(self) -> list[SearchHit]:
         """The selected results in grid order."""
         rows = sorted(index.row() for index in self.selectionModel().selectedIndexes())
-        return [self.results().hit(row) for row in rows]
+        hits = (self.results().hit(row) for row in rows)
+        return [hit for hit in hits if hit is not None]  # a listing's rows still loading are not picked
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         current = self.currentIndex()

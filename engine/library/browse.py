@@ -78,6 +78,14 @@ def annotation_states(catalog: Catalog, media_ids: Iterable[int], query: str | N
     return out
 
 
+def browse_count(catalog: Catalog, folder: Path | None = None, kind: MediaKind | str | None = None,
+                 annotation: AnnotationFilter | str = AnnotationFilter.ALL) -> int:
+    """How many items :func:`browse` lists with these filters, in all its pages (one COUNT in SQL)."""
+    kind = MediaKind(kind) if kind is not None else None
+    return catalog.count_browse_media(Path(folder) if folder is not None else None, kind,
+                                      AnnotationFilter(annotation).value)
+
+
 def annotation_progress(catalog: Catalog) -> AnnotationProgress:
     """Indexed items with a human caption, of all indexed items."""
     return AnnotationProgress(*catalog.count_captioned())

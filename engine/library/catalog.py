@@ -285,6 +285,25 @@ _MODEL_SELECT = "SELECT id, name, method, path, created_at, metrics_json, is_act
 _UNDER_FOLDER = "(path = ? OR (path >= ? AND path < ?) OR (path >= ? AND path < ?))"
 
 
+def _browse_filter(folder: Path | None, kind: MediaKind | str | None, annotation: str) -> tuple[str, list]:
+    """The WHERE clause and its parameters of a browse listing (:meth:`Catalog.browse_media`)."""
+    clauses, params = ["status = 'ok'"], []
+    if kind is not None:
+        clauses.append("kind = ?")
+        params.append(MediaKind(kind).value)
+    if folder is not None:
+        clauses.append(_UNDER_FOLDER)
+        params.extend(_folder_bounds(Path(folder)))
+    human = "EXISTS (SELECT 1 FROM captions c WHERE c.media_id = media.id AND c.source <> 'pseudo')"
+    filters = {"all": None, "captioned": human, "uncaptioned": f"NOT {human}",
+               "judged": "EXISTS (SELECT 1 FROM pairs p WHERE p.media_id = media.id)"}
+    if annotation not in filters:
+        raise CatalogError(f"unknown annotation filter {annotation!r}")
+    if filters[annotation]:
+        clauses.append(filters[annotation])
+    return " AND ".join(clauses), params
+
+
 def _folder_bounds(folder: Path) -> tuple[str | bytes, ...]:
     """The parameters of :data:`_UNDER_FOLDER` for ``folder``."""
     text = str(folder).rstrip(os.sep) or os.sep
@@ -726,27 +745,19 @@ class Catalog(SQLiteStore):
         orders = {"newest": "mtime_ns DESC, id DESC", "oldest": "mtime_ns, id", "name": "name_key, path, id"}
         if order not in orders:
             raise CatalogError(f"unknown browse order {order!r}")
-        clauses, params = ["status = 'ok'"], []
-        if kind is not None:
-            clauses.append("kind = ?")
-            params.append(MediaKind(kind).value)
-        if folder is not None:
-            clauses.append(_UNDER_FOLDER)
-            params.extend(_folder_bounds(Path(folder)))
-        human = "EXISTS (SELECT 1 FROM captions c WHERE c.media_id = media.id AND c.source <> 'pseudo')"
-        filters = {"all": None, "captioned": human, "uncaptioned": f"NOT {human}",
-                   "judged": "EXISTS (SELECT 1 FROM pairs p WHERE p.media_id = media.id)"}
-        if annotation not in filters:
-            raise CatalogError(f"unknown annotation filter {annotation!r}")
-        if filters[annotation]:
-            clauses.append(filters[annotation])
+        where, params = _browse_filter(folder, kind, annotation)
         rows = self._read(
             "browsing media",
-            f"SELECT {_MEDIA_COLUMNS} FROM media WHERE {' AND '.join(clauses)} ORDER BY {orders[order]} "
-            "LIMIT ? OFFSET ?",
+            f"SELECT {_MEDIA_COLUMNS} FROM media WHERE {where} ORDER BY {orders[order]} LIMIT ? OFFSET ?",
             (*params, max(0, int(limit)), max(0, int(offset))),
         )
         return [_media_record(r) for r in rows]
+
+    def count_browse_media(self, folder: Path | None = None, kind: MediaKind | str | None = None,
+                           annotation: str = "all") -> int:
+        """How many items :meth:`browse_media` lists with these filters, in all its pages."""
+        where, params = _browse_filter(folder, kind, annotation)
+        return self._read("counting browsed media", f"SELECT COUNT(*) FROM media WHERE {where}", tuple(params))[0][0]
 
     def captions_of(self, media_ids: Iterable[int]) -> dict[int, list[CaptionRecord]]:
         """The captions of several items at once (oldest first each); items without any are left out."""

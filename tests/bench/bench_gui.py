@@ -68,6 +68,7 @@ class StallProbe:
         self.delays: list[float] = []
         self.busy: list[float] = []
         self.worst: list[tuple[float, float, float]] = []  # (at s, delay ms, busy ms) of delays over 50 ms
+        self.busiest: list[tuple[float, float]] = []  # (at s, busy ms) of the ticks the GUI thread worked > 50 ms
         self._clock = QElapsedTimer()
         self._clock.start()
         self._last = self._clock.elapsed()
@@ -83,6 +84,8 @@ class StallProbe:
         self.busy.append(busy)
         if delay > 50:
             self.worst.append((now / 1000, delay, round(busy, 1)))
+        if busy > 50:
+            self.busiest.append((now / 1000, round(busy, 1)))
         self._last, self._last_cpu = now, cpu
 
     def stop(self) -> dict:
@@ -92,7 +95,8 @@ class StallProbe:
         return {"ticks": len(ordered), "worst_stall_ms": ordered[-1],
                 "p99_stall_ms": ordered[int(0.99 * (len(ordered) - 1))],
                 "worst_gui_busy_ms": round(busy[-1], 1), "p99_gui_busy_ms": round(busy[int(0.99 * (len(busy) - 1))], 1),
-                "stalls_over_50ms": [list(w) for w in self.worst[:20]]}
+                "stalls_over_50ms": [list(w) for w in self.worst[:20]], "busy_over_50ms_count": len(self.busiest),
+                "busy_over_50ms": [list(b) for b in self.busiest[:20]]}
 
 
 def stall_while_indexing(n: int) -> dict:

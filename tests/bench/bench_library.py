@@ -45,7 +45,9 @@ new model's query latency over the N items::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import logging
 import os
 import random
 import shutil
@@ -421,17 +423,43 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
     first_page = time.perf_counter() - t0
     rss_open = rss_mb()
     bar = window.results.verticalScrollBar()
+    page_cpu, page_rows = [], []  # the GUI thread's CPU from one page's arrival to the next, and the rows then
+    last_cpu = [time.thread_time()]
+
+    def page_arrived(_added: int) -> None:
+        now = time.thread_time()
+        page_cpu.append(now - last_cpu[0])
+        page_rows.append(PAGE * len(page_cpu))  # how deep the scroll is: pages load in order on the way down
+        last_cpu[0] = now
+
+    model.page_loaded.connect(page_arrived)
+    full_gc = []  # (at s, ms) of Python's full (generation 2) garbage collections while scrolling
+    gc_began = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        elif info["generation"] == 2:
+            full_gc.append((round(gc_began[0] - start, 3), round(1000 * (time.perf_counter() - gc_began[0]), 1)))
+
     probe = StallProbe()
     start = time.perf_counter()
-    while model.canFetchMore() or model.is_loading:
-        bar.setValue(bar.maximum())  # the view asks for the next page at the end, as a user scrolling does
+    gc.callbacks.append(on_gc)
+    while True:  # a screen at a time, as a user paging down does: the pages the screens show load on the way
+        bar.setValue(bar.value() + bar.pageStep())
         qapp.processEvents()
-        time.sleep(0.002)
+        wait(lambda: not model.is_loading)
+        last_shown = window.results.viewport().rect().intersects(
+            window.results.visualRect(model.index(model.rowCount() - 1)))  # a batched layout may still run
+        if bar.value() >= bar.maximum() and not model.canFetchMore() and last_shown:
+            break
     for _ in range(20):  # the thumbnails of the last screen
         qapp.processEvents()
         time.sleep(0.01)
     scroll_s = time.perf_counter() - start
     scrolling = probe.stop()
+    gc.callbacks.remove(on_gc)
+    model.page_loaded.disconnect(page_arrived)
     rows = model.rowCount()
     rss_scrolled = rss_mb()
     querying, query_s = {}, None
@@ -448,20 +476,47 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
     record = {"time_to_window_s": round(shown, 2), "time_to_first_page_s": round(first_page, 2),
               "rss_mb": {"opened": rss_open, "scrolled_to_end": rss_scrolled, "after_query": rss_end,
                          "peak": peak[0]},
-              "scroll": {"rows": rows, "seconds": round(scroll_s, 1), **scrolling},
+              "scroll": {"rows": rows, "seconds": round(scroll_s, 1), **scrolling,
+                         "gui_cpu_per_page": page_work(page_cpu, page_rows),
+                         "full_gc": {"count": len(full_gc), "worst_ms": max((ms for _, ms in full_gc), default=0),
+                                     "over_50ms": [list(g) for g in full_gc if g[1] > 50][:20]}},
               "query": {"seconds": query_s, **querying} if query else None, "load": load()}
     window.shutdown()
     service.close()
     out.write_text(json.dumps(record, indent=2))
-    return 0
+    # No interpreter teardown: app.workers keeps every finished Worker alive, and after 100,000 jobs (a
+    # thumbnail each) PySide's clean-up of their signal objects at exit takes many minutes.
+    logging.shutdown()
+    os._exit(0)
+
+
+def page_work(cpu: list[float], rows: list[int], buckets: int = 10) -> dict:
+    """GUI-thread CPU per page loaded while scrolling: p50/p99/worst overall and in ``buckets`` depth bands."""
+    def summary(ms: list[float]) -> dict:
+        ordered = sorted(ms)
+        return {"pages": len(ordered), "p50_ms": round(statistics.median(ordered), 1),
+                "p99_ms": round(ordered[round(0.99 * (len(ordered) - 1))], 1), "worst_ms": round(ordered[-1], 1)}
+
+    if not cpu:
+        return {"pages": 0}
+    ms = [1000 * c for c in cpu[1:] or cpu]  # the first page's share includes the window's first paint
+    depth = rows[1:] or rows
+    band = max(1, -(-max(depth) // buckets))
+    by_depth = {}
+    for lo in range(0, max(depth), band):
+        inside = [m for m, r in zip(ms, depth, strict=True) if lo < r <= lo + band]
+        if inside:
+            by_depth[f"rows_{lo}-{lo + band}"] = summary(inside)
+    return {**summary(ms), "by_depth": by_depth}
 
 
 # ------------------------------------------------------------------------------------------- synthetic N
 
 
 def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = True,
-              with_vector_index: bool = True) -> dict:
-    """The parts that need no backbone, at ``n`` items (module docstring, part 7)."""
+              with_vector_index: bool = True, gui_only: bool = False) -> dict:
+    """The parts that need no backbone, at ``n`` items (module docstring, part 7); ``gui_only``: the catalog
+    rows and the GUI probe over them, nothing else."""
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
     from engine.library.browse import browse
@@ -497,6 +552,11 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = 
             catalog.set_media_ok(media_id, MediaKind.IMAGE, "jpeg", 224, 224, 1, None, "synthetic")
             catalog.set_pseudo_caption(media_id, "a dog and a ball on the grass, green and brown")
     rows_s = time.perf_counter() - start
+    if gui_only:
+        catalog.close()
+        window = gui(home, "synthetic", assets, query=False, POLYSEEK_STARTER="off")
+        shutil.rmtree(root, ignore_errors=True)
+        return {"synthetic": True, "items": n, "make_rows_s": round(rows_s, 1), "gui_browse": window, "load": load()}
     features = FeatureStore(home / "features.sqlite")
 
     def no_extractor():
@@ -918,6 +978,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic-only", action="store_true",
                         help="run only part 7 (no Flickr8k needed: the queries fall back to one sentence)")
     parser.add_argument("--keep", action="store_true", help="keep the library and its home afterwards")
+    parser.add_argument("--gui-only", action="store_true",
+                        help="with --synthetic-only: the N catalog rows and the GUI probe scrolling them, nothing else")
     parser.add_argument("--gui-probe", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gui-no-query", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -931,7 +993,8 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tempfile.mkdtemp(prefix="polyseek-synthetic-", dir=args.work))
         try:
             record = synthetic(args.synthetic, work, Path(os.environ.get("POLYSEEK_ASSETS") or assets_dir()),
-                               with_gui="gui" not in args.skip, with_vector_index="vector-index" not in args.skip)
+                               with_gui="gui" not in args.skip, with_vector_index="vector-index" not in args.skip,
+                               gui_only=args.gui_only)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(json.dumps(record, indent=1))

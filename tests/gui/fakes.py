@@ -645,6 +645,13 @@ class FakeService:
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
         """Indexed items sorted by file mtime (ties: id) or name, filtered by folder, kind and annotations."""
         self.calls.append(("browse", (top, offset, sort, str(folder) if folder else None, kind, annotation)))
+        return self._browsed(sort, folder, kind, annotation)[offset:offset + top]
+
+    def browse_count(self, folder: Path | None = None, kind: str | None = None, annotation: str = "all") -> int:
+        self.calls.append(("browse_count", (str(folder) if folder else None, kind, annotation)))
+        return len(self._browsed("name", folder, kind, annotation))
+
+    def _browsed(self, sort: str, folder: Path | None, kind: str | None, annotation: str) -> list[SearchHit]:
         entries = [e for e in self._entries.values()
                    if (kind is None or e.media.kind.value == kind)
                    and (folder is None or Path(folder).resolve() in e.media.path.parents)]
@@ -659,7 +666,7 @@ class FakeService:
             entries.sort(key=lambda e: (e.media.path.name.casefold(), e.media.id))
         else:
             entries.sort(key=lambda e: (e.media.path.stat().st_mtime_ns, e.media.id), reverse=sort == "newest")
-        return [self._hit(e, 0.0) for e in entries[offset:offset + top]]
+        return [self._hit(e, 0.0) for e in entries]
 
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
         from engine.library.browse import AnnotationState

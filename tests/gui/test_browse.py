@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from engine.types import MediaKind
+from engine.types import MediaKind, SearchHit
 from tests.gui.fakes import FakeService
 from tests.gui.test_search import search
 
@@ -99,3 +100,62 @@ def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: FakeS
     assert window.results_model.rowCount() == 0
     assert "reaches a match probability of 0.99" in window.empty_label.text()
     assert "lower the p ≥ cutoff" in window.empty_label.text()
+
+
+class BigLibrary(FakeService):
+    """A fake library of ``n`` listed items that exist only as hits (no files: thumbnails fail, as for a
+    library on an unplugged drive, and the grid draws placeholders)."""
+
+    def __init__(self, workdir: Path, n: int) -> None:
+        super().__init__(workdir)
+        self.n = n
+
+    def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
+               kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
+        self.calls.append(("browse", (top, offset, sort, folder, kind, annotation)))
+        return [SearchHit(i, f"/big/item{i:05d}.jpg", MediaKind.IMAGE, 0.0)
+                for i in range(offset, min(offset + top, self.n))]
+
+    def browse_count(self, folder: Path | None = None, kind: str | None = None, annotation: str = "all") -> int:
+        return self.n
+
+    def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
+        return {}
+
+
+def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_shows_them(qtbot, tmp_path) -> None:
+    from app.mainwindow import MainWindow
+    from app.settings import GuiSettings
+
+    service = BigLibrary(tmp_path / "big", 20_000)
+    window = MainWindow(GuiSettings(), service)
+    qtbot.addWidget(window)
+    window.show()
+    model, view = window.results_model, window.results
+    wait_listed(qtbot, window)
+    # every row is there from the start, so scrolling never inserts rows (a QListView lays all of them out
+    # again, row by row through the Python model, after each insert)
+    assert model.rowCount() == 20_000
+    assert model.hit(0).media_id == 0 and model.hit(60) is None  # only the first page is fetched so far
+    assert "20000 items in the library" in window.empty_label.text()
+    assert view.currentIndex().row() == 0
+    inserted = []
+    model.rowsInserted.connect(lambda *_: inserted.append(1))
+    last = model.index(19_999)
+    qtbot.waitUntil(lambda: not view.visualRect(last).isEmpty(), timeout=10_000)  # laid out, a batch a pass
+    view.setFocus()
+    with qtbot.waitSignal(view.current_hit_changed, timeout=5000,
+                          check_params_cb=lambda hit: hit is not None and hit.media_id == 19_999):
+        qtbot.keyClick(view, Qt.Key.Key_End)  # the last page is fetched when its rows are painted
+    assert view.currentIndex().row() == 19_999 and view.current_hit().path.endswith("item19999.jpg")
+    offsets = [args[1] for name, args in service.calls if name == "browse"]
+    assert 0 in offsets and 19_980 in offsets and len(offsets) < 10  # not the 332 pages in between
+    assert not inserted
+    shown = view.first_row_shown().row()
+    assert shown > 19_000
+    window.resize(window.width() + 250, window.height())  # the grid is laid out again, a batch a pass ...
+    qtbot.waitUntil(lambda: not view.visualRect(last).isEmpty(), timeout=10_000)
+    qtbot.waitUntil(lambda: abs(view.first_row_shown().row() - shown) < 20, timeout=5000)  # ... and stays there
+    qtbot.keyClick(view, Qt.Key.Key_Home)
+    assert view.current_hit().media_id == 0
+    window.shutdown()

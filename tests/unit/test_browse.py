@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.library.browse import annotation_progress, annotation_states, browse
+from engine.library.browse import annotation_progress, annotation_states, browse, browse_count
 from engine.library.catalog import Catalog
 from engine.types import CaptionSource, MediaKind
 
@@ -42,6 +42,16 @@ def test_browse_sorts_pages_and_filters(tmp_path: Path) -> None:
     assert names(browse(catalog, annotation="uncaptioned")) == ["kiwi", "zebra", "apple"]
     assert names(browse(catalog, annotation="judged")) == ["zebra"]
     assert browse(catalog, annotation="captioned")[0].captions == ("a mango",)
+
+
+def test_browse_count_counts_every_page_of_the_same_listing(tmp_path: Path) -> None:
+    catalog, ids = _catalog(tmp_path)
+    catalog.add_caption(ids["mango"], "a mango", CaptionSource.USER)
+    assert browse_count(catalog) == 4  # the failed file is not listed, so not counted
+    assert browse_count(catalog, folder=tmp_path / "b") == 2
+    assert browse_count(catalog, kind="animation") == 1
+    assert browse_count(catalog, annotation="captioned") == 1
+    assert browse_count(catalog, annotation="uncaptioned") == 3
 
 
 def test_annotation_states_and_progress(tmp_path: Path) -> None:
