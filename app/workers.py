@@ -16,7 +16,9 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import shiboken6
@@ -27,6 +29,7 @@ from engine.progress import Cancelled, CancelToken, Progress
 
 log = logging.getLogger(__name__)
 
+FINISHED_KEPT = 64  # finished workers kept alive a while (see Worker._running)
 # Progress records faster than this are coalesced (the newest wins) so a fast job cannot flood the GUI.
 PROGRESS_INTERVAL_S = 1 / 30
 
@@ -64,8 +67,11 @@ class Worker(QRunnable):
     generator, the worker iterates it and forwards every yielded :class:`Progress`.
     """
 
-    # Python owns running workers (autoDelete is off); this keeps them alive until they finish.
-    _running: set[Worker] = set()
+    # Python owns the workers; this keeps them alive until they finish, and then for FINISHED_KEPT more finished
+    # jobs: ``finished`` reaches the GUI thread while the pool thread may still be returning from run(), and the
+    # last reference must go on the GUI thread, where the signals object lives.
+    _running: dict[int, Worker] = {}
+    _finished: deque[Worker] = deque(maxlen=FINISHED_KEPT)
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         super().__init__()
@@ -75,7 +81,15 @@ class Worker(QRunnable):
         self._fn, self._args, self._kwargs = fn, args, kwargs
         if _accepts_cancel(fn):
             self._kwargs.setdefault("cancel", self.token)
-        self.signals.finished.connect(lambda: Worker._running.discard(self))
+        # the slot holds the worker's id, not the worker: a slot that captured it made a cycle through the Qt
+        # connection that Python's garbage collector cannot see, and every worker ever started stayed alive
+        self.signals.finished.connect(partial(Worker._retire, id(self)))
+
+    @staticmethod
+    def _retire(key: int) -> None:
+        worker = Worker._running.pop(key, None)
+        if worker is not None:
+            Worker._finished.append(worker)
 
     def emit_event(self, record: object) -> None:
         """Pass ``record`` to the GUI thread as ``event``: a callback for jobs that report more than
@@ -93,8 +107,10 @@ class Worker(QRunnable):
 
     def start(self, pool: QThreadPool | None = None, priority: int = 0) -> Worker:
         """Queue the job on ``pool`` (the global pool by default) and return ``self``."""
-        Worker._running.add(self)
-        (pool or QThreadPool.globalInstance()).start(self, priority)
+        Worker._running[id(self)] = self
+        # started as a callable, not as a QRunnable: a runnable passed to start() stays a child of the pool's Python
+        # object for the pool's whole life (autoDelete is off), so every worker ever started stayed alive
+        (pool or QThreadPool.globalInstance()).start(self.run, priority)
         return self
 
     def run(self) -> None:  # runs on a pool thread

@@ -78,3 +78,27 @@ def test_while_alive_drops_results_for_a_deleted_widget(qtbot) -> None:
     shiboken6.delete(label)
     alive(2)  # a result arriving after the widget is gone is dropped, not an error
     assert seen == [1]
+
+
+def test_finished_workers_are_freed(qtbot) -> None:
+    """Only the last FINISHED_KEPT finished workers stay alive: a slot capturing the worker, and a runnable
+    handed to the pool as a QRunnable, once kept every worker ever started (and its signals) alive."""
+    import gc
+
+    from app.workers import FINISHED_KEPT
+
+    def job(n: int) -> int:
+        return n
+
+    def ours() -> list[Worker]:
+        return [o for o in gc.get_objects() if type(o) is Worker and o._fn is job]
+
+    pool = QThreadPool()
+    results: list[int] = []
+    for i in range(FINISHED_KEPT * 3):
+        run_in_background(job, i, on_result=results.append, pool=pool)
+    qtbot.waitUntil(lambda: len(results) == FINISHED_KEPT * 3
+                    and not any(w._fn is job for w in Worker._running.values()), timeout=10000)
+    pool.waitForDone()
+    gc.collect()
+    assert len(ours()) <= FINISHED_KEPT
