@@ -78,6 +78,8 @@ class Worker(QRunnable):
         self.setAutoDelete(False)
         self.signals = WorkerSignals()
         self.token = CancelToken()
+        # failures that are the job's ordinary outcome (its owner reports them): logged without a traceback
+        self.expected_errors: tuple[type[BaseException], ...] = ()
         self._fn, self._args, self._kwargs = fn, args, kwargs
         if _accepts_cancel(fn):
             self._kwargs.setdefault("cancel", self.token)
@@ -127,7 +129,10 @@ class Worker(QRunnable):
         except Cancelled:
             emit("cancelled", None)
         except Exception as exc:  # noqa: BLE001 - a job's failure is reported, never fatal
-            log.exception("background job %s failed", getattr(self._fn, "__qualname__", self._fn))
+            if isinstance(exc, self.expected_errors):  # e.g. a file that cannot be read: one line, no traceback
+                log.debug("background job %s: %s", getattr(self._fn, "__qualname__", self._fn), exc)
+            else:
+                log.exception("background job %s failed", getattr(self._fn, "__qualname__", self._fn))
             emit("errored", exc)
         finally:
             emit("finished", None)

@@ -123,7 +123,12 @@ class ThumbnailCache(QObject):
         else:
             def job() -> list[QImage]:
                 return [read_image(p) for p in service.preview_frames(media_id, 8)]
+        from engine.media.errors import MediaError  # loaded with the service already; not at the window's start
+
         worker = Worker(job)
+        # an unreadable file is reported once by _store, not as a traceback per request (a library with many of
+        # them logged two tracebacks for each one scrolled past)
+        worker.expected_errors = (ThumbnailError, MediaError, OSError)
         worker.signals.returned.connect(lambda images: self._store(service, what, media_id, images))
         worker.signals.errored.connect(lambda exc: self._store(service, what, media_id, None, exc))
         worker.start(self._pool, priority=0 if what == "thumb" else 1)

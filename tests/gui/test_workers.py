@@ -102,3 +102,25 @@ def test_finished_workers_are_freed(qtbot) -> None:
     pool.waitForDone()
     gc.collect()
     assert len(ours()) <= FINISHED_KEPT
+
+
+def test_an_expected_failure_is_reported_without_a_traceback(qtbot, caplog) -> None:
+    def unreadable() -> None:
+        raise OSError("cannot read /photos/broken.jpg")
+
+    def broken() -> None:
+        raise ValueError("a bug")
+
+    errors: list[BaseException] = []
+    worker = Worker(unreadable)
+    worker.expected_errors = (OSError,)
+    worker.signals.errored.connect(errors.append)
+    with caplog.at_level("DEBUG", logger="app.workers"):
+        worker.start()
+        qtbot.waitUntil(lambda: len(errors) == 1, timeout=3000)
+        run_in_background(broken, on_error=errors.append)
+        qtbot.waitUntil(lambda: len(errors) == 2, timeout=3000)
+    assert isinstance(errors[0], OSError) and isinstance(errors[1], ValueError)
+    expected, bug = (r for r in caplog.records if r.name == "app.workers")
+    assert expected.exc_info is None and "broken.jpg" in expected.getMessage()
+    assert bug.exc_info is not None  # an unexpected failure keeps its traceback
