@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -462,6 +463,7 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
     model.page_loaded.disconnect(page_arrived)
     rows = model.rowCount()
     rss_scrolled = rss_mb()
+    tracked = Counter(type(o).__name__ for o in gc.get_objects())  # what a full collection has to walk
     querying, query_s = {}, None
     if query:
         probe = StallProbe()
@@ -479,13 +481,15 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
               "scroll": {"rows": rows, "seconds": round(scroll_s, 1), **scrolling,
                          "gui_cpu_per_page": page_work(page_cpu, page_rows),
                          "full_gc": {"count": len(full_gc), "worst_ms": max((ms for _, ms in full_gc), default=0),
-                                     "over_50ms": [list(g) for g in full_gc if g[1] > 50][:20]}},
+                                     "over_50ms": [list(g) for g in full_gc if g[1] > 50][:20],
+                                     "tracked_objects": sum(tracked.values()),
+                                     "most_tracked": tracked.most_common(8)}},
               "query": {"seconds": query_s, **querying} if query else None, "load": load()}
     window.shutdown()
     service.close()
     out.write_text(json.dumps(record, indent=2))
-    # No interpreter teardown: app.workers keeps every finished Worker alive, and after 100,000 jobs (a
-    # thumbnail each) PySide's clean-up of their signal objects at exit takes many minutes.
+    # No interpreter teardown: with 100,000 jobs (a thumbnail each) behind it PySide's clean-up at exit took many
+    # minutes (when app.workers still kept every finished Worker alive).
     logging.shutdown()
     os._exit(0)
 
