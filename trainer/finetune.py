@@ -190,10 +190,10 @@ def load_backbone(weights: Path | None = None, trainable_from: int = 0) -> Torch
     return backbone
 
 
-def optimizer_groups(backbone: TorchBackbone | None, head: nn.Module, backbone_lr: float, head_lr: float,
+def optimizer_groups(backbone: TorchBackbone | None, head: RetrievalModel, backbone_lr: float, head_lr: float,
                      text: nn.Module | None = None, text_lr: float = 0.0) -> list[dict]:
     """A parameter group for each part that learns, each with its ``base_lr`` (the schedule scales all alike);
-    the head's comes last (the rate the trainer reports)."""
+    the head's (:meth:`RetrievalModel.parameter_groups`) come last (the rate the trainer reports)."""
     groups = []
     if backbone is not None:
         groups.append({"params": [p for p in backbone.parameters() if p.requires_grad], "base_lr": backbone_lr,
@@ -201,8 +201,7 @@ def optimizer_groups(backbone: TorchBackbone | None, head: nn.Module, backbone_l
     if text is not None:
         groups.append({"params": [p for p in text.parameters() if p.requires_grad], "base_lr": text_lr,
                        "lr": text_lr, "name": "text"})
-    groups.append({"params": list(head.parameters()), "base_lr": head_lr, "lr": head_lr, "name": "head"})
-    return groups
+    return groups + head.parameter_groups(head_lr)
 
 
 # ------------------------------------------------------------------------------------------ pixels

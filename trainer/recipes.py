@@ -79,6 +79,11 @@ RECIPES: dict[str, Recipe] = {
     # sigma-decile Spearman of -0.78 text-to-image, against 242.4 / -0.54 for 12 one-caption epochs (564 steps).
     # PCME++'s closed-form distance (--set match_distance=csd) is not the default: only its first epoch of six
     # has been measured (docs/benchmarks.md, "PCME's uncertainty").
+    # sigma_lr_scale (the sigma side's own rate, not in the paper) is not the default either: at 20x, on the full
+    # train split (120-235 steps, seed 0), sigma spread 2-8x wider with either loss but followed how crowded an
+    # item's neighbourhood is (Spearman with the mean cosine of its 10 nearest items +0.5 to +0.8), not whether it
+    # is retrieved: sigma-decile Spearman of R@1 i2t/t2i +0.07/-0.05 (csd; control +0.19/-0.37), +0.05/-0.40
+    # (sampled; controls -0.54/-0.23 and, seed 1, -0.58/+0.13): bench-results/pcme-uncertainty-sigma.md.
     "pcme": Recipe({**_SENTENCE, "embed_dim": 512}, "adamw", 2e-4, weight_decay=1e-4, schedule="cosine",
                    epochs=6, patience=4, per_item=None),
     # A3VSE §4.3: Adam, weight decay 1e-6, clip 2.0, batch 128, 24 epochs with a 10x lower rate after 16 (here

@@ -399,7 +399,7 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
                                                             settings["finetune_head_lr"], text, settings["text_lr"]),
                                    settings["lr"])
     else:
-        optimizer = make_optimizer(recipe, list(model.parameters()), settings["lr"])
+        optimizer = make_optimizer(recipe, model.parameter_groups(settings["lr"]), settings["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     state = ckpt.TrainerState(method=config.method, options=jsonable(settings, options))
     if saved:

@@ -185,6 +185,13 @@ class RetrievalModel(nn.Module):
         """Encode both sides of a batch; methods with extra training tensors extend this."""
         return PairOutput(self.encode_visual(batch.visual), self.encode_caption(batch.text))
 
+    def parameter_groups(self, lr: float) -> list[dict]:
+        """The optimizer's parameter groups at base rate ``lr``, each with its ``base_lr`` (the schedule scales
+        them all alike): by default one group of every parameter. A method whose parts must learn at different
+        rates (PCME's sigma heads) returns one group per rate, the group at ``lr`` last (the rate the trainer
+        reports)."""
+        return [{"params": list(self.parameters()), "base_lr": lr, "lr": lr, "name": "head"}]
+
     def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
         """(Q, N) retrieval scores, higher is better, between Q encoded queries and N encoded items.
 

@@ -55,6 +55,11 @@ class PCMEConfig(TextGlobalConfig):
     distance trained with binary cross-entropy (module docstring), which needs no samples. ``pseudo_positive_weight``
     is PCME++'s alpha (0.1 there) for pseudo-positives, used with 'csd' only: a negative pair at most as far
     apart as a positive pair of the same photo or caption counts as a match with that weight.
+
+    ``sigma_lr_scale`` multiplies the learning rate of the sigma side (its global encoders and heads; see
+    :meth:`PCMEModel.parameter_groups`). Not in the paper: the loss's gradient on log sigma is ``2 sigma^2`` times
+    its gradient on the variance, so near sigma = e^-4 it is ~100x weaker than on the means, and under Adam each
+    weight of the sigma heads moves at most ~lr a step whatever the gradient's size.
     """
 
     method: ClassVar[str] = "pcme"
@@ -68,6 +73,7 @@ class PCMEConfig(TextGlobalConfig):
     logsigma_init: float = bounded(-4.0)
     match_distance: MatchDistance = "sampled"
     pseudo_positive_weight: float = bounded(0.0, 0.0, 1.0)
+    sigma_lr_scale: float = bounded(1.0, 0.0, lo_open=True)
 
     def check(self) -> None:
         super().check()
@@ -180,6 +186,19 @@ class PCMEModel(RetrievalModel):
         dist = closed_form_sampled_distance(query.emb[:, 0], query.logsigma[:, 0], items.emb[:, 0],
                                             items.logsigma[:, 0])
         return torch.sigmoid(-self.match_scale * dist + self.match_shift)
+
+    def parameter_groups(self, lr: float) -> list[dict]:
+        """With ``sigma_lr_scale`` != 1, the sigma side (``sigma_globals``, ``sigma_heads``) in its own group at
+        ``lr * sigma_lr_scale`` before the rest at ``lr``; otherwise one group (so runs saved before the option
+        existed resume with their optimizer state)."""
+        scale = self.config.sigma_lr_scale
+        if scale == 1.0:
+            return super().parameter_groups(lr)
+        sigma = [*self.sigma_globals.parameters(), *self.sigma_heads.parameters()]
+        mine = {id(p) for p in sigma}
+        rest = [p for p in self.parameters() if id(p) not in mine]
+        return [{"params": sigma, "base_lr": lr * scale, "lr": lr * scale, "name": "sigma"},
+                {"params": rest, "base_lr": lr, "lr": lr, "name": "head"}]
 
     @staticmethod
     def uncertainty(output: EncoderOutput) -> Tensor:
