@@ -92,6 +92,10 @@ class Worker(QRunnable):
         worker = Worker._running.pop(key, None)
         if worker is not None:
             Worker._finished.append(worker)
+            # The signals object's connections keep it (and every callback connected to it) alive from the C++
+            # side until its C++ object is deleted; nothing is emitted after ``finished``, so delete it once the
+            # event loop is back (the slots still running for ``finished`` finish first).
+            worker.signals.deleteLater()
 
     def emit_event(self, record: object) -> None:
         """Pass ``record`` to the GUI thread as ``event``: a callback for jobs that report more than
