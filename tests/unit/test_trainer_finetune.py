@@ -18,6 +18,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.search.modelrunner import ModelLoadError, ModelRunner
 from engine.service import SearchService
+from tests.trainerruns import scripted_rsums, straight_and_interrupted
 from trainer import checkpoint as ckpt
 from trainer.cli import evaluate_folder
 from trainer.data import FeatureSource
@@ -32,7 +33,7 @@ from trainer.finetune import (
     load_backbone,
 )
 from trainer.synthetic import make_motion_gif_folder
-from trainer.train import Interrupted, Reporter, StopRequest, TrainOptions, train
+from trainer.train import Reporter, TrainOptions, train
 
 torch.set_num_threads(1)
 
@@ -41,15 +42,6 @@ def options(folder: Path, out: Path, assets: Path, **changes) -> TrainOptions:
     base = dict(method="vse", data=folder, out=out, epochs=1, preset="test", batch_size=6, assets=assets,
                 device="cpu", finetune_epochs=1)
     return TrainOptions(**{**base, **changes})
-
-
-def scripted_rsums(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> None:
-    """Validation reports the real metrics but the given rsums, so a test chooses which epoch is best."""
-    import trainer.train as loop
-
-    real, rsums = loop.quick_rsum, iter(values)
-    monkeypatch.setattr(loop, "quick_rsum", lambda model, pairs, device, distractors=None: {
-        **real(model, pairs, device, distractors), "rsum": next(rsums)})
 
 
 def test_augment_is_seeded_and_crops_to_the_input_size():
@@ -134,22 +126,9 @@ def test_a_warmup_that_stays_best_keeps_the_stock_backbone(workspace, tmp_path, 
 
 def test_an_interrupted_finetune_resumes_to_the_same_weights(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
-    monkeypatch.setattr("trainer.train.STEP_EVENT_INTERVAL_S", 0.0)
+    straight, out = straight_and_interrupted(lambda o, **kw: options(folder, o, assets, finetune_epochs=2, **kw),
+                                             source, tmp_path, monkeypatch)
     quiet = Reporter(True, enabled=False)
-    scripted_rsums(monkeypatch, [50.0, 80.0, 90.0, 50.0, 80.0, 90.0])
-    straight = tmp_path / "straight"
-    train(options(folder, straight, assets, finetune_epochs=2), source=source, reporter=quiet)
-
-    out, stop = tmp_path / "interrupted", StopRequest()
-
-    def write(line: str) -> None:
-        event = json.loads(line)
-        if event["event"] == "step" and event["epoch"] == 2 and event["step"] == 1:
-            stop.request(15)
-
-    with pytest.raises(Interrupted):
-        train(options(folder, out, assets, finetune_epochs=2), stop=stop, source=source,
-              reporter=Reporter(True, write=write))
     state = ckpt.load_state(out)
     assert (state.epoch, state.step, state.finetune_from) == (1, 1, 1)
     train(options(folder, out, assets, finetune_epochs=2, resume=True), source=source, reporter=quiet)

@@ -16,6 +16,7 @@ import torch
 from engine.features.text import MiniLMEncoder
 from engine.search.modelrunner import ModelLoadError, ModelRunner
 from engine.service import SearchService
+from tests.trainerruns import scripted_rsums, straight_and_interrupted
 from trainer import checkpoint as ckpt
 from trainer.cli import evaluate_folder
 from trainer.textencoder import (
@@ -25,7 +26,7 @@ from trainer.textencoder import (
     finetuned_text,
     load_text_encoder,
 )
-from trainer.train import Interrupted, Reporter, StopRequest, TrainingError, TrainOptions, train
+from trainer.train import Reporter, TrainingError, TrainOptions, train
 
 torch.set_num_threads(1)
 
@@ -35,14 +36,6 @@ def options(folder: Path, out: Path, assets: Path, **changes) -> TrainOptions:
                 device="cpu", finetune_epochs=1, finetune_blocks=0, text_layers=1,
                 overrides={"text_encoder": "minilm-sentence"})
     return TrainOptions(**{**base, **changes})
-
-
-def scripted_rsums(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> None:
-    import trainer.train as loop
-
-    real, rsums = loop.quick_rsum, iter(values)
-    monkeypatch.setattr(loop, "quick_rsum", lambda model, pairs, device, distractors=None: {
-        **real(model, pairs, device, distractors), "rsum": next(rsums)})
 
 
 CAPTIONS = ["a red square on a white ground", "two dogs run through the snow", "a"]
@@ -89,22 +82,10 @@ def test_text_finetuning_trains_the_last_layers_and_exports_its_own_encoder(work
 
 def test_an_interrupted_text_finetune_resumes_to_the_same_weights(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
-    monkeypatch.setattr("trainer.train.STEP_EVENT_INTERVAL_S", 0.0)
-    quiet = Reporter(True, enabled=False)
-    scripted_rsums(monkeypatch, [50.0, 80.0, 90.0, 50.0, 80.0, 90.0])
-    straight = tmp_path / "straight"
-    train(options(folder, straight, assets, finetune_epochs=2), source=source, reporter=quiet)
-    out, stop = tmp_path / "interrupted", StopRequest()
-
-    def write(line: str) -> None:
-        event = json.loads(line)
-        if event["event"] == "step" and event["epoch"] == 2 and event["step"] == 1:
-            stop.request(15)
-
-    with pytest.raises(Interrupted):
-        train(options(folder, out, assets, finetune_epochs=2), stop=stop, source=source,
-              reporter=Reporter(True, write=write))
-    train(options(folder, out, assets, finetune_epochs=2, resume=True), source=source, reporter=quiet)
+    straight, out = straight_and_interrupted(lambda o, **kw: options(folder, o, assets, finetune_epochs=2, **kw),
+                                             source, tmp_path, monkeypatch)
+    train(options(folder, out, assets, finetune_epochs=2, resume=True), source=source,
+          reporter=Reporter(True, enabled=False))
     a = ckpt.read_safetensors(finetuned_text(out)[1])
     b = ckpt.read_safetensors(finetuned_text(straight)[1])
     assert a.keys() == b.keys()
