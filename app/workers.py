@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThreadPool, Signal, Slot
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from engine.progress import Cancelled, CancelToken, Progress
@@ -60,8 +60,9 @@ class WorkerSignals(QObject):
             signal.emit(payload)
 
 
-class Worker(QRunnable):
-    """A job for a :class:`QThreadPool`: ``fn(*args, **kwargs)``, optionally given a cancel token.
+class Worker:
+    """A job for a :class:`QThreadPool` (its :meth:`run` is what the pool calls): ``fn(*args, **kwargs)``,
+    optionally given a cancel token.
 
     If ``fn`` accepts a ``cancel`` keyword it receives the worker's :class:`CancelToken`. If it returns a
     generator, the worker iterates it and forwards every yielded :class:`Progress`.
@@ -74,8 +75,6 @@ class Worker(QRunnable):
     _finished: deque[Worker] = deque(maxlen=FINISHED_KEPT)
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        self.setAutoDelete(False)
         self.signals = WorkerSignals()
         self.token = CancelToken()
         # failures that are the job's ordinary outcome (its owner reports them): logged without a traceback
@@ -114,8 +113,8 @@ class Worker(QRunnable):
     def start(self, pool: QThreadPool | None = None, priority: int = 0) -> Worker:
         """Queue the job on ``pool`` (the global pool by default) and return ``self``."""
         Worker._running[id(self)] = self
-        # started as a callable, not as a QRunnable: a runnable passed to start() stays a child of the pool's Python
-        # object for the pool's whole life (autoDelete is off), so every worker ever started stayed alive
+        # handed to the pool as a callable: a QRunnable passed to start() (with autoDelete off) stayed a child of the
+        # pool's Python object for the pool's whole life, so every worker ever started stayed alive
         (pool or QThreadPool.globalInstance()).start(self.run, priority)
         return self
 

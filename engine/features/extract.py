@@ -128,15 +128,17 @@ class FeatureExtractor:
         """
         out: list[Future | MediaError | None] = [None] * len(futures)
         chunk: list[tuple[int, Decoded]] = []
+        frames = 0
         for i, future in enumerate(futures):
             decoded = _decoded(future)
             if isinstance(decoded, MediaError):
                 out[i] = decoded
                 continue
             chunk.append((i, decoded))
-            if sum(len(d.frames) for _, d in chunk) >= STREAM_FRAMES:
+            frames += len(decoded.frames)
+            if frames >= STREAM_FRAMES:
                 self._run_chunk(chunk, out)
-                chunk = []
+                chunk, frames = [], 0
         if chunk:
             self._run_chunk(chunk, out)
         return out  # type: ignore[return-value] - every place is filled
