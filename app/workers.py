@@ -6,14 +6,17 @@ records (each arrives as ``progress``; the generator's own return value arrives 
 sets the job's :class:`CancelToken` and closes the generator at its next yield, so both cooperative jobs
 (that poll the token) and plain generators stop.
 
-Every public signal is emitted on the GUI thread: the worker thread only emits a private relay signal that
-is queued to a slot on the signals object (which lives on the GUI thread), and that slot re-emits. So any
-callable, lambdas included, connected to a public signal runs on the GUI thread.
+Every public signal is emitted on the GUI thread. Pool threads never touch a job's own signals object: they
+emit on one process-wide relay (:class:`_Relay`, created on the GUI thread and never deleted), whose queued
+slot finds the job by its key and emits the public signal there. So any callable, lambdas included, connected
+to a public signal runs on the GUI thread, and a job's signals object can be deleted on the GUI thread once it
+finished without another thread possibly being inside one of its emits.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import time
 from collections import deque
@@ -22,7 +25,7 @@ from functools import partial
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import QObject, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThreadPool, Signal, Slot
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from engine.progress import Cancelled, CancelToken, Progress
@@ -35,7 +38,7 @@ PROGRESS_INTERVAL_S = 1 / 30
 
 
 class WorkerSignals(QObject):
-    """The signals of one :class:`Worker`; all of them are emitted on the GUI thread."""
+    """The signals of one :class:`Worker`; all of them are emitted on the GUI thread (by :class:`_Relay`)."""
 
     started = Signal()
     progress = Signal(object)  # Progress
@@ -45,15 +48,37 @@ class WorkerSignals(QObject):
     finished = Signal()  # always last, after returned / errored / cancelled
     event = Signal(object)  # a record the job hands to a callback of its own (:meth:`Worker.emit_event`)
 
-    _relay = Signal(str, object)
+
+class _Relay(QObject):
+    """The one object pool threads emit on: ``relayed(job key, signal name, payload)`` is queued to the GUI
+    thread, where the job's own signal is emitted. It lives as long as the process, so an emit from a pool
+    thread never races the deletion of its sender."""
+
+    relayed = Signal(int, str, object)
+    _instance: _Relay | None = None
 
     def __init__(self) -> None:
         super().__init__()
-        self._relay.connect(self._dispatch, Qt.ConnectionType.QueuedConnection)
+        self.relayed.connect(self._dispatch, Qt.ConnectionType.QueuedConnection)
 
-    @Slot(str, object)
-    def _dispatch(self, name: str, payload: object) -> None:
-        signal = getattr(self, name)
+    @classmethod
+    def instance(cls) -> _Relay:
+        """The relay, made on first use by the thread that creates the first job (the GUI thread) and kept
+        in the application's thread."""
+        if cls._instance is None:
+            relay = cls()
+            app = QCoreApplication.instance()
+            if app is not None and relay.thread() is not app.thread():
+                relay.moveToThread(app.thread())
+            cls._instance = relay
+        return cls._instance
+
+    @Slot(int, str, object)
+    def _dispatch(self, key: int, name: str, payload: object) -> None:
+        worker = Worker._running.get(key)
+        if worker is None:  # nothing is relayed after ``finished``; a job that never started has no listener
+            return
+        signal = getattr(worker.signals, name)
         if name in {"started", "cancelled", "finished"}:
             signal.emit()
         else:
@@ -73,28 +98,31 @@ class Worker:
     # last reference must go on the GUI thread, where the signals object lives.
     _running: dict[int, Worker] = {}
     _finished: deque[Worker] = deque(maxlen=FINISHED_KEPT)
+    _keys = itertools.count(1)
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self.signals = WorkerSignals()
+        self._relay = _Relay.instance()
+        self._key = next(Worker._keys)  # how the relay finds this job (ids of freed objects come back)
         self.token = CancelToken()
         # failures that are the job's ordinary outcome (its owner reports them): logged without a traceback
         self.expected_errors: tuple[type[BaseException], ...] = ()
         self._fn, self._args, self._kwargs = fn, args, kwargs
         if _accepts_cancel(fn):
             self._kwargs.setdefault("cancel", self.token)
-        # the slot holds the worker's id, not the worker: a slot that captured it made a cycle through the Qt
+        # the slot holds the worker's key, not the worker: a slot that captured it made a cycle through the Qt
         # connection that Python's garbage collector cannot see, and every worker ever started stayed alive
-        self.signals.finished.connect(partial(Worker._retire, id(self)))
+        self.signals.finished.connect(partial(Worker._retire, self._key))
 
     @staticmethod
     def _retire(key: int) -> None:
         worker = Worker._running.pop(key, None)
         if worker is not None:
+            # Kept a while longer, then freed here on the GUI thread with its signals object (whose C++ side goes
+            # with its Python side, and with it every callback connected to it). Not ``deleteLater()``: PySide6
+            # 6.12 keeps a reference to the Python side of an object deleted that way, so every job's signals
+            # object stayed as an empty shell (98,000 of them after scrolling a 100,000-item library).
             Worker._finished.append(worker)
-            # The signals object's connections keep it (and every callback connected to it) alive from the C++
-            # side until its C++ object is deleted; nothing is emitted after ``finished``, so delete it once the
-            # event loop is back (the slots still running for ``finished`` finish first).
-            worker.signals.deleteLater()
 
     def emit_event(self, record: object) -> None:
         """Pass ``record`` to the GUI thread as ``event``: a callback for jobs that report more than
@@ -112,7 +140,7 @@ class Worker:
 
     def start(self, pool: QThreadPool | None = None, priority: int = 0) -> Worker:
         """Queue the job on ``pool`` (the global pool by default) and return ``self``."""
-        Worker._running[id(self)] = self
+        Worker._running[self._key] = self
         # handed to the pool as a callable: a QRunnable passed to start() (with autoDelete off) stayed a child of the
         # pool's Python object for the pool's whole life, so every worker ever started stayed alive
         (pool or QThreadPool.globalInstance()).start(self.run, priority)
@@ -141,10 +169,10 @@ class Worker:
             emit("finished", None)
 
     def _emit(self, name: str, payload: object) -> None:
-        """Relay a signal to the GUI thread; once the signals object is gone (the app is quitting, or its
-        owner was deleted) nobody listens any more, so the job is asked to stop instead."""
+        """Relay a signal to the GUI thread; once the relay is gone (the app is quitting) nobody listens any
+        more, so the job is asked to stop instead."""
         try:
-            self.signals._relay.emit(name, payload)
+            self._relay.relayed.emit(self._key, name, payload)
         except RuntimeError:  # "Signal source has been deleted"
             self.token.cancel()
 

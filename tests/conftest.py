@@ -6,7 +6,9 @@ prepared once into ``<repo>/.cache/test-assets`` (or ``$POLYSEEK_ASSETS``) and s
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,27 @@ def _find_assets() -> Path:
 
 
 _ASSETS = _find_assets()  # resolved before any test changes POLYSEEK_HOME
+
+# No test comes near this (the slowest take about a minute on two cores). One that passes it is stuck: every
+# thread's stack is printed and the run stops, rather than a hung test holding CI until its own limit.
+STUCK_TEST_S = 600
+
+
+_stderr = sys.__stderr__  # the real one, from pytest_configure (output capture replaces fd 2 during tests)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _stderr
+    _stderr = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    faulthandler.dump_traceback_later(STUCK_TEST_S, exit=True, file=_stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _assets_root() -> Path:

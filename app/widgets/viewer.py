@@ -5,6 +5,7 @@ opens the file manager there."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QThread, QThreadPool, QTimer, Signal
@@ -16,7 +17,11 @@ from app.widgets.results import ThumbnailCache, show_in_folder
 from app.workers import run_in_background, while_alive
 from engine.types import MediaKind, SearchHit
 
+log = logging.getLogger(__name__)
+
 FRAME_MS = 140  # a video's preview frames, as on hover in the grid
+VIDEO_STOP_WAIT_MS = 2000  # closing the viewer waits this long at most for a video's decoding thread
+_unstopped: set[VideoReader] = set()  # decoding threads that did not stop in time, kept until they end
 
 
 def read_scaled(path: Path, box: QSize) -> QImage:
@@ -244,10 +249,15 @@ class Viewer(QDialog):
         self._frames = []
         self._pixmap = None
         if self._video is not None:
-            self._video.requestInterruption()
-            self._video.wait()  # a frame's decoding at most
-            self._video.deleteLater()
-            self._video = None
+            video, self._video = self._video, None
+            video.requestInterruption()
+            if video.wait(VIDEO_STOP_WAIT_MS):  # a frame's decoding, normally
+                video.deleteLater()
+            else:  # a decoder stuck in a file must not freeze the window: it ends (and goes) on its own
+                log.warning("decoding %s did not stop within %d ms; left to finish", video.path, VIDEO_STOP_WAIT_MS)
+                video.setParent(None)
+                _unstopped.add(video)
+                video.finished.connect(lambda: _unstopped.discard(video))
         if self._movie is not None:
             self._movie.stop()
             self._movie.deleteLater()

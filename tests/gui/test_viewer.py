@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,23 @@ def test_a_video_plays_and_stops_when_the_viewer_closes(qtbot, window, service: 
     qtbot.waitUntil(lambda: len(frames) >= 3 and shown(window), timeout=5000)  # decoded frame after frame
     press(qtbot, Qt.Key.Key_Escape)
     assert not window.viewer.isVisible() and not window.viewer.playing_video
+
+
+def test_a_stuck_video_decoder_does_not_freeze_closing_the_viewer(qtbot, window, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from app.widgets import viewer
+
+    release = threading.Event()
+    monkeypatch.setattr(viewer, "VIDEO_STOP_WAIT_MS", 50)
+    monkeypatch.setattr(viewer.VideoReader, "run", lambda self: release.wait(20))  # deaf to interruption
+    start_typing_a_query(qtbot, window, "sliding")
+    open_from_the_grid(qtbot, window)
+    assert window.viewer.playing_video
+    press(qtbot, Qt.Key.Key_Escape)  # returns after the bounded wait, not when the decoder lets go
+    assert not window.viewer.isVisible() and not window.viewer.playing_video
+    assert "did not stop within 50 ms" in caplog.text and len(viewer._unstopped) == 1
+    release.set()
+    qtbot.waitUntil(lambda: not viewer._unstopped, timeout=5000)  # it ends, and is let go, on its own
 
 
 def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, service: FakeService,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from functools import partial
 
 from PySide6.QtCore import QThreadPool
@@ -96,17 +97,20 @@ def test_finished_workers_are_freed(qtbot) -> None:
 
     pool = QThreadPool()
     results: list[int] = []
-    for i in range(FINISHED_KEPT * 3):
-        run_in_background(job, i, on_result=results.append, pool=pool)
+    workers = [run_in_background(job, i, on_result=results.append, pool=pool) for i in range(FINISHED_KEPT * 3)]
+    signals, keys = [weakref.ref(w.signals) for w in workers], {w._key for w in workers}
+    del workers
     qtbot.waitUntil(lambda: len(results) == FINISHED_KEPT * 3
                     and not any(w._fn is job for w in Worker._running.values()), timeout=10000)
     pool.waitForDone()
-    qtbot.wait(50)  # the deferred deletions of the finished jobs' signal objects
+    qtbot.wait(50)
     gc.collect()
     assert len(ours()) <= FINISHED_KEPT
-    # what was connected to a finished job's signals is released with them (PySide 6.12 keeps a reference to
-    # each signals object after its slots ran, so the Python shells stay; their C++ objects and slots go)
-    assert sum(type(o) is partial and o.func is Worker._retire for o in gc.get_objects()) <= FINISHED_KEPT
+    # their signals objects go with them (deleteLater() left each one's Python side behind in PySide 6.12), and
+    # so does what was connected to them
+    assert sum(ref() is not None for ref in signals) <= FINISHED_KEPT
+    assert sum(type(o) is partial and o.func is Worker._retire and o.args[0] in keys
+               for o in gc.get_objects()) <= FINISHED_KEPT
 
 
 def test_an_expected_failure_is_reported_without_a_traceback(qtbot, caplog) -> None:
