@@ -9,6 +9,7 @@ and indexes it in the background. It never imports torch: training runs in its o
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import logging.handlers
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.workers import run_in_background
@@ -134,6 +135,8 @@ class Startup(QObject):
     connected to its methods).
     """
 
+    opened = Signal()  # the window has its library
+
     def __init__(self, window: Any, library: str, offer_demo: bool,
                  opener: Callable[[str], Any] = open_service, demo: Callable[[], Path] = demo_folder) -> None:
         super().__init__(window)
@@ -147,6 +150,7 @@ class Startup(QObject):
     def _opened(self, service: Any) -> None:
         log.info("library %s opened", self.library)
         self.window.set_service(service)
+        self.opened.emit()
         self.window.settings.library = self.library
         if self.offer_demo and not self.window.settings.demo_offered:
             run_in_background(self._add_demo, service, on_result=self._demo_ready, on_error=self._demo_failed,
@@ -191,7 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = GuiSettings()
     window = MainWindow(settings)
     window.show()
-    Startup(window, args.library or settings.library, offer_demo=not args.no_demo).start()
+    startup = Startup(window, args.library or settings.library, offer_demo=not args.no_demo)
+    # What exists once the library is open (modules, the engine, the widgets) lives as long as the app: Python's
+    # full garbage collections need not walk it again each time (they grew long enough to stall the GUI).
+    startup.opened.connect(gc.freeze)
+    startup.start()
     log.info("window shown; opening library in the background")
     if args.quit_after is not None:
         from PySide6.QtCore import QTimer

@@ -242,12 +242,16 @@ class ResultsModel(QAbstractListModel):
     rows exist from the start, empty until the page that holds them is fetched, which happens when one of them
     is first painted. Scrolling a listing never inserts rows: a ``QListView`` lays every row out again after
     each insert, asking this Python model about each one, which is far too slow per page at 100,000 rows.
+    A listing holds the hits (and annotation states) of the ``KEPT_PAGES`` pages painted last: the rest go
+    back to empty rows, fetched again if they are painted again, so what a long scroll leaves alive (and what
+    each of Python's full garbage collections walks) stays bounded, however big the library.
     """
 
     page_loaded = Signal(int)  # hits added by the page that just arrived
     rows_filled = Signal(int, int)  # a listing's page arrived: its first and last row now hold their hits
     search_failed = Signal(str)
     WANTED_PAGES = 16  # a listing fetches the pages painted last; older wishes (scrolled past) are forgotten
+    KEPT_PAGES = 50  # a listing's fetched pages kept (3,000 rows at the default page size)
 
     def __init__(self, cache: ThumbnailCache, pool: QThreadPool, page_size: int = 60,
                  parent: QObject | None = None) -> None:
@@ -259,6 +263,9 @@ class ResultsModel(QAbstractListModel):
         self._count: ListingCount | None = None  # set: a listing, every row up front
         self._wanted: OrderedDict[int, None] = OrderedDict()  # a listing's pages to fetch, latest wish last
         self._fetching: int | None = None  # the listing's page being fetched
+        self._kept: OrderedDict[int, None] = OrderedDict()  # a listing's fetched pages, least recently painted first
+        self._painted_page = -1  # the page of the row last painted (most rows painted follow one another)
+        self._pinned_page = -1  # the page of the view's current row: never let go
         self.pages_loaded = 0
         self._generation = 0  # replies from an older search are dropped
         self._loading = False
@@ -286,6 +293,7 @@ class ResultsModel(QAbstractListModel):
         self._generation += 1
         self._fetch, self._count = fetch, count if fetch is not None and not hide_rejected else None
         self._wanted, self._fetching, self.pages_loaded = OrderedDict(), None, 0
+        self._kept, self._painted_page, self._pinned_page = OrderedDict(), -1, -1
         self._loading, self._exhausted = False, fetch is None
         self._scored, self._scale = scored, None
         self._states_fetch, self._states, self._hide_rejected, self._dropped = states, {}, hide_rejected, {}
@@ -363,6 +371,7 @@ class ResultsModel(QAbstractListModel):
             self._hits = [*hits, *[None] * (total - len(hits))]
             self._rows = {hit.media_id: row for row, hit in enumerate(hits)}
             self.endInsertRows()
+            self._keep(0)
             self.refresh_states([h.media_id for h in hits])
         self.page_loaded.emit(len(hits))
 
@@ -405,11 +414,33 @@ class ResultsModel(QAbstractListModel):
             self.endRemoveRows()
         self.pages_loaded += 1
         if hits:
+            self._keep(page)
             self.dataChanged.emit(self.index(first), self.index(end - 1))
             self.rows_filled.emit(first, end - 1)
             self.refresh_states([h.media_id for h in hits])
         self.page_loaded.emit(len(hits))
         self._fetch_wanted()
+
+    def _keep(self, page: int) -> None:
+        """``page`` was fetched or painted: keep it, and let go of the pages painted longest ago."""
+        self._kept[page] = None
+        self._kept.move_to_end(page)
+        while len(self._kept) > self.KEPT_PAGES:
+            old, _ = self._kept.popitem(last=False)
+            if old == self._pinned_page:
+                self._kept[old] = None  # the current row's: painted or not, it stays
+                continue
+            first = old * self.page_size
+            for row in range(first, min(first + self.page_size, len(self._hits))):
+                hit = self._hits[row]
+                if hit is not None:
+                    self._rows.pop(hit.media_id, None)
+                    self._states.pop(hit.media_id, None)
+                    self._hits[row] = None
+
+    def pin_row(self, row: int) -> None:
+        """The view's current row: its page is kept while it is current (see :meth:`_keep`)."""
+        self._pinned_page = row // self.page_size if row >= 0 else -1
 
     def _fill_failed(self, generation: int, page: int, exc: BaseException) -> None:
         if generation != self._generation:
@@ -431,6 +462,8 @@ class ResultsModel(QAbstractListModel):
     def _set_states(self, generation: int, states: dict[int, Any]) -> None:
         if generation != self._generation:
             return
+        if self.is_listing:  # not the rows let go of meanwhile
+            states = {media_id: state for media_id, state in states.items() if media_id in self._rows}
         self._states.update(states)
         for media_id, state in states.items():
             if self._hide_rejected and state.judgement < 0:
@@ -495,6 +528,9 @@ class ResultsModel(QAbstractListModel):
         if hit is None:
             self._want(index.row() // self.page_size)
             return None
+        if self._count is not None and index.row() // self.page_size != self._painted_page:
+            self._painted_page = index.row() // self.page_size
+            self._keep(self._painted_page)
         if role == Qt.ItemDataRole.DisplayRole:
             return Path(hit.path).name
         if role == Qt.ItemDataRole.DecorationRole:
@@ -775,6 +811,7 @@ class ResultsView(QListView):
         menu.exec(event.globalPos())
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        self.results().pin_row(current.row() if current.isValid() else -1)
         self.current_hit_changed.emit(current.data(HIT_ROLE) if current.isValid() else None)
 
     def select_row(self, row: int) -> None:

@@ -422,6 +422,7 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
 
     wait(lambda: model.rowCount() > 0 and not model.is_loading)
     first_page = time.perf_counter() - t0
+    gc.freeze()  # as app.main does once the library is open
     rss_open = rss_mb()
     bar = window.results.verticalScrollBar()
     page_cpu, page_rows = [], []  # the GUI thread's CPU from one page's arrival to the next, and the rows then
@@ -483,6 +484,7 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
                          "full_gc": {"count": len(full_gc), "worst_ms": max((ms for _, ms in full_gc), default=0),
                                      "over_50ms": [list(g) for g in full_gc if g[1] > 50][:20],
                                      "tracked_objects": sum(tracked.values()),
+                                     "frozen_at_start": gc.get_freeze_count(),
                                      "most_tracked": tracked.most_common(8)}},
               "query": {"seconds": query_s, **querying} if query else None, "load": load()}
     window.shutdown()
