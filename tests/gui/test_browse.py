@@ -123,16 +123,22 @@ class BigLibrary(FakeService):
         return {}
 
 
-def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_shows_them(qtbot, tmp_path) -> None:
+def open_window(qtbot, service: FakeService):
+    """A main window over ``service``, its listing's first page shown."""
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
 
-    service = BigLibrary(tmp_path / "big", 20_000)
     window = MainWindow(GuiSettings(), service)
     qtbot.addWidget(window)
     window.show()
-    model, view = window.results_model, window.results
     wait_listed(qtbot, window)
+    return window
+
+
+def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_shows_them(qtbot, tmp_path) -> None:
+    service = BigLibrary(tmp_path / "big", 20_000)
+    window = open_window(qtbot, service)
+    model, view = window.results_model, window.results
     # every row is there from the start, so scrolling never inserts rows (a QListView lays all of them out
     # again, row by row through the Python model, after each insert)
     assert model.rowCount() == 20_000
@@ -173,18 +179,12 @@ class StatedLibrary(BigLibrary):
 def test_a_long_scroll_keeps_only_the_pages_painted_last(qtbot, tmp_path, monkeypatch) -> None:
     """Scrolling a whole 100,000-item library once left every row's hit and state alive: 300,000 objects that
     each full garbage collection walked (a stall of 70-170 ms). A listing keeps the pages painted last."""
-    from app.mainwindow import MainWindow
-    from app.settings import GuiSettings
     from app.widgets.results import ResultsModel
 
     monkeypatch.setattr(ResultsModel, "KEPT_PAGES", 4)
     service = StatedLibrary(tmp_path / "big", 3_000)
-    window = MainWindow(GuiSettings(), service)
-    qtbot.addWidget(window)
-    window.show()
-    model, view = window.results_model, window.results
-    wait_listed(qtbot, window)
-    size = model.page_size
+    window = open_window(qtbot, service)
+    model, view, size = window.results_model, window.results, window.results_model.page_size
 
     def show(row: int) -> None:
         view.scrollTo(model.index(row), view.ScrollHint.PositionAtTop)
