@@ -25,7 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter, deque
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,15 +55,52 @@ def time_to_window(runs: int = 5) -> dict:
             "torch_imported": any(s["torch_imported"] for s in seconds), "runs": seconds}
 
 
+class StackSampler(threading.Thread):
+    """Samples the GUI thread's Python stack every ``interval_s``, so a long event-loop pass can say what it was
+    doing: :meth:`during` names the most frequent places (the innermost frame of the repository's own code, and
+    the innermost frame of all) among the samples of a time window."""
+
+    def __init__(self, interval_s: float = 0.002) -> None:
+        super().__init__(daemon=True)
+        self.interval_s, self.thread_id = interval_s, threading.get_ident()
+        self.samples: deque[tuple[float, str]] = deque(maxlen=20_000)
+        self._stop = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            frame = sys._current_frames().get(self.thread_id)
+            if frame is not None:
+                self.samples.append((time.perf_counter(), _where(frame)))
+            time.sleep(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def during(self, start: float, end: float, top: int = 3) -> list[tuple[str, int]]:
+        return Counter(where for at, where in list(self.samples) if start < at <= end).most_common(top)
+
+
+def _where(frame) -> str:
+    innermost, ours = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}", None
+    while frame is not None and ours is None:
+        name = frame.f_code.co_filename
+        if f"{REPO}/app/" in name or f"{REPO}/engine/" in name:
+            ours = f"{Path(name).relative_to(REPO)}:{frame.f_code.co_name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return f"{ours} | {innermost}"
+
+
 class StallProbe:
     """A QTimer due every ``interval_ms``; how late each tick fires is how long the event loop was blocked.
 
     Each delay is also split by cause: the GUI thread's own CPU time between two ticks (``busy``: work done
     on the event loop, which this app must keep short) versus the rest (the process waiting for a CPU, which
-    on a loaded machine is the operating system's doing, not the app's).
+    on a loaded machine is the operating system's doing, not the app's). With ``sample_stacks`` a
+    :class:`StackSampler` names what the GUI thread was doing in each pass that worked over 50 ms.
     """
 
-    def __init__(self, interval_ms: int = 5) -> None:
+    def __init__(self, interval_ms: int = 5, sample_stacks: bool = False) -> None:
         from PySide6.QtCore import QElapsedTimer, QTimer
 
         self.interval_ms = interval_ms
@@ -73,12 +112,15 @@ class StallProbe:
         self._clock.start()
         self._last = self._clock.elapsed()
         self._last_cpu = time.thread_time()
+        self._sampler = StackSampler() if sample_stacks else None
+        self._last_wall = time.perf_counter()
+        self.busy_where: list[tuple[float, list[tuple[str, int]]]] = []  # (at s, most sampled places) of those passes
         self._timer = QTimer()
         self._timer.timeout.connect(self._tick)
         self._timer.start(interval_ms)
 
     def _tick(self) -> None:
-        now, cpu = self._clock.elapsed(), time.thread_time()
+        now, cpu, wall = self._clock.elapsed(), time.thread_time(), time.perf_counter()
         delay, busy = now - self._last - self.interval_ms, (cpu - self._last_cpu) * 1000
         self.delays.append(delay)
         self.busy.append(busy)
@@ -86,17 +128,23 @@ class StallProbe:
             self.worst.append((now / 1000, delay, round(busy, 1)))
         if busy > 50:
             self.busiest.append((now / 1000, round(busy, 1)))
-        self._last, self._last_cpu = now, cpu
+            if self._sampler is not None:
+                self.busy_where.append((now / 1000, self._sampler.during(self._last_wall, wall)))
+        self._last, self._last_cpu, self._last_wall = now, cpu, wall
 
     def stop(self) -> dict:
         """Stop and summarise: ticks, worst and 99th-percentile delay and GUI-thread busy time in ms."""
         self._timer.stop()
+        if self._sampler is not None:
+            self._sampler.stop()
         ordered, busy = sorted(self.delays), sorted(self.busy)
         return {"ticks": len(ordered), "worst_stall_ms": ordered[-1],
                 "p99_stall_ms": ordered[int(0.99 * (len(ordered) - 1))],
                 "worst_gui_busy_ms": round(busy[-1], 1), "p99_gui_busy_ms": round(busy[int(0.99 * (len(busy) - 1))], 1),
                 "stalls_over_50ms": [list(w) for w in self.worst[:20]], "busy_over_50ms_count": len(self.busiest),
-                "busy_over_50ms": [list(b) for b in self.busiest[:20]]}
+                "busy_over_50ms": [list(b) for b in self.busiest[:20]],
+                **({"busy_over_50ms_where": [[at, [list(p) for p in where]] for at, where in self.busy_where[:40]]}
+                   if self._sampler is not None else {})}
 
 
 def stall_while_indexing(n: int) -> dict:

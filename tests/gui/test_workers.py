@@ -133,3 +133,32 @@ def test_an_expected_failure_is_reported_without_a_traceback(qtbot, caplog) -> N
     expected, bug = (r for r in caplog.records if r.name == "app.workers")
     assert expected.exc_info is None and "broken.jpg" in expected.getMessage()
     assert bug.exc_info is not None  # an unexpected failure keeps its traceback
+
+
+def test_a_burst_of_finished_jobs_is_delivered_a_slice_at_a_time(qtbot) -> None:
+    """A hundred jobs finishing at once (thumbnails, say) were all delivered in one pass of the event loop,
+    which then stalled for as long as their slots took; the relay stops after a slice and lets the loop turn."""
+    import time
+
+    from PySide6.QtCore import QCoreApplication
+
+    from app.workers import _Relay
+
+    relay = _Relay.instance()
+    pool = QThreadPool()
+    results: list[int] = []
+
+    def slow_slot(n: int) -> None:  # a slot that costs the GUI thread 2 ms, like drawing a thumbnail
+        time.sleep(0.002)
+        results.append(n)
+
+    for i in range(100):
+        run_in_background(lambda n: n, i, on_result=slow_slot, pool=pool)
+    deadline = time.monotonic() + 10
+    while (pool.activeThreadCount() or len(relay._posted) < 300) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the jobs finish; nothing is delivered while the event loop does not run
+    assert len(relay._posted) >= 300  # started, returned, finished for each
+    QCoreApplication.processEvents()  # one turn of the event loop
+    assert 0 < len(results) <= relay.DISPATCH_SLICE_S / 0.002 + 1
+    qtbot.waitUntil(lambda: len(results) == 100, timeout=5000)  # the rest, a slice per turn
+    assert sorted(results) == list(range(100))
