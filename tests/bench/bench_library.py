@@ -444,7 +444,8 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
         elif info["generation"] == 2:
             full_gc.append((round(gc_began[0] - start, 3), round(1000 * (time.perf_counter() - gc_began[0]), 1)))
 
-    probe = StallProbe(sample_stacks=True)  # names what the GUI thread did in any pass over 50 ms
+    # BENCH_SAMPLE_STACKS=1: name what the GUI thread did in each pass over 50 ms (the sampler competes for the GIL)
+    probe = StallProbe(sample_stacks=os.environ.get("BENCH_SAMPLE_STACKS") == "1")
     start = time.perf_counter()
     gc.callbacks.append(on_gc)
     while True:  # a screen at a time, as a user paging down does: the pages the screens show load on the way
