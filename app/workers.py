@@ -104,11 +104,14 @@ class _Relay(QObject):
             worker = Worker._running.get(key)
             if worker is None:  # nothing is posted after ``finished``; a job that never started has no listener
                 continue
-            signal = getattr(worker.signals, name)
-            if name in {"started", "cancelled", "finished"}:
-                signal.emit()
-            else:
-                signal.emit(payload)
+            try:
+                signal = getattr(worker.signals, name)
+                if name in {"started", "cancelled", "finished"}:
+                    signal.emit()
+                else:
+                    signal.emit(payload)
+            except Exception:  # noqa: BLE001 - one job's failure must not stop the delivery of every later one
+                log.exception("delivering %s of background job %d", name, key)
         self._wake.emit()  # the rest after the event loop's next turn (queued, as from any thread)
 
 
