@@ -52,6 +52,10 @@ class SearchService:
         self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
         self._globals = None  # (ids, (N, D) normalised global features)
         self._trained = None  # TrainedSearch of the active model, opened lazily
+        # the kinds of evidence rankings weigh (engine/search/evidence.py); a test or a benchmark may narrow them
+        self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
+        self._words = None  # (catalog annotation version, UserWords): the user's words, rebuilt when they change
+        self._sentence_cache: dict[str, np.ndarray] = {}
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # use_model's choice; None: the active one
         self.library_dir = cache_dir.parent
@@ -182,19 +186,150 @@ class SearchService:
 
     def search_text(self, text: str, top: int = 60, offset: int = 0,
                     min_probability: float | None = None) -> list[SearchHit]:
-        """The items that best match a sentence, best first."""
+        """The items that best match a sentence, best first: the active model, the zero-shot semantics and the
+        user's own words in one ranking (:mod:`engine.search.evidence`)."""
         text = text.strip()
         if not text:
             return []
-        trained = self._active_trained()
-        if trained is not None:
-            encoded, _ = trained.encode_text([text])
-            return self._trained_hits(trained.rank(encoded, top, offset, min_probability))
+        ranked = self.rank_text(text)
+        if ranked is None:
+            return []
+        return self._ranked_hits(*ranked, top, offset, min_probability)
+
+    def rank_text(self, text: str):
+        """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
+        from engine.search import evidence
+        from engine.search.words import WordsMatch, spread
+
         ids, index = self._zero_shot_index()
         if not len(ids):
-            return []
-        scores = index.score(*self._zero_shot_query(text))
-        return self._hits(ids, scores, top, offset)
+            return None
+        trained = self._active_trained()
+        sentence, words = self._zero_shot_query(text)
+        dense: dict = {}
+        if "zero_shot" in self.evidence or trained is None:
+            dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words)
+        encoded = None
+        if trained is not None:
+            encoded, _ = trained.encode_text([text])
+            if "model" in self.evidence:
+                dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
+        unit = sentence / max(float(np.linalg.norm(sentence)), 1e-9)
+        match = self._user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
+        shared = spread(match.positive, self._neighbours) if match.positive else {}
+        positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
+        named = np.array([*positive, *match.rejected], np.int64)
+        rows, sample = self._rows(ids, trained, encoded, named)
+        position = {int(m): r for r, m in enumerate(ids[rows].tolist())}
+        words_arr = np.zeros(len(rows), np.float32)
+        rejected = np.zeros(len(rows), np.float32)
+        for media_id, value in positive.items():
+            if media_id in position:
+                words_arr[position[media_id]] = value
+        for media_id, value in match.rejected.items():
+            if media_id in position:
+                rejected[position[media_id]] = value
+        ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
+                                rejected if match.rejected else None)
+        if "model" in dense:
+            ranking.frames, ranking.head_pairs = dense["model"].frames, dense["model"].head_pairs
+        return ids, ranking, trained, encoded
+
+    def _rows(self, ids: np.ndarray, trained, encoded, named: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Every row of a library up to :data:`evidence.DENSE_LIMIT` items; above it the model's candidates, every
+        clip and every item the user's words name, with a fixed sample of the library for the z-scores."""
+        from engine.search import evidence
+
+        if len(ids) <= evidence.DENSE_LIMIT or trained is None or encoded is None:
+            return np.arange(len(ids)), None
+        wanted = np.union1d(trained.candidate_ids(encoded, evidence.CANDIDATES), named)
+        order = np.argsort(ids)
+        at = np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)
+        rows = np.unique(order[at[ids[order[at]] == wanted]])
+        return rows, evidence.fixed_sample(len(ids))
+
+    def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
+                     min_probability: float | None) -> list[SearchHit]:
+        """A page of a fused ranking as hits; a probabilistic model adds its match probability (PCME eq. 2) and
+        drops what falls under ``min_probability``."""
+        order = ranking.order()
+        probabilistic = trained is not None and encoded is not None and trained.runner.probabilistic
+        picked: list[tuple[int, float, float | None, float | None]] = []  # (position, score, prob, uncertainty)
+        if not probabilistic:
+            picked = [(int(p), float(ranking.total[p]), None, None) for p in order[offset:offset + top]]
+        else:
+            want, start, kept = offset + top, 0, []
+            while len(kept) < want and start < len(order):
+                chunk = order[start:start + max(want, 200)]
+                start += len(chunk)
+                prob, unc = trained.match_probability(encoded, ids[ranking.rows[chunk]])
+                for p, pr, un in zip(chunk.tolist(), prob.tolist(), unc.tolist(), strict=True):
+                    if min_probability is None or pr >= min_probability:
+                        kept.append((p, float(ranking.total[p]), float(pr), float(un)))
+            picked = kept[offset:offset + top]
+        hits = []
+        for p, score, prob, unc in picked:
+            row = int(ranking.rows[p])
+            media = self.catalog.media(int(ids[row]))
+            if media.status == MediaStatus.MISSING:  # gone since the index was loaded (another process scanned)
+                continue
+            captions = tuple(c.text for c in self.catalog.captions(media.id))
+            hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
+                                  ranking.head_pairs.get(row), ranking.frames.get(row)))
+        return hits
+
+    def _user_words(self):
+        """The user's words of this library (:class:`engine.search.words.UserWords`), rebuilt when they change."""
+        from engine.search.words import UserWords
+
+        with self._lock:
+            key = self.catalog.annotation_version()
+            if self._words is None or self._words[0] != key:
+                texts = [(c.media_id, c.text, False) for c in self.catalog.iter_captions()
+                         if c.source != CaptionSource.PSEUDO]
+                texts += [(p.media_id, p.query, p.label < 0) for p in self.catalog.pairs()]
+                self._words = (key, UserWords(texts, self._encode_sentences))
+            return self._words[1]
+
+    def _encode_sentences(self, texts: list[str]) -> np.ndarray:
+        """Unit MiniLM sentence embeddings, each text encoded once per service."""
+        todo = sorted({t for t in texts if t not in self._sentence_cache})
+        if todo:
+            for t, v in zip(todo, self.encoders.minilm.encode(todo).sentence, strict=True):
+                self._sentence_cache[t] = (v / max(float(np.linalg.norm(v)), 1e-9)).astype(np.float32)
+        return np.stack([self._sentence_cache[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
+
+    def _neighbours(self, media_ids: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each item's nearest items and their cosine similarities: in the active model's space, else the
+        backbone's global features (for spreading the user's words to look-alikes)."""
+        from engine.search.words import SPREAD_NEIGHBOURS
+
+        trained = self._active_trained()
+        near: list[np.ndarray] = []
+        sims: list[np.ndarray] = []
+        if trained is not None:
+            index = trained.index
+            for media_id in media_ids:
+                if media_id not in index:
+                    near.append(np.zeros(0, np.int64))
+                    sims.append(np.zeros(0, np.float32))
+                    continue
+                found, scores, _ = index.search(index.get([media_id])[0], top=SPREAD_NEIGHBOURS)
+                near.append(found)
+                sims.append(scores)
+            return near, sims
+        ids, matrix = self._global_matrix()
+        position = {int(m): r for r, m in enumerate(ids.tolist())}
+        for media_id in media_ids:
+            if media_id not in position:
+                near.append(np.zeros(0, np.int64))
+                sims.append(np.zeros(0, np.float32))
+                continue
+            scores = matrix @ matrix[position[media_id]]
+            top = np.argsort(-scores)[:SPREAD_NEIGHBOURS]
+            near.append(ids[top])
+            sims.append(scores[top])
+        return near, sims
 
     def _zero_shot_query(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """The MiniLM embeddings of a sentence (D,) and of its content words (W, D) for the zero-shot ranking.
@@ -211,21 +346,31 @@ class SearchService:
         return sentence, encoded
 
     def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
-        """The items that look most like a picture, GIF or video file (cosine of global features)."""
+        """The items that look most like a picture, GIF or video file: the active model's embedding and the
+        backbone's global features, fused (:mod:`engine.search.evidence`)."""
         from engine.media import MediaError
+        from engine.search import evidence
 
         trained = self._active_trained()
         result = (trained.encoders if trained is not None else self.encoders).extractor().extract([Path(path)])[0]
         if isinstance(result, MediaError):
             raise result
-        if trained is not None:
-            return self._trained_hits(trained.rank(trained.encode_media_features(result.record), top, offset, None))
         ids, matrix = self._global_matrix()
         if not len(ids):
             return []
-        query = result.record.global_.astype(np.float32)
-        query /= max(float(np.linalg.norm(query)), 1e-9)
-        return self._hits(ids, matrix @ query, top, offset)
+        dense: dict = {}
+        if "zero_shot" in self.evidence or trained is None:
+            dense["zero_shot"] = evidence.CosineEvidence("zero_shot", matrix, result.record.global_.astype(np.float32))
+        encoded = None
+        if trained is not None:
+            encoded = trained.encode_media_features(result.record)
+            if "model" in self.evidence:
+                dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
+        rows, sample = self._rows(ids, trained, encoded, np.zeros(0, np.int64))
+        ranking = evidence.fuse(dense, rows, sample)
+        if "model" in dense:
+            ranking.frames, ranking.head_pairs = dense["model"].frames, dense["model"].head_pairs
+        return self._ranked_hits(ids, ranking, None, None, top, offset, None)
 
     def search_captions(self, media_id: int, top: int = 10) -> list[tuple[str, float]]:
         """The library's captions that best describe an item (zero-shot: scored like a text query)."""

@@ -40,6 +40,7 @@ class SearchHit:
     match_probability: float | None = None  # PCME models only
     uncertainty: float | None = None  # PCME: geometric mean of sigma of the item
     head_pair: tuple[int, int] | None = None  # PVSE: (query head, item head) that matched best
+    frame: int | None = None  # a GIF or video: the sampled frame (0..T-1) that matched best
 
 
 @dataclass(frozen=True, slots=True)

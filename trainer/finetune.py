@@ -432,8 +432,9 @@ def model_pairs(model_dir: Path, pairs: PairSet, data_root: Path, device: torch.
     return pairs
 
 
-def export_folder(model_dir: Path, head: RetrievalModel, out: Path) -> dict:
-    """Export a model folder's head, with its fine-tuned backbone and text encoder where it has them."""
+def export_folder(model_dir: Path, head: RetrievalModel, out: Path, trained_on: dict[str, int] | None = None) -> dict:
+    """Export a model folder's head, with its fine-tuned backbone and text encoder where it has them;
+    ``trained_on``: the photos and clips its visual branches learnt from (the manifest's ``trained_on``)."""
     from trainer.methods import export_model
     from trainer.textencoder import export_text, finetuned_text, load_text_encoder
 
@@ -447,4 +448,4 @@ def export_folder(model_dir: Path, head: RetrievalModel, out: Path) -> dict:
     if text_found is not None:
         encoder = load_text_encoder(text_found[2], text_found[1])
         text = lambda dest: export_text(encoder, text_found[0], dest)  # noqa: E731
-    return export_model(head, out, backbone=backbone, text=text)
+    return export_model(head, out, backbone=backbone, text=text, trained_on=trained_on)

@@ -26,6 +26,7 @@ batch; rank 0 validates, checkpoints and reports, and broadcasts its decisions.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -794,11 +795,33 @@ def _finish(run: Run) -> dict[str, Any]:
                   finetune_from=run.state.finetune_from, **_gpu_peak(run.device))
     report = nan_to_none(report)
     ckpt.write_json(out / ckpt.METRICS_FILE, report)
-    export_folder(out, run.model, out / ckpt.ONNX_DIR)
+    export_folder(out, run.model, out / ckpt.ONNX_DIR, trained_on=_trained_on(run))
     run.state.finished = True
     ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
     run.reporter.emit(events.Done(str(out), report))
     return report
+
+
+def _trained_on(run: Run) -> dict[str, int]:
+    """How many photos and clips each visual branch learnt from (``trained_on`` in the manifest): this run's
+    annotated and pseudo pairs plus, for a warm start, what the model it started from had learnt from. The engine
+    never ranks with a branch that learnt from nothing (:mod:`engine.search.trained`)."""
+    counts = {"image": 0, "video": 0}
+    for pairs in (run.data.train, run.data.pseudo):
+        if pairs is not None:
+            clips = int(np.asarray(pairs.visual.is_clip).sum())
+            counts["video"] += clips
+            counts["image"] += len(pairs.visual.is_clip) - clips
+    if run.options.init_from is not None:
+        try:
+            manifest = Path(run.options.init_from) / ckpt.ONNX_DIR / "manifest.json"
+            before = json.loads(manifest.read_text()).get("trained_on")
+        except (OSError, ValueError):
+            before = None
+        for kind, n in (before or {}).items():
+            if kind in counts:
+                counts[kind] += int(n)
+    return counts
 
 
 class _Eta:

@@ -807,6 +807,15 @@ class Catalog(SQLiteStore):
         )
         return [(Path(_path_text(path)), error or "") for path, error in rows]
 
+    def annotation_version(self) -> tuple:
+        """A value that changes whenever a caption or a pair is added, edited or deleted (what the search's
+        index of the user's words is rebuilt on)."""
+        captions = self._read("reading the annotations' version",
+                              "SELECT count(*), max(id), max(updated_at), total(length(text)) FROM captions", ())
+        pairs = self._read("reading the annotations' version",
+                           "SELECT count(*), max(id), total(label), total(length(query)) FROM pairs", ())
+        return tuple(captions[0]) + tuple(pairs[0])
+
     def version(self) -> tuple[int, int]:
         """A value that changes whenever the file's content may have: rows this connection changed, and SQLite's
         ``data_version`` (which moves when another connection commits). A re-scan that leaves it as it was

@@ -75,6 +75,14 @@ class GraphSpec:
         return tuple(s.name for s in self.outputs)
 
 
+def _trained_on_entry(value: Any, path: Path) -> dict[str, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, int) and v >= 0 for v in value.values()):
+        raise ModelLoadError(f"{path}: trained_on: expected counts of photos and clips, got {value!r}")
+    return {str(k): int(v) for k, v in value.items()}
+
+
 @dataclass(frozen=True)
 class ModelManifest:
     """The parsed ``manifest.json`` of an export (field meanings: ``trainer/methods/export.py``)."""
@@ -97,6 +105,13 @@ class ModelManifest:
     similarity_model: GraphSpec | None = None
     backbone: dict[str, Any] | None = None  # a fine-tuned backbone of the model's own: id, file, image_size
     text_model: dict[str, Any] | None = None  # a fine-tuned MiniLM of the model's own: id, file
+    trained_on: dict[str, int] | None = None  # photos and clips each visual branch learnt from (None: not recorded)
+
+    @property
+    def video_trained(self) -> bool:
+        """Whether the video encoder ever saw a clip. Exports that do not say so (written before the trainer
+        recorded it, like the first starter) are taken as not: their video branch may be its initial weights."""
+        return bool(self.trained_on and self.trained_on.get("video", 0) > 0)
 
     @classmethod
     def parse(cls, data: Any, path: Path) -> ModelManifest:
@@ -126,7 +141,8 @@ class ModelManifest:
             similarity_model=(_graph_spec(get.of("similarity_model", dict), path, "similarity_model")
                               if data.get("similarity") == "network" else None),
             backbone=_backbone_entry(data.get("backbone"), data.get("feature_backbone"), path),
-            text_model=_text_entry(data.get("text_model"), data.get("text_encoder"), path))
+            text_model=_text_entry(data.get("text_model"), data.get("text_encoder"), path),
+            trained_on=_trained_on_entry(data.get("trained_on"), path))
         manifest._check_outputs(path)
         return manifest
 

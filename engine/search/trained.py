@@ -30,7 +30,7 @@ from engine.search.modelrunner import (
     uncertainty,
     uncertainty_percentile,
 )
-from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex
+from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
 from engine.types import Explanation, MediaKind
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class TrainedSearch:
         self.index_dir = index_dir
         self._index: MultiVectorIndex | None = None
         self._library_uncertainties: np.ndarray | None = None
+        self._frames: tuple[np.ndarray, np.ndarray] | None = None  # frame_vectors(), until the library changes
 
     @classmethod
     def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
@@ -116,6 +117,7 @@ class TrainedSearch:
             self.index.rebuild()
         if todo or stale:
             self._library_uncertainties = None
+            self._frames = None
         if todo or stale or outdated:
             self.index.save(self.index_dir)
 
@@ -166,15 +168,58 @@ class TrainedSearch:
                                   for _, r in keep]).astype(np.float32) if wants_local else None
                 parts.append(([m.id for m, _ in keep], self.runner.encode_image(local, pooled)))
         if moving:
-            records = self.features.get_many([m.content_hash for m in moving], backbone, ("frames",))
+            records = self.features.get_many([m.content_hash for m in moving], backbone, ("global", "frames"))
             keep = [(m, records[m.content_hash]) for m in moving
                     if m.content_hash in records and records[m.content_hash].frames is not None]
             if keep:
-                frames = np.stack([r.frames for _, r in keep]).astype(np.float32)
-                mask = np.ones(frames.shape[:2], np.float32)
-                parts.append(([m.id for m, _ in keep], self.runner.encode_video(frames, mask)))
+                parts.append(([m.id for m, _ in keep], self._encode_clips([r for _, r in keep])))
         ids = [i for p in parts for i in p[0]]
         return ids, _concat([p[1] for p in parts])
+
+    def _encode_clips(self, records: list) -> Encoded:
+        """A clip's stored vectors: the video encoder's (PVSE §3.1) where that branch learnt from clips, otherwise
+        the image encoder's of the clip's pooled feature (a branch that never saw training data of its kind is
+        never used to rank: an untrained bi-GRU put every clip ~400th for its own photo's caption). Its frames
+        are scored one by one besides (:meth:`frame_vectors`)."""
+        if self.runner.manifest.video_trained:
+            frames = np.stack([r.frames for r in records]).astype(np.float32)
+            return self.runner.encode_video(frames, np.ones(frames.shape[:2], np.float32))
+        pooled = np.stack([r.global_ for r in records]).astype(np.float32)
+        return self._encode_pooled(pooled)
+
+    def _encode_pooled(self, pooled: np.ndarray) -> Encoded:
+        """The image encoder on pooled features alone (a clip's frames, a clip's mean): where it reads local
+        features, the pooled one stands in for every region (as for a photo past the local-feature cap)."""
+        wants_local = "local" in self.runner.manifest.encoders["image"].input_names
+        local = np.repeat(pooled[:, None], 49, 1) if wants_local else None
+        return self.runner.encode_image(local, pooled)
+
+    def frame_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, vectors (n, T * K, D))``: every clip of the library with each of its frames embedded by the
+        image encoder (frames past a short clip's end repeat its last one, which leaves a maximum unchanged), so
+        a GIF or a video is found by what any part of it shows. Computed from the feature store on first use and
+        kept until the library changes (:meth:`sync`)."""
+        if self._frames is None:
+            ids: list[int] = []
+            blocks: list[np.ndarray] = []
+            clips = [m for m in self.catalog.iter_media(MediaStatus.OK) if m.kind != MediaKind.IMAGE]
+            t_max, k = self.runner.manifest.max_frames, self.runner.num_embeddings
+            for start in range(0, len(clips), BATCH):
+                batch = clips[start:start + BATCH]
+                records = self.features.get_many([m.content_hash for m in batch], self.encoders.backbone.id,
+                                                  ("frames",))
+                keep = [(m, records[m.content_hash].frames) for m in batch
+                        if m.content_hash in records and records[m.content_hash].frames is not None]
+                if not keep:
+                    continue
+                frames = np.stack([_even_frames(f, t_max) for _, f in keep]).astype(np.float32)  # (n, T, C)
+                emb = self._encode_pooled(frames.reshape(-1, frames.shape[-1])).emb  # (n T, K, D)
+                blocks.append(emb.reshape(len(keep), t_max * k, -1).astype(np.float16))
+                ids.extend(m.id for m, _ in keep)
+            dim = self.runner.embed_dim
+            self._frames = (np.array(ids, np.int64),
+                            np.concatenate(blocks) if blocks else np.zeros((0, t_max * k, dim), np.float16))
+        return self._frames
 
     # -- queries --------------------------------------------------------------------------------------------
 
@@ -187,11 +232,62 @@ class TrainedSearch:
         return encoded, text.tokens
 
     def encode_media_features(self, record) -> Encoded:
+        """One photo's or clip's stored vectors from its features (a clip: :meth:`_encode_clips`)."""
         if record.local is not None:
             return self.runner.encode_image(record.local[None].astype(np.float32),
                                             record.global_[None].astype(np.float32))
-        frames = record.frames[None].astype(np.float32)
-        return self.runner.encode_video(frames, np.ones(frames.shape[:2], np.float32))
+        if record.frames is not None:
+            return self._encode_clips([record])
+        return self._encode_pooled(record.global_[None].astype(np.float32))
+
+    def encode_frames(self, record) -> np.ndarray:
+        """A clip's frames embedded one by one (T, K, D) (see :meth:`frame_vectors`)."""
+        return self._encode_pooled(record.frames.astype(np.float32)).emb
+
+    def score_ids(self, query: Encoded, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(scores, frames, head_pairs)`` of library items ``ids`` for one encoded query: the K x K max cosine of
+        the stored vectors (PCME: of the means), a clip's the best of those and of each of its frames; ``frames`` is
+        the frame that matched best (-1: a photo, or the clip as a whole). Items the model has not embedded
+        score -1."""
+        ids = np.asarray(ids, np.int64)
+        scores = np.full(len(ids), -1.0, np.float32)
+        frames = np.full(len(ids), -1, np.int64)
+        head_pairs = np.zeros((len(ids), 2), np.int64)
+        q = query.emb[0]
+        inside = np.array([int(i) in self.index for i in ids], bool)
+        if inside.any():
+            _, found, pairs = self.index.scores(q, ids[inside])
+            scores[inside] = found
+            head_pairs[inside] = pairs
+        clip_ids, vectors = self.frame_vectors()
+        if len(clip_ids):
+            order = np.argsort(clip_ids)
+            at = np.searchsorted(clip_ids, ids, sorter=order)
+            at = np.minimum(at, len(clip_ids) - 1)
+            hit = clip_ids[order[at]] == ids
+            if hit.any():
+                rows = order[at[hit]]
+                best, pairs = kxk_scores(q, vectors[rows].astype(np.float32))
+                where = np.flatnonzero(hit)
+                better = best > scores[where]
+                scores[where[better]] = best[better]
+                frames[where[better]] = pairs[better, 1] // self.runner.num_embeddings
+                head_pairs[where[better]] = np.stack([pairs[better, 0], pairs[better, 1] % self.runner.num_embeddings],
+                                                     axis=1)
+        return scores, frames, head_pairs
+
+    def candidate_ids(self, query: Encoded, n: int) -> np.ndarray:
+        """The model's approximate top ``n`` items and every clip (scored by frame, which the index cannot)."""
+        ids, _, _ = self.index.search(query.emb[0], top=n)
+        return np.union1d(ids, self.frame_vectors()[0])
+
+    def match_probability(self, query: Encoded, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PCME: ``(match probability (eq. 2), uncertainty)`` of items ``ids`` for one encoded query."""
+        _, _, extras = self.catalog.get_embeddings(self.record.id, [int(i) for i in ids])
+        item_mu = self.index.get(ids)[:, 0]
+        item_logsig = extras["log_sigma"]
+        prob = model_match_probability(self.runner.manifest, query.mu[0], query.log_sigma[0], item_mu, item_logsig)
+        return prob, uncertainty(item_logsig)
 
     def rank(self, query: Encoded, top: int, offset: int, min_probability: float | None) -> list[RankedItem]:
         """Rank the library for one encoded query (row 0 of ``query``)."""
@@ -243,6 +339,13 @@ class TrainedSearch:
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})",))
+
+
+def _even_frames(frames: np.ndarray, count: int) -> np.ndarray:
+    """``count`` frames evenly spread over a clip (PVSE §3.5); a shorter clip's last frame repeats."""
+    picks = np.linspace(0, len(frames) - 1, count).round().astype(np.int64) if len(frames) > count \
+        else np.minimum(np.arange(count), len(frames) - 1)
+    return frames[picks]
 
 
 def _concat(parts: list[Encoded]) -> Encoded:

@@ -644,6 +644,17 @@ class MultiVectorIndex:
         """
         return self.search_batch(np.asarray(query)[None], top, offset, exact)[0]
 
+    def scores(self, query: np.ndarray, ids: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Exact K x K scores of every item (storage order) or of ``ids`` (in that order) for one query (Kq, D):
+        ``(ids, scores, head_pairs)``. What a ranking that weighs this index beside other evidence reads."""
+        queries = self._check_queries(np.asarray(query)[None])
+        with self._lock:
+            data = self._data
+            rows = np.flatnonzero(data.alive[:data.size]) if ids is None else self._rows_of(ids)
+            scores, pairs = self._score_rows(data, rows, queries)
+            return data.ids[rows].copy(), scores[0], pairs[0]
+
     def search_batch(self, queries: np.ndarray, top: int = 10, offset: int = 0, exact: bool = False
                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """:meth:`search` for B queries (B, Kq, D) at once (one faiss call for all their heads)."""

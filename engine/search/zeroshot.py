@@ -31,11 +31,6 @@ WORD_FLOOR = 0.3
 EPS = 0.01
 
 
-def _zscore(scores: np.ndarray) -> np.ndarray:
-    std = scores.std()
-    return (scores - scores.mean()) / std if std > 1e-9 else np.zeros_like(scores)
-
-
 class ZeroShotIndex:
     """Zero-shot text ranking of a library from its items' class distributions (module docstring, terms 1-3).
 
@@ -76,6 +71,14 @@ class ZeroShotIndex:
         """Scores (N,) for one sentence embedding (D,) and the embeddings of its content words (W, D)."""
         if len(self) == 0:
             return np.zeros(0, np.float32)
+        return combine_terms(self.terms(sentence, words))
+
+    def terms(self, sentence: np.ndarray, words: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """The three raw terms (n, 3) of every item or of ``rows`` (the concept term is 0 for a sentence with no
+        word that names a class); :func:`combine_terms` standardises and sums them."""
+        sqrt, probs, inv_norms = self._sqrt, self._probs, self._inv_norms
+        if rows is not None:
+            sqrt, probs, inv_norms = sqrt[rows], probs[rows], inv_norms[rows]
         sims = self.class_embeddings @ sentence.astype(np.float32)
         # Terms 1 and 2 read the item's square-rooted distribution: one pass over it with every query column
         # (sentence, then each word), in float32 so the sparse product never converts the library's matrix.
@@ -88,9 +91,22 @@ class ZeroShotIndex:
                 columns.extend(np.sqrt(softmax(word_sims / WORD_TAU, axis=1)))
             else:
                 weights = np.zeros(0, np.float32)
-        matched = self._sqrt @ np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.float32)  # (N, 1 + W)
-        caption_match = (self._probs @ sims) * self._inv_norms
-        total = _zscore(matched[:, 0]) + _zscore(caption_match)
+        matched = sqrt @ np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.float32)  # (n, 1 + W)
+        out = np.zeros((matched.shape[0], 3), np.float32)
+        out[:, 0] = matched[:, 0]
+        out[:, 1] = (probs @ sims) * inv_norms
         if len(weights):
-            total = total + _zscore(np.log(matched[:, 1:] + EPS) @ weights)
-        return total.astype(np.float32)
+            out[:, 2] = np.log(matched[:, 1:] + EPS) @ weights
+        return out
+
+
+def combine_terms(terms: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
+    """The zero-shot score: each term of :meth:`ZeroShotIndex.terms` z-scored (over ``reference``'s rows, default
+    the same ones) and summed; a term that is constant (no word names a class) adds nothing."""
+    ref = terms if reference is None else reference
+    total = np.zeros(len(terms), np.float32)
+    for j in range(terms.shape[1]):
+        std = float(ref[:, j].std()) if len(ref) else 0.0
+        if std > 1e-9:
+            total += (terms[:, j] - float(ref[:, j].mean())) / std
+    return total.astype(np.float32)

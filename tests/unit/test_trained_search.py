@@ -35,6 +35,7 @@ def service(assets_dir: Path, tmp_path: Path) -> SearchService:
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
     make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
     svc = SearchService.open("trained", assets_dir)
+    svc.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
     list(svc.index_paths([folder]))
     yield svc
     svc.close()
@@ -53,6 +54,10 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     query, _ = trained.encode_text(["a red square"])
     expected, _ = kxk_scores(query.emb[0], vectors)
     by_id = dict(zip(ids.tolist(), expected.tolist(), strict=True))
+    # a GIF is also scored by each of its frames (image encoder), and ranks by the best of all
+    gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
+    frames = trained.encode_frames(service.features.get(gif.content_hash, service.encoders.backbone.id))
+    by_id[gif.id] = max(by_id[gif.id], float(kxk_scores(query.emb[0], frames)[0].max()))
     assert [h.media_id for h in hits] == sorted(by_id, key=lambda i: (-by_id[i], i))
     assert all(h.head_pair is not None for h in hits)
 
@@ -86,7 +91,14 @@ def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff
     hits = service.search_text("a blue picture", top=10)
     probabilities = [h.match_probability for h in hits]
     assert all(0.0 <= p <= 1.0 for p in probabilities)
-    assert probabilities == sorted(probabilities, reverse=True)
+    # ranked by the cosine of the means (the score every kind of evidence is fused on), each hit with the
+    # model's own match probability (PCME eq. 2)
+    trained = service._active_trained()
+    query, _ = trained.encode_text(["a blue picture"])
+    cosines, _, _ = trained.score_ids(query, np.array([h.media_id for h in hits]))
+    assert list(cosines) == sorted(cosines, reverse=True)
+    expected, _ = trained.match_probability(query, np.array([h.media_id for h in hits]))
+    assert np.allclose(probabilities, expected)
     assert all(h.uncertainty is not None and h.uncertainty > 0 for h in hits)
     cut = sorted(probabilities)[len(probabilities) // 2]
     kept = service.search_text("a blue picture", top=10, min_probability=cut)
@@ -161,8 +173,10 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
     # exact_limit=3 makes the 7 items of the library approximate; "today's" kind is switched between opens
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw-sq8", exact_limit=3))
     service.set_active_model(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
-    before = service.search_text("a red square", top=7)
+    service.search_text("a red square", top=7)
     first = service._active_trained()
+    query, _ = first.encode_text(["a red square"])
+    before = list(first.index.search(query.emb[0], 7)[0])
     assert first.index.describe()["approximate"]["kind"] == "hnsw-sq8"
 
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw+ivf", exact_limit=3, nlist=1))
@@ -174,7 +188,7 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
     saved = MultiVectorIndex.load(first.index_dir)
     assert saved.describe()["approximate"]["kind"] == "hnsw+ivf" and len(saved) == 7
     query, _ = reopened.encode_text(["a red square"])
-    assert list(reopened.index.search(query.emb[0], 7)[0]) == [h.media_id for h in before]
+    assert list(reopened.index.search(query.emb[0], 7)[0]) == before
 
 
 def test_a_renamed_model_keeps_its_index_and_ranks_the_same(service, tmp_path):

@@ -13,7 +13,9 @@
   ('efficientnet-lite0'), ``text_encoder``, ``num_embeddings`` (K), ``embed_dim`` (D),
   ``attention_heads`` (H), ``similarity`` ('cosine' | 'max-cosine' | 'network'), ``probabilistic``,
   ``max_frames``, PCME's ``match_scale``/``match_shift``/``num_samples``/``match_distance``, ``encoders``
-  (per modality: file, inputs and outputs with shapes, symbolic axes as strings) and the full ``config``.
+  (per modality: file, inputs and outputs with shapes, symbolic axes as strings), the full ``config`` and
+  ``trained_on`` (how many photos and clips the image and video branches learnt from; the engine never ranks
+  with a branch that learnt from nothing).
 - for a model whose backbone was fine-tuned (:mod:`trainer.finetune`): ``backbone.onnx`` (the stock backbone's
   inputs and outputs) and ``backbone`` in the manifest (``id``, ``file``, ``image_size``, ``mean``, ``std``);
   ``feature_backbone`` is then that id.
@@ -172,7 +174,8 @@ def build_manifest(model: RetrievalModel, modalities: tuple[str, ...] = MODALITI
 def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
                  modalities: tuple[str, ...] = MODALITIES,
                  backbone: Callable[[Path], dict[str, Any]] | None = None,
-                 text: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
+                 text: Callable[[Path], dict[str, Any]] | None = None,
+                 trained_on: dict[str, int] | None = None) -> dict[str, Any]:
     """Export ``model``'s encoders and manifest into ``out_dir`` (replaced atomically); returns the manifest.
 
     The model is copied to the CPU and put in eval mode, so the caller's model is left as it was.
@@ -188,6 +191,8 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
     target.parent.mkdir(parents=True, exist_ok=True)
     frozen = copy.deepcopy(model).cpu().eval()  # traced on CPU whatever device the model trained on
     manifest = build_manifest(frozen, modalities)
+    if trained_on is not None:
+        manifest["trained_on"] = {k: int(v) for k, v in trained_on.items()}
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         for modality in modalities:

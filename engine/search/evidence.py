@@ -1,0 +1,177 @@
+"""One ranking made of several kinds of evidence (STYLE.md §20): every query of the app is ranked here.
+
+Sources, each a small object that scores a set of library rows for one query:
+
+- ``model``: the active trained model (K x K max cosine, PVSE §3.4; PCME: cosine of the means), a GIF or a video
+  scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_rows`);
+- ``zero_shot``: the regional semantics (A3VSE §3.2, :mod:`engine.search.zeroshot`) for a sentence, the cosine of
+  the backbone's global features for a picture;
+- ``words``: what the user wrote (:mod:`engine.search.words`): their captions and accepted queries matched
+  lexically and semantically, spread to look-alikes; rejected queries pushing items down.
+
+The rule, one for every method: the dense sources are standardised over the library (z-scores, so neither dominates
+by scale) and summed with fixed weights; the user's words are already on an absolute 0..1 scale ("how much of
+the query is what you wrote on this item") and add ``WORDS`` z-units, a rejection subtracts ``REJECT``.
+The weights were chosen on train-side data only (docs/benchmarks.md, "One ranking"): a Flickr8k train slice the
+starter never trained on and a slice of webcaps train, never a dev split.
+
+Scale: up to :data:`DENSE_LIMIT` items every source scores every item. Above it the candidates are the model's
+approximate top :data:`CANDIDATES` (plus every clip and every item the user's words name), and the z-scores use
+the mean and spread of a fixed random sample of the library, so a query costs the same at 100,000 items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+MODEL = 0.65  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
+WORDS = 4.0  # z-units a full match of the user's words adds
+REJECT = 8.0  # z-units a rejected pair for this very query removes
+DENSE_LIMIT = 20_000
+CANDIDATES = 2_000
+SAMPLE = 2_000
+
+
+class Evidence(Protocol):
+    """One kind of evidence over the library's rows (``rows`` index the ranker's ``ids``)."""
+
+    name: str
+
+    def score(self, rows: np.ndarray) -> np.ndarray:
+        """Raw scores (n,) of ``rows`` for the query this object was made for."""
+        ...
+
+
+@dataclass
+class Ranking:
+    """Fused scores of some library rows, with what each source said (for the inspector and benchmarks)."""
+
+    rows: np.ndarray
+    total: np.ndarray
+    parts: dict[str, np.ndarray] = field(default_factory=dict)
+    frames: dict[int, int] = field(default_factory=dict)  # row -> the frame of a clip that matched best
+    head_pairs: dict[int, tuple[int, int]] = field(default_factory=dict)  # row -> (query head, item head)
+
+    def order(self) -> np.ndarray:
+        """Positions into ``rows`` best first (ties by row, so a query always ranks the same way)."""
+        return np.lexsort((self.rows, -self.total))
+
+
+def standardise(scores: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
+    """z-scores of ``scores`` with the mean and spread of ``reference`` (default: ``scores`` themselves)."""
+    ref = scores if reference is None else reference
+    if len(ref) == 0:
+        return np.zeros_like(scores, dtype=np.float32)
+    std = float(ref.std())
+    if std <= 1e-9:
+        return np.zeros_like(scores, dtype=np.float32)
+    return ((scores - float(ref.mean())) / std).astype(np.float32)
+
+
+def weights(sources: Sequence[str]) -> dict[str, float]:
+    """The weight of each dense source present: the model and the zero-shot semantics share 1."""
+    if "model" in sources and "zero_shot" in sources:
+        return {"model": MODEL, "zero_shot": 1.0 - MODEL}
+    return {name: 1.0 for name in sources}
+
+
+def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
+         words: np.ndarray | None = None, rejected: np.ndarray | None = None) -> Ranking:
+    """The fused ranking of ``rows``: each dense source z-scored (over ``rows``, or over ``sample`` when the rows
+    are candidates of a large library) and summed with :func:`weights`; ``words`` (0..1 per row) adds up to
+    :data:`WORDS`, ``rejected`` (0..1 per row: how close this query is to one the user rejected the item for)
+    removes up to :data:`REJECT`."""
+    w = weights(list(dense))
+    total = np.zeros(len(rows), np.float32)
+    parts: dict[str, np.ndarray] = {}
+    for name, source in dense.items():
+        if sample is not None and hasattr(source, "calibrate"):
+            source.calibrate(sample)
+        raw = source.score(rows)
+        reference = source.score(sample) if sample is not None else None
+        parts[name] = raw
+        total += w[name] * standardise(raw, reference)
+    if words is not None:
+        parts["words"] = words
+        total += WORDS * words.astype(np.float32)
+    if rejected is not None:
+        parts["rejected"] = rejected
+        total -= REJECT * rejected.astype(np.float32)
+    return Ranking(rows, total, parts)
+
+
+def fixed_sample(n: int, size: int = SAMPLE, seed: int = 0) -> np.ndarray:
+    """Rows whose scores stand for the library's when only candidates are scored (same rows every query)."""
+    if n <= size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+
+
+@dataclass
+class ArrayEvidence:
+    """Evidence already computed for every row (a small library, or a benchmark's score matrix column)."""
+
+    name: str
+    values: np.ndarray
+
+    def score(self, rows: np.ndarray) -> np.ndarray:
+        return self.values[rows]
+
+
+class ZeroShotEvidence:
+    """The regional semantics of a sentence (:class:`engine.search.zeroshot.ZeroShotIndex`, its three terms
+    standardised with the same rows as the other sources)."""
+
+    name = "zero_shot"
+
+    def __init__(self, index, sentence: np.ndarray, words: np.ndarray) -> None:
+        self.index, self.sentence, self.words = index, sentence, words
+        self._reference: np.ndarray | None = None
+
+    def terms(self, rows: np.ndarray) -> np.ndarray:
+        return self.index.terms(self.sentence, self.words, rows)
+
+    def score(self, rows: np.ndarray) -> np.ndarray:
+        from engine.search.zeroshot import combine_terms
+
+        terms = self.terms(rows)
+        return combine_terms(terms, self._reference if self._reference is not None else terms)
+
+    def calibrate(self, sample: np.ndarray) -> None:
+        """Standardise the terms of candidates with those of a fixed sample of the library (large libraries)."""
+        self._reference = self.terms(sample)
+
+
+class CosineEvidence:
+    """Cosine of unit vectors (N, D), e.g. the backbone's global features against a picture's."""
+
+    def __init__(self, name: str, matrix: np.ndarray, query: np.ndarray) -> None:
+        self.name, self.matrix = name, matrix
+        self.query = (query / max(float(np.linalg.norm(query)), 1e-9)).astype(np.float32)
+
+    def score(self, rows: np.ndarray) -> np.ndarray:
+        return self.matrix[rows] @ self.query
+
+
+class ModelEvidence:
+    """The trained model's score of library rows (``ids[rows]``): :meth:`TrainedSearch.score_ids`; remembers
+    which frame of a clip matched."""
+
+    name = "model"
+
+    def __init__(self, trained, encoded, ids: np.ndarray) -> None:
+        self.trained, self.encoded, self.ids = trained, encoded, ids
+        self.frames: dict[int, int] = {}
+        self.head_pairs: dict[int, tuple[int, int]] = {}
+
+    def score(self, rows: np.ndarray) -> np.ndarray:
+        scores, frames, pairs = self.trained.score_ids(self.encoded, self.ids[rows])
+        for row, frame, pair in zip(rows.tolist(), frames.tolist(), pairs.tolist(), strict=True):
+            self.head_pairs[row] = (int(pair[0]), int(pair[1]))
+            if frame >= 0:
+                self.frames[row] = frame
+        return scores

@@ -1,0 +1,135 @@
+"""The user's own words as evidence at query time (issue #31): what they wrote on an item finds it at once.
+
+Texts per item: the user's and imported captions and the queries they accepted the item for (machine captions
+never count); the queries they rejected it for, apart. For one query:
+
+- *lexical*: SQLite FTS5 (porter stemming over unicode61 tokens, through sqlite-utils) finds the items whose
+  texts contain each content word of the query; an item's lexical evidence is the share of the query's
+  informative words it contains, each word weighted by its inverse document frequency among the items that have
+  texts (a name written on 16 photos weighs more than "the dog" written on 300), over the words that occur in
+  any text at all (a word nobody wrote is left to the other sources);
+- *semantic*: MiniLM cosine between the query and each text, mapped linearly from ``SEM_FLOOR`` (nothing) to
+  ``SEM_FULL`` (a paraphrase: full evidence);
+- an item's evidence is the larger of the two, in 0..1; *rejected* evidence is the same measure against the
+  queries the item was rejected for.
+
+Spread (:func:`spread`): an item that looks like one that carries evidence gets a share of it, decaying with the
+distance between them in the model's (or the backbone's) space, so the 17th photo of the dog named on 16 comes up
+before any retrain. The constants were chosen on a train-side scenario (docs/benchmarks.md, "The user's words").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+SEM_FLOOR = 0.55
+SEM_FULL = 0.85
+SPREAD_FLOOR = 0.5  # similarity (cosine in the neighbour space) below which an item gets no share
+SPREAD_SHARE = 0.5  # share of the evidence an identical-looking item would get
+SPREAD_NEIGHBOURS = 100
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_STOP = frozenset("""a an the and or of in on at to for with by from is are was were be been being it its this that
+these those there here his her their our your my me we you they he she them him i as into onto over under up down
+out off than then so very just some any all no not has have had do does did one two three""".split())
+
+
+def query_terms(text: str) -> list[str]:
+    """The query's words that can be matched against what the user wrote (stop words dropped, order kept)."""
+    seen: list[str] = []
+    for word in _TOKEN.findall(text.lower()):
+        if word not in _STOP and word not in seen:
+            seen.append(word)
+    return seen
+
+
+@dataclass(frozen=True)
+class WordsMatch:
+    """Evidence per item (media id -> 0..1) for one query."""
+
+    positive: dict[int, float]
+    rejected: dict[int, float]
+
+
+class UserWords:
+    """The library's user-written texts, indexed for one query after another (rebuilt when they change)."""
+
+    def __init__(self, texts: Iterable[tuple[int, str, bool]], encode: Callable[[list[str]], np.ndarray]) -> None:
+        """``texts``: ``(media_id, text, rejected)``; ``encode``: sentences -> unit MiniLM embeddings (n, D)."""
+        import sqlite_utils
+
+        rows = [(int(m), " ".join(str(t).split()), bool(r)) for m, t, r in texts if str(t).strip()]
+        self.media = np.array([m for m, _, _ in rows], np.int64)
+        self.rejected = np.array([r for _, _, r in rows], bool)
+        self.texts = [t for _, t, _ in rows]
+        self._db = sqlite_utils.Database(memory=True)
+        table = self._db["texts"]
+        table.insert_all(({"id": i, "text": t} for i, t in enumerate(self.texts)), pk="id")
+        if rows:
+            table.enable_fts(["text"], tokenize="porter unicode61")
+        self._embeddings = encode(self.texts) if rows else np.zeros((0, 1), np.float32)
+        self._items = max(1, len(set(self.media[~self.rejected].tolist())))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def _rows_with(self, term: str) -> np.ndarray:
+        phrase = '"' + term.replace('"', "") + '"'
+        found = self._db.execute("SELECT rowid FROM texts_fts WHERE texts_fts MATCH ?", [phrase]).fetchall()
+        return np.array([r[0] for r in found], np.int64)
+
+    def match(self, text: str, sentence: np.ndarray) -> WordsMatch:
+        """Evidence of every item with texts for a query (its MiniLM embedding ``sentence``, unit length)."""
+        if not len(self):
+            return WordsMatch({}, {})
+        evidence = np.zeros(len(self.texts), np.float32)
+        terms = query_terms(text)
+        if terms:
+            hits = {t: self._rows_with(t) for t in terms}
+            weights = {}
+            for term, rows in hits.items():
+                items = len(set(self.media[rows].tolist())) if len(rows) else 0
+                if items:
+                    weights[term] = math.log(1.0 + self._items / items)
+            total = sum(weights.values())
+            if total > 0:
+                for term, weight in weights.items():
+                    evidence[hits[term]] += weight / total
+        semantic = self._embeddings @ sentence.astype(np.float32)
+        semantic = np.clip((semantic - SEM_FLOOR) / (SEM_FULL - SEM_FLOOR), 0.0, 1.0)
+        evidence = np.maximum(np.minimum(evidence, 1.0), semantic)
+        positive: dict[int, float] = {}
+        rejected: dict[int, float] = {}
+        for media_id, value, is_rejection in zip(self.media.tolist(), evidence.tolist(), self.rejected.tolist(),
+                                                 strict=True):
+            if value <= 0:
+                continue
+            target = rejected if is_rejection else positive
+            target[media_id] = max(target.get(media_id, 0.0), value)
+        return WordsMatch(positive, rejected)
+
+
+def spread(evidence: dict[int, float], neighbours: Callable[[list[int]], tuple[np.ndarray, np.ndarray]]
+           ) -> dict[int, float]:
+    """Each item's share of its look-alikes' evidence: ``neighbours(ids)`` gives, per id, its nearest items
+    (n, M) and their cosine similarities (n, M); an item at similarity s from one with evidence e gets
+    ``SPREAD_SHARE * e * ((s - SPREAD_FLOOR) / (1 - SPREAD_FLOOR))^2``, the best such share over the evidence."""
+    if not evidence:
+        return {}
+    sources = list(evidence)
+    near, sims = neighbours(sources)
+    out: dict[int, float] = {}
+    for source, ids, ss in zip(sources, near, sims, strict=True):
+        e = evidence[source]
+        kernel = np.clip((ss - SPREAD_FLOOR) / (1.0 - SPREAD_FLOOR), 0.0, 1.0) ** 2
+        for item, k in zip(ids.tolist(), kernel.tolist(), strict=True):
+            if k > 0 and item != source:
+                share = SPREAD_SHARE * e * k
+                if share > out.get(item, 0.0):
+                    out[item] = share
+    return out
