@@ -218,12 +218,12 @@ def test_a_hand_added_row_of_a_backup_folder_comes_in_as_imported_and_bad_tables
     try:
         import_annotations(fresh, tmp_path / "backup")
         assert ("caption", "written by hand", "imported") in state(fresh)["trip/IMG_003.jpg"]
-        (tmp_path / "backup" / "pairs.tsv").write_text("file\tquery\tverdict\tsource\nhome/IMG_000.jpg\tq\tmaybe\tuser\n")
+        header = "file\tquery\tverdict\tsource\n"
+        (tmp_path / "backup" / "pairs.tsv").write_text(header + "home/IMG_000.jpg\tq\tmaybe\tuser\n")
         with pytest.raises(ValueError, match=r"pairs.tsv:2: verdict 'maybe'"):
             import_annotations(fresh, tmp_path / "backup")
+        (tmp_path / "backup" / "pairs.tsv").write_text(header + "home/IMG_000.jpg\tq\taccept\tsomeone\n")
         with pytest.raises(CaptionFolderError, match="provenance 'someone'"):
-            (tmp_path / "backup" / "pairs.tsv").write_text(
-                "file\tquery\tverdict\tsource\nhome/IMG_000.jpg\tq\taccept\tsomeone\n")
             read_annotation_tables(tmp_path / "backup")
     finally:
         fresh.close()
