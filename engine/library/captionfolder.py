@@ -616,8 +616,8 @@ def write_coco_annotations(json_path: str | os.PathLike[str], images: Sequence[t
 def read_coco_annotations(json_path: str | os.PathLike[str]) -> tuple[dict[str, str | None], list[Annotation]]:
     """The images (``file_name -> content hash or None``) and annotations of a COCO captions JSON, ours
     (:func:`write_coco_annotations`) or anyone's: a caption without ``source`` has none (None); ``pairs`` and
-    ``machine_captions`` are read where present. Annotations naming unknown image ids are skipped (logged by the
-    caller through the count); :class:`CaptionFolderError` for malformed files."""
+    ``machine_captions`` are read where present. Annotations naming unknown image ids are skipped;
+    :class:`CaptionFolderError` for malformed files."""
     json_path = Path(json_path)
     data = _read_coco_json(json_path)
     images: dict[str, str | None] = {}
