@@ -186,8 +186,9 @@ class _Entry:
 def import_annotations(catalog: Catalog, path: Path) -> AnnotationCounts:
     """Put the annotations of a caption folder or a COCO captions JSON on the library's items, each with the
     provenance the file gives (a third party's captions: ``imported``); returns what was added. An entry matches
-    an item by content (the folder's file, or the JSON's ``content_hash``), else by its relative path: the longest
-    trailing part of it that names exactly one item (so ``trip/IMG_1.jpg`` matches ``.../Photos/trip/IMG_1.jpg``).
+    the item its relative path names (the longest trailing part of it that names exactly one item, so
+    ``trip/IMG_1.jpg`` matches ``.../Photos/trip/IMG_1.jpg``) when that item holds the entry's content (the
+    folder's file, or the JSON's ``content_hash``), else the item with that content, else the item at that path.
 
     What an item already has is skipped (a caption of the same text, a pair of the same query and verdict; the
     machine caption is replaced when it differs), so importing twice adds nothing. Entries that match no item are
