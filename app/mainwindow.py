@@ -51,6 +51,12 @@ CLOSE_WAIT_MS = 5000
 GRID_COLUMNS = 2  # a narrow window makes room for at least this many result columns
 
 
+def _counted(n: object) -> str:
+    """What an annotation transfer moved, in words: the engine's counts say every kind; a plain count is captions."""
+    summary = getattr(n, "summary", None)
+    return summary() if callable(summary) else f"{n} captions"
+
+
 class MainWindow(QMainWindow):
     """Polyseek's window. ``set_service`` shows a library; None shows the "opening…" state."""
 
@@ -446,7 +452,7 @@ class MainWindow(QMainWindow):
         return run_in_background(
             service.export_annotations, Path(dest), fmt, pool=self.write_pool,
             on_result=while_alive(
-                self, lambda n: self._transferred("export", int(n), f"Exported {n} captions to {dest}")),
+                self, lambda n: self._transferred("export", int(n), f"Exported {_counted(n)} to {dest}")),
             on_error=while_alive(self, lambda exc: self._status(f"Export failed: {exc}")))
 
     def import_annotations(self, path: Path) -> Worker:
@@ -457,7 +463,7 @@ class MainWindow(QMainWindow):
         self._status(f"Importing annotations from {path}…")
 
         def imported(n: object) -> None:
-            self._transferred("import", int(n), f"Imported {n} captions from {path}")
+            self._transferred("import", int(n), f"Imported {_counted(n)} from {path}")
             self.annotate.refresh()
             self.annotate.refresh_suggestions()
 

@@ -397,6 +397,7 @@ def _retrain(args: argparse.Namespace) -> int:
 
 def _annotations(args: argparse.Namespace) -> int:
     from engine.library import snapshots
+    from engine.loop.annotations import AnnotationCounts
     from engine.loop.errors import AnnotationError
 
     service = _open(args.library)
@@ -417,24 +418,30 @@ def _annotations(args: argparse.Namespace) -> int:
                 count, pairs = restored.captions, restored.pairs
             else:
                 count = service.import_annotations(args.path)
+                skipped = getattr(count, "skipped", ())
     except (AnnotationError, snapshots.SnapshotError) as error:
         raise CliError(str(error)) from None
     finally:
         service.close()
+    counted = isinstance(count, AnnotationCounts)
     if args.json:
         out = {"library": args.library, "action": args.action, "path": str(args.path), "captions": int(count)}
-        if args.action == "export":
+        if counted:
+            out |= count.to_json()
             out["skipped"] = list(skipped)
         if pairs is not None:
             out["pairs"] = pairs
         print(json.dumps(out))
     else:
         verb = "wrote" if args.action == "export" else "imported"
-        extra = f" and {pairs} pairs" if pairs is not None else ""
-        print(f"{args.library}: {verb} {count} captions{extra} ({args.path})")
-        if skipped:
+        what = count.summary() if counted else f"{count} captions and {pairs} pairs"
+        print(f"{args.library}: {verb} {what} ({args.path})")
+        shown = f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}"
+        if skipped and args.action == "export":
             print(f"  skipped {len(skipped)} annotated items whose files are missing or offline (a .json export "
-                  f"keeps their captions): {', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}")
+                  f"keeps their annotations): {shown}")
+        elif skipped:
+            print(f"  skipped {len(skipped)} items whose files are not in this library: {shown}")
     return 0
 
 

@@ -619,17 +619,20 @@ class SearchService:
         return suggest(self.catalog, self._active_trained(), n, policy)
 
     def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
-        """Write the library's annotations as a caption folder (``folder``) or a COCO JSON (``coco``); returns
-        the number of captions written (:class:`engine.loop.annotations.AnnotationExport`: its ``skipped`` names the
-        annotated items a caption folder could not link because their files are missing or offline)."""
+        """Write the library's annotations (captions with their provenance, accepted and rejected pairs with their
+        queries) as a caption folder (``folder``) or a COCO JSON (``coco``); returns the number of captions written
+        (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs, and ``skipped``, the annotated items a
+        caption folder could not link because their files are missing or offline)."""
         from engine.loop.annotations import export_annotations
 
         return export_annotations(self.catalog, Path(dest), fmt)
 
     def import_annotations(self, path: Path) -> int:
-        """Add the captions of a caption folder or COCO JSON to the matching items (provenance ``imported``);
-        returns how many captions were added. An annotation snapshot (:mod:`engine.library.snapshots`) is restored
-        instead, with its provenance and pairs (:meth:`restore_snapshot`)."""
+        """Put the annotations of a caption folder or COCO JSON on the matching items, with the provenance the file
+        gives (a third party's captions: ``imported``); returns how many captions were added
+        (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs). An annotation snapshot
+        (:mod:`engine.library.snapshots`) is restored instead, with its provenance and pairs
+        (:meth:`restore_snapshot`)."""
         from engine.library import snapshots
         from engine.loop.annotations import import_annotations
 

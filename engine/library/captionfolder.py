@@ -5,8 +5,16 @@ Layout::
     FOLDER/images/ (or FOLDER/media/)   the media files (sub-folders allowed)
     FOLDER/captions.tsv                 header "file<TAB>caption"; one row per caption, many rows per file
     FOLDER/splits.tsv                   optional; header "file<TAB>split"
+    FOLDER/caption_sources.tsv          optional; header "file<TAB>caption<TAB>source"
+    FOLDER/pairs.tsv                    optional; header "file<TAB>query<TAB>verdict<TAB>source"
 
 ``file`` is the path of a media file relative to the media folder, written with ``/``.
+
+The two optional annotation tables (:func:`write_annotation_tables`) make a folder a complete backup of a library's
+annotations; readers of the dataset format ignore them. ``caption_sources.tsv`` lists every caption with its
+provenance (``source``: ``user``, ``imported``, or ``pseudo`` for the machine's guesses, which ``captions.tsv``
+leaves out); ``pairs.tsv`` the queries the user accepted (``verdict`` ``accept``) or rejected (``reject``) for a
+file, with their provenance. A table may name a file the media folder lacks (an item offline at export time).
 
 Text rules (the format has no quoting and no escapes, so a row always splits into exactly two fields):
 
@@ -35,12 +43,22 @@ from pathlib import Path
 from typing import Literal
 
 from engine.files import atomic_write_text
+from engine.types import CaptionSource
 
 CAPTIONS_FILE = "captions.tsv"
 SPLITS_FILE = "splits.tsv"
 MEDIA_DIR_NAMES = ("images", "media")
 CAPTIONS_HEADER = ("file", "caption")
 SPLITS_HEADER = ("file", "split")
+CAPTION_SOURCES_FILE = "caption_sources.tsv"
+PAIRS_FILE = "pairs.tsv"
+CAPTION_SOURCES_HEADER = ("file", "caption", "source")
+PAIRS_HEADER = ("file", "query", "verdict", "source")
+CAPTION = "caption"  # the kinds of annotation an export carries: a caption, a query accepted or rejected for a file
+ACCEPT = "accept"
+REJECT = "reject"
+ANNOTATION_KINDS = (CAPTION, ACCEPT, REJECT)
+COCO_FORMAT = "polyseek-annotations"  # ``info.format`` of a COCO JSON written by write_coco_annotations
 DEFAULT_SPLIT = "all"  # the one split of a folder without splits.tsv
 UNASSIGNED_SPLIT = "unassigned"  # files a splits.tsv does not list
 MEDIA_EXTENSIONS = frozenset(
@@ -107,6 +125,18 @@ class CaptionFolder:
     def caption_item_indices(self) -> list[int]:
         """For each caption, the index of its item (the ``caption_to_media`` array of the metrics)."""
         return [i for i, _ in self.captions]
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """One annotation of a media file as an export carries it: a caption (``kind`` "caption", ``text`` the
+    caption) or a judged pair (``kind`` "accept"/"reject", ``text`` the query). ``source`` is its provenance;
+    None where the file does not say (a third party's captions)."""
+
+    file: str
+    kind: str
+    text: str
+    source: CaptionSource | None = None
 
 
 def normalize_caption(text: str) -> str:
@@ -187,8 +217,8 @@ def scan_media(media_dir: Path, also: Set[str] = frozenset()) -> set[str]:
     return keys
 
 
-def _tsv_rows(path: Path, header: tuple[str, str]) -> Iterator[tuple[int, str, str]]:
-    """Yield ``(line_number, file, value)`` for each non-blank data row of a two-column TSV."""
+def _tsv_rows(path: Path, header: tuple[str, ...]) -> Iterator[tuple[int, *tuple[str, ...]]]:
+    """Yield ``(line_number, file, value, ...)`` for each non-blank data row of a TSV with ``header``'s columns."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -203,9 +233,10 @@ def _tsv_rows(path: Path, header: tuple[str, str]) -> Iterator[tuple[int, str, s
         if not line.strip():
             continue
         fields = line.split("\t")
-        if len(fields) != 2:
-            raise CaptionFolderError(f"{path}:{number}: expected 2 tab-separated fields, found {len(fields)}")
-        yield number, check_file_key(fields[0], f"{path}:{number}"), fields[1]
+        if len(fields) != len(header):
+            raise CaptionFolderError(f"{path}:{number}: expected {len(header)} tab-separated fields, found "
+                                     f"{len(fields)}")
+        yield number, check_file_key(fields[0], f"{path}:{number}"), *fields[1:]
 
 
 def _read_splits(path: Path) -> dict[str, tuple[int, str, str]] | None:
@@ -296,8 +327,8 @@ def _clean_split(name: str, key: str) -> str:
     return clean
 
 
-def _tsv_text(header: tuple[str, str], rows: Iterable[tuple[str, str]]) -> str:
-    return "".join(f"{a}\t{b}\n" for a, b in [header, *rows])
+def _tsv_text(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> str:
+    return "".join("\t".join(row) + "\n" for row in [header, *rows])
 
 
 def _place_media(dest: Path, sources: list[Path], copy_media: CopyMode) -> list[str]:
@@ -350,6 +381,59 @@ def _put_file(src: Path, target: Path, copy_media: CopyMode) -> None:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise CaptionFolderError(f"cannot place {src} at {target} ({exc.strerror})") from exc
+
+
+# ---------------------------------------------------------------- annotation tables (a folder as a backup)
+
+
+def write_annotation_tables(dest: str | os.PathLike[str], annotations: Iterable[Annotation]) -> None:
+    """Write ``caption_sources.tsv`` and ``pairs.tsv`` of ``annotations`` into the caption folder ``dest``
+    (atomically each; texts normalised, empty ones left out; a missing provenance is written ``imported``)."""
+    dest = Path(dest)
+    captions: list[tuple[str, ...]] = []
+    pairs: list[tuple[str, ...]] = []
+    for a in annotations:
+        text = normalize_caption(a.text)
+        if not text:
+            continue
+        check_file_key(a.file, str(dest))
+        source = (a.source or CaptionSource.IMPORTED).value
+        if a.kind == CAPTION:
+            captions.append((a.file, text, source))
+        elif a.kind in (ACCEPT, REJECT):
+            pairs.append((a.file, text, a.kind, source))
+        else:
+            raise CaptionFolderError(f"annotation kind {a.kind!r} for {a.file!r} is not one of {ANNOTATION_KINDS}")
+    atomic_write_text(dest / CAPTION_SOURCES_FILE, _tsv_text(CAPTION_SOURCES_HEADER, captions))
+    atomic_write_text(dest / PAIRS_FILE, _tsv_text(PAIRS_HEADER, pairs))
+
+
+def read_annotation_tables(root: str | os.PathLike[str]) -> list[Annotation] | None:
+    """The annotations of a folder's ``caption_sources.tsv`` and ``pairs.tsv``, in file order, or None when it has
+    neither (a plain caption folder). :class:`CaptionFolderError` names file and line of a malformed row."""
+    root = Path(root)
+    paths = (root / CAPTION_SOURCES_FILE, root / PAIRS_FILE)
+    if not any(p.exists() for p in paths):
+        return None
+    out: list[Annotation] = []
+    if paths[0].exists():
+        for number, file, text, source in _tsv_rows(paths[0], CAPTION_SOURCES_HEADER):
+            out.append(Annotation(file, CAPTION, normalize_caption(text), _source(source, f"{paths[0]}:{number}")))
+    if paths[1].exists():
+        for number, file, query, verdict, source in _tsv_rows(paths[1], PAIRS_HEADER):
+            where = f"{paths[1]}:{number}"
+            if verdict not in (ACCEPT, REJECT):
+                raise CaptionFolderError(f"{where}: verdict {verdict!r} is not {ACCEPT!r} or {REJECT!r}")
+            out.append(Annotation(file, verdict, normalize_caption(query), _source(source, where)))
+    return [a for a in out if a.text]
+
+
+def _source(value: object, where: str) -> CaptionSource:
+    try:
+        return CaptionSource(value)
+    except ValueError:
+        sources = ", ".join(s.value for s in CaptionSource)
+        raise CaptionFolderError(f"{where}: provenance {value!r} is not one of {sources}") from None
 
 
 # ---------------------------------------------------------------- importers and exporters
@@ -488,3 +572,78 @@ def export_coco_captions(folder: CaptionFolder, json_path: str | os.PathLike[str
     json_path = Path(json_path)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(json_path, json.dumps(data, ensure_ascii=False, indent=1))
+
+
+def write_coco_annotations(json_path: str | os.PathLike[str], images: Sequence[tuple[str, str | None]],
+                           annotations: Iterable[Annotation]) -> None:
+    """Write a COCO captions JSON that carries every kind of annotation with its provenance, atomically.
+
+    ``images`` are ``(file, content hash or None)``. The standard keys stay what every COCO reader expects:
+    ``images`` (``id``, ``file_name``; here also ``content_hash``) and ``annotations`` (``id``, ``image_id``,
+    ``caption``; here also ``kind`` "caption" and ``source``), which hold the user's and imported captions only.
+    The rest is in keys other tools ignore: ``machine_captions`` (the model's guesses, same fields, ``source``
+    "pseudo") and ``pairs`` (``id``, ``image_id``, ``query``, ``kind`` "accept"/"reject", ``source``); ``info``
+    names the format (``format`` "polyseek-annotations", ``version`` 1)."""
+    image_id = {file: n + 1 for n, (file, _) in enumerate(images)}
+    captions: list[dict] = []
+    machine: list[dict] = []
+    pairs: list[dict] = []
+    for a in annotations:
+        text = normalize_caption(a.text)
+        if not text:
+            continue
+        source = (a.source or CaptionSource.IMPORTED).value
+        row = {"image_id": image_id[a.file], "kind": a.kind, "source": source}
+        if a.kind == CAPTION:
+            (machine if source == CaptionSource.PSEUDO else captions).append({**row, "caption": text})
+        elif a.kind in (ACCEPT, REJECT):
+            pairs.append({**row, "query": text})
+        else:
+            raise CaptionFolderError(f"annotation kind {a.kind!r} for {a.file!r} is not one of {ANNOTATION_KINDS}")
+    numbered = [[{"id": n + 1, **row} for n, row in enumerate(rows)] for rows in (captions, machine, pairs)]
+    data = {
+        "info": {"description": "Polyseek annotations: captions, accepted and rejected results",
+                 "format": COCO_FORMAT, "version": 1},
+        "images": [{"id": image_id[file], "file_name": file, **({"content_hash": digest} if digest else {})}
+                   for file, digest in images],
+        "annotations": numbered[0], "machine_captions": numbered[1], "pairs": numbered[2],
+    }
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(json_path, json.dumps(data, ensure_ascii=False, indent=1))
+
+
+def read_coco_annotations(json_path: str | os.PathLike[str]) -> tuple[dict[str, str | None], list[Annotation]]:
+    """The images (``file_name -> content hash or None``) and annotations of a COCO captions JSON, ours
+    (:func:`write_coco_annotations`) or anyone's: a caption without ``source`` has none (None); ``pairs`` and
+    ``machine_captions`` are read where present. Annotations naming unknown image ids are skipped;
+    :class:`CaptionFolderError` for malformed files."""
+    json_path = Path(json_path)
+    data = _read_coco_json(json_path)
+    images: dict[str, str | None] = {}
+    file_of: dict[object, str] = {}
+    for n, image in enumerate(data["images"]):
+        if not isinstance(image, dict) or "id" not in image or "file_name" not in image:
+            raise CaptionFolderError(f"{json_path}: images[{n}] lacks 'id' or 'file_name'")
+        file = str(image["file_name"]).replace("\\", "/")
+        file_of[image["id"]] = file
+        digest = image.get("content_hash")
+        images[file] = digest if isinstance(digest, str) and digest else None
+    out: list[Annotation] = []
+    for key, text_field in (("annotations", "caption"), ("machine_captions", "caption"), ("pairs", "query")):
+        rows = data.get(key, [])
+        if not isinstance(rows, list):
+            raise CaptionFolderError(f"{json_path}: {key!r} is not a list")
+        for n, ann in enumerate(rows):
+            where = f"{json_path}: {key}[{n}]"
+            if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get(text_field), str):
+                raise CaptionFolderError(f"{where} lacks 'image_id' or a string {text_field!r}")
+            if ann["image_id"] not in file_of:
+                continue
+            kind = ann.get("kind", CAPTION if text_field == "caption" else None)
+            if kind not in ((CAPTION,) if text_field == "caption" else (ACCEPT, REJECT)):
+                raise CaptionFolderError(f"{where}: kind {kind!r} does not belong in {key!r}")
+            source = _source(ann["source"], where) if "source" in ann else (
+                CaptionSource.PSEUDO if key == "machine_captions" else None)
+            out.append(Annotation(file_of[ann["image_id"]], kind, normalize_caption(ann[text_field]), source))
+    return images, [a for a in out if a.text]

@@ -1,33 +1,44 @@
 """A library's annotations exported to, and imported from, a caption folder or a COCO captions JSON.
+
+An export is a complete backup of what the library knows about its items: every caption with its provenance
+(the user's, imported, or the machine's guess), and every accepted and rejected (query, item) pair with its query
+and provenance. The formats (:mod:`engine.library.captionfolder`) stay readable by other tools: a caption folder's
+``captions.tsv`` and a COCO JSON's ``annotations`` hold only the user's and imported captions, the rest rides in
+``caption_sources.tsv`` / ``pairs.tsv`` and in the JSON's ``machine_captions`` / ``pairs``. Importing an export
+puts back exactly what it holds, each with its provenance; importing it again adds nothing; a third party's
+captions come in as ``imported``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.files import content_hash
 from engine.library.captionfolder import (
-    CaptionFolder,
+    ACCEPT,
+    CAPTION,
+    REJECT,
+    Annotation,
     CaptionFolderError,
-    Item,
     check_file_key,
-    export_coco_captions,
     load_caption_folder,
-    read_coco_captions,
+    normalize_caption,
+    read_annotation_tables,
+    read_coco_annotations,
+    write_coco_annotations,
 )
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus
 from engine.loop.errors import AnnotationError
-from engine.loop.trainingset import library_annotations, write_linked_folder
+from engine.loop.trainingset import write_linked_folder
 from engine.types import CaptionSource
 
 log = logging.getLogger(__name__)
 
 
 ANNOTATION_FORMATS = ("folder", "coco")
-
-
 
 
 def annotation_keys(catalog: Catalog, media: Sequence[MediaRecord]) -> dict[int, str]:
@@ -60,29 +71,70 @@ def _is_under(path: Path, root: Path) -> bool:
         return False
 
 
-class AnnotationExport(int):
-    """The number of captions an export wrote (an int, so callers that only count keep working), with
-    ``skipped``: the keys (or paths) of the annotated items it had to leave out."""
+class AnnotationCounts(int):
+    """What an export wrote or an import added: an int, the number of captions (the user's and imported ones,
+    so callers that only count keep working), with ``accepted`` and ``rejected`` pairs, ``machine`` captions and
+    ``skipped``: the keys (or paths) of the items left out (an export: files missing or names unwritable; an
+    import: files not in the library)."""
 
+    accepted: int
+    rejected: int
+    machine: int
     skipped: tuple[str, ...]
 
-    def __new__(cls, captions: int, skipped: Sequence[str] = ()) -> AnnotationExport:
+    def __new__(cls, captions: int, accepted: int = 0, rejected: int = 0, machine: int = 0,
+                skipped: Sequence[str] = ()) -> AnnotationCounts:
         made = super().__new__(cls, captions)
-        made.skipped = tuple(skipped)
+        made.accepted, made.rejected, made.machine, made.skipped = accepted, rejected, machine, tuple(skipped)
         return made
 
+    def summary(self) -> str:
+        """``"3 captions, 5 accepted and 5 rejected results"`` (and ``", 2 machine captions"`` where there are)."""
+        machine = f", {self.machine} machine captions" if self.machine else ""
+        return f"{int(self)} captions, {self.accepted} accepted and {self.rejected} rejected results{machine}"
 
-def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> AnnotationExport:
-    """Write the library's training captions (user, imported, accepted pairs) of every annotated item as a
-    caption folder (media are links to the library's files) or a COCO captions JSON; returns the number of
-    captions written. Keys are paths relative to the library's folders, which is what an import matches.
+    def to_json(self) -> dict[str, int]:
+        return {"captions": int(self), "accepted": self.accepted, "rejected": self.rejected,
+                "pairs": self.accepted + self.rejected, "machine_captions": self.machine}
 
-    Items whose files are missing or offline are exported too: their captions are in the catalog. A COCO JSON
+
+def library_annotations_by_kind(catalog: Catalog) -> dict[int, list[Annotation]]:
+    """Every item's annotations, every kind with its provenance (``Annotation.file`` left empty): captions then
+    pairs, oldest first, each (kind, text) once per item. Items with only the machine's caption are left out
+    (indexing makes those again); an item that is in keeps its machine caption."""
+    out: dict[int, dict[tuple[str, str], Annotation]] = {}
+    for caption in catalog.iter_captions():
+        text = normalize_caption(caption.text)
+        if text:
+            out.setdefault(caption.media_id, {}).setdefault((CAPTION, text),
+                                                            Annotation("", CAPTION, text, caption.source))
+    for pair in catalog.pairs():
+        query = normalize_caption(pair.query)
+        kind = ACCEPT if pair.label > 0 else REJECT
+        if query:
+            out.setdefault(pair.media_id, {}).setdefault((kind, query), Annotation("", kind, query, pair.source))
+    return {media_id: list(found.values()) for media_id, found in out.items()
+            if any(a.kind != CAPTION or a.source != CaptionSource.PSEUDO for a in found.values())}
+
+
+def _counts(annotations: Sequence[Annotation], skipped: Sequence[str] = ()) -> AnnotationCounts:
+    kinds = [(a.kind, a.source == CaptionSource.PSEUDO) for a in annotations]
+    return AnnotationCounts(kinds.count((CAPTION, False)), sum(k == ACCEPT for k, _ in kinds),
+                            sum(k == REJECT for k, _ in kinds), kinds.count((CAPTION, True)), skipped)
+
+
+def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> AnnotationCounts:
+    """Write the library's annotations (:func:`library_annotations_by_kind`: captions with their provenance,
+    accepted and rejected pairs with their queries) as a caption folder (media are links to the library's files)
+    or a COCO captions JSON; returns what it wrote. Keys are paths relative to the library's folders, which is
+    what an import matches (and, in a COCO JSON, each item's content hash).
+
+    Items whose files are missing or offline are exported too: their annotations are in the catalog. A COCO JSON
     holds them all; a caption folder cannot link to a file that is not there, so it leaves them out and names
     them in the result's ``skipped`` (so does either format for a name an annotation file cannot hold)."""
     if fmt not in ANNOTATION_FORMATS:
         raise AnnotationError(f"format: expected one of {', '.join(ANNOTATION_FORMATS)}, got {fmt!r}")
-    annotations = library_annotations(catalog)
+    annotations = library_annotations_by_kind(catalog)
     media = [m for m in catalog.iter_media() if m.id in annotations]
     keys = annotation_keys(catalog, media)
     usable, skipped = [], []
@@ -91,7 +143,7 @@ def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> Ann
             keys[record.id].encode("utf-8")
             check_file_key(keys[record.id], str(record.path))
         except (UnicodeEncodeError, CaptionFolderError):
-            log.warning("%s: its name cannot be written to an annotation file; its captions are skipped",
+            log.warning("%s: its name cannot be written to an annotation file; its annotations are skipped",
                         record.path)
             skipped.append(str(record.path))
             continue
@@ -102,11 +154,10 @@ def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> Ann
     if skipped:
         log.warning("%d annotated items were not exported (files missing or names unwritable), e.g. %s",
                     len(skipped), skipped[0])
-    captions = [(i, text) for i, record in enumerate(usable) for text in annotations[record.id]]
+    rows = [Annotation(keys[r.id], a.kind, a.text, a.source) for r in usable for a in annotations[r.id]]
     dest = Path(dest)
     if fmt == "coco":
-        items = [Item(keys[r.id], r.path, "all") for r in usable]
-        export_coco_captions(CaptionFolder(dest.parent, dest.parent, items, captions), dest)
+        write_coco_annotations(dest, [(keys[r.id], r.content_hash) for r in usable], rows)
     else:
         if not usable:
             if skipped:
@@ -114,66 +165,148 @@ def export_annotations(catalog: Catalog, dest: Path, fmt: str = "folder") -> Ann
                                       "or missing) to link into a caption folder; export to a .json (COCO) file, "
                                       "which needs no files")
             raise AnnotationError(f"{dest}: the library has no annotations to export")
-        write_linked_folder(dest, [(keys[r.id], r.path) for r in usable], captions)
-    return AnnotationExport(len(captions), skipped)
+        index = {r.id: i for i, r in enumerate(usable)}
+        captions = [(index[r.id], a.text) for r in usable for a in annotations[r.id]
+                    if a.kind == CAPTION and a.source != CaptionSource.PSEUDO]
+        write_linked_folder(dest, [(keys[r.id], r.path) for r in usable], captions, annotations=rows)
+    return _counts(rows, skipped)
 
 
-def import_annotations(catalog: Catalog, path: Path) -> int:
-    """Add the captions of a caption folder or a COCO captions JSON to the library's items, with provenance
-    ``imported``; returns how many were added. An entry matches an item by content (when the folder's file
-    can be read), else by its relative path: the longest trailing part of it that names exactly one item
-    (so ``trip/IMG_1.jpg`` matches ``.../Photos/trip/IMG_1.jpg``). Captions an item already has are skipped;
-    entries that match nothing are logged."""
-    from engine.library.captionfolder import normalize_caption
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One file of an import: its key, the file itself where the folder has it, its content hash where the
+    JSON says, and its annotations."""
 
+    key: str
+    file: Path | None
+    content_hash: str | None
+    annotations: list[Annotation]
+
+
+def import_annotations(catalog: Catalog, path: Path) -> AnnotationCounts:
+    """Put the annotations of a caption folder or a COCO captions JSON on the library's items, each with the
+    provenance the file gives (a third party's captions: ``imported``); returns what was added. An entry matches
+    the item its relative path names (the longest trailing part of it that names exactly one item, so
+    ``trip/IMG_1.jpg`` matches ``.../Photos/trip/IMG_1.jpg``) when that item holds the entry's content (the
+    folder's file, or the JSON's ``content_hash``), else the item with that content, else the item at that path.
+
+    What an item already has is skipped (a caption of the same text, a pair of the same query and verdict; the
+    machine caption is replaced when it differs), so importing twice adds nothing. Entries that match no item are
+    logged and named in the result's ``skipped``; an import none of whose entries match raises."""
     path = Path(path)
     entries = _coco_entries(path) if path.is_file() else _folder_entries(path)
     # every item, missing and offline ones too (restoring a backup while a drive is unplugged must reach its
     # items); where two items share content, a present one is preferred (it is listed last, so it wins)
     media = sorted(catalog.iter_media(), key=lambda m: (m.status != MediaStatus.MISSING, m.id))
     by_hash = {m.content_hash: m.id for m in media}
+    hash_of = {m.id: m.content_hash for m in media}
     by_suffix = _suffix_index(catalog, media)
-    existing = library_annotations(catalog)
-    added = matched = 0
+    state = _ItemState.read(catalog)
+    added: list[Annotation] = []
     unmatched: list[str] = []
-    for key, file, texts in entries:
-        media_id = by_hash.get(_safe_hash(file)) if file is not None else None
-        media_id = media_id if media_id is not None else _match_key(key, by_suffix)
-        if media_id is None:
-            unmatched.append(key)
-            continue
-        matched += 1
-        have = set(existing.get(media_id, []))
-        for text in texts:
-            text = normalize_caption(text)
-            if text and text not in have:
-                catalog.add_caption(media_id, text, CaptionSource.IMPORTED)
-                have.add(text)
-                added += 1
-        existing[media_id] = list(have)
-    if entries and not matched:
-        raise AnnotationError(f"{path}: none of its {len(entries)} files is in the library (e.g. {entries[0][0]!r})")
+    with catalog.transaction(f"importing annotations from {path}"):
+        for entry in entries:
+            # the item at the entry's path when it holds the entry's content (two copies of one photo keep their
+            # own annotations), else the item with that content, else the one at that path
+            digest = entry.content_hash or (_safe_hash(entry.file) if entry.file is not None else None)
+            media_id = _match_key(entry.key, by_suffix)
+            if digest is not None and (media_id is None or hash_of[media_id] != digest):
+                media_id = by_hash.get(digest, media_id)
+            if media_id is None:
+                unmatched.append(entry.key)
+                continue
+            added += [a for a in entry.annotations if state.add(catalog, media_id, a)]
+    if entries and len(unmatched) == len(entries):
+        raise AnnotationError(f"{path}: none of its {len(entries)} files is in the library (e.g. {entries[0].key!r})")
     if unmatched:
         log.warning("%s: %d files are not in the library and were skipped, e.g. %s", path, len(unmatched),
                     unmatched[0])
-    return added
+    return _counts(added, unmatched)
 
 
-def _folder_entries(path: Path) -> list[tuple[str, Path | None, list[str]]]:
+@dataclass
+class _ItemState:
+    """What each item has, read once, kept up to date as an import adds: caption texts (but the machine's),
+    accepted queries, (query, label) pairs and the machine caption."""
+
+    captions: dict[int, set[str]]
+    accepted: dict[int, set[str]]
+    pairs: dict[int, set[tuple[str, int]]]
+    machine: dict[int, str]
+
+    @classmethod
+    def read(cls, catalog: Catalog) -> _ItemState:
+        state = cls({}, {}, {}, {})
+        for caption in catalog.iter_captions():
+            text = normalize_caption(caption.text)
+            if caption.source == CaptionSource.PSEUDO:
+                state.machine[caption.media_id] = text
+            else:
+                state.captions.setdefault(caption.media_id, set()).add(text)
+        for pair in catalog.pairs():
+            query = normalize_caption(pair.query)
+            state.pairs.setdefault(pair.media_id, set()).add((query, pair.label))
+            if pair.label > 0:
+                state.accepted.setdefault(pair.media_id, set()).add(query)
+        return state
+
+    def add(self, catalog: Catalog, media_id: int, a: Annotation) -> bool:
+        """Add ``a`` to the item unless it has it; whether it was added."""
+        if a.kind == CAPTION and a.source == CaptionSource.PSEUDO:
+            if self.machine.get(media_id) == a.text:
+                return False
+            catalog.set_pseudo_caption(media_id, a.text)
+            self.machine[media_id] = a.text
+            return True
+        if a.kind == CAPTION:
+            have = self.captions.setdefault(media_id, set())
+            # a third party's caption (no provenance) may be an older export's accepted query written as a caption
+            if a.text in have or (a.source is None and a.text in self.accepted.get(media_id, ())):
+                return False
+            catalog.add_caption(media_id, a.text, a.source or CaptionSource.IMPORTED)
+            have.add(a.text)
+            return True
+        label = 1 if a.kind == ACCEPT else -1
+        judged = self.pairs.setdefault(media_id, set())
+        if (a.text, label) in judged:
+            return False
+        catalog.add_pair(media_id, a.text, label, a.source or CaptionSource.IMPORTED)
+        judged.add((a.text, label))
+        if label > 0:
+            self.accepted.setdefault(media_id, set()).add(a.text)
+        return True
+
+
+def _folder_entries(path: Path) -> list[_Entry]:
+    """The entries of a caption folder: its items' captions (``captions.tsv``, no provenance) and, where the
+    folder has them, its annotation tables (a row of ``captions.tsv`` they do not list keeps no provenance)."""
     try:
         folder = load_caption_folder(path)
+        tables = read_annotation_tables(folder.root) or []
     except CaptionFolderError as exc:
         raise AnnotationError(f"{path}: not a caption folder or a COCO captions JSON ({exc})") from exc
-    return [(item.file, item.path, texts) for item, texts in folder.item_captions() if texts]
+    listed = {(a.file, a.text) for a in tables if a.kind == CAPTION}
+    files = {item.file: item.path for item in folder.items}
+    grouped: dict[str, list[Annotation]] = {}
+    for item, texts in folder.item_captions():
+        for text in texts:
+            if (item.file, text) not in listed:
+                grouped.setdefault(item.file, []).append(Annotation(item.file, CAPTION, text))
+    for a in tables:
+        grouped.setdefault(a.file, []).append(a)
+    return [_Entry(key, files.get(key), None, found) for key, found in grouped.items()]
 
 
-def _coco_entries(path: Path) -> list[tuple[str, Path | None, list[str]]]:
-    """``(file_name, None, captions)`` of a COCO captions JSON, read by the caption-folder importer's parser."""
+def _coco_entries(path: Path) -> list[_Entry]:
+    """The entries of a COCO captions JSON (ours or anyone's)."""
     try:
-        grouped, _ = read_coco_captions(path)
+        images, annotations = read_coco_annotations(path)
     except CaptionFolderError as exc:
         raise AnnotationError(str(exc)) from exc
-    return [(key.replace("\\", "/"), None, texts) for key, texts in grouped.items() if texts]
+    grouped: dict[str, list[Annotation]] = {}
+    for a in annotations:
+        grouped.setdefault(a.file, []).append(a)
+    return [_Entry(key, None, images.get(key), found) for key, found in grouped.items()]
 
 
 def _safe_hash(path: Path) -> str | None:

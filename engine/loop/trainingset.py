@@ -39,10 +39,12 @@ from pathlib import Path
 from engine.library.captionfolder import (
     MEDIA_DIR_NAMES,
     MEDIA_EXTENSIONS,
+    Annotation,
     CaptionFolder,
     CaptionFolderError,
     check_file_key,
     load_caption_folder,
+    write_annotation_tables,
     write_caption_folder,
 )
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus
@@ -246,10 +248,12 @@ def _training_key(record: MediaRecord) -> str:
 
 
 def write_linked_folder(dest: Path, entries: Sequence[tuple[str, Path]], captions: Sequence[tuple[int, str]],
-                        splits: Sequence[str] | None = None) -> CaptionFolder:
+                        splits: Sequence[str] | None = None,
+                        annotations: Sequence[Annotation] | None = None) -> CaptionFolder:
     """Write a caption folder whose ``media/<key>`` are links to the given files, built beside ``dest`` and
     swapped in, so a reader never sees half a folder. An existing ``dest`` is only replaced when it is empty
-    or was written by this function (it carries :data:`MARKER_FILE`)."""
+    or was written by this function (it carries :data:`MARKER_FILE`). ``annotations`` (every kind, with
+    provenance) are written as the folder's annotation tables (:func:`write_annotation_tables`)."""
     dest = Path(os.path.abspath(Path(dest).expanduser()))
     if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / MARKER_FILE).is_file())):
         raise AnnotationError(f"{dest} exists and is not a folder Polyseek wrote; choose an empty or new folder")
@@ -261,6 +265,8 @@ def write_linked_folder(dest: Path, entries: Sequence[tuple[str, Path]], caption
             _link(Path(source), media_dir / key)
         (build / MARKER_FILE).write_text("written by polyseek; replaced on the next export\n", encoding="utf-8")
         write_caption_folder(build, [media_dir / key for key, _ in entries], captions, splits, copy_media=False)
+        if annotations is not None:
+            write_annotation_tables(build, annotations)
         old = None
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}-{time.monotonic_ns()}")

@@ -73,6 +73,8 @@ def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_pa
         ids = sorted({h.media_id for h in service.search_text("a shape", top=10)})
         service.add_caption(ids[0], "a red circle on a white table")
         lost = service.add_caption(ids[1], "a green square")
+        service.accept_pair("something red", ids[0])
+        service.reject_pair("a blue triangle", ids[1])
         window = MainWindow(GuiSettings(), service)
         qtbot.addWidget(window)
         qtbot.waitUntil(lambda: window.annotate.suggestions.count() > 0, timeout=30000)
@@ -85,6 +87,9 @@ def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_pa
         with qtbot.waitSignal(window.annotations_transferred, timeout=30000) as exported:
             window.export_annotations(tmp_path / "out.json", "coco")
         assert exported.args == ["export", 2] and len(json.loads((tmp_path / "out.json").read_text())["images"]) == 2
+        assert "Exported 2 captions, 1 accepted and 1 rejected results" in window.statusBar().currentMessage()
+        assert sorted((p["query"], p["kind"]) for p in json.loads((tmp_path / "out.json").read_text())["pairs"]) == [
+            ("a blue triangle", "reject"), ("something red", "accept")]
         service.delete_caption(lost)
         with qtbot.waitSignal(window.annotations_transferred, timeout=30000) as imported:
             window.import_annotations(tmp_path / "out.json")

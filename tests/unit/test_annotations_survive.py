@@ -219,17 +219,19 @@ def test_export_with_files_missing_writes_what_it_can_and_names_the_rest(service
     assert [(i.file, t) for i, t in exported.item_captions()] == [("h0.png", ["yellow at home"])]
 
     coco = service.export_annotations(drives["tmp"] / "all.json", "coco")
-    assert int(coco) == 5 and coco.skipped == ()
+    assert (int(coco), coco.accepted, coco.rejected, coco.skipped) == (4, 1, 1, ())
     data = json.loads((drives["tmp"] / "all.json").read_text())
     assert sorted(i["file_name"] for i in data["images"]) == ["d0.jpg", "d1.jpg", "h0.png"]
     assert sorted(a["caption"] for a in data["annotations"]) == [
-        "a red square from the holiday", "imported green caption", "something red", "the red one", "yellow at home"]
+        "a red square from the holiday", "imported green caption", "the red one", "yellow at home"]
+    assert sorted((p["query"], p["kind"]) for p in data["pairs"]) == [("a green field", "reject"),
+                                                                      ("something red", "accept")]
     plug_back(drives["drive"], away)
 
 
 def test_a_backup_import_reaches_items_on_an_unplugged_drive(service, drives):
     annotate(service, drives)
-    assert service.export_annotations(drives["tmp"] / "backup.json", "coco") == 5
+    assert service.export_annotations(drives["tmp"] / "backup.json", "coco") == 4
     away = unplug(drives["drive"], drives["tmp"])
     list(service.reindex())
     d0 = service.catalog.media_by_path(drives["drive"] / "d0.jpg")
@@ -239,7 +241,7 @@ def test_a_backup_import_reaches_items_on_an_unplugged_drive(service, drives):
 
     assert service.import_annotations(drives["tmp"] / "backup.json") == 2
 
-    assert sorted(c.text for c in service.captions(d0.id) if c.source == "imported") == [
+    assert sorted(c.text for c in service.captions(d0.id) if c.source == "user") == [  # as the user's, again
         "a red square from the holiday", "the red one"]
     plug_back(drives["drive"], away)
 
