@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-MODEL = 0.65  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
+MODEL = 0.75  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
 WORDS = 4.0  # z-units a full match of the user's words adds
 REJECT = 8.0  # z-units a rejected pair for this very query removes
 DENSE_LIMIT = 20_000

@@ -321,7 +321,12 @@ class TrainedSearch:
         pair = np.unravel_index(int(np.argmax(similarity)), similarity.shape)
         k = self.runner.num_embeddings
         query_att = _attention_or_uniform(query_encoded.attention, len(query_tokens), k)
-        item_att = _attention_or_uniform(enc.attention, 49 if feats.local is not None else len(feats.frames), k)
+        notes: tuple[str, ...] = ()
+        if feats.local is None and feats.frames is not None:  # a clip: which of its frames matched, per head
+            item_att, best = self._frame_attention(q, feats)
+            notes = (f"best match: frame {best + 1} of {len(feats.frames)}",)
+        else:
+            item_att = _attention_or_uniform(enc.attention, 49 if feats.local is not None else 1, k)
         grid = (7, 7) if feats.local is not None and item_att.shape[1] == 49 else None
         prob = q_unc = i_unc = i_pct = None
         population = 0
@@ -338,7 +343,20 @@ class TrainedSearch:
                                                  enc.log_sigma[0])
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
-                           notes=(f"model {self.record.name} ({self.runner.method}, K={k})",))
+                           notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes))
+
+    def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int]:
+        """Per item head, weights over a clip's frames (K, T) from how well each frame matches the query (a
+        softmax of the frame scores at temperature 0.05), and the frame that matched best."""
+        frames = normalise_rows(self.encode_frames(feats))  # (T, K, D)
+        q = normalise_rows(query)  # (Kq, D)
+        sims = np.einsum("tkd,qd->ktq", frames, q).max(axis=2)  # (K, T)
+        weights = np.exp((sims - sims.max(axis=1, keepdims=True)) / 0.05)
+        return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32), int(sims.max(axis=0).argmax())
+
+
+def normalise_rows(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-9)
 
 
 def _even_frames(frames: np.ndarray, count: int) -> np.ndarray:

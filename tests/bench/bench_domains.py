@@ -1,0 +1,229 @@
+"""Search on several kinds of library (issue #30): each dev set searched the way the app searches it.
+
+    python tests/bench/bench_domains.py --home DIR [--data ../shared/datasets] [--out bench-results/domains.json]
+        [--domains flickr8k-dev webcaps-dev coco-val-80 clips] [--sweep]
+
+For each domain a library of its photos is indexed with the shipped starter model active (as a fresh install),
+then every caption is a query through :meth:`engine.service.SearchService.rank_text` (the app's one ranking).
+Rows: ``zero-shot`` (regional semantics alone), ``starter`` (the trained model alone) and ``default`` (what the app
+ranks with: both, fused by :mod:`engine.search.evidence`). Text->photo and photo->text R@1/5/10 and rsum of the
+fused score matrix (photo->text reads each caption's standardised scores).
+
+``--sweep`` adds the train-side domains the fusion weight was chosen on (the 500 Flickr8k *train* photos that
+picked the starter's epoch but were never trained on, see tools/build_starter.py, and 1,000 webcaps *train*
+photos, which the starter never saw) and reports R@K for each model weight. Dev splits are never swept.
+
+``clips``: 25 slideshow MP4s (4 Flickr8k dev photos each, 1 s a photo) and 25 GIFs (one dev photo slowly zoomed,
+12 frames) added to the Flickr8k dev library; for each caption of a photo a clip shows, whether the clip is in the
+top 10, beside whether the photo itself is (the clip should rank about where its best photo ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+WEIGHTS = (0.0, 0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0)
+
+
+def read(folder: Path, split: str | None) -> tuple[list[str], dict[str, list[str]]]:
+    captions: dict[str, list[str]] = {}
+    for row in list(csv.reader((folder / "captions.tsv").open(encoding="utf-8"), delimiter="\t"))[1:]:
+        if row:
+            captions.setdefault(row[0], []).append(row[1])
+    files = sorted(captions)
+    if split is not None:
+        rows = list(csv.reader((folder / "splits.tsv").open(encoding="utf-8"), delimiter="\t"))[1:]
+        wanted = {f for f, s in rows if s == split}
+        files = [f for f in files if f in wanted]
+    return files, captions
+
+
+def domains(data: Path) -> dict[str, tuple[Path, list[str], dict[str, list[str]]]]:
+    out = {}
+    f8 = data / "flickr8k"
+    files, caps = read(f8, "dev")
+    out["flickr8k-dev"] = (f8 / "images", files, caps)
+    train, caps = read(f8, "train")
+    out["flickr8k-train-slice"] = (f8 / "images", sorted(random.Random(0).sample(train, 500)), caps)  # starter-val
+    web = data / "webcaps"
+    files, caps = read(web, "dev")
+    out["webcaps-dev"] = (web / "images", files, caps)
+    train, caps = read(web, "train")
+    out["webcaps-train-slice"] = (web / "images", sorted(random.Random(1).sample(train, 1000)), caps)
+    coco = data / "coco-val-80"
+    files, caps = read(coco, None)
+    out["coco-val-80"] = (coco / "images", files, caps)
+    return out
+
+
+def open_library(home: Path, name: str, images: Path, files: list[str], extra: list[Path] = ()):
+    os.environ["POLYSEEK_STARTER"] = "on"
+    from engine.service import SearchService
+
+    service = SearchService.open(name)
+    root = home / "bench-media" / name
+    if not root.is_dir():
+        root.mkdir(parents=True)
+        for f in files:
+            (root / f).symlink_to(images / f)
+        for p in extra:
+            (root / p.name).symlink_to(p)
+    service.add_root(root)
+    for _ in service.reindex():
+        pass
+    return service
+
+
+def score_matrices(service, queries: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], dict[int, int]]:
+    """``(ids, {source: (items, queries) raw scores}, query -> ...)`` through the app's own ranking."""
+    parts: dict[str, list[np.ndarray]] = {"model": [], "zero_shot": []}
+    ids = None
+    service.evidence = frozenset({"model", "zero_shot"})
+    for q in queries:
+        ids, ranking, _, _ = service.rank_text(q)
+        assert len(ranking.rows) == len(ids)  # dense: every item scored
+        for name in parts:
+            column = np.empty(len(ids), np.float32)
+            column[ranking.rows] = ranking.parts[name]
+            parts[name].append(column)
+    return ids, {k: np.stack(v, axis=1) for k, v in parts.items()}, {}
+
+
+def fused(parts: dict[str, np.ndarray], weight: float) -> np.ndarray:
+    from engine.search.evidence import standardise
+
+    out = np.zeros_like(parts["model"])
+    for j in range(out.shape[1]):
+        out[:, j] = weight * standardise(parts["model"][:, j]) + (1 - weight) * standardise(parts["zero_shot"][:, j])
+    return out
+
+
+def report(scores: np.ndarray, truth: np.ndarray) -> dict:
+    from engine.loop.metrics import retrieval_report
+
+    r = retrieval_report(scores.astype(np.float64), truth)
+    return {"t2i": {k: round(r["t2i"][k], 1) for k in ("r1", "r5", "r10")},
+            "i2t": {k: round(r["i2t"][k], 1) for k in ("r1", "r5", "r10")}, "rsum": round(r["rsum"], 1),
+            "n_media": r["n_media"], "n_captions": r["n_captions"]}
+
+
+def run_domain(home: Path, name: str, images: Path, files: list[str], caps: dict[str, list[str]],
+               sweep: bool) -> dict:
+    from engine.search.evidence import MODEL
+
+    started = time.monotonic()
+    service = open_library(home, name, images, files)
+    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    queries = [(f, c) for f in files for c in caps[f]]
+    ids, parts, _ = score_matrices(service, [c for _, c in queries])
+    row_of = {int(m): r for r, m in enumerate(ids.tolist())}
+    truth = np.array([row_of[by_path[f]] for f, _ in queries])
+    out = {"domain": name, "photos": len(files), "captions": len(queries),
+           "zero-shot": report(parts["zero_shot"], truth), "starter": report(parts["model"], truth),
+           "default": report(fused(parts, MODEL), truth), "model_weight": MODEL}
+    if sweep:
+        out["sweep"] = {str(w): report(fused(parts, w), truth) for w in WEIGHTS}
+    out["wall_s"] = round(time.monotonic() - started, 1)
+    service.close()
+    return out
+
+
+def make_clips(home: Path, images: Path, files: list[str]) -> list[tuple[Path, list[str]]]:
+    """25 slideshow MP4s of 4 photos and 25 zooming GIFs of one photo, from ``files`` (seeded)."""
+    import cv2
+    from PIL import Image
+
+    folder = home / "clips"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(7)
+    chosen = rng.sample(files, 125)
+    clips = []
+    for i in range(25):
+        group = chosen[4 * i:4 * i + 4]
+        path = folder / f"slideshow-{i:02d}.mp4"
+        if not path.exists():
+            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 8, (224, 224))
+            for f in group:
+                frame = cv2.resize(cv2.imread(str(images / f)), (224, 224))
+                for _ in range(8):
+                    writer.write(frame)
+            writer.release()
+        clips.append((path, group))
+    for i in range(25):
+        f = chosen[100 + i]
+        path = folder / f"zoom-{i:02d}.gif"
+        if not path.exists():
+            photo = Image.open(images / f).convert("RGB").resize((224, 224))
+            frames = []
+            for k in range(12):
+                margin = int(k * 4)
+                frames.append(photo.crop((margin, margin, 224 - margin, 224 - margin)).resize((160, 160)))
+            frames[0].save(path, save_all=True, append_images=frames[1:], duration=120, loop=0)
+        clips.append((path, [f]))
+    return clips
+
+
+def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[str]]) -> dict:
+    clips = make_clips(home, images, files)
+    service = open_library(home, "clips", images, files, [p for p, _ in clips])
+    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    rows = {"slideshow": [], "zoom": []}
+    for path, group in clips:
+        kind = "slideshow" if path.suffix == ".mp4" else "zoom"
+        clip_id = by_path[path.name]
+        for f in group:
+            for caption in caps[f]:
+                hits = [h.media_id for h in service.search_text(caption, top=10)]
+                rows[kind].append((clip_id in hits, by_path[f] in hits))
+    out = {}
+    for kind, pairs in rows.items():
+        out[kind] = {"queries": len(pairs), "clip_r10": round(100 * np.mean([a for a, _ in pairs]), 1),
+                     "photo_r10": round(100 * np.mean([b for _, b in pairs]), 1)}
+    service.close()
+    return {"domain": "clips", **out}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets")
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "domains.json")
+    parser.add_argument("--domains", nargs="+", default=["flickr8k-dev", "webcaps-dev", "coco-val-80", "clips"])
+    parser.add_argument("--sweep", action="store_true", help="also the train-side domains, every model weight")
+    args = parser.parse_args()
+    if not args.data.is_dir():
+        print(f"skipped: {args.data} is absent (the benchmark needs ../shared/datasets)")
+        return 0
+    os.environ["POLYSEEK_HOME"] = str(args.home)
+    args.home.mkdir(parents=True, exist_ok=True)
+    sets = domains(args.data)
+    names = list(args.domains)
+    if args.sweep:
+        names = ["flickr8k-train-slice", "webcaps-train-slice"] + [n for n in names if n != "clips"]
+    results = json.loads(args.out.read_text()) if args.out.is_file() else []
+    for name in names:
+        if name == "clips":
+            record = run_clips(args.home, *sets["flickr8k-dev"])
+        else:
+            record = run_domain(args.home, name, *sets[name], sweep=args.sweep and name.endswith("train-slice"))
+        results = [r for r in results if r.get("domain") != name] + [record]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""One ranking of several kinds of evidence (engine/search/evidence.py) and the user's words (engine/search/words.py).
+
+Every assertion here is on an order or a construction whose answer is known exactly (no trained model, no
+threshold near a measured value), so it holds on any CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.search import evidence
+from engine.search.words import UserWords, query_terms, spread
+from engine.service import SearchService
+from tests.mediagen import make_jpeg
+
+
+def test_a_source_on_a_larger_scale_does_not_dominate_the_fusion():
+    rows = np.arange(4)
+    small = evidence.ArrayEvidence("model", np.array([0.4, 0.3, 0.2, 0.1]))  # says 0 best
+    large = evidence.ArrayEvidence("zero_shot", np.array([100.0, 200.0, 300.0, 400.0]))  # says 3 best
+    ranking = evidence.fuse({"model": small, "zero_shot": large}, rows)
+    # both are standardised, so the weights alone decide: the model's (MODEL > 0.5) wins the first place
+    assert evidence.MODEL > 0.5
+    assert int(ranking.rows[ranking.order()[0]]) == 0
+    scaled = evidence.fuse({"model": small, "zero_shot": evidence.ArrayEvidence("zero_shot", large.values / 1e6)},
+                           rows)
+    assert np.allclose(ranking.total, scaled.total, atol=1e-5)
+
+
+def test_standardising_with_a_sample_uses_the_samples_mean_and_spread():
+    reference = np.array([0.0, 2.0])  # mean 1, std 1
+    assert np.allclose(evidence.standardise(np.array([1.0, 3.0]), reference), [0.0, 2.0])
+    assert np.all(evidence.standardise(np.array([5.0, 5.0])) == 0)  # no spread: no evidence
+    assert np.array_equal(evidence.fixed_sample(10_000), evidence.fixed_sample(10_000))
+
+
+def test_the_users_words_add_and_a_rejection_removes():
+    rows = np.arange(3)
+    model = evidence.ArrayEvidence("model", np.array([0.3, 0.2, 0.1]))
+    ranking = evidence.fuse({"model": model}, rows, words=np.array([0.0, 0.0, 1.0]),
+                            rejected=np.array([1.0, 0.0, 0.0]))
+    assert [int(ranking.rows[p]) for p in ranking.order()] == [2, 1, 0]
+
+
+def _no_semantics(texts: list[str]) -> np.ndarray:
+    return np.zeros((len(texts), 4), np.float32)
+
+
+def test_a_name_written_on_items_finds_exactly_them_and_stems_words():
+    words = UserWords([(1, "Biscuit running on the beach", False), (2, "Biscuit asleep", False),
+                       (3, "a dog runs in the park", False), (4, "Biscuit", True)], _no_semantics)
+    match = words.match("Biscuit", np.zeros(4, np.float32))
+    assert set(match.positive) == {1, 2} and match.positive[1] == pytest.approx(1.0)
+    assert match.rejected == {4: pytest.approx(1.0)}
+    running = words.match("dogs running", np.zeros(4, np.float32))  # porter: dogs ~ dog, running ~ runs
+    assert set(running.positive) == {1, 3}
+    assert running.positive[3] > running.positive[1]  # "dog" is rarer than... both words are on item 3
+    assert query_terms("The dog and THE cat") == ["dog", "cat"]
+
+
+def test_spread_gives_look_alikes_a_share_that_decays_with_distance():
+    def neighbours(ids):
+        return [np.array([10, 11, 12])], [np.array([1.0, 0.9, 0.4])]
+
+    shares = spread({10: 1.0}, neighbours)
+    assert 10 not in shares and 12 not in shares  # itself; below the floor
+    assert 0 < shares[11] < 1.0
+
+
+@pytest.fixture
+def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> SearchService:
+    monkeypatch.setenv("POLYSEEK_STARTER", "off")
+    folder = tmp_path / "media"
+    folder.mkdir()
+    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 220), (20, 20, 20), (250, 200, 0),
+               (200, 0, 200), (0, 200, 200)]
+    for i, colour in enumerate(colours):
+        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
+    service = SearchService.open("words", assets_dir)
+    list(service.index_paths([folder]))
+    yield service
+    service.close()
+
+
+def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: SearchService):
+    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    library.add_caption(media[5].id, "Biscuit sleeping on the sofa")
+    library.add_caption(media[2].id, "Biscuit in the garden")
+    top = [h.media_id for h in library.search_text("Biscuit", top=2)]
+    assert set(top) == {media[5].id, media[2].id}
+    victim = library.search_text("a cat on a sofa", top=1)[0].media_id
+    library.reject_pair("a cat on a sofa", victim)
+    # REJECT z-units put it under every item of this 8-item library (a library of any size: under its top 60)
+    assert library.search_text("a cat on a sofa", top=60)[-1].media_id == victim
+    # and for a paraphrase of the rejected query (same content words; MiniLM cosine above SEM_FULL)
+    assert library.search_text("a cat on the sofa", top=60)[-1].media_id == victim
+    library.delete_pair(library.catalog.pairs()[0].id)
+    assert library.search_text("a cat on a sofa", top=1)[0].media_id == victim
