@@ -42,18 +42,9 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     backbone = encoders.backbone.id
     present = set(hashes) - set(store.missing(hashes, backbone))
     keep = [i for i, h in enumerate(hashes) if h in present]
-    index = ZeroShotIndex(encoders.class_embeddings, store.stack([hashes[i] for i in keep], backbone, "image_top_ids"),
-                          store.stack([hashes[i] for i in keep], backbone, "image_top_probs"))
     position = {item: row for row, item in enumerate(keep)}
     captions = [(position[i], text) for i, text in data.captions if i in position]
-    texts = [t for _, t in captions]
-    sentences = encoders.minilm.encode(texts).sentence
-    vocab = sorted({w for t in texts for w in content_words(t)})
-    word_index = {w: i for i, w in enumerate(vocab)}
-    words = encoders.minilm.encode(vocab).sentence if vocab else np.zeros((0, 384), np.float32)
-    scores = np.empty((len(keep), len(texts)), np.float32)
-    for j, text in enumerate(texts):
-        scores[:, j] = index.score(sentences[j], words[[word_index[w] for w in content_words(text)]])
+    scores = zero_shot_matrix([hashes[i] for i in keep], [t for _, t in captions], store, encoders)
     report = retrieval_report(scores, np.array([m for m, _ in captions]))
     report["model"] = ZERO_SHOT
     report["split"] = split or "all"
@@ -61,12 +52,44 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     return report
 
 
+def zero_shot_matrix(hashes: list[str], texts: list[str], store: FeatureStore, encoders) -> np.ndarray:
+    """The zero-shot scores (items, captions) of items (by content hash) for captions, as the app ranks."""
+    backbone = encoders.backbone.id
+    if not hashes:
+        return np.zeros((0, len(texts)), np.float32)
+    index = ZeroShotIndex(encoders.class_embeddings, store.stack(hashes, backbone, "image_top_ids"),
+                          store.stack(hashes, backbone, "image_top_probs"))
+    sentences = encoders.minilm.encode(texts).sentence
+    vocab = sorted({w for t in texts for w in content_words(t)})
+    word_index = {w: i for i, w in enumerate(vocab)}
+    words = encoders.minilm.encode(vocab).sentence if vocab else np.zeros((0, 384), np.float32)
+    scores = np.empty((len(hashes), len(texts)), np.float32)
+    for j, text in enumerate(texts):
+        scores[:, j] = index.score(sentences[j], words[[word_index[w] for w in content_words(text)]])
+    return scores
+
+
+def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
+    """Each caption's column ranked the way the app ranks it: the model and the zero-shot semantics fused by
+    :func:`engine.search.evidence.fuse` over the items."""
+    from engine.search.evidence import ArrayEvidence, fuse
+
+    rows = np.arange(model.shape[0])
+    out = np.empty(model.shape, np.float32)
+    for j in range(model.shape[1]):
+        out[:, j] = fuse({"model": ArrayEvidence("model", model[:, j]),
+                          "zero_shot": ArrayEvidence("zero_shot", zero_shot[:, j])}, rows).total
+    return out
+
+
 def evaluate_trained(service: LoopService, folder: Path, split: str | None, model: str,
-                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
+                     distractors: Sequence[Path] = (), fused: bool = True) -> dict[str, Any]:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
     ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
-    :func:`engine.loop.metrics.retrieval_report`)."""
+    :func:`engine.loop.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way the app
+    ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
+    judged on what the user gets; False: the model alone."""
     from engine.search.trained import TrainedSearch
     from engine.search.vectorindex import kxk_scores
 
@@ -98,9 +121,19 @@ def evaluate_trained(service: LoopService, folder: Path, split: str | None, mode
         return np.stack([kxk_scores(query, emb)[0] for query in texts.emb], axis=1)
 
     scores = scores_of([feats[i] for i in keep])
-    others = [f for f in (service.features.get(content_hash(p), backbone) for p in extra) if f is not None]
+    others = [(p, f) for p in extra if (f := service.features.get(content_hash(p), backbone)) is not None]
+    distracting = scores_of([f for _, f in others]) if others else None
+    if fused:  # the ranking the user gets: the model beside the zero-shot semantics (engine/search/evidence.py)
+        if trained.encoders.backbone.id != service.encoders.backbone.id:  # the stock features the semantics read
+            for _ in ensure_features([*paths_, *extra], service.features, service.encoders):
+                pass
+        hashes = [content_hash(paths_[i]) for i in keep] + [content_hash(p) for p, _ in others]
+        both = np.concatenate([scores, distracting]) if distracting is not None else scores
+        zero = zero_shot_matrix(hashes, [t for _, t in captions], service.features, service.encoders)
+        both = fused_matrix(both, zero)
+        scores, distracting = both[:len(keep)], (both[len(keep):] if distracting is not None else None)
     report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
-                              distractors=scores_of(others).astype(np.float64) if others else None)
+                              distractors=distracting.astype(np.float64) if distracting is not None else None)
     report.update(model=model, method=trained.runner.method, split=split or "all",
                   n_failed=len(view.items) - len(keep))
     return report
