@@ -188,6 +188,8 @@ class SearchService:
             return []
         trained = self._active_trained()
         if trained is not None:
+            if min_probability is not None and not trained.carries_evidence(text):
+                return []  # no word the model knows: nothing to believe, whatever its weights answer (#29)
             encoded, _ = trained.encode_text([text])
             return self._trained_hits(trained.rank(encoded, top, offset, min_probability))
         ids, index = self._zero_shot_index()
@@ -195,6 +197,13 @@ class SearchService:
             return []
         scores = index.score(*self._zero_shot_query(text))
         return self._hits(ids, scores, top, offset)
+
+    def query_carries_evidence(self, text: str) -> bool:
+        """False when the active trained model's text encoder knows none of the query's content words
+        (:meth:`engine.search.trained.TrainedSearch.carries_evidence`): a search under a match-probability cutoff
+        then returns nothing, and the GUI says why. Always True with zero-shot search, which has no cutoff."""
+        trained = self._active_trained()
+        return trained is None or trained.carries_evidence(text.strip())
 
     def _zero_shot_query(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """The MiniLM embeddings of a sentence (D,) and of its content words (W, D) for the zero-shot ranking.
