@@ -129,8 +129,8 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
 
     Robust on any CPU (#29): the weights of 60 epochs at lr 1e-2 differ with the floating-point kernels
     (ATEN_CPU_CAPABILITY=default vs avx2 on one machine: own-caption probability 0.55 vs 0.93 for one caption),
-    so no single caption is judged. What holds across kernels, measured on 48 captions under default, avx2 and
-    one thread: the median probability of a caption's own photo (0.76-0.87) and of the other photos (<= 0.002).
+    so no single caption is judged. What holds across kernels, measured on 48 captions under default and avx2
+    kernels: the median probability of a caption's own photo (0.76, 0.87) and of the other photos (<= 0.001).
     Nonsense is no model's call: a query with no word the model's text encoder knows reaches a GloVe model as
     zeros, which it may "believe" (0.83 and 0.50 for "zxqv" under the two kernels), so the engine returns nothing
     for it under a cutoff, by rule (engine.features.text.carries_evidence). "wug", the nonce word of the old query
