@@ -368,6 +368,10 @@ class MainWindow(QMainWindow):
             return f"{total}{more} results {described}"
         cutoff = self.session.min_probability
         if cutoff is not None and isinstance(self.session.query, str):
+            service = self.session.service
+            if service is not None and not service.query_carries_evidence(self.session.query):
+                return (f"No results {described}: the model knows none of its words, so it has no evidence "
+                        "for any item at any cutoff. Try other words.")
             return (f"No result {described} reaches a match probability of {cutoff:.2f}: "
                     "lower the p ≥ cutoff (right of the search box) to see weaker matches.")
         return f"No results {described}"

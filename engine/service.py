@@ -191,6 +191,10 @@ class SearchService:
         text = text.strip()
         if not text:
             return []
+        if min_probability is not None:
+            trained = self._active_trained()
+            if trained is not None and not trained.carries_evidence(text):
+                return []  # no word the model knows: nothing to believe, whatever its weights answer (#29)
         ranked = self.rank_text(text)
         if ranked is None:
             return []
@@ -330,6 +334,13 @@ class SearchService:
             near.append(ids[top])
             sims.append(scores[top])
         return near, sims
+
+    def query_carries_evidence(self, text: str) -> bool:
+        """False when the active trained model's text encoder knows none of the query's content words
+        (:meth:`engine.search.trained.TrainedSearch.carries_evidence`): a search under a match-probability cutoff
+        then returns nothing, and the GUI says why. Always True with zero-shot search, which has no cutoff."""
+        trained = self._active_trained()
+        return trained is None or trained.carries_evidence(text.strip())
 
     def _zero_shot_query(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """The MiniLM embeddings of a sentence (D,) and of its content words (W, D) for the zero-shot ranking.

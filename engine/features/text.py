@@ -56,6 +56,10 @@ class MiniLMEncoder:
         self._session = open_session(graph or folder / "model.onnx", threads=threads)
         self._lock = threading.Lock()  # the tokenizer's padding state is not thread-safe
 
+    def knows(self, word: str) -> bool:
+        """Whether ``word`` is a whole token of the WordPiece vocabulary (not assembled from pieces)."""
+        return self._tokenizer.token_to_id(word) is not None
+
     def encode(self, texts: list[str], batch_size: int = 64) -> EncodedText:
         if not texts:
             return EncodedText([], np.zeros((0, 0, self.dim), np.float32), np.zeros((0, 0), bool),
@@ -99,6 +103,10 @@ class GloveEncoder:
         self._vectors = np.load(folder / "vectors.npy", mmap_mode="r")
         self.max_tokens = max_tokens
 
+    def knows(self, word: str) -> bool:
+        """Whether ``word`` has a GloVe vector (an unknown word reaches a model as zeros)."""
+        return word in self._index
+
     def word_ids(self, text: str) -> list[int]:
         """Vocabulary ids of the words of ``text`` (-1 for unknown words)."""
         return [self._index.get(w, -1) for w in glove_tokenize(text)[: self.max_tokens]]
@@ -115,6 +123,23 @@ class GloveEncoder:
                 vectors[row, known] = self._vectors[[ids[i] for i in known]]
             mask[row, : len(words)] = True
         return EncodedText(tokens, vectors, mask, None)
+
+
+def carries_evidence(text: str, encoder: MiniLMEncoder | GloveEncoder,
+                     lexicon: GloveEncoder | None = None) -> bool:
+    """Whether ``text`` holds at least one content word (:func:`engine.features.regional.content_words`) that
+    ``encoder`` knows, or ``lexicon`` where given. A query without one carries no evidence about any item.
+
+    GloVe: a word outside its vocabulary becomes a zero vector, so a query of unknown words gives a model the same
+    input, zeros, whatever its words: whatever the model answers is a property of its weights, not of the query.
+    MiniLM never fails to tokenise: an unknown word becomes word pieces ("zxqv" -> z ##x ##q ##v). A word that is
+    whole in its vocabulary is known; a split one is known when it is an English word, which the GloVe
+    vocabulary (400,000 words of Wikipedia and Gigaword) passed as ``lexicon`` says ("snowboarder" -> snow ##board
+    ##er is one). Stop words and 1-2 letter words carry no evidence for either.
+    """
+    from engine.features.regional import content_words
+
+    return any(encoder.knows(w) or (lexicon is not None and lexicon.knows(w)) for w in content_words(text))
 
 
 def text_encoder(name: str, root: Path | None = None) -> TextEncoder:

@@ -7,7 +7,9 @@ The active model's encoders turn the cached backbone features into K embeddings 
 - K x K max-cosine of unit embeddings (PVSE §3.4 inference; K = 1 is VSE++);
 - PCME: candidates by the cosine of the means, re-ranked by the Monte-Carlo match probability (PCME eq. 2) with
   the model's own a, b and J; ``min_probability`` drops results the model does not believe in, so a query with
-  no good answer returns nothing instead of a padded list.
+  no good answer returns nothing instead of a padded list. A query none of whose content words the model's text
+  encoder knows carries no evidence (:meth:`TrainedSearch.carries_evidence`): under a cutoff it returns nothing,
+  whatever probability the model's weights give its all-unknown input.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.features.featurestore import FeatureStore
+from engine.features.text import carries_evidence
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
 from engine.search.exportformat import model_export_dir as model_export_dir  # callers import it here
@@ -230,6 +233,14 @@ class TrainedSearch:
         sentence = text.sentence if kind == "minilm-sentence" else None
         encoded = self.runner.encode_text(text.vectors, text.mask.astype(np.float32), sentence)
         return encoded, text.tokens
+
+    def carries_evidence(self, text: str) -> bool:
+        """Whether the model's text encoder knows any content word of ``text`` (see
+        :func:`engine.features.text.carries_evidence`): GloVe models read GloVe words only, MiniLM models any
+        English word."""
+        if self.runner.manifest.text_encoder == "glove":
+            return carries_evidence(text, self.encoders.glove)
+        return carries_evidence(text, self.encoders.minilm, lexicon=self.encoders.glove)
 
     def encode_media_features(self, record) -> Encoded:
         """One photo's or clip's stored vectors from its features (a clip: :meth:`_encode_clips`)."""

@@ -314,8 +314,16 @@ class FakeService:
             scored.append(self._hit(entry, round(overlap + 0.001 * (100 - entry.media.id) / 100, 4)))
         scored.sort(key=lambda h: (-h.score, h.media_id))
         if min_probability is not None and self._is_probabilistic():
+            if not self.query_carries_evidence(text):
+                return []
             scored = [h for h in scored if (h.match_probability or 0) >= min_probability]
         return scored[offset: offset + top]
+
+    UNKNOWN_WORDS = frozenset({"zxqv", "blorf"})
+
+    def query_carries_evidence(self, text: str) -> bool:
+        """The fake model knows every word but ``UNKNOWN_WORDS`` (the real rule: engine.features.text)."""
+        return not self._is_probabilistic() or bool(set(text.lower().split()) - self.UNKNOWN_WORDS)
 
     def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
         """Rank by closeness of mean colour to the example file's mean colour."""

@@ -102,6 +102,18 @@ def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: FakeS
     assert "lower the p ≥ cutoff" in window.empty_label.text()
 
 
+def test_a_query_the_model_has_no_words_for_says_so_instead_of_blaming_the_cutoff(qtbot, window,
+                                                                                  service: FakeService) -> None:
+    service.set_active_model("fake-pcme")
+    window.refresh_models()
+    qtbot.waitUntil(window.search_bar.cutoff.isEnabled, timeout=3000)
+    window.search_bar.cutoff.setValue(10)
+    search(qtbot, window, "zxqv blorf")
+    assert window.results_model.rowCount() == 0
+    assert "knows none of its words" in window.empty_label.text()
+    assert "lower the p" not in window.empty_label.text()
+
+
 class BigLibrary(FakeService):
     """A fake library of ``n`` listed items that exist only as hits (no files: thumbnails fail, as for a
     library on an unplugged drive, and the grid draws placeholders)."""

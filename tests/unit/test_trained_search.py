@@ -137,7 +137,17 @@ def test_an_unknown_model_name_is_a_clear_error(service):
 
 @pytest.mark.slow
 def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(assets_dir, tmp_path):
-    """A PCME model trained on toy shapes believes its own captions and no nonsense (match probability)."""
+    """A PCME model trained on toy shapes believes its own captions and no nonsense (match probability).
+
+    Robust on any CPU (#29): the weights of 60 epochs at lr 1e-2 differ with the floating-point kernels
+    (ATEN_CPU_CAPABILITY=default vs avx2 on one machine: own-caption probability 0.55 vs 0.93 for one caption),
+    so no single caption is judged. What holds across kernels, measured on 48 captions under default and avx2
+    kernels: the median probability of a caption's own photo (0.76, 0.87) and of the other photos (<= 0.001).
+    Nonsense is no model's call: a query with no word the model's text encoder knows reaches a GloVe model as
+    zeros, which it may "believe" (0.83 and 0.50 for "zxqv" under the two kernels), so the engine returns nothing
+    for it under a cutoff, by rule (engine.features.text.carries_evidence). "wug", the nonce word of the old query
+    here, is a GloVe word (#375,369): the model's verdict on it was the kernels' call, so it is not asserted.
+    """
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
     from trainer.data import FeatureSource
@@ -158,10 +168,21 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
     try:
         list(service.index_paths([folder]))
         service.set_active_model(str(tmp_path / "pcme-toy"))
-        caption = (folder / "captions.tsv").read_text().splitlines()[1].split("\t")[1]
-        believed = service.search_text(caption, top=5, min_probability=0.5)
-        assert believed and believed[0].match_probability >= 0.5
-        assert service.search_text("zxqv blorf wug", top=5, min_probability=0.5) == []
+        own, others = [], []
+        for line in (folder / "captions.tsv").read_text().splitlines()[1:]:
+            file, caption = line.split("\t")
+            for hit in service.search_text(caption, top=24):
+                (own if Path(hit.path).name == Path(file).name else others).append(hit.match_probability)
+        assert len(own) == 48 and float(np.median(own)) >= 0.5, own
+        assert float(np.median(others)) <= 0.05
+        believed = service.search_text("a large green triangle on a white background", top=5, min_probability=0.0)
+        assert believed  # known words: the model's call, whatever it is
+
+        for nonsense in ("zxqv blorf", "Zxqv, blorf!", "the zxqv of a blorf"):
+            assert not service.query_carries_evidence(nonsense)
+            assert service.search_text(nonsense, top=5, min_probability=0.5) == []
+            assert service.search_text(nonsense, top=5, min_probability=0.0) == []  # no cutoff lets it through
+        assert len(service.search_text("zxqv blorf", top=5)) == 5  # without a cutoff: a ranking, as asked
     finally:
         service.close()
 
@@ -238,3 +259,34 @@ def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_
     monkeypatch.setattr(TrainedSearch, "_load_index", refuse)
     report = service.evaluate_on(folder, None, "m")
     assert report["n_media"] == 3 and report["n_captions"] == 3
+
+
+def test_a_query_carries_evidence_when_the_models_text_encoder_knows_one_of_its_content_words(assets_dir):
+    """The rule (#29): GloVe knows the words of its vocabulary; MiniLM a whole WordPiece token or, for a word it
+    splits into pieces, an English word (the GloVe vocabulary). Exact lookups, no numerics."""
+    from engine.features.encoders import Encoders
+    from engine.features.text import carries_evidence
+
+    encoders = Encoders(assets_dir)
+    glove, minilm = encoders.glove, encoders.minilm
+    for encoder, lexicon in ((glove, None), (minilm, glove)):
+        assert carries_evidence("a red square", encoder, lexicon)
+        assert carries_evidence("zxqv blorf and a dog", encoder, lexicon)
+        assert not carries_evidence("zxqv blorf", encoder, lexicon)
+        assert not carries_evidence("the of a to in", encoder, lexicon)  # stop words name nothing
+        assert not carries_evidence("!!! 42", encoder, lexicon)
+        assert carries_evidence("wug", encoder, lexicon)  # a GloVe word (Berko's wug test): known
+    assert not minilm.knows("snowboarder") and minilm.knows("snow")  # snow ##board ##er
+    assert carries_evidence("snowboarder", minilm, glove) and not carries_evidence("snowboarder", minilm)
+    assert not carries_evidence("wug", minilm)  # wu ##g
+
+
+def test_a_cutoff_search_with_no_known_word_returns_nothing_for_any_probabilistic_model(service, tmp_path):
+    """Exact, whatever the weights: an untrained PCME (GloVe) model under any cutoff, even 0."""
+    service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme")))
+    assert service.search_text("a blue picture", top=10, min_probability=0.0)
+    assert not service.query_carries_evidence("zxqv blorf")
+    assert service.search_text("zxqv blorf", top=10, min_probability=0.0) == []
+    assert len(service.search_text("zxqv blorf", top=10)) == 7  # no cutoff: the ranking asked for
+    service.set_active_model("zero-shot")
+    assert service.query_carries_evidence("zxqv blorf")  # zero-shot search has no cutoff to apply it to
