@@ -29,8 +29,8 @@ import numpy as np
 
 SEM_FLOOR = 0.55
 SEM_FULL = 0.85
-SPREAD_FLOOR = 0.5  # similarity (cosine in the neighbour space) below which an item gets no share
-SPREAD_SHARE = 0.5  # share of the evidence an identical-looking item would get
+SPREAD_FLOOR = 0.3  # similarity (cosine in the neighbour space) below which an item gets no share
+SPREAD_SHARE = 0.5  # share of the evidence an item next to every named item would get
 SPREAD_NEIGHBOURS = 100
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -116,20 +116,20 @@ class UserWords:
 
 def spread(evidence: dict[int, float], neighbours: Callable[[list[int]], tuple[np.ndarray, np.ndarray]]
            ) -> dict[int, float]:
-    """Each item's share of its look-alikes' evidence: ``neighbours(ids)`` gives, per id, its nearest items
-    (n, M) and their cosine similarities (n, M); an item at similarity s from one with evidence e gets
-    ``SPREAD_SHARE * e * ((s - SPREAD_FLOOR) / (1 - SPREAD_FLOOR))^2``, the best such share over the evidence."""
+    """Each item's share of the evidence of the items it looks like: ``neighbours(ids)`` gives, per id, its
+    nearest items (n, M), best first, and their cosine similarities (n, M). The item at rank r among a source's
+    neighbours (similarity at least ``SPREAD_FLOOR``) gets ``e * (1 - r / M)`` from a source of evidence e; an
+    item's share is ``SPREAD_SHARE`` times the mean over all sources, so what resembles many of the items named
+    by the query (the 17th photo of the dog named on 16) gets much, a look-alike of one of them little."""
     if not evidence:
         return {}
     sources = list(evidence)
     near, sims = neighbours(sources)
-    out: dict[int, float] = {}
+    total: dict[int, float] = {}
     for source, ids, ss in zip(sources, near, sims, strict=True):
         e = evidence[source]
-        kernel = np.clip((ss - SPREAD_FLOOR) / (1.0 - SPREAD_FLOOR), 0.0, 1.0) ** 2
-        for item, k in zip(ids.tolist(), kernel.tolist(), strict=True):
-            if k > 0 and item != source:
-                share = SPREAD_SHARE * e * k
-                if share > out.get(item, 0.0):
-                    out[item] = share
-    return out
+        m = max(1, len(ids))
+        for rank, (item, s) in enumerate(zip(ids.tolist(), ss.tolist(), strict=True)):
+            if item != source and s >= SPREAD_FLOOR:
+                total[item] = total.get(item, 0.0) + e * (1.0 - rank / m)
+    return {item: SPREAD_SHARE * value / len(sources) for item, value in total.items()}

@@ -21,7 +21,6 @@ app's ranking: model, zero-shot semantics and the user's words, :mod:`engine.sea
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random

@@ -63,11 +63,17 @@ def test_a_name_written_on_items_finds_exactly_them_and_stems_words():
 
 def test_spread_gives_look_alikes_a_share_that_decays_with_distance():
     def neighbours(ids):
-        return [np.array([10, 11, 12])], [np.array([1.0, 0.9, 0.4])]
+        return [np.array([10, 11, 12])], [np.array([1.0, 0.9, 0.2])]
 
     shares = spread({10: 1.0}, neighbours)
     assert 10 not in shares and 12 not in shares  # itself; below the floor
     assert 0 < shares[11] < 1.0
+
+    def two(ids):  # item 11 resembles both named items, item 12 only one of them
+        return [np.array([11, 12]), np.array([11, 13])], [np.array([0.9, 0.9]), np.array([0.9, 0.9])]
+
+    shares = spread({20: 1.0, 21: 1.0}, two)
+    assert shares[11] > shares[12] == shares[13] > 0
 
 
 @pytest.fixture

@@ -277,7 +277,12 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
                             for item in view.items])
     queries, _ = trained.encode_text([t for _, t in view.captions])
     scores = np.stack([kxk_scores(q, items)[0] for q in queries.emb], axis=1)
-    expected = retrieval_report(scores, np.array([i for i, _ in view.captions]))
+    # ranked as the app ranks: the model beside the zero-shot semantics (engine/search/evidence.py)
+    from engine.loop.evaluate import fused_matrix, zero_shot_matrix
+
+    zero = zero_shot_matrix([content_hash(item.path) for item in view.items], [t for _, t in view.captions],
+                            service.features, service.encoders)
+    expected = retrieval_report(fused_matrix(scores, zero), np.array([i for i, _ in view.captions]))
     assert report["rsum"] == pytest.approx(expected["rsum"]) and report["i2t"] == pytest.approx(expected["i2t"])
     assert report["model"] == "pvse" and report["split"] == TRAIN_SPLIT
     zero = service.evaluate_on(ts.folder, TRAIN_SPLIT, None)
