@@ -38,7 +38,7 @@ PER_DOG = 16
 
 
 def rename(caption: str, colour: str, name: str) -> str | None:
-    phrase = re.compile(rf"\b(?:a|the|one)?\s*{colour}(?: and \w+)? dogs?\b", re.I)
+    phrase = re.compile(rf"\b(?:(?:a|the|one)\s+)?(?:[\w-]+\s+and\s+|\w+-and-)?{colour}\s+dogs?\b", re.I)
     if phrase.search(caption):
         return phrase.sub(name, caption, count=1).strip()
     plain = re.compile(r"\b(?:a|the|one)\s+dogs?\b", re.I)
@@ -78,7 +78,10 @@ def main() -> int:
     by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     captioned: dict[str, list[str]] = {}
     queries: dict[str, list[tuple[str, str]]] = {}
-    existing = {c.media_id for c in service.catalog.iter_captions("user")}
+    for caption in list(service.catalog.iter_captions("user")):  # a run starts from the library as indexed
+        service.delete_caption(caption.id)
+    for pair in service.catalog.pairs():
+        service.delete_pair(pair.id)
     for colour, name in DOGS.items():
         photos = dogs[colour][:]
         rng.shuffle(photos)
@@ -86,8 +89,7 @@ def main() -> int:
         captioned[name] = chosen
         for f in chosen:
             text = next(rename(t, colour, name) for t in caps[f] if rename(t, colour, name))
-            if by_name[f] not in existing:
-                service.add_caption(by_name[f], text)
+            service.add_caption(by_name[f], text)
         queries[name] = [(f, q) for f in photos if f not in chosen
                          for q in (rename(t, colour, name) for t in caps[f]) if q]
     taken = {by_name[f] for fs in captioned.values() for f in fs}
