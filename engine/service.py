@@ -51,6 +51,7 @@ class SearchService:
         self._lock = threading.RLock()
         self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
         self._globals = None  # (ids, (N, D) normalised global features)
+        self._zero_shot_frames_cache = None  # (owner rows, ZeroShotIndex of the clips' frames)
         self._trained = None  # TrainedSearch of the active model, opened lazily
         # the kinds of evidence rankings weigh (engine/search/evidence.py); a test or a benchmark may narrow them
         self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
@@ -212,7 +213,7 @@ class SearchService:
         sentence, words = self._zero_shot_query(text)
         dense: dict = {}
         if "zero_shot" in self.evidence or trained is None:
-            dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words)
+            dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self._zero_shot_frames())
         encoded = None
         if trained is not None:
             encoded, _ = trained.encode_text([text])
@@ -491,6 +492,37 @@ class SearchService:
                 self._zero_shot = (ids, ZeroShotIndex(self.encoders.class_embeddings, class_ids, probs))
             return self._zero_shot
 
+    def _zero_shot_frames(self):
+        """``(owner rows, ZeroShotIndex)`` of every sampled frame of the library's clips (rows of
+        :meth:`_zero_shot_index`'s ids): a frame's class distribution is the per-class maximum over its regions'
+        top classes, normalised (the regional half of an item's distribution, A3VSE §3.2)."""
+        with self._lock:
+            if self._zero_shot_frames_cache is None:
+                from engine.search.zeroshot import ZeroShotIndex, frame_distributions
+
+                ids, index = self._zero_shot_index()
+                row_of = {int(m): r for r, m in enumerate(ids.tolist())}
+                clips = [m for m in self.catalog.iter_media(MediaStatus.OK)
+                         if m.kind != MediaKind.IMAGE and m.id in row_of]
+                owners: list[int] = []
+                tops: list[tuple[np.ndarray, np.ndarray]] = []
+                records = self.features.get_many([m.content_hash for m in clips], self.encoders.backbone.id,
+                                                 ("frames", "region_top_ids", "region_top_probs")) if clips else {}
+                k = index.top_k
+                for m in clips:
+                    r = records.get(m.content_hash)
+                    if r is None or r.frames is None or r.region_top_ids is None:
+                        continue
+                    for frame_ids, frame_probs in frame_distributions(r.region_top_ids, r.region_top_probs,
+                                                                      len(r.frames), k):
+                        owners.append(row_of[m.id])
+                        tops.append((frame_ids, frame_probs))
+                frame_index = ZeroShotIndex(self.encoders.class_embeddings,
+                                            np.stack([t[0] for t in tops]) if tops else np.zeros((0, k), np.int64),
+                                            np.stack([t[1] for t in tops]) if tops else np.zeros((0, k), np.float32))
+                self._zero_shot_frames_cache = (np.array(owners, np.int64), frame_index)
+            return self._zero_shot_frames_cache
+
     def _global_matrix(self) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             if self._globals is None:
@@ -506,6 +538,7 @@ class SearchService:
         the active model's search (reopened when next needed)."""
         with self._lock:
             self._zero_shot = None
+            self._zero_shot_frames_cache = None
             self._globals = None
             if model:
                 self._trained = None

@@ -81,11 +81,16 @@ def weights(sources: Sequence[str]) -> dict[str, float]:
 
 def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
          words: np.ndarray | None = None, rejected: np.ndarray | None = None) -> Ranking:
-    """The fused ranking of ``rows``: each dense source z-scored (over ``rows``, or over ``sample`` when the rows
+    """The fused ranking of ``rows`` (a single source alone keeps its own scores): each dense source z-scored
+    (over ``rows``, or over ``sample`` when the rows
     are candidates of a large library) and summed with :func:`weights`; ``words`` (0..1 per row) adds up to
     :data:`WORDS`, ``rejected`` (0..1 per row: how close this query is to one the user rejected the item for)
     removes up to :data:`REJECT`."""
     w = weights(list(dense))
+    if len(dense) == 1 and words is None and rejected is None:  # one source: its own scores (e.g. a cosine)
+        (name, source), = dense.items()
+        raw = source.score(rows).astype(np.float32)
+        return Ranking(rows, raw, {name: raw})
     total = np.zeros(len(rows), np.float32)
     parts: dict[str, np.ndarray] = {}
     for name, source in dense.items():
@@ -128,8 +133,10 @@ class ZeroShotEvidence:
 
     name = "zero_shot"
 
-    def __init__(self, index, sentence: np.ndarray, words: np.ndarray) -> None:
-        self.index, self.sentence, self.words = index, sentence, words
+    def __init__(self, index, sentence: np.ndarray, words: np.ndarray, frames=None) -> None:
+        """``frames``: ``(owner rows (F,), ZeroShotIndex of F frames)``, the sampled frames of the library's clips,
+        so a clip is scored by its best-matching frame too (a slideshow's mean is no photo of it)."""
+        self.index, self.sentence, self.words, self.frames = index, sentence, words, frames
         self._reference: np.ndarray | None = None
 
     def terms(self, rows: np.ndarray) -> np.ndarray:
@@ -139,7 +146,17 @@ class ZeroShotEvidence:
         from engine.search.zeroshot import combine_terms
 
         terms = self.terms(rows)
-        return combine_terms(terms, self._reference if self._reference is not None else terms)
+        reference = self._reference if self._reference is not None else terms
+        scores = combine_terms(terms, reference)
+        if self.frames is not None and len(self.frames[0]):
+            owners, frame_index = self.frames
+            position = np.full(int(max(owners.max(), rows.max() if len(rows) else 0)) + 1, -1, np.int64)
+            position[rows] = np.arange(len(rows))
+            mine = np.flatnonzero(position[owners] >= 0)
+            if len(mine):
+                frame_scores = combine_terms(frame_index.terms(self.sentence, self.words, mine), reference)
+                np.maximum.at(scores, position[owners[mine]], frame_scores)
+        return scores
 
     def calibrate(self, sample: np.ndarray) -> None:
         """Standardise the terms of candidates with those of a fixed sample of the library (large libraries)."""

@@ -52,6 +52,7 @@ class ZeroShotIndex:
 
         self.class_embeddings = class_embeddings.astype(np.float32)
         n, k = class_ids.shape
+        self._k = k
         n_classes = self.class_embeddings.shape[0]
         ids = class_ids.astype(np.int32).ravel()
         probs = class_probs.astype(np.float32)
@@ -66,6 +67,11 @@ class ZeroShotIndex:
 
     def __len__(self) -> int:
         return self._sqrt.shape[0]
+
+    @property
+    def top_k(self) -> int:
+        """Classes kept per item."""
+        return self._k
 
     def score(self, sentence: np.ndarray, words: np.ndarray) -> np.ndarray:
         """Scores (N,) for one sentence embedding (D,) and the embeddings of its content words (W, D)."""
@@ -110,3 +116,28 @@ def combine_terms(terms: np.ndarray, reference: np.ndarray | None = None) -> np.
         if std > 1e-9:
             total += (terms[:, j] - float(ref[:, j].mean())) / std
     return total.astype(np.float32)
+
+
+def frame_distributions(region_ids: np.ndarray, region_probs: np.ndarray, frames: int, k: int
+                        ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sampled frame of a clip, its top ``k`` classes and probabilities from its regions' top classes
+    (``region_ids`` / ``region_probs`` (T * R, k') as the feature store keeps them): each class's maximum over
+    the frame's regions, normalised to sum to 1."""
+    if frames < 1 or len(region_ids) % frames:
+        return []
+    per = len(region_ids) // frames
+    out = []
+    for t in range(frames):
+        ids = region_ids[t * per:(t + 1) * per].astype(np.int64).ravel()
+        probs = region_probs[t * per:(t + 1) * per].astype(np.float32).ravel()
+        best: dict[int, float] = {}
+        for c, p in zip(ids.tolist(), probs.tolist(), strict=True):
+            if p > best.get(c, 0.0):
+                best[c] = p
+        ranked = sorted(best.items(), key=lambda cp: -cp[1])[:k]
+        while len(ranked) < k:  # fewer distinct classes than k: zero-probability padding
+            ranked.append((ranked[-1][0] if ranked else 0, 0.0))
+        top_ids = np.array([c for c, _ in ranked], np.int64)
+        top_probs = np.array([p for _, p in ranked], np.float32)
+        out.append((top_ids, top_probs / max(float(top_probs.sum()), 1e-9)))
+    return out

@@ -132,17 +132,21 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
         done = polyseek("annotations", "export", "--library", "mine", str(target), *extra, "--json",
                         home=polyseek_home, assets=assets_dir)
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["captions"] == 2
+        written = json.loads(done.stdout)  # a caption, an accepted and a rejected result, each of its kind
+        assert (written["captions"], written["accepted"], written["rejected"]) == (1, 1, 1)
     done = polyseek("annotations", "import", "--library", "theirs", str(tmp_path / "out.json"), "--json",
                     home=polyseek_home, assets=assets_dir)
-    assert done.returncode == 0 and json.loads(done.stdout)["captions"] == 2, done.stderr
+    added = json.loads(done.stdout)
+    assert done.returncode == 0 and (added["captions"], added["accepted"], added["rejected"]) == (1, 1, 1), done.stderr
     again = polyseek("annotations", "import", "--library", "theirs", str(tmp_path / "out"),
                      home=polyseek_home, assets=assets_dir)
     assert again.returncode == 0 and "imported 0 captions" in again.stdout  # the same captions, not twice
     service = SearchService.open("theirs", assets_dir)
-    try:
-        imported = {service.media(c.media_id).path.name: c.text for c in service.catalog.iter_captions("imported")}
-        assert imported == {"toy_0000.png": "a shape on a plain background", "toy_0001.png": "something round"}
+    try:  # restored as they were: the user's caption as the user's, the verdicts with their queries
+        restored = {service.media(c.media_id).path.name: c.text for c in service.catalog.iter_captions("user")}
+        assert restored == {"toy_0000.png": "a shape on a plain background"}
+        verdicts = {(service.media(p.media_id).path.name, p.query, p.label) for p in service.catalog.pairs()}
+        assert verdicts == {("toy_0001.png", "something round", 1), ("toy_0002.png", "a cat", -1)}
     finally:
         service.close()
     missing = polyseek("annotations", "import", "--library", "theirs", str(tmp_path / "nothing.json"),
