@@ -72,21 +72,24 @@ def standardise(scores: np.ndarray, reference: np.ndarray | None = None) -> np.n
     return ((scores - float(ref.mean())) / std).astype(np.float32)
 
 
-def weights(sources: Sequence[str]) -> dict[str, float]:
-    """The weight of each dense source present: the model and the zero-shot semantics share 1."""
+def weights(sources: Sequence[str], user_share: float = 0.0) -> dict[str, float]:
+    """The weight of each dense source present: the model and the zero-shot semantics share 1. ``user_share``:
+    the share of the query's content words that the user wrote on items; the zero-shot semantics read those words
+    as ImageNet classes, while they mean what the user's items show (the words evidence), so their weight shrinks
+    by that share."""
     if "model" in sources and "zero_shot" in sources:
-        return {"model": MODEL, "zero_shot": 1.0 - MODEL}
+        return {"model": MODEL, "zero_shot": (1.0 - MODEL) * (1.0 - user_share)}
     return {name: 1.0 for name in sources}
 
 
 def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
-         words: np.ndarray | None = None, rejected: np.ndarray | None = None) -> Ranking:
+         words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0) -> Ranking:
     """The fused ranking of ``rows`` (a single source alone keeps its own scores): each dense source z-scored
     (over ``rows``, or over ``sample`` when the rows
     are candidates of a large library) and summed with :func:`weights`; ``words`` (0..1 per row) adds up to
     :data:`WORDS`, ``rejected`` (0..1 per row: how close this query is to one the user rejected the item for)
-    removes up to :data:`REJECT`."""
-    w = weights(list(dense))
+    removes up to :data:`REJECT`; ``user_share``: see :func:`weights`."""
+    w = weights(list(dense), user_share)
     if len(dense) == 1 and words is None and rejected is None:  # one source: its own scores (e.g. a cosine)
         (name, source), = dense.items()
         raw = source.score(rows).astype(np.float32)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,7 @@ SEM_FLOOR = 0.55
 SEM_FULL = 0.85
 SPREAD_FLOOR = 0.3  # similarity (cosine in the neighbour space) below which an item gets no share
 SPREAD_SHARE = 0.5  # share of the evidence an item next to every named item would get
+SPREAD_PRIOR = 3  # pseudo-count: a word written on one item spreads a quarter of what a word on many does
 SPREAD_NEIGHBOURS = 100
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -50,10 +51,12 @@ def query_terms(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class WordsMatch:
-    """Evidence per item (media id -> 0..1) for one query."""
+    """Evidence per item (media id -> 0..1) for one query; ``labels``: each query word the user wrote somewhere,
+    with its share of the query's informative words and the items it is written on (what :func:`spread` reads)."""
 
     positive: dict[int, float]
     rejected: dict[int, float]
+    labels: dict[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
 
 
 class UserWords:
@@ -88,6 +91,7 @@ class UserWords:
         if not len(self):
             return WordsMatch({}, {})
         evidence = np.zeros(len(self.texts), np.float32)
+        labels: dict[str, tuple[float, tuple[int, ...]]] = {}
         terms = query_terms(text)
         if terms:
             hits = {t: self._rows_with(t) for t in terms}
@@ -100,6 +104,8 @@ class UserWords:
             if total > 0:
                 for term, weight in weights.items():
                     evidence[hits[term]] += weight / total
+                    rows = hits[term][~self.rejected[hits[term]]]
+                    labels[term] = (weight / total, tuple(sorted(set(self.media[rows].tolist()))))
         semantic = self._embeddings @ sentence.astype(np.float32)
         semantic = np.clip((semantic - SEM_FLOOR) / (SEM_FULL - SEM_FLOOR), 0.0, 1.0)
         evidence = np.maximum(np.minimum(evidence, 1.0), semantic)
@@ -111,25 +117,34 @@ class UserWords:
                 continue
             target = rejected if is_rejection else positive
             target[media_id] = max(target.get(media_id, 0.0), value)
-        return WordsMatch(positive, rejected)
+        return WordsMatch(positive, rejected, labels)
 
 
-def spread(evidence: dict[int, float], neighbours: Callable[[list[int]], tuple[np.ndarray, np.ndarray]]
-           ) -> dict[int, float]:
-    """Each item's share of the evidence of the items it looks like: ``neighbours(ids)`` gives, per id, its
-    nearest items (n, M), best first, and their cosine similarities (n, M). The item at rank r among a source's
-    neighbours (similarity at least ``SPREAD_FLOOR``) gets ``e * (1 - r / M)`` from a source of evidence e; an
-    item's share is ``SPREAD_SHARE`` times the mean over all sources, so what resembles many of the items named
-    by the query (the 17th photo of the dog named on 16) gets much, a look-alike of one of them little."""
-    if not evidence:
+def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
+           neighbours: Callable[[list[int]], tuple[list[np.ndarray], list[np.ndarray]]]) -> dict[int, float]:
+    """Each item's share of the evidence of the user's words it resembles the items of (a word the user wrote on
+    items is a label; its items are the examples of what it means). ``neighbours(ids)`` gives, per id, its
+    nearest items, best first, and their cosine similarities. For a label of weight w (its share of the query,
+    :meth:`UserWords.match`) written on items S, an item at rank r among the M neighbours of an item of S
+    (similarity at least ``SPREAD_FLOOR``) gets ``1 - r / M`` from it; its share of the label is
+    ``SPREAD_SHARE * w * sum / (|S| + SPREAD_PRIOR)``: what resembles many of the photos the user named Biscuit
+    gets much, a look-alike of the one photo that says "grass" little."""
+    items = sorted({m for _, ms in labels.values() for m in ms})
+    if not items:
         return {}
-    sources = list(evidence)
-    near, sims = neighbours(sources)
-    total: dict[int, float] = {}
-    for source, ids, ss in zip(sources, near, sims, strict=True):
-        e = evidence[source]
+    near, sims = neighbours(items)
+    ranked = {}
+    for source, ids, ss in zip(items, near, sims, strict=True):
         m = max(1, len(ids))
-        for rank, (item, s) in enumerate(zip(ids.tolist(), ss.tolist(), strict=True)):
-            if item != source and s >= SPREAD_FLOOR:
-                total[item] = total.get(item, 0.0) + e * (1.0 - rank / m)
-    return {item: SPREAD_SHARE * value / len(sources) for item, value in total.items()}
+        ranked[source] = {item: 1.0 - r / m for r, (item, s) in enumerate(zip(ids.tolist(), ss.tolist(), strict=True))
+                          if item != source and s >= SPREAD_FLOOR}
+    out: dict[int, float] = {}
+    for weight, sources in labels.values():
+        total: dict[int, float] = {}
+        for source in sources:
+            for item, k in ranked[source].items():
+                total[item] = total.get(item, 0.0) + k
+        scale = SPREAD_SHARE * weight / (len(sources) + SPREAD_PRIOR)
+        for item, value in total.items():
+            out[item] = out.get(item, 0.0) + scale * value
+    return out

@@ -61,19 +61,16 @@ def test_a_name_written_on_items_finds_exactly_them_and_stems_words():
     assert query_terms("The dog and THE cat") == ["dog", "cat"]
 
 
-def test_spread_gives_look_alikes_a_share_that_decays_with_distance():
-    def neighbours(ids):
-        return [np.array([10, 11, 12])], [np.array([1.0, 0.9, 0.2])]
+def test_spread_gives_look_alikes_of_many_named_items_more_than_of_one():
+    def neighbours(ids):  # item 11 resembles both items named "biscuit", item 12 only one; 13 is too far
+        table = {20: ([20, 11, 12], [1.0, 0.9, 0.8]), 21: ([21, 11, 13], [1.0, 0.9, 0.1])}
+        return [np.array(table[i][0]) for i in ids], [np.array(table[i][1]) for i in ids]
 
-    shares = spread({10: 1.0}, neighbours)
-    assert 10 not in shares and 12 not in shares  # itself; below the floor
-    assert 0 < shares[11] < 1.0
-
-    def two(ids):  # item 11 resembles both named items, item 12 only one of them
-        return [np.array([11, 12]), np.array([11, 13])], [np.array([0.9, 0.9]), np.array([0.9, 0.9])]
-
-    shares = spread({20: 1.0, 21: 1.0}, two)
-    assert shares[11] > shares[12] == shares[13] > 0
+    shares = spread({"biscuit": (1.0, (20, 21))}, neighbours)
+    assert 20 not in shares and 21 not in shares and 13 not in shares  # themselves; below the floor
+    assert shares[11] > shares[12] > 0
+    alone = spread({"grass": (1.0, (20,))}, neighbours)
+    assert alone[11] < shares[11]  # a word written on one item spreads less
 
 
 @pytest.fixture
