@@ -224,7 +224,8 @@ class SearchService:
             encoded, _ = trained.encode_text([text])
             if "model" in self.evidence:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
-        shared = spread(match.labels, self._neighbours) if match.labels else {}
+        shared = spread(match.labels, self._neighbours, self._novelty(match.labels, ids, index, trained)) \
+            if match.labels else {}
         positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
         named = np.array([*positive, *match.rejected], np.int64)
         rows, sample = self._rows(ids, trained, encoded, named)
@@ -244,6 +245,35 @@ class SearchService:
         if "model" in dense:
             ranking.frames, ranking.head_pairs = dense["model"].frames, dense["model"].head_pairs
         return ids, ranking, trained, encoded
+
+    def _novelty(self, labels: dict, ids: np.ndarray, index, trained) -> dict[str, float]:
+        """:func:`engine.search.words.novelty_of` of each word the user wrote, for the ranking in use (the trained
+        model, else the zero-shot semantics), the word alone as the query, against a fixed sample of the library."""
+        from engine.search import evidence
+        from engine.search.words import novelty_of
+
+        terms = list(labels)
+        sample = evidence.fixed_sample(len(ids))
+        row_of = {int(m): r for r, m in enumerate(ids.tolist())}
+        out: dict[str, float] = {}
+        encoded = trained.encode_text(terms)[0] if trained is not None else None
+        for j, term in enumerate(terms):
+            rows = np.array([row_of[m] for m in labels[term][1] if m in row_of], np.int64)
+            if not len(rows):
+                continue
+            if trained is not None:
+                from engine.search.modelrunner import Encoded
+
+                query = Encoded(encoded.emb[j:j + 1])
+                mine, _, _ = trained.score_ids(query, ids[rows])
+                reference, _, _ = trained.score_ids(query, ids[sample])
+            else:
+                sentence, words = self._zero_shot_query(term)
+                source = evidence.ZeroShotEvidence(index, sentence, words)
+                source.calibrate(sample)
+                mine, reference = source.score(rows), source.score(sample)
+            out[term] = novelty_of(mine, reference)
+        return out
 
     def _rows(self, ids: np.ndarray, trained, encoded, named: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Every row of a library up to :data:`evidence.DENSE_LIMIT` items; above it the model's candidates, every

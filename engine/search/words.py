@@ -121,14 +121,18 @@ class UserWords:
 
 
 def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
-           neighbours: Callable[[list[int]], tuple[list[np.ndarray], list[np.ndarray]]]) -> dict[int, float]:
+           neighbours: Callable[[list[int]], tuple[list[np.ndarray], list[np.ndarray]]],
+           novelty: dict[str, float] | None = None) -> dict[int, float]:
     """Each item's share of the evidence of the user's words it resembles the items of (a word the user wrote on
     items is a label; its items are the examples of what it means). ``neighbours(ids)`` gives, per id, its
     nearest items, best first, and their cosine similarities. For a label of weight w (its share of the query,
     :meth:`UserWords.match`) written on items S, an item at rank r among the M neighbours of an item of S
     (similarity at least ``SPREAD_FLOOR``) gets ``1 - r / M`` from it; its share of the label is
     ``SPREAD_SHARE * w * sum / (|S| + SPREAD_PRIOR)``: what resembles many of the photos the user named Biscuit
-    gets much, a look-alike of the one photo that says "grass" little."""
+    gets much, a look-alike of the one photo that says "grass" little. ``novelty`` (0..1 per word, default 1)
+    scales each word's share: a word the model already reads as the user does ("dog" on photos of dogs) has
+    nothing to teach by example, a name it cannot know ("Biscuit" on photos of a dog) has everything
+    (:func:`novelty_of`)."""
     items = sorted({m for _, ms in labels.values() for m in ms})
     if not items:
         return {}
@@ -139,7 +143,10 @@ def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
         ranked[source] = {item: 1.0 - r / m for r, (item, s) in enumerate(zip(ids.tolist(), ss.tolist(), strict=True))
                           if item != source and s >= SPREAD_FLOOR}
     out: dict[int, float] = {}
-    for weight, sources in labels.values():
+    for term, (weight, sources) in labels.items():
+        weight *= 1.0 if novelty is None else novelty.get(term, 1.0)
+        if weight <= 0:
+            continue
         total: dict[int, float] = {}
         for source in sources:
             for item, k in ranked[source].items():
@@ -148,3 +155,13 @@ def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
         for item, value in total.items():
             out[item] = out.get(item, 0.0) + scale * value
     return out
+
+
+def novelty_of(scores_of_items: np.ndarray, scores_of_sample: np.ndarray) -> float:
+    """How new a word the user wrote on items is to a ranking: the share of a sample of the library that the
+    ranking scores (for that word alone) above the mean of the word's own items, doubled and clipped to 1. Items
+    at the top of the library for the word: 0 (the ranking already knows it); at the median or below: 1."""
+    if not len(scores_of_items) or not len(scores_of_sample):
+        return 1.0
+    above = float(np.mean(scores_of_sample > float(np.mean(scores_of_items))))
+    return min(1.0, 2.0 * above)
