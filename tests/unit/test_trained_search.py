@@ -290,3 +290,35 @@ def test_a_cutoff_search_with_no_known_word_returns_nothing_for_any_probabilisti
     assert len(service.search_text("zxqv blorf", top=10)) == 7  # no cutoff: the ranking asked for
     service.set_active_model("zero-shot")
     assert service.query_carries_evidence("zxqv blorf")  # zero-shot search has no cutoff to apply it to
+
+
+def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp_path):
+    """The manifest's ``trained_on`` says what each visual branch learnt from; a clip of a model whose video encoder
+    saw no clip is embedded by the image encoder (its pooled feature, and each frame apart), never by the video
+    encoder's initial weights. Exact: both sides are the same ONNX graphs on the same features."""
+    import json
+
+    from engine.search.exportformat import model_export_dir
+    from engine.search.modelrunner import ModelRunner
+
+    model_dir = export_untrained("vse", tmp_path / "no-clips")
+    manifest_file = model_export_dir(model_dir) / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["trained_on"] = {"image": 100, "video": 0}
+    manifest_file.write_text(json.dumps(manifest))
+    service.set_active_model(str(model_dir))
+    trained = service._active_trained()
+    gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
+    feats = service.features.get(gif.content_hash, service.encoders.backbone.id)
+    runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=service.encoders.backbone.id)
+    stored = trained.index.get([gif.id])[0]
+    by_image = runner.encode_image(None, feats.global_[None].astype(np.float32)).emb[0]
+    by_video = runner.encode_video(feats.frames[None].astype(np.float32),
+                                   np.ones((1, len(feats.frames)), np.float32)).emb[0]
+    assert np.allclose(stored, by_image / np.linalg.norm(by_image, axis=-1, keepdims=True), atol=1e-3)
+    assert not np.allclose(stored, by_video / np.linalg.norm(by_video, axis=-1, keepdims=True), atol=1e-2)
+    assert not trained.runner.manifest.video_trained
+
+    manifest["trained_on"] = {"image": 100, "video": 5}  # a model that learnt from clips uses its video encoder
+    manifest_file.write_text(json.dumps(manifest))
+    assert ModelRunner.load(model_export_dir(model_dir)).manifest.video_trained

@@ -75,7 +75,10 @@ def test_every_method_trains_one_epoch_and_leaves_a_complete_model_folder(worksp
     for name in ("config.json", "model.safetensors", "trainer_state.json", "metrics.json", "onnx/manifest.json"):
         assert (out / name).is_file(), name
     assert len(list(out.glob("last-*.safetensors"))) == 1 and len(list(out.glob("optimizer-*.pt"))) == 1
-    assert load_manifest(out / "onnx")["method"] == method
+    manifest = load_manifest(out / "onnx")
+    assert manifest["method"] == method
+    # what each visual branch learnt from: this folder holds photos only, so the video encoder is marked unused
+    assert manifest["trained_on"]["image"] > 0 and manifest["trained_on"]["video"] == 0
     state = ckpt.load_state(out)
     assert state.finished and state.epoch == 1 and len(state.history) == 1
     assert json.loads((out / "metrics.json").read_text())["rsum"] == pytest.approx(report["rsum"])
