@@ -35,9 +35,8 @@ SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx")
 
 
-def derived_folder(data: Path, work: Path, val_items: int, seed: int) -> dict[str, int]:
-    """A caption folder in ``work`` whose media are ``data``'s (a link) and whose splits re-divide ``data``'s
-    train split into starter-train and a seeded starter-val slice; other splits are left out."""
+def _train_rows(data: Path) -> tuple[Path, list[str], list[list[str]]]:
+    """A caption folder's media folder, its sorted train files and its caption rows (other splits never read)."""
     media = next((data / name for name in ("images", "media") if (data / name).is_dir()), None)
     if media is None:
         raise SystemExit(f"{data}: no images/ or media/ folder")
@@ -48,21 +47,61 @@ def derived_folder(data: Path, work: Path, val_items: int, seed: int) -> dict[st
         train = sorted(f for f, split in rows if split == RECIPE["train_split"])
     else:
         train = sorted({f for f, _ in captions})
-    if len(train) <= val_items:
-        raise SystemExit(f"{data}: {len(train)} training photos; need more than --val-items {val_items}")
-    val = set(random.Random(seed).sample(train, val_items))
+    return media, train, captions
+
+
+def derived_folder(data: Path | list[Path], work: Path, val_items: int | list[int], seed: int) -> dict[str, int]:
+    """A caption folder in ``work`` whose media are ``data``'s (links) and whose splits re-divide ``data``'s
+    train split into starter-train and a seeded starter-val slice; other splits are left out. Several folders
+    (``data`` and ``val_items`` lists) are merged, folder k's slice drawn with seed ``seed + k``."""
+    datas = data if isinstance(data, list) else [data]
+    vals = val_items if isinstance(val_items, list) else [val_items] * len(datas)
     work.mkdir(parents=True, exist_ok=True)
-    (work / media.name).symlink_to(media.resolve(), target_is_directory=True)
+    train_rows: list[tuple[str, str]] = []
+    caption_rows: list[list[str]] = []
+    sources: dict[str, Path] = {}
+    for k, (folder, n_val) in enumerate(zip(datas, vals, strict=True)):
+        media, train, captions = _train_rows(folder)
+        if len(train) <= n_val:
+            raise SystemExit(f"{folder}: {len(train)} training photos; need more than --val-items {n_val}")
+        val = set(random.Random(seed + k).sample(train, n_val))
+        clash = [f for f in train if f in sources]
+        if clash:
+            raise SystemExit(f"{folder}: {clash[0]} is also in another --data folder")
+        sources.update((f, media / f) for f in train)
+        train_rows += [(f, SPLIT_VAL if f in val else SPLIT_TRAIN) for f in train]
+        keep = set(train)
+        caption_rows += [row for row in captions if row and row[0] in keep]
+    if len(datas) == 1:
+        media = _train_rows(datas[0])[0]
+        (work / media.name).symlink_to(media.resolve(), target_is_directory=True)
+    else:
+        (work / "images").mkdir()
+        for name, path in sources.items():
+            (work / "images" / name).symlink_to(path.resolve())
     with (work / "splits.tsv").open("w", encoding="utf-8", newline="") as f:
         w = csv.writer(f, delimiter="\t", lineterminator="\n")
         w.writerow(["file", "split"])
-        w.writerows((name, SPLIT_VAL if name in val else SPLIT_TRAIN) for name in train)
-    keep = set(train)
+        w.writerows(train_rows)
     with (work / "captions.tsv").open("w", encoding="utf-8", newline="") as f:
         w = csv.writer(f, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
         w.writerow(["file", "caption"])
-        w.writerows(row for row in captions if row and row[0] in keep)
-    return {"train_photos": len(train) - val_items, "val_photos": val_items}
+        w.writerows(caption_rows)
+    n_val = sum(s == SPLIT_VAL for _, s in train_rows)
+    return {"train_photos": len(train_rows) - n_val, "val_photos": n_val}
+
+
+TERMS = {
+    "flickr8k": "Flickr8k (Hodosh, Young & Hockenmaier 2013), distributed for research use",
+    "webcaps": "webcaps, a Conceptual Captions sample (Sharma et al. 2018; captions Google's release, images their "
+               "owners'), research use; its terms allow releasing weights trained on it",
+}
+
+
+def _terms(datas: list[Path]) -> str:
+    known = [TERMS.get(d.name, f"{d.name} (see its SOURCE.txt)") for d in datas]
+    return ("trained on " + "; and ".join(known) + ". The weights are Polyseek's own training output; no photo or "
+            "caption is included")
 
 
 def half_precision(weights: Path) -> None:
@@ -76,17 +115,24 @@ def half_precision(weights: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="caption folder (Flickr8k for the shipped one)")
+    parser.add_argument("--data", type=Path, nargs="+", required=True,
+                        help="caption folder(s) (Flickr8k and webcaps for the shipped one)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "resources" / "models"
                         / "starter")
-    parser.add_argument("--val-items", type=int, default=RECIPE["val_items"])
+    parser.add_argument("--val-items", type=int, nargs="+", default=[RECIPE["val_items"]],
+                        help="photos of each --data folder's train split held aside to pick the epoch")
     parser.add_argument("--seed", type=int, default=RECIPE["seed"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = parser.parse_args(argv)
     out = args.out.resolve()
     with tempfile.TemporaryDirectory(prefix="polyseek-starter-") as tmp:
         work, run = Path(tmp) / "data", Path(tmp) / "run"
-        sizes = derived_folder(args.data.resolve(), work, args.val_items, args.seed)
+        datas = [d.resolve() for d in args.data]
+        vals = args.val_items * len(datas) if len(args.val_items) == 1 else args.val_items
+        if len(vals) != len(datas):
+            raise SystemExit("--val-items: one number, or one per --data folder")
+        sizes = derived_folder(datas if len(datas) > 1 else datas[0], work, vals if len(datas) > 1 else vals[0],
+                               args.seed)
         command = [sys.executable, "-m", "trainer", "train", "--method", RECIPE["method"], "--data", str(work),
                    "--train-split", SPLIT_TRAIN, "--val-split", SPLIT_VAL, "--out", str(run),
                    "--seed", str(args.seed), "--device", args.device]
@@ -100,17 +146,18 @@ def main(argv: list[str] | None = None) -> int:
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
         half_precision(staging / "model.safetensors")
         metrics = json.loads((run / "metrics.json").read_text())
-        record = {**RECIPE, "val_items": args.val_items, "seed": args.seed, **sizes,
-                  "data": args.data.name, "command": "python tools/build_starter.py --data " + str(args.data),
+        record = {**RECIPE, "val_items": vals if len(vals) > 1 else vals[0], "seed": args.seed, **sizes,
+                  "data": " + ".join(d.name for d in datas),
+                  "command": "python tools/build_starter.py --data " + " ".join(str(d) for d in args.data)
+                  + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else ""),
                   "validation": {k: metrics.get(k) for k in ("rsum", "best_epoch", "epochs")},
-                  "terms": "trained on Flickr8k (Hodosh, Young & Hockenmaier 2013), distributed for research use; "
-                           "the weights are Polyseek's own training output, the photos are not included"}
+                  "terms": _terms(datas)}
         (staging / "starter.json").write_text(json.dumps(record, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     print(f"starter model written to {out} (validation rsum {record['validation']['rsum']:.1f} on "
-          f"{args.val_items} held-aside train photos)")
+          f"{sizes['val_photos']} held-aside train photos)")
     return 0
 
 
