@@ -315,7 +315,7 @@ class SearchService:
                 continue
             captions = tuple(c.text for c in self.catalog.captions(media.id))
             hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
-                                  ranking.head_pairs.get(row), ranking.frames.get(row)))
+                                  ranking.head_pair_of(row), ranking.frame_of(row)))
         return hits
 
     def _user_words(self):

@@ -53,8 +53,16 @@ class Ranking:
     rows: np.ndarray
     total: np.ndarray
     parts: dict[str, np.ndarray] = field(default_factory=dict)
-    frames: dict[int, int] = field(default_factory=dict)  # row -> the frame of a clip that matched best
-    head_pairs: dict[int, tuple[int, int]] = field(default_factory=dict)  # row -> (query head, item head)
+    frames: np.ndarray | None = None  # per library row: the frame of a clip that matched best (-1: none)
+    head_pairs: np.ndarray | None = None  # per library row: (query head, item head) of the model's best match
+
+    def frame_of(self, row: int) -> int | None:
+        if self.frames is None or self.frames[row] < 0:
+            return None
+        return int(self.frames[row])
+
+    def head_pair_of(self, row: int) -> tuple[int, int] | None:
+        return None if self.head_pairs is None else (int(self.head_pairs[row, 0]), int(self.head_pairs[row, 1]))
 
     def order(self) -> np.ndarray:
         """Positions into ``rows`` best first (ties by row, so a query always ranks the same way)."""
@@ -185,13 +193,11 @@ class ModelEvidence:
 
     def __init__(self, trained, encoded, ids: np.ndarray) -> None:
         self.trained, self.encoded, self.ids = trained, encoded, ids
-        self.frames: dict[int, int] = {}
-        self.head_pairs: dict[int, tuple[int, int]] = {}
+        self.frames = np.full(len(ids), -1, np.int64)  # per library row: the clip's best frame (-1: none)
+        self.head_pairs = np.zeros((len(ids), 2), np.int64)  # per library row: (query head, item head)
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         scores, frames, pairs = self.trained.score_ids(self.encoded, self.ids[rows])
-        for row, frame, pair in zip(rows.tolist(), frames.tolist(), pairs.tolist(), strict=True):
-            self.head_pairs[row] = (int(pair[0]), int(pair[1]))
-            if frame >= 0:
-                self.frames[row] = frame
+        self.frames[rows] = frames
+        self.head_pairs[rows] = pairs
         return scores
