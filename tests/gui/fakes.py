@@ -298,9 +298,16 @@ class FakeService:
         if self._is_probabilistic():
             prob = 1 / (1 + math.exp(-8 * (score - 0.4)))
             unc = 0.2 + 0.1 * (media_id % 5)
+        frame = None
         if self._active is not None:
             pair = (media_id % K, (media_id + 1) % K)
-        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair)
+            if entry.media.kind is not MediaKind.IMAGE and score > 0:  # a search's clip: the part that matched
+                frame = self.matched_frame(media_id)
+        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair, frame)
+
+    def matched_frame(self, media_id: int) -> int:
+        """The sampled frame a search says matched best in a clip (an invented one, not the first or last)."""
+        return 1 + media_id % (len(self._entry(media_id).frames) - 2)
 
     def search_text(self, text: str, top: int = 60, offset: int = 0,
                     min_probability: float | None = None) -> list[SearchHit]:
