@@ -309,6 +309,7 @@ class AnnotationPanel(QWidget):
         self.suggestions.setIconSize(QSize(SUGGESTION_ICON, SUGGESTION_ICON))
         line = self.suggestions.fontMetrics().height()  # room for "✓ captioned" under a picture
         self.suggestions.setGridSize(QSize(SUGGESTION_ICON + 16, SUGGESTION_ICON + line + 10))
+        self.suggestions.setMinimumHeight(SUGGESTION_ICON + line + 16)  # one row of pictures, whole
         self.suggestions.setResizeMode(QListView.ResizeMode.Adjust)
         self.suggestions.setMovement(QListView.Movement.Static)
         self.suggestions.setUniformItemSizes(True)
@@ -387,6 +388,7 @@ class AnnotationPanel(QWidget):
             why = f"how much a caption would help: {score:.3f}" if ranked else "picked at random"
             item.setToolTip(plain_tooltip(f"{rank}. {name}\n{why}\nclick: annotate it; Enter or double-click: "
                                           "open it large"))
+            item.setSizeHint(self.suggestions.gridSize())  # a cell as big before its picture arrives as after
             self._set_thumbnail(item)
             self.suggestions.addItem(item)
         heading, tip = SUGGESTION_HEADINGS.get(policy or "", (None, None))
