@@ -44,7 +44,7 @@ CAPTION_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 MEDIA_ID_ROLE = Qt.ItemDataRole.UserRole + 2
 SUGGESTIONS = 20  # how many "what to annotate next" items to ask for
 SUGGESTION_POLICY = "auto"
-TICK = "✓ "  # a suggestion that has been captioned since the list was loaded reads "✓ captioned"
+TICK = "✓ "  # a suggestion annotated since the list was loaded reads "✓ annotated"
 SUGGESTION_ICON = 84  # side of a suggestion's thumbnail
 # Why the suggestions come in their order, by the policy that chose them (engine.loop.suggest)
 SUGGESTION_HEADINGS = {
@@ -307,7 +307,7 @@ class AnnotationPanel(QWidget):
         self.suggestions = QListWidget()
         self.suggestions.setViewMode(QListView.ViewMode.IconMode)  # thumbnails, a grid that wraps
         self.suggestions.setIconSize(QSize(SUGGESTION_ICON, SUGGESTION_ICON))
-        line = self.suggestions.fontMetrics().height()  # room for "✓ captioned" under a picture
+        line = self.suggestions.fontMetrics().height()  # room for "✓ annotated" under a picture
         self.suggestions.setGridSize(QSize(SUGGESTION_ICON + 16, SUGGESTION_ICON + line + 10))
         self.suggestions.setMinimumHeight(SUGGESTION_ICON + line + 16)  # one row of pictures, whole
         self.suggestions.setResizeMode(QListView.ResizeMode.Adjust)
@@ -602,7 +602,7 @@ class AnnotationPanel(QWidget):
         for row in range(self.suggestions.count()):
             item = self.suggestions.item(row)
             if item.data(MEDIA_ID_ROLE) == media_id and not item.text().startswith(TICK):
-                item.setText(TICK + "captioned")
+                item.setText(TICK + "annotated")
 
     def _write_failed(self, exc: BaseException) -> None:
         self.status.setText(f"Could not save: {exc}")

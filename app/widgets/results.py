@@ -235,6 +235,17 @@ def browse_line(state: Any) -> str:
     return "captioned" if state.captioned else "not captioned yet"
 
 
+def compact_verdict(verdicts: Any, elide: Callable[[str, int], str], advance: Callable[[str], int],
+                    width: int) -> str:
+    """The latest verdict in ``width`` pixels: "✓ “a dog on a be…”  +1", the query shortened, the mark (its colour
+    says accepted or rejected) and the count of the others kept."""
+    query, label = verdicts[0]
+    mark, more = ("✓ " if label > 0 else "✗ "), (f"  +{len(verdicts) - 1}" if len(verdicts) > 1 else "")
+    room = width - advance(mark) - advance(more) - advance("”")
+    quoted = elide(f"“{query}", room)
+    return f"{mark}{quoted}”{more}"
+
+
 def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
     """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then its captions' origin."""
     badges = []
@@ -696,6 +707,9 @@ class ResultDelegate(QStyledItemDelegate):
             verdicts = getattr(state, "verdicts", ())
             if verdicts and colour.lightness() < 128:  # dark text on a light cell: the verdict in its own colour
                 painter.setPen(VERDICT_INK[verdicts[0][1] > 0])
+            if verdicts and metrics.horizontalAdvance(second) > rect.width() - 8:
+                second = compact_verdict(verdicts, lambda text, width: metrics.elidedText(
+                    text, Qt.TextElideMode.ElideRight, width), metrics.horizontalAdvance, rect.width() - 8)
         second = metrics.elidedText(second, Qt.TextElideMode.ElideRight, rect.width() - 8)
         painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line), centred, second)
 

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QMovie
 
-from app.widgets.results import STATE_ROLE, browse_line, verdict_lines
+from app.widgets.results import STATE_ROLE, browse_line, compact_verdict, verdict_lines
 from app.widgets.viewer import MATCH_HOLD_MS, SAMPLED_FRAMES, matched_frame
 from engine.library.browse import AnnotationState
 from engine.media.sampling import FRAMES_PER_ITEM, frame_indices
@@ -29,6 +29,9 @@ def test_browse_line_names_the_latest_query_and_counts_the_others() -> None:
     assert browse_line(state) == "✓ accepted for “a dog on a beach”  +1 more"
     assert verdict_lines(state) == ["✓ accepted for “a dog on a beach”", "✗ rejected for “a cat”"]
     assert browse_line(AnnotationState(frozenset({"user"}))) == "captioned"  # never judged: as before
+    chars = compact_verdict(state.verdicts, lambda text, width: text[:width - 1] + "…" if len(text) > width else text,
+                            len, 16)  # a cell 16 characters wide
+    assert chars == "✓ “a dog o…”  +1"
 
 
 def test_the_judged_filter_says_which_query_each_item_was_judged_for(qtbot, window, service: FakeService) -> None:
