@@ -37,7 +37,7 @@ from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, show_message
-from app.widgets.results import RELEVANCE_ROLE, ResultsModel, ResultsView, ThumbnailCache
+from app.widgets.results import RELEVANCE_ROLE, STATE_ROLE, ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
@@ -55,6 +55,13 @@ def _counted(n: object) -> str:
     """What an annotation transfer moved, in words: the engine's counts say every kind; a plain count is captions."""
     summary = getattr(n, "summary", None)
     return summary() if callable(summary) else f"{n} captions"
+
+
+def _item_hit(service: SearchServiceLike, media_id: int) -> SearchHit:
+    """An item of the library as a hit of no search (score 0): its path, kind and captions."""
+    record = service.media(media_id)
+    captions = tuple(c.text for c in service.captions(media_id))
+    return SearchHit(media_id, str(record.path), record.kind, 0.0, captions)
 
 
 class MainWindow(QMainWindow):
@@ -95,7 +102,7 @@ class MainWindow(QMainWindow):
         self.results_model = ResultsModel(self.thumbnails, self.pool, self.settings.page_size, parent=self)
         self.results = ResultsView(self.results_model, self.thumbnails, self.settings.thumbnail_size)
         self.inspector = Inspector(self.pool)
-        self.annotate = AnnotationPanel(self.write_pool)
+        self.annotate = AnnotationPanel(self.write_pool, thumbnails=self.thumbnails)
         self.empty_label = plain_label("", wrap=True)
         self.browse_bar = BrowseBar()
         centre = QWidget()
@@ -146,6 +153,7 @@ class MainWindow(QMainWindow):
         self.annotate.captions_changed.connect(self.results_model.set_captions)
         self.annotate.error.connect(self._status)
         self.annotate.suggestion_chosen.connect(self.select_media)
+        self.annotate.suggestion_open_requested.connect(self.open_media)
         self.library.status_message.connect(self._status)
         self.library.indexing_finished.connect(self._indexing_finished)
         bar.edit.down_pressed.connect(self._focus_results)
@@ -382,10 +390,20 @@ class MainWindow(QMainWindow):
         self.inspector.show_hit(self.session.query, hit, rank)
         self.annotate.set_item(self.session.query, hit)
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
-            self.viewer.show_hit(hit)
+            self.viewer.show_hit(hit, self.results_model.state(hit.media_id))
 
-    def open_viewer(self, hit: SearchHit | None = None) -> Viewer | None:
-        """Show the current (or given) result large; the viewer follows the selection while it is open."""
+    def _viewer_state_changed(self, first: QModelIndex, last: QModelIndex, roles: list[int]) -> None:
+        """What the user wrote about the item the viewer shows has arrived or changed: say it there too."""
+        viewer = self.viewer
+        if viewer is None or viewer.hit is None or not viewer.isVisible() or (roles and STATE_ROLE not in roles):
+            return
+        row = self.results_model.row_of(viewer.hit.media_id)
+        if row is not None and first.row() <= row <= last.row():
+            viewer.set_state(self.results_model.state(viewer.hit.media_id))
+
+    def open_viewer(self, hit: SearchHit | None = None, state: Any = None) -> Viewer | None:
+        """Show the current (or given) result large; the viewer follows the selection while it is open.
+        ``state``: the item's annotation state, for an item the results do not hold."""
         hit = hit or self.results.current_hit()
         if hit is None:
             return None
@@ -394,7 +412,8 @@ class MainWindow(QMainWindow):
             self.viewer.step_requested.connect(
                 lambda step: self.results.select_next() if step > 0 else self.results.select_previous())
             self.viewer.judge_requested.connect(self.judge)
-        self.viewer.show_hit(hit)
+            self.results_model.dataChanged.connect(self._viewer_state_changed)
+        self.viewer.show_hit(hit, self.results_model.state(hit.media_id) if state is None else state)
         self.viewer.show()
         self.viewer.raise_()
         self.viewer.activateWindow()
@@ -410,6 +429,7 @@ class MainWindow(QMainWindow):
         def done(_: object) -> None:
             self._status(f"Active model: {name or 'zero-shot'}")
             self.refresh_models()
+            self.annotate.refresh_suggestions()  # another model, another order (and reason)
             if self.session.query is not None:
                 self.search(self.session.query)
 
@@ -429,9 +449,7 @@ class MainWindow(QMainWindow):
             return
 
         def load() -> SearchHit:
-            record = service.media(media_id)
-            captions = tuple(c.text for c in service.captions(media_id))
-            return SearchHit(media_id, str(record.path), record.kind, 0.0, captions)
+            return _item_hit(service, media_id)
 
         def show(hit: SearchHit) -> None:
             self.results.setCurrentIndex(QModelIndex())  # the item is not one of the results
@@ -440,6 +458,24 @@ class MainWindow(QMainWindow):
 
         run_in_background(load, on_result=while_alive(self, show), pool=self.pool, priority=9,
                           on_error=while_alive(self, lambda exc: self._status(f"Cannot show item {media_id}: {exc}")))
+
+    def open_media(self, media_id: int) -> None:
+        """Show ``media_id`` large (Enter / double-click on "What to annotate next"): as a result when the
+        results hold it, else the item on its own, with what the user wrote about it."""
+        service = self.service
+        if service is None:
+            return
+        row = self.results_model.row_of(media_id)
+        if row is not None and self.results_model.hit(row) is not None:
+            self.open_viewer(self.results_model.hit(row))
+            return
+
+        def load() -> tuple[SearchHit, Any]:
+            return _item_hit(service, media_id), service.annotation_states([media_id]).get(media_id)
+
+        run_in_background(load, on_result=while_alive(self, lambda loaded: self.open_viewer(*loaded)),
+                          pool=self.pool, priority=9,
+                          on_error=while_alive(self, lambda exc: self._status(f"Cannot open item {media_id}: {exc}")))
 
     # --- annotation import / export
     def export_annotations(self, dest: Path, fmt: str = "folder") -> Worker:
@@ -499,6 +535,7 @@ class MainWindow(QMainWindow):
             saved = f"; their annotations are saved in {snapshot}" if snapshot else ""
             self._status(f"Deleted {n} missing items with {c} captions and {p} pairs{saved}")
             self.library.refresh()
+            self.annotate.refresh_suggestions()
 
         run_in_background(service.purge_missing, pool=self.write_pool, on_result=while_alive(self, purged),
                           on_error=while_alive(self, lambda exc: self._status(f"Purge failed: {exc}")))
@@ -530,6 +567,7 @@ class MainWindow(QMainWindow):
 
     def _indexing_finished(self, outcome: str) -> None:
         self.refresh_library()
+        self.annotate.refresh_suggestions()  # new items (or a re-index under another model) change the picks
         if self.session.browsing:
             if self.results_model.rowCount() == 0 or outcome == "done":
                 self.search(None)

@@ -700,6 +700,13 @@ class SearchService:
 
         return suggest(self.catalog, self._active_trained(), n, policy)
 
+    def suggestion_policy(self, policy: str = "auto") -> str:
+        """The policy :meth:`suggest_annotations` applies for ``policy`` now (``auto`` resolved against the active
+        model: ``uncertainty``, ``disagreement`` or ``random``), so a list of suggestions can say why its order."""
+        from engine.loop.suggest import resolve_policy
+
+        return resolve_policy(self._active_trained(), policy)
+
     def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
         """Write the library's annotations (captions with their provenance, accepted and rejected pairs with their
         queries) as a caption folder (``folder``) or a COCO JSON (``coco``); returns the number of captions written

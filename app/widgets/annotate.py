@@ -4,8 +4,10 @@
 Labelling is keyboard-first: type a caption, Enter saves it and moves to the next result (Enter on an empty
 line just moves on); Ctrl+Right / Ctrl+Left step through results even while typing; Ctrl+Z undoes the last
 annotation action. After an item picked from the suggestions, Enter moves to the next suggestion
-instead of the next result. Every action is a :class:`QUndoCommand`; its service writes run, in order, on one
-worker thread, so a slow catalog never freezes the window and the writes never reorder.
+instead of the next result. The suggestions are thumbnails; Enter or a double-click on one opens it large, and
+the heading says why they come in that order (the policy ``SearchService.suggestion_policy`` chose). Every
+action is a :class:`QUndoCommand`; its service writes run, in order, on one worker thread, so a slow catalog
+never freezes the window and the writes never reorder.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QThreadPool, Signal
-from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPainter, QPixmap, QUndoCommand, QUndoStack
+from PySide6.QtCore import QSize, Qt, QThreadPool, Signal
+from PySide6.QtGui import QColor, QIcon, QKeyEvent, QKeySequence, QPainter, QPixmap, QUndoCommand, QUndoStack
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
+    QListView,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -31,6 +34,7 @@ from PySide6.QtWidgets import (
 from app.service_api import SearchServiceLike
 from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
+from app.widgets.results import ThumbnailCache
 from app.workers import Worker, while_alive
 from engine.types import SearchHit
 
@@ -40,7 +44,20 @@ CAPTION_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 MEDIA_ID_ROLE = Qt.ItemDataRole.UserRole + 2
 SUGGESTIONS = 20  # how many "what to annotate next" items to ask for
 SUGGESTION_POLICY = "auto"
-TICK = "✓ "  # prefix of a suggestion that has been captioned since the list was loaded
+TICK = "✓ "  # a suggestion annotated since the list was loaded reads "✓ annotated"
+SUGGESTION_ICON = 84  # side of a suggestion's thumbnail
+# Why the suggestions come in their order, by the policy that chose them (engine.loop.suggest)
+SUGGESTION_HEADINGS = {
+    "uncertainty": ("What to annotate next: the model is least sure of these",
+                    "Ordered by the active model's uncertainty (its sigma), most uncertain first: a caption on "
+                    "one of these teaches it the most."),
+    "disagreement": ("What to annotate next: the model is least sure of these (its heads disagree)",
+                     "Ordered by how much the active model's heads disagree about each item, most first: a caption "
+                     "on one of these teaches it the most."),
+    "random": ("What to annotate next: a random sample of uncaptioned items",
+               "In no particular order: the zero-shot ranking (or a model with one head and no uncertainty) cannot "
+               "tell which items a caption would help most. A trained PCME or multi-head model ranks them."),
+}
 
 
 class CaptionEdit(WindowKeysEdit):
@@ -236,13 +253,17 @@ class AnnotationPanel(QWidget):
     verdict_changed = Signal(int, int, str)  # media id, +1 / -1 (0: undone), query: results drop / restore it
     saved = Signal(str)  # an annotation reached the library: "Saved: add caption “…”"
     suggestion_chosen = Signal(int)  # media id picked from "What to annotate next"
+    suggestion_open_requested = Signal(int)  # media id to show large (Enter / double-click on a suggestion)
     suggestions_loaded = Signal(int)  # how many suggestions the list now shows
     error = Signal(str)
     writes_done = Signal()  # the write queue drained (tests and the status bar listen)
 
-    def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
+    def __init__(self, pool: QThreadPool, parent: QWidget | None = None,
+                 thumbnails: ThumbnailCache | None = None) -> None:
         super().__init__(parent)
         self._pool = pool  # must run one job at a time: writes keep their order
+        self._thumbnails = thumbnails  # the suggestions' pictures (the results grid's cache)
+        self.suggestion_policy: str | None = None  # the policy that ordered the suggestions shown
         self._service: SearchServiceLike | None = None
         self._in_flight = 0
         self._populating = False
@@ -284,8 +305,18 @@ class AnnotationPanel(QWidget):
         self.suggest_heading.setToolTip("Items whose captions would teach a trained model the most; "
                                         "click one to annotate it")
         self.suggestions = QListWidget()
+        self.suggestions.setViewMode(QListView.ViewMode.IconMode)  # thumbnails, a grid that wraps
+        self.suggestions.setIconSize(QSize(SUGGESTION_ICON, SUGGESTION_ICON))
+        line = self.suggestions.fontMetrics().height()  # room for "✓ annotated" under a picture
+        self.suggestions.setGridSize(QSize(SUGGESTION_ICON + 16, SUGGESTION_ICON + line + 10))
+        self.suggestions.setMinimumHeight(SUGGESTION_ICON + line + 16)  # one row of pictures, whole
+        self.suggestions.setResizeMode(QListView.ResizeMode.Adjust)
+        self.suggestions.setMovement(QListView.Movement.Static)
+        self.suggestions.setUniformItemSizes(True)
         self.suggestions.itemClicked.connect(self._suggestion_clicked)
-        self.suggestions.itemActivated.connect(self._suggestion_clicked)
+        self.suggestions.itemActivated.connect(self._suggestion_activated)
+        if self._thumbnails is not None:
+            self._thumbnails.thumbnail_ready.connect(self._thumbnail_arrived)
         self.suggest_refresh = QPushButton("Refresh")
         self.suggest_refresh.clicked.connect(self.refresh_suggestions)
         self._layout()
@@ -331,35 +362,63 @@ class AnnotationPanel(QWidget):
         self._suggestion_generation += 1
         generation = self._suggestion_generation
 
-        def job() -> list[tuple[int, float, str]]:
+        def job() -> tuple[str | None, list[tuple[int, float, str]]]:
+            explain = getattr(service, "suggestion_policy", None)
+            policy = explain(SUGGESTION_POLICY) if callable(explain) else None
             picks = service.suggest_annotations(SUGGESTIONS, SUGGESTION_POLICY)
-            return [(int(media_id), float(score), Path(service.media(int(media_id)).path).name)
-                    for media_id, score in picks]
+            return policy, [(int(media_id), float(score), Path(service.media(int(media_id)).path).name)
+                            for media_id, score in picks]
 
         self.suggest_heading.setText("What to annotate next (asking…)")
         worker = Worker(job)
-        worker.signals.returned.connect(while_alive(self, lambda rows: self._show_suggestions(generation, rows)))
+        worker.signals.returned.connect(
+            while_alive(self, lambda result: self._show_suggestions(generation, *result)))
         worker.signals.errored.connect(while_alive(self, lambda exc: self._suggestions_failed(generation, exc)))
         worker.start(self._pool)
 
-    def _show_suggestions(self, generation: int, rows: list[tuple[int, float, str]]) -> None:
+    def _show_suggestions(self, generation: int, policy: str | None, rows: list[tuple[int, float, str]]) -> None:
         if generation != self._suggestion_generation:
             return
+        self.suggestion_policy = policy
         self.suggestions.clear()
         ranked = len({score for _, score, _ in rows}) > 1  # equal scores (e.g. a random pick) say nothing
-        for media_id, score, name in rows:
-            item = QListWidgetItem(f"{name}  ·  {score:.2f}" if ranked else name)
+        for rank, (media_id, score, name) in enumerate(rows, start=1):
+            item = QListWidgetItem("")  # the picture says it; the name is in the tooltip
             item.setData(MEDIA_ID_ROLE, media_id)
-            item.setToolTip(plain_tooltip(f"{name}\nhow much a caption would help: {score:.3f}"))
+            why = f"how much a caption would help: {score:.3f}" if ranked else "picked at random"
+            item.setToolTip(plain_tooltip(f"{rank}. {name}\n{why}\nclick: annotate it; Enter or double-click: "
+                                          "open it large"))
+            item.setSizeHint(self.suggestions.gridSize())  # a cell as big before its picture arrives as after
+            self._set_thumbnail(item)
             self.suggestions.addItem(item)
+        heading, tip = SUGGESTION_HEADINGS.get(policy or "", (None, None))
         if not rows:
-            heading = "What to annotate next: nothing left"
-        elif ranked or len(rows) == 1:
-            heading = "What to annotate next"
-        else:
-            heading = "What to annotate next (in no particular order until a trained model ranks them)"
+            heading, tip = "What to annotate next: nothing left", "Every item of the library has a caption."
+        elif heading is None:  # a service that does not say its policy
+            heading = ("What to annotate next" if ranked or len(rows) == 1 else
+                       "What to annotate next (in no particular order until a trained model ranks them)")
+            tip = "Items whose captions would teach a trained model the most"
         self.suggest_heading.setText(heading)
+        self.suggest_heading.setToolTip(plain_tooltip(f"{tip}\nClick one to annotate it; Enter or a double-click "
+                                                      "opens it large."))
         self.suggestions_loaded.emit(len(rows))
+
+    def _set_thumbnail(self, item: QListWidgetItem) -> None:
+        cache = self._thumbnails
+        pixmap = cache.thumbnail(int(item.data(MEDIA_ID_ROLE))) if cache is not None else None
+        if pixmap is not None and not pixmap.isNull():
+            item.setIcon(QIcon(pixmap))
+
+    def _thumbnail_arrived(self, media_id: int) -> None:
+        for row in range(self.suggestions.count()):
+            item = self.suggestions.item(row)
+            if item.data(MEDIA_ID_ROLE) == media_id:
+                self._set_thumbnail(item)
+
+    def suggestion_shows_thumbnail(self, row: int) -> bool:
+        """Whether the suggestion at ``row`` shows its picture yet (tests)."""
+        item = self.suggestions.item(row)
+        return item is not None and not item.icon().isNull()
 
     def _suggestions_failed(self, generation: int, exc: BaseException) -> None:
         if generation == self._suggestion_generation:
@@ -373,6 +432,13 @@ class AnnotationPanel(QWidget):
 
     def _suggestion_clicked(self, item: QListWidgetItem) -> None:
         self.suggestion_chosen.emit(int(item.data(MEDIA_ID_ROLE)))
+
+    def _suggestion_activated(self, item: QListWidgetItem) -> None:
+        """Enter or a double-click: pick it, and show it large."""
+        media_id = int(item.data(MEDIA_ID_ROLE))
+        if self.hit is None or self.hit.media_id != media_id:
+            self.suggestion_chosen.emit(media_id)
+        self.suggestion_open_requested.emit(media_id)
 
     def _advance(self) -> None:
         """Move on: to the next suggestion after a suggested item, else to the next result."""
@@ -536,7 +602,7 @@ class AnnotationPanel(QWidget):
         for row in range(self.suggestions.count()):
             item = self.suggestions.item(row)
             if item.data(MEDIA_ID_ROLE) == media_id and not item.text().startswith(TICK):
-                item.setText(TICK + item.text())
+                item.setText(TICK + "annotated")
 
     def _write_failed(self, exc: BaseException) -> None:
         self.status.setText(f"Could not save: {exc}")

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 from app.service_api import SearchServiceLike
 from app.widgets.plaintext import plain_label, plain_tooltip
 from app.widgets.results import read_image
-from app.widgets.viewer import read_scaled
+from app.widgets.viewer import matched_frame, read_scaled
 from app.workers import run_in_background
 from engine.types import Explanation, MediaKind, SearchHit
 
@@ -95,13 +95,16 @@ def uncertainty_reading(percentile: float, items: int) -> str:
 
 
 def bin_weights(weights: np.ndarray, n_bins: int) -> np.ndarray:
-    """Sum a 1-D weight vector into ``n_bins`` contiguous bins (frames shown < frames attended)."""
+    """Sum a 1-D weight vector over a clip's sampled frames into the ``n_bins`` frames shown (frames shown <
+    frames attended: a clip shorter than the sample repeats its frames): each sampled frame goes to the shown frame
+    it is (:func:`app.widgets.viewer.matched_frame`, the rule indexing samples by)."""
     w = np.asarray(weights, dtype=np.float32).ravel()
     if n_bins <= 0 or w.size == 0:
         return np.zeros(0, dtype=np.float32)
     if n_bins >= w.size:
         return w
-    return np.array([chunk.sum() for chunk in np.array_split(w, n_bins)], dtype=np.float32)
+    shown = [matched_frame(k, n_bins, w.size) for k in range(w.size)]
+    return np.bincount(shown, weights=w, minlength=n_bins).astype(np.float32)
 
 
 def ellipse_axes(sigma: np.ndarray | None, uncertainty: float | None) -> tuple[float, float] | None:
@@ -170,15 +173,18 @@ class TokenStrip(QWidget):
 
 
 class FrameStrip(QWidget):
-    """Frames side by side, each with a bar under it as tall as one head's attention on that frame."""
+    """Frames side by side, each with a bar under it as tall as one head's attention on that frame; the frame
+    that matched the query best (``matched``, an index into ``frames``) is outlined."""
 
     BAR = 24
     GAP = 3
+    MATCH_INK = QColor("#ff3b30")  # as the matched head pair's outline
 
     def __init__(self, frames: list[QImage], weights: np.ndarray, colour: QColor,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, matched: int | None = None) -> None:
         super().__init__(parent)
         self.frames = frames
+        self.matched = matched if matched is not None and 0 <= matched < len(frames) else None
         w = bin_weights(weights, len(frames))
         self.weights = w / w.max() if w.size and w.max() > 0 else w
         self.colour = colour
@@ -217,6 +223,12 @@ class FrameStrip(QWidget):
             bar_h = max(1.0, self.BAR * float(weight))
             painter.fillRect(QRectF(target.left() + 2, bar_bottom - bar_h, target.width() - 4, bar_h),
                              self.colour)
+            if i == self.matched:
+                pen = QPen(self.MATCH_INK, 3)
+                pen.setJoinStyle(Qt.PenJoinStyle.MiterJoin)
+                painter.setPen(pen)
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.drawRect(QRectF(target.left() + 1.5, 1.5, target.width() - 3, bar_bottom - 3))
         painter.end()
 
 
@@ -312,6 +324,8 @@ class Inspector(QScrollArea):
                 widget.hide()  # deleteLater waits for the event loop; the old view must go now
                 widget.deleteLater()
         self.head_views: list[QWidget] = []
+        self.matched_shown: int | None = None  # a clip: the frame of the strip outlined as the best match
+        self.match_label: QLabel | None = None
         self.token_strips: list[TokenStrip] = []
         self.notes_label: QLabel | None = None
         self.probability_bar: QProgressBar | None = None
@@ -432,10 +446,30 @@ class Inspector(QScrollArea):
         elif loaded.frames:
             layout = self._group(f"Which frames each of the {k} heads attends to" if k > 1
                                  else "Which frames the model attends to")
+            sampled = ex.item_attention.shape[1]
+            best = self.matched_sample(ex)
+            self.matched_shown = None if best is None else matched_frame(best, len(loaded.frames), sampled)
+            if best is not None:
+                self.match_label = _plain_label(f"Best match: frame {best + 1} of {sampled} sampled (outlined in "
+                                                "red); the viewer (Enter) opens the clip there")
+                self.match_label.setObjectName("inspectorMatchedFrame")
+                layout.addWidget(self.match_label)
             for head in range(k):
-                strip = FrameStrip(loaded.frames, ex.item_attention[head], head_colour(head))
+                strip = FrameStrip(loaded.frames, ex.item_attention[head], head_colour(head),
+                                   matched=self.matched_shown)
                 _add_head_row(layout, head, head == matched_item_head, strip)
                 self.head_views.append(strip)
+
+    def matched_sample(self, ex: Explanation) -> int | None:
+        """The sampled frame of the clip that matched best: the search's (``SearchHit.frame``), else the frame
+        the explanation's heads weigh most."""
+        sampled = ex.item_attention.shape[1] if ex.item_attention.ndim == 2 else 0
+        if not sampled or ex.item_grid is not None:
+            return None
+        frame = self.hit.frame if self.hit is not None else None
+        if frame is not None and 0 <= frame < sampled:
+            return int(frame)
+        return int(np.asarray(ex.item_attention).max(axis=0).argmax())
 
     def _add_query_attention(self, ex: Explanation, query_image: QImage | None) -> None:
         if not ex.query_attention.size:

@@ -202,20 +202,48 @@ def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None
         lines.append(f"uncertainty σ = {hit.uncertainty:.3f} (higher: the model finds this item more ambiguous)")
     if state is not None:
         lines += [html.escape(text) for text, _ in annotation_badges(state)]
+        lines += [html.escape(text) for text in verdict_lines(state)]
     lines += [f"“{html.escape(c)}”" for c in hit.captions[:5]]
     return "<p style='white-space:pre-wrap'>" + "<br>".join(lines) + "</p>"
 
 
+VERDICT_INK = {True: QColor(20, 110, 45), False: QColor(170, 30, 30)}  # accepted / rejected, as text
 BADGE_COLOURS = {"accepted": QColor(30, 140, 60, 220), "rejected": QColor(190, 40, 40, 220),
                  "captioned": QColor(40, 90, 170, 220), "imported": QColor(110, 80, 160, 220),
                  "guess": QColor(120, 120, 120, 200)}
 
 
+def verdict_text(query: str, label: int) -> str:
+    """One verdict in words: "✓ accepted for “a dog on a beach”"."""
+    return f"{'✓ accepted' if label > 0 else '✗ rejected'} for “{query}”"
+
+
+def verdict_lines(state: Any) -> list[str]:
+    """Every query the item was accepted or rejected for (its latest verdict each), the most recent first."""
+    return [verdict_text(query, label) for query, label in getattr(state, "verdicts", ())]
+
+
 def browse_line(state: Any) -> str:
-    """A browsed item's second line: whether a person captioned it (the model's guesses do not count)."""
+    """A browsed item's second line: the query it was last accepted or rejected for ("+2 more" when there are
+    others), else whether a person captioned it (the model's guesses do not count)."""
     if state is None:
         return ""
+    verdicts = getattr(state, "verdicts", ())
+    if verdicts:
+        more = f"  +{len(verdicts) - 1} more" if len(verdicts) > 1 else ""
+        return verdict_text(*verdicts[0]) + more
     return "captioned" if state.captioned else "not captioned yet"
+
+
+def compact_verdict(verdicts: Any, elide: Callable[[str, int], str], advance: Callable[[str], int],
+                    width: int) -> str:
+    """The latest verdict in ``width`` pixels: "✓ “a dog on a be…”  +1", the query shortened, the mark (its colour
+    says accepted or rejected) and the count of the others kept."""
+    query, label = verdicts[0]
+    mark, more = ("✓ " if label > 0 else "✗ "), (f"  +{len(verdicts) - 1}" if len(verdicts) > 1 else "")
+    room = width - advance(mark) - advance(more) - advance("”")
+    quoted = elide(f"“{query}", room)
+    return f"{mark}{quoted}”{more}"
 
 
 def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
@@ -676,6 +704,13 @@ class ResultDelegate(QStyledItemDelegate):
             second = "●" * rank.dots + "○" * (3 - rank.dots) + "  " + rank.label
         else:  # browsing: what the user wrote matters more than a score there is none of
             second = browse_line(state)
+            verdicts = getattr(state, "verdicts", ())
+            if verdicts and colour.lightness() < 128:  # dark text on a light cell: the verdict in its own colour
+                painter.setPen(VERDICT_INK[verdicts[0][1] > 0])
+            if verdicts and metrics.horizontalAdvance(second) > rect.width() - 8:
+                second = compact_verdict(verdicts, lambda text, width: metrics.elidedText(
+                    text, Qt.TextElideMode.ElideRight, width), metrics.horizontalAdvance, rect.width() - 8)
+        second = metrics.elidedText(second, Qt.TextElideMode.ElideRight, rect.width() - 8)
         painter.drawText(QRect(rect.left() + 4, top + line, rect.width() - 8, line), centred, second)
 
 

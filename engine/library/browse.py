@@ -43,12 +43,14 @@ class AnnotationState:
     """What is known about one item: its captions' sources and the user's verdict for one query.
 
     ``judgement`` is +1 (accepted) / -1 (rejected) for the query asked about (the latest verdict wins), 0 when
-    there is none or no query was given; ``judged`` says whether it was judged for any query.
+    there is none or no query was given; ``judged`` says whether it was judged for any query; ``verdicts`` says
+    for which: ``(query, +1 / -1)``, one per query (its latest verdict), the most recent first.
     """
 
     sources: frozenset[str] = frozenset()
     judgement: int = 0
     judged: bool = False
+    verdicts: tuple[tuple[str, int], ...] = ()
 
     @property
     def captioned(self) -> bool:
@@ -63,6 +65,17 @@ class AnnotationProgress:
     total: int
 
 
+def latest_verdicts(pairs: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    """``(query, label)`` of pairs given oldest first, one per query (compared without case or outer spaces):
+    each query's latest verdict, the most recent first."""
+    latest: dict[str, tuple[str, int]] = {}
+    for query, label in pairs:
+        key = query.strip().casefold()
+        latest.pop(key, None)  # re-inserted: the dict keeps the order of each query's latest verdict
+        latest[key] = (query.strip(), int(label))
+    return tuple(reversed(latest.values()))
+
+
 def annotation_states(catalog: Catalog, media_ids: Iterable[int], query: str | None = None
                       ) -> dict[int, AnnotationState]:
     """The :class:`AnnotationState` of each of ``media_ids`` (verdicts for the text ``query``, if given)."""
@@ -74,7 +87,8 @@ def annotation_states(catalog: Catalog, media_ids: Iterable[int], query: str | N
         sources = frozenset(str(c.source) for c in captions.get(media_id, ()))
         judged = pairs.get(media_id, [])
         verdicts = [p.label for p in judged if key is not None and p.query.strip().casefold() == key]
-        out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(judged))
+        out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(judged),
+                                        latest_verdicts((p.query, p.label) for p in judged))
     return out
 
 

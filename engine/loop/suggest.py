@@ -23,6 +23,20 @@ log = logging.getLogger(__name__)
 SUGGEST_POLICIES = ("auto", "uncertainty", "disagreement", "random")
 
 
+def resolve_policy(trained: TrainedSearch | None, policy: str = "auto") -> str:
+    """The policy :func:`suggest` applies for ``policy``: ``auto`` is ``uncertainty`` with an active PCME model,
+    ``disagreement`` with one of K >= 2 heads, else ``random``; any other policy is itself."""
+    if policy not in SUGGEST_POLICIES:
+        raise ValueError(f"policy: expected one of {', '.join(SUGGEST_POLICIES)}, got {policy!r}")
+    if policy != "auto":
+        return policy
+    if trained is not None and trained.runner.probabilistic:
+        return "uncertainty"
+    if trained is not None and trained.runner.num_embeddings >= 2:
+        return "disagreement"
+    return "random"
+
+
 def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy: str = "auto",
             rng: np.random.Generator | None = None) -> list[tuple[int, float]]:
     """``(media_id, score)`` of the un-annotated items worth annotating next, best first (:mod:`engine.loop.active`).
@@ -42,13 +56,7 @@ def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy
                           dtype=np.int64)
     if n <= 0 or not len(candidates):
         return []
-    chosen = policy
-    if policy == "auto":
-        chosen = "random"
-        if trained is not None and trained.runner.probabilistic:
-            chosen = "uncertainty"
-        elif trained is not None and trained.runner.num_embeddings >= 2:
-            chosen = "disagreement"
+    chosen = resolve_policy(trained, policy)
     if chosen == "random":
         rows = active.pick(np.zeros(len(candidates)), n, rng=rng or np.random.default_rng(), policy="random")
         return [(int(candidates[r]), 0.0) for r in rows]

@@ -298,9 +298,16 @@ class FakeService:
         if self._is_probabilistic():
             prob = 1 / (1 + math.exp(-8 * (score - 0.4)))
             unc = 0.2 + 0.1 * (media_id % 5)
+        frame = None
         if self._active is not None:
             pair = (media_id % K, (media_id + 1) % K)
-        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair)
+            if entry.media.kind is not MediaKind.IMAGE and score > 0:  # a search's clip: the part that matched
+                frame = self.matched_frame(media_id)
+        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair, frame)
+
+    def matched_frame(self, media_id: int) -> int:
+        """The sampled frame a search says matched best in a clip (an invented one, not the first or last)."""
+        return 1 + media_id % (len(self._entry(media_id).frames) - 2)
 
     def search_text(self, text: str, top: int = 60, offset: int = 0,
                     min_probability: float | None = None) -> list[SearchHit]:
@@ -648,6 +655,18 @@ class FakeService:
         scored.sort(key=lambda pair: (-pair[1], pair[0]))
         return scored[:n]
 
+    def suggestion_policy(self, policy: str = "auto") -> str:
+        """The policy ``auto`` stands for with the active model (engine.loop.suggest.resolve_policy's rule; the
+        fake's list is ordered by colour novelty whichever it is)."""
+        self.calls.append(("suggestion_policy", (policy,)))
+        if policy not in SUGGEST_POLICIES:
+            raise FakeServiceError(f"unknown suggestion policy {policy!r} (use one of {SUGGEST_POLICIES})")
+        if policy != "auto":
+            return policy
+        if self._is_probabilistic():
+            return "uncertainty"
+        return "disagreement" if self._active is not None else "random"
+
     # --- the library without a query (engine.library.browse's semantics)
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
@@ -677,7 +696,7 @@ class FakeService:
         return [self._hit(e, 0.0) for e in entries]
 
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
-        from engine.library.browse import AnnotationState
+        from engine.library.browse import AnnotationState, latest_verdicts
 
         key = query.strip().casefold() if query else None
         out = {}
@@ -685,7 +704,8 @@ class FakeService:
             sources = frozenset(str(c.source) for c in self.captions(media_id))
             pairs = [(q, label) for q, m, label in self._pairs.values() if m == media_id]
             verdicts = [label for q, label in pairs if key is not None and q.strip().casefold() == key]
-            out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(pairs))
+            out[media_id] = AnnotationState(sources, verdicts[-1] if verdicts else 0, bool(pairs),
+                                            latest_verdicts(pairs))
         return out
 
     def annotation_progress(self) -> Any:

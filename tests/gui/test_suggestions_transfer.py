@@ -27,8 +27,13 @@ def test_suggestions_list_the_uncaptioned_items_the_service_ranks_first(qtbot, w
     ids = loaded_suggestions(qtbot, window)
     assert ids == [media_id for media_id, _ in service.suggest_annotations(20, "auto")]
     assert ("suggest_annotations", (20, "auto")) in service.calls
-    first = window.annotate.suggestions.item(0).text()
-    assert Path(service.media(ids[0]).path).name in first
+    panel = window.annotate
+    first = panel.suggestions.item(0)
+    assert Path(service.media(ids[0]).path).name in first.toolTip()  # the name is in the tooltip, not the list
+    assert first.text() == ""
+    qtbot.waitUntil(lambda: all(panel.suggestion_shows_thumbnail(r) for r in range(len(ids))), timeout=5000)
+    # no model active in the fake: a random sample, and the heading says so
+    assert panel.suggestion_policy == "random" and "random sample" in panel.suggest_heading.text()
 
 
 def test_clicking_a_suggestion_selects_it_and_enter_moves_to_the_next_one(qtbot, window, service) -> None:
@@ -171,5 +176,42 @@ def test_unranked_suggestions_say_so_and_show_no_scores(qtbot, window, service, 
         window.annotate.refresh_suggestions()
     panel = window.annotate
     assert panel.suggested_ids() == ids
-    assert all("·" not in panel.suggestions.item(r).text() for r in range(3))
-    assert "no particular order" in panel.suggest_heading.text()
+    assert all(panel.suggestions.item(r).text() == "" for r in range(3))
+    assert "random sample" in panel.suggest_heading.text()
+    assert "no particular order" in panel.suggest_heading.toolTip()
+    assert all("picked at random" in panel.suggestions.item(r).toolTip() for r in range(3))
+
+
+def test_the_heading_says_why_this_order_and_follows_the_active_model(qtbot, window, service) -> None:
+    loaded_suggestions(qtbot, window)
+    panel = window.annotate
+    assert panel.suggestion_policy == "random"
+    for model, policy, words in (("fake-pcme", "uncertainty", "least sure"),
+                                 ("fake-pvse", "disagreement", "heads disagree")):
+        with qtbot.waitSignal(panel.suggestions_loaded, timeout=5000):  # switching the model refreshes the list
+            window.activate_model(model)
+        assert panel.suggestion_policy == policy and words in panel.suggest_heading.text()
+    assert ("suggestion_policy", ("auto",)) in service.calls
+
+
+def test_suggestions_refresh_when_the_library_changes(qtbot, window, service, tmp_path) -> None:
+    before = loaded_suggestions(qtbot, window)
+    from tests.gui.fakes import make_media_folder
+
+    more = make_media_folder(tmp_path / "more", n_images=3, n_gifs=0, video=False, broken=False)
+    with qtbot.waitSignal(window.annotate.suggestions_loaded, timeout=10000):
+        window.library.add_folder(more)  # indexes it; the list follows once indexing is done
+    after = window.annotate.suggested_ids()
+    assert len(after) == len(before) + 3
+
+
+def test_enter_on_a_suggestion_opens_it_large(qtbot, window, service) -> None:
+    ids = loaded_suggestions(qtbot, window)
+    panel = window.annotate
+    panel.suggestions.setFocus()
+    panel.suggestions.setCurrentRow(1)
+    qtbot.keyClick(panel.suggestions, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.viewer is not None and window.viewer.isVisible(), timeout=5000)
+    assert window.viewer.hit.media_id == ids[1]
+    qtbot.waitUntil(lambda: panel.hit is not None and panel.hit.media_id == ids[1], timeout=5000)
+    assert panel.from_suggestion  # picked too: Enter in the caption box moves on to the next suggestion

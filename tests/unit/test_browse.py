@@ -61,8 +61,12 @@ def test_annotation_states_and_progress(tmp_path: Path) -> None:
     catalog.add_caption(ids["kiwi"], "a guess", CaptionSource.PSEUDO)
     catalog.add_pair(ids["zebra"], "Stripes", +1, CaptionSource.USER)
     catalog.add_pair(ids["zebra"], "stripes ", -1, CaptionSource.USER)  # the latest verdict wins
+    catalog.add_pair(ids["zebra"], "a horse", +1, CaptionSource.USER)
     states = annotation_states(catalog, ids.values(), "stripes")
     assert states[ids["zebra"]].judgement == -1 and states[ids["zebra"]].judged
+    # which queries it was judged for: each one's latest verdict, the most recent first
+    assert states[ids["zebra"]].verdicts == (("a horse", 1), ("stripes", -1))
+    assert states[ids["mango"]].verdicts == ()
     assert states[ids["mango"]].captioned and states[ids["apple"]].captioned
     assert not states[ids["kiwi"]].captioned and states[ids["kiwi"]].sources == {"pseudo"}
     assert annotation_states(catalog, [ids["zebra"]], "other")[ids["zebra"]].judgement == 0
