@@ -104,6 +104,19 @@ def _terms(datas: list[Path]) -> str:
             "caption is included")
 
 
+def drop_untrained_branches(model_dir: Path) -> list[str]:
+    """Remove from the export the encoders whose branch learnt from nothing (the manifest's ``trained_on``; the
+    engine never ranks with them): the starter sees no clip, so its 22 MB video graph would be dead weight."""
+    manifest_file = model_dir / "onnx" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    trained_on = manifest.get("trained_on") or {}
+    dropped = [m for m in ("video",) if m in manifest["encoders"] and trained_on.get(m, 0) == 0]
+    for modality in dropped:
+        (model_dir / "onnx" / manifest["encoders"].pop(modality)["file"]).unlink(missing_ok=True)
+    manifest_file.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return dropped
+
+
 def half_precision(weights: Path) -> None:
     """Store the weights as float16 (half the size in the repository; a warm start loads them into float32
     parameters, and the engine ranks with the float32 ONNX export, so search is unchanged)."""
@@ -145,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             src = run / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
         half_precision(staging / "model.safetensors")
+        drop_untrained_branches(staging)
         metrics = json.loads((run / "metrics.json").read_text())
         record = {**RECIPE, "val_items": vals if len(vals) > 1 else vals[0], "seed": args.seed, **sizes,
                   "data": " + ".join(d.name for d in datas),

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-MODEL = 0.75  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
+MODEL = 0.8  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
 WORDS = 10.0  # z-units a full match of the user's words adds (what you wrote outranks what a model guesses)
 REJECT = 15.0  # z-units a rejected pair for this very query removes
 DENSE_LIMIT = 20_000

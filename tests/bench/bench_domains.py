@@ -68,11 +68,16 @@ def domains(data: Path) -> dict[str, tuple[Path, list[str], dict[str, list[str]]
     return out
 
 
+MODEL_DIR: Path | None = None  # --model: a model folder searched with instead of the shipped starter
+
+
 def open_library(home: Path, name: str, images: Path, files: list[str], extra: list[Path] = ()):
     os.environ["POLYSEEK_STARTER"] = "on"
     from engine.service import SearchService
 
     service = SearchService.open(name)
+    if MODEL_DIR is not None:
+        service.set_active_model(str(MODEL_DIR))
     root = home / "bench-media" / name
     if not root.is_dir():
         root.mkdir(parents=True)
@@ -175,9 +180,9 @@ def make_clips(home: Path, images: Path, files: list[str]) -> list[tuple[Path, l
     return clips
 
 
-def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[str]]) -> dict:
+def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[str]], tag: str = "") -> dict:
     clips = make_clips(home, images, files)
-    service = open_library(home, "clips", images, files, [p for p, _ in clips])
+    service = open_library(home, "clips" + tag, images, files, [p for p, _ in clips])
     by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     rows = {"slideshow": [], "zoom": []}
     for path, group in clips:
@@ -192,7 +197,7 @@ def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[s
         out[kind] = {"queries": len(pairs), "clip_r10": round(100 * np.mean([a for a, _ in pairs]), 1),
                      "photo_r10": round(100 * np.mean([b for _, b in pairs]), 1)}
     service.close()
-    return {"domain": "clips", **out}
+    return {"domain": "clips" + tag, **out}
 
 
 def main() -> int:
@@ -202,7 +207,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "domains.json")
     parser.add_argument("--domains", nargs="+", default=["flickr8k-dev", "webcaps-dev", "coco-val-80", "clips"])
     parser.add_argument("--sweep", action="store_true", help="also the train-side domains, every model weight")
+    parser.add_argument("--tag", default="", help="appended to each domain's library name (another model's run)")
+    parser.add_argument("--model", type=Path, help="a model folder to search with instead of the shipped starter")
     args = parser.parse_args()
+    global MODEL_DIR
+    MODEL_DIR = args.model.resolve() if args.model else None
     if not args.data.is_dir():
         print(f"skipped: {args.data} is absent (the benchmark needs ../shared/datasets)")
         return 0
@@ -215,9 +224,10 @@ def main() -> int:
     results = json.loads(args.out.read_text()) if args.out.is_file() else []
     for name in names:
         if name == "clips":
-            record = run_clips(args.home, *sets["flickr8k-dev"])
+            record = run_clips(args.home, *sets["flickr8k-dev"], tag=args.tag)
         else:
-            record = run_domain(args.home, name, *sets[name], sweep=args.sweep and name.endswith("train-slice"))
+            sweep = args.sweep and name.endswith("train-slice")
+            record = run_domain(args.home, name + args.tag, *sets[name], sweep=sweep)
         results = [r for r in results if r.get("domain") != name] + [record]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")

@@ -29,13 +29,19 @@ def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
     assert folder is not None, "resources/models/starter/ must ship with the app"
     record = starter_record(folder)
     tool = _build_tool()
-    assert {k: record[k] for k in tool.RECIPE} == tool.RECIPE  # method, seed, train split, validation slice
-    assert record["data"] == "flickr8k" and "research use" in record["terms"]
+    # method, seed and train split of the recipe; a validation slice held aside from each folder's train split
+    assert {k: record[k] for k in ("method", "seed", "train_split")} == \
+        {k: tool.RECIPE[k] for k in ("method", "seed", "train_split")}
+    assert record["val_items"] == [500, 1000] and record["val_photos"] == 1500
+    assert record["data"] == "flickr8k + webcaps" and "research use" in record["terms"]
     assert record["command"].startswith("python tools/build_starter.py --data")
     config = json.loads((folder / "config.json").read_text())
     manifest = json.loads((folder / "onnx" / "manifest.json").read_text())
     assert config["method"] == manifest["method"] == record["method"]
     assert "backbone" not in manifest  # the stock backbone: a library's cached features serve it
+    # it learnt from photos only: the video branch is recorded as untrained and not shipped (never used to rank)
+    assert manifest["trained_on"]["video"] == 0 and "video" not in manifest["encoders"]
+    assert not (folder / "onnx" / "video.onnx").exists()
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < 60 * 2**20
 
@@ -114,3 +120,21 @@ def test_a_model_that_cannot_load_falls_back_to_zero_shot_ranking(photos, assets
         assert service.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
     finally:
         service.close()
+
+
+def test_the_build_tool_merges_folders_each_with_its_own_held_aside_slice(tmp_path):
+    folders = []
+    for name, count in (("a", 10), ("b", 6)):
+        data = tmp_path / name
+        (data / "images").mkdir(parents=True)
+        files = [f"{name}{i}.jpg" for i in range(count)]
+        for f in files:
+            (data / "images" / f).write_bytes(b"x")
+        (data / "captions.tsv").write_text("file\tcaption\n" + "".join(f"{f}\ta photo\n" for f in files))
+        folders.append(data)
+    sizes = _build_tool().derived_folder(folders, tmp_path / "work", val_items=[3, 2], seed=0)
+    assert sizes == {"train_photos": 11, "val_photos": 5}
+    rows = [r.split("\t") for r in (tmp_path / "work" / "splits.tsv").read_text().splitlines()[1:]]
+    val = [f for f, s in rows if s == "starter-val"]
+    assert sum(f.startswith("a") for f in val) == 3 and sum(f.startswith("b") for f in val) == 2
+    assert (tmp_path / "work" / "images" / "b5.jpg").resolve() == (folders[1] / "images" / "b5.jpg").resolve()
