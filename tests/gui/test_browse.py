@@ -91,25 +91,25 @@ def test_caption_progress_counts_what_the_user_wrote(qtbot, window, service: Fak
     qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"1 of {total} captioned", timeout=3000)
 
 
-def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: FakeService) -> None:
+def _search_under_cutoff(qtbot, window, service: FakeService, cutoff: int, query: str) -> None:
+    """A PCME model active, the cutoff at ``cutoff`` %, ``query`` searched: nothing comes back."""
     service.set_active_model("fake-pcme")
     window.refresh_models()
     qtbot.waitUntil(window.search_bar.cutoff.isEnabled, timeout=3000)
-    window.search_bar.cutoff.setValue(99)
-    search(qtbot, window, "nothing matches this")
+    window.search_bar.cutoff.setValue(cutoff)
+    search(qtbot, window, query)
     assert window.results_model.rowCount() == 0
+
+
+def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: FakeService) -> None:
+    _search_under_cutoff(qtbot, window, service, 99, "nothing matches this")
     assert "reaches a match probability of 0.99" in window.empty_label.text()
     assert "lower the p ≥ cutoff" in window.empty_label.text()
 
 
 def test_a_query_the_model_has_no_words_for_says_so_instead_of_blaming_the_cutoff(qtbot, window,
                                                                                   service: FakeService) -> None:
-    service.set_active_model("fake-pcme")
-    window.refresh_models()
-    qtbot.waitUntil(window.search_bar.cutoff.isEnabled, timeout=3000)
-    window.search_bar.cutoff.setValue(10)
-    search(qtbot, window, "zxqv blorf")
-    assert window.results_model.rowCount() == 0
+    _search_under_cutoff(qtbot, window, service, 10, "zxqv blorf")
     assert "knows none of its words" in window.empty_label.text()
     assert "lower the p" not in window.empty_label.text()
 

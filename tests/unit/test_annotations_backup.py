@@ -153,11 +153,17 @@ def test_files_the_target_library_lacks_are_reported_and_the_rest_restored(tmp_p
         source.close()
 
 
-def test_a_folder_backup_stays_a_caption_folder_other_readers_take(tmp_path):
+def _folder_backup(tmp_path: Path) -> Path:
+    """A library of 12 photos with every kind of annotation, exported as a caption folder (the library closed)."""
     source = index_folder(make_photos(tmp_path / "Photos", 12), tmp_path / "a.sqlite")
     annotate_every_kind(source)
     export_annotations(source, tmp_path / "backup", "folder")
     source.close()
+    return tmp_path / "backup"
+
+
+def test_a_folder_backup_stays_a_caption_folder_other_readers_take(tmp_path):
+    _folder_backup(tmp_path)
     folder = load_caption_folder(tmp_path / "backup")  # the dataset reader every part (and the trainer) uses
     assert folder.warnings == []
     # captions.tsv: the user's and imported captions only; no machine guess, no query
@@ -208,10 +214,7 @@ def test_third_party_captions_come_in_as_imported(tmp_path):
 
 
 def test_a_hand_added_row_of_a_backup_folder_comes_in_as_imported_and_bad_tables_are_named(tmp_path):
-    source = index_folder(make_photos(tmp_path / "Photos", 12), tmp_path / "a.sqlite")
-    annotate_every_kind(source)
-    export_annotations(source, tmp_path / "backup", "folder")
-    source.close()
+    _folder_backup(tmp_path)
     with (tmp_path / "backup" / "captions.tsv").open("a") as f:
         f.write("trip/IMG_003.jpg\twritten by hand\n")
     fresh = target(tmp_path, tmp_path / "Photos")
