@@ -57,6 +57,8 @@ class SearchService:
         self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
         self._words = None  # (catalog annotation version, UserWords): the user's words, rebuilt when they change
         self._sentence_cache: dict[str, np.ndarray] = {}
+        self._word_cache: dict[str, np.ndarray] = {}  # MiniLM embeddings of query words (zero-shot concept term)
+        self._words_checked = None  # the catalog version the user's words were last checked at
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # use_model's choice; None: the active one
         self.library_dir = cache_dir.parent
@@ -211,7 +213,8 @@ class SearchService:
         if not len(ids):
             return None
         trained = self._active_trained()
-        sentence = self.encoders.minilm.encode([text]).sentence[0]
+        stock = self.encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
+        sentence = stock.sentence[0]
         unit = sentence / max(float(np.linalg.norm(sentence)), 1e-9)
         match = self._user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
         # a word the user wrote on items means what those items show (spread below), not an ImageNet class
@@ -221,7 +224,7 @@ class SearchService:
             dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self._zero_shot_frames())
         encoded = None
         if trained is not None:
-            encoded, _ = trained.encode_text([text])
+            encoded, _ = trained.encode_text([text], minilm=stock)
             if "model" in self.evidence:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
         shared = spread(match.labels, self._neighbours, self._novelty(match.labels, ids, index, trained)) \
@@ -229,15 +232,8 @@ class SearchService:
         positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
         named = np.array([*positive, *match.rejected], np.int64)
         rows, sample = self._rows(ids, trained, encoded, named)
-        position = {int(m): r for r, m in enumerate(ids[rows].tolist())}
-        words_arr = np.zeros(len(rows), np.float32)
-        rejected = np.zeros(len(rows), np.float32)
-        for media_id, value in positive.items():
-            if media_id in position:
-                words_arr[position[media_id]] = value
-        for media_id, value in match.rejected.items():
-            if media_id in position:
-                rejected[position[media_id]] = value
+        words_arr = _on_rows(positive, ids, rows)
+        rejected = _on_rows(match.rejected, ids, rows)
         content = set(content_words(text))
         share = len(content & set(match.labels)) / len(content) if content else 0.0
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
@@ -323,7 +319,11 @@ class SearchService:
         from engine.search.words import UserWords
 
         with self._lock:
+            version = self.catalog.version()  # cheap; the annotations' own version is read only when it moved
+            if self._words is not None and self._words_checked == version:
+                return self._words[1]
             key = self.catalog.annotation_version()
+            self._words_checked = version
             if self._words is None or self._words[0] != key:
                 texts = [(c.media_id, c.text, False) for c in self.catalog.iter_captions()
                          if c.source != CaptionSource.PSEUDO]
@@ -392,7 +392,13 @@ class SearchService:
         if sentence is None:
             sentence = self.encoders.minilm.encode([text]).sentence[0]
         words = [w for w in content_words(text) if w not in exclude]
-        encoded = self.encoders.minilm.encode(words).sentence if words else np.zeros((0, len(sentence)), np.float32)
+        todo = [w for w in dict.fromkeys(words) if w not in self._word_cache]
+        if todo:
+            if len(self._word_cache) > 50_000:  # bounded: a long session's vocabulary
+                self._word_cache.clear()
+            self._word_cache.update(zip(todo, self.encoders.minilm.encode(todo).sentence, strict=True))
+        encoded = np.stack([self._word_cache[w] for w in words]) if words \
+            else np.zeros((0, len(sentence)), np.float32)
         return sentence, encoded
 
     def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
@@ -774,6 +780,19 @@ class SearchService:
         self.catalog.delete_model(name)
         shutil.rmtree(self.library_dir / "index" / name, ignore_errors=True)
         self._invalidate()
+
+
+def _on_rows(values: dict[int, float], ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per-item values (media id -> value) laid on ranking rows (``ids[rows]``), 0 elsewhere."""
+    out = np.zeros(len(rows), np.float32)
+    if values and len(rows):
+        media = ids[rows]
+        order = np.argsort(media)
+        wanted = np.fromiter(values, np.int64, len(values))
+        at = np.minimum(np.searchsorted(media, wanted, sorter=order), len(media) - 1)
+        found = media[order[at]] == wanted
+        out[order[at[found]]] = np.fromiter(values.values(), np.float32, len(values))[found]
+    return out
 
 
 def _clean(text: str) -> str:

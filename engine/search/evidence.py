@@ -32,8 +32,8 @@ MODEL = 0.8  # weight of the trained model's z-score (the zero-shot semantics ge
 WORDS = 10.0  # z-units a full match of the user's words adds (what you wrote outranks what a model guesses)
 REJECT = 15.0  # z-units a rejected pair for this very query removes
 DENSE_LIMIT = 20_000
-CANDIDATES = 2_000
-SAMPLE = 2_000
+CANDIDATES = 300
+SAMPLE = 1_000
 
 
 class Evidence(Protocol):

@@ -226,10 +226,13 @@ class TrainedSearch:
 
     # -- queries --------------------------------------------------------------------------------------------
 
-    def encode_text(self, texts: list[str]) -> tuple[Encoded, list[list[str]]]:
+    def encode_text(self, texts: list[str], minilm=None) -> tuple[Encoded, list[list[str]]]:
+        """Encoded queries; ``minilm``: these texts' stock MiniLM encoding when the caller has it already (used only
+        by a model that reads the stock MiniLM, not GloVe or a fine-tuned MiniLM of its own)."""
         kind = self.runner.manifest.text_encoder
         encoder = self.encoders.glove if kind == "glove" else self.encoders.minilm
-        text = encoder.encode(texts)
+        text = minilm if minilm is not None and kind != "glove" and self.runner.manifest.text_model is None \
+            else encoder.encode(texts)
         sentence = text.sentence if kind == "minilm-sentence" else None
         encoded = self.runner.encode_text(text.vectors, text.mask.astype(np.float32), sentence)
         return encoded, text.tokens

@@ -83,7 +83,7 @@ class ZeroShotIndex:
         """The three raw terms (n, 3) of every item or of ``rows`` (the concept term is 0 for a sentence with no
         word that names a class); :func:`combine_terms` standardises and sums them."""
         sqrt, probs, inv_norms = self._sqrt, self._probs, self._inv_norms
-        if rows is not None:
+        if rows is not None and not (len(rows) == len(self) and rows[0] == 0 and rows[-1] == len(self) - 1):
             sqrt, probs, inv_norms = sqrt[rows], probs[rows], inv_norms[rows]
         sims = self.class_embeddings @ sentence.astype(np.float32)
         # Terms 1 and 2 read the item's square-rooted distribution: one pass over it with every query column

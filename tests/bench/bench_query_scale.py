@@ -33,16 +33,19 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--assets", type=Path, default=Path.home() / ".local/share/polyseek/assets")
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "query-scale.json")
+    parser.add_argument("--reuse", type=Path, help="the work folder of an earlier run: its library, not built again")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="polyseek-query-scale-", dir=args.work))
+    work = args.reuse or Path(tempfile.mkdtemp(prefix="polyseek-query-scale-", dir=args.work))
     home = work / "home"
     os.environ.update(POLYSEEK_HOME=str(home), POLYSEEK_ASSETS=str(args.assets))
     os.environ.pop("POLYSEEK_STARTER", None)
     from engine.service import SearchService
 
-    result: dict = {"synthetic": True, "items": args.items}
-    result["library"] = synthetic_library_with_features(args.items, work / "files", args.assets, args.real_photos)
-    result["library"].pop("photos", None)
+    result: dict = {"synthetic": True, "items": args.items, "reused": bool(args.reuse)}
+    if not args.reuse:
+        result["library"] = synthetic_library_with_features(args.items, work / "files", args.assets,
+                                                            args.real_photos)
+        result["library"].pop("photos", None)
     service = SearchService.open("synthetic", args.assets)
     start = time.perf_counter()
     for _ in service.reindex():
