@@ -63,6 +63,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets" / "flickr8k")
     parser.add_argument("--split", default="dev")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "words.json")
+    parser.add_argument("--tag", default="", help="appended to the library's name (a new library: today's starter)")
     args = parser.parse_args()
     if not args.data.is_dir():
         print(f"skipped: {args.data} is absent")
@@ -74,7 +75,7 @@ def main() -> int:
     files, caps = read(args.data, args.split)
     dogs = groups(files, caps)
     rng = random.Random(0)
-    service = open_library(args.home, f"words-{args.split}", args.data / "images", files)
+    service = open_library(args.home, f"words-{args.split}{args.tag}", args.data / "images", files)
     by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     captioned: dict[str, list[str]] = {}
     queries: dict[str, list[tuple[str, str]]] = {}
