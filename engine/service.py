@@ -238,8 +238,6 @@ class SearchService:
         share = len(content & set(match.labels)) / len(content) if content else 0.0
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                 rejected if match.rejected else None, user_share=share)
-        if "model" in dense:
-            ranking.frames, ranking.head_pairs = dense["model"].frames, dense["model"].head_pairs
         return ids, ranking, trained, encoded
 
     def _novelty(self, labels: dict, ids: np.ndarray, index, trained) -> dict[str, float]:
@@ -250,11 +248,10 @@ class SearchService:
 
         terms = list(labels)
         sample = evidence.fixed_sample(len(ids))
-        row_of = {int(m): r for r, m in enumerate(ids.tolist())}
         out: dict[str, float] = {}
         encoded = trained.encode_text(terms)[0] if trained is not None else None
         for j, term in enumerate(terms):
-            rows = np.array([row_of[m] for m in labels[term][1] if m in row_of], np.int64)
+            rows = _positions(ids, np.array(labels[term][1], np.int64))[0]
             if not len(rows):
                 continue
             if trained is not None:
@@ -279,10 +276,7 @@ class SearchService:
         if len(ids) <= evidence.DENSE_LIMIT or trained is None or encoded is None:
             return np.arange(len(ids)), None
         wanted = np.union1d(trained.candidate_ids(encoded, evidence.CANDIDATES), named)
-        order = np.argsort(ids)
-        at = np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)
-        rows = np.unique(order[at[ids[order[at]] == wanted]])
-        return rows, evidence.fixed_sample(len(ids))
+        return np.unique(_positions(ids, wanted)[0]), evidence.fixed_sample(len(ids))
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
                      min_probability: float | None) -> list[SearchHit]:
@@ -345,31 +339,27 @@ class SearchService:
         from engine.search.words import SPREAD_NEIGHBOURS
 
         trained = self._active_trained()
-        near: list[np.ndarray] = []
-        sims: list[np.ndarray] = []
         if trained is not None:
             index = trained.index
-            for media_id in media_ids:
-                if media_id not in index:
-                    near.append(np.zeros(0, np.int64))
-                    sims.append(np.zeros(0, np.float32))
-                    continue
+
+            def nearest(media_id: int) -> tuple[np.ndarray, np.ndarray]:
                 found, scores, _ = index.search(index.get([media_id])[0], top=SPREAD_NEIGHBOURS)
-                near.append(found)
-                sims.append(scores)
-            return near, sims
-        ids, matrix = self._global_matrix()
-        position = {int(m): r for r, m in enumerate(ids.tolist())}
-        for media_id in media_ids:
-            if media_id not in position:
-                near.append(np.zeros(0, np.int64))
-                sims.append(np.zeros(0, np.float32))
-                continue
-            scores = matrix @ matrix[position[media_id]]
-            top = np.argsort(-scores)[:SPREAD_NEIGHBOURS]
-            near.append(ids[top])
-            sims.append(scores[top])
-        return near, sims
+                return found, scores
+
+            known = index.__contains__
+        else:
+            ids, matrix = self._global_matrix()
+            position = {int(m): r for r, m in enumerate(ids.tolist())}
+
+            def nearest(media_id: int) -> tuple[np.ndarray, np.ndarray]:
+                scores = matrix @ matrix[position[media_id]]
+                top = np.argsort(-scores)[:SPREAD_NEIGHBOURS]
+                return ids[top], scores[top]
+
+            known = position.__contains__
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        pairs = [nearest(m) if known(m) else empty for m in media_ids]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
 
     def query_carries_evidence(self, text: str) -> bool:
         """False when the active trained model's text encoder knows none of the query's content words
@@ -424,8 +414,6 @@ class SearchService:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
         rows, sample = self._rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
-        if "model" in dense:
-            ranking.frames, ranking.head_pairs = dense["model"].frames, dense["model"].head_pairs
         return self._ranked_hits(ids, ranking, None, None, top, offset, None)
 
     def search_captions(self, media_id: int, top: int = 10) -> list[tuple[str, float]]:
@@ -465,17 +453,6 @@ class SearchService:
             raise LookupError(f"{record.path} has no features yet (index it first)")
         return _zero_shot_explanation(str(query), record, feats, self.encoders)
 
-    def _trained_hits(self, ranked) -> list[SearchHit]:
-        hits = []
-        for r in ranked:
-            media = self.catalog.media(r.media_id)
-            if media.status == MediaStatus.MISSING:  # gone since the index was loaded (another process scanned)
-                continue
-            captions = tuple(c.text for c in self.catalog.captions(media.id))
-            hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), r.score, captions,
-                                  r.match_probability, r.uncertainty, r.head_pair))
-        return hits
-
     def _active_trained(self):
         """The TrainedSearch of the active model, or None while zero-shot ranking is active."""
         with self._lock:
@@ -506,19 +483,6 @@ class SearchService:
                     for _ in self._trained.sync():
                         pass
             return self._trained
-
-    def _hits(self, ids: np.ndarray, scores: np.ndarray, top: int, offset: int) -> list[SearchHit]:
-        stop = min(len(ids), offset + top)
-        if stop <= offset:
-            return []
-        part = np.argpartition(-scores, stop - 1)[:stop] if stop < len(ids) else np.arange(len(ids))
-        order = part[np.lexsort((ids[part], -scores[part]))][offset:stop]
-        hits = []
-        for i in order:
-            media = self.catalog.media(int(ids[i]))
-            captions = tuple(c.text for c in self.catalog.captions(media.id))
-            hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), float(scores[i]), captions))
-        return hits
 
     def _ok_items(self) -> tuple[np.ndarray, list[str]]:
         items = [(m.id, m.content_hash) for m in self.catalog.iter_media(MediaStatus.OK)]
@@ -782,16 +746,23 @@ class SearchService:
         self._invalidate()
 
 
+def _positions(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, found)``: where each of ``wanted`` is in ``ids`` (any order), for those ``found``."""
+    wanted = np.asarray(wanted, np.int64)
+    if not len(ids) or not len(wanted):
+        return np.zeros(0, np.int64), np.zeros(len(wanted), bool)
+    order = np.argsort(ids)
+    at = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
+    found = ids[at] == wanted
+    return at[found], found
+
+
 def _on_rows(values: dict[int, float], ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per-item values (media id -> value) laid on ranking rows (``ids[rows]``), 0 elsewhere."""
     out = np.zeros(len(rows), np.float32)
-    if values and len(rows):
-        media = ids[rows]
-        order = np.argsort(media)
-        wanted = np.fromiter(values, np.int64, len(values))
-        at = np.minimum(np.searchsorted(media, wanted, sorter=order), len(media) - 1)
-        found = media[order[at]] == wanted
-        out[order[at[found]]] = np.fromiter(values.values(), np.float32, len(values))[found]
+    if values:
+        at, found = _positions(ids[rows], np.fromiter(values, np.int64, len(values)))
+        out[at] = np.fromiter(values.values(), np.float32, len(values))[found]
     return out
 
 

@@ -98,10 +98,12 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     :data:`WORDS`, ``rejected`` (0..1 per row: how close this query is to one the user rejected the item for)
     removes up to :data:`REJECT`; ``user_share``: see :func:`weights`."""
     w = weights(list(dense), user_share)
+    model = dense.get("model")
+    seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(model, "head_pairs", None)}
     if len(dense) == 1 and words is None and rejected is None:  # one source: its own scores (e.g. a cosine)
         (name, source), = dense.items()
         raw = source.score(rows).astype(np.float32)
-        return Ranking(rows, raw, {name: raw})
+        return Ranking(rows, raw, {name: raw}, **seen)
     total = np.zeros(len(rows), np.float32)
     parts: dict[str, np.ndarray] = {}
     for name, source in dense.items():
@@ -117,7 +119,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     if rejected is not None:
         parts["rejected"] = rejected
         total -= REJECT * rejected.astype(np.float32)
-    return Ranking(rows, total, parts)
+    return Ranking(rows, total, parts, **seen)
 
 
 def fixed_sample(n: int, size: int = SAMPLE, seed: int = 0) -> np.ndarray:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,16 +38,6 @@ from engine.types import Explanation, MediaKind
 log = logging.getLogger(__name__)
 
 BATCH = 256
-RERANK_EXTRA = 50  # PCME: candidates beyond the page that are re-ranked by match probability
-
-
-@dataclass(frozen=True, slots=True)
-class RankedItem:
-    media_id: int
-    score: float
-    head_pair: tuple[int, int]
-    match_probability: float | None = None
-    uncertainty: float | None = None
 
 
 class TrainedSearch:
@@ -302,28 +291,6 @@ class TrainedSearch:
         item_logsig = extras["log_sigma"]
         prob = model_match_probability(self.runner.manifest, query.mu[0], query.log_sigma[0], item_mu, item_logsig)
         return prob, uncertainty(item_logsig)
-
-    def rank(self, query: Encoded, top: int, offset: int, min_probability: float | None) -> list[RankedItem]:
-        """Rank the library for one encoded query (row 0 of ``query``)."""
-        if len(self.index) == 0:
-            return []
-        if not self.runner.probabilistic:
-            ids, scores, pairs = self.index.search(query.emb[0], top=top, offset=offset)
-            return [RankedItem(int(i), float(s), (int(p[0]), int(p[1]))) for i, s, p in zip(ids, scores, pairs,
-                                                                                             strict=True)]
-        want = offset + top + RERANK_EXTRA
-        ids, scores, pairs = self.index.search(query.emb[0], top=want)
-        _, _, extras = self.catalog.get_embeddings(self.record.id, [int(i) for i in ids])
-        item_mu = self.index.get(ids)[:, 0]
-        item_logsig = extras["log_sigma"]
-        m = self.runner.manifest
-        prob = model_match_probability(m, query.mu[0], query.log_sigma[0], item_mu, item_logsig)
-        unc = uncertainty(item_logsig)
-        order = np.lexsort((ids, -prob))
-        ranked = [RankedItem(int(ids[k]), float(prob[k]), (0, 0), float(prob[k]), float(unc[k])) for k in order]
-        if min_probability is not None:
-            ranked = [r for r in ranked if r.match_probability >= min_probability]
-        return ranked[offset:offset + top]
 
     def explain(self, query_encoded: Encoded, query_tokens: tuple[str, ...], item: MediaRecord) -> Explanation:
         feats = self.features.get(item.content_hash, self.encoders.backbone.id)

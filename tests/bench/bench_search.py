@@ -62,6 +62,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
 from engine.search.vectorindex import AnnParams, MultiVectorIndex, search_ef  # noqa: E402
+from engine.types import MediaKind, SearchHit  # noqa: E402
 
 SENTENCES = ["a dog catching a frisbee on the beach", "two children laughing in the snow",
              "a red car parked under a tree", "people dancing at a wedding", "a cat sleeping on a laptop",
@@ -499,8 +500,6 @@ def _merge_top(rows: np.ndarray, scores: np.ndarray, new_rows: np.ndarray, new_s
 def timed_queries(flickr: FlickrData, index: MultiVectorIndex, texts: list[str], top: int
                   ) -> tuple[dict[str, Any], list[np.ndarray]]:
     """End-to-end latency of each caption (encode + search + the result list the app builds)."""
-    from engine.search.trained import RankedItem
-
     stages: dict[str, list[float]] = {"encode": [], "search": [], "aggregate": [], "total": []}
     found = []
     for i in range(-5, len(texts)):  # five untimed warm-up queries
@@ -510,8 +509,8 @@ def timed_queries(flickr: FlickrData, index: MultiVectorIndex, texts: list[str],
         t1 = time.perf_counter()
         ids, scores, pairs = index.search(query, top)
         t2 = time.perf_counter()
-        ranked = [RankedItem(int(m), float(s), (int(p[0]), int(p[1]))) for m, s, p in zip(ids, scores, pairs,
-                                                                                           strict=True)]
+        ranked = [SearchHit(int(m), "", MediaKind.IMAGE, float(s), head_pair=(int(p[0]), int(p[1])))
+                  for m, s, p in zip(ids, scores, pairs, strict=True)]
         t3 = time.perf_counter()
         if i >= 0:
             for name, ms in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
