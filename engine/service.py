@@ -217,10 +217,10 @@ class SearchService:
         sentence = stock.sentence[0]
         unit = sentence / max(float(np.linalg.norm(sentence)), 1e-9)
         match = self._user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
-        # a word the user wrote on items means what those items show (spread below), not an ImageNet class
-        _, words = self._zero_shot_query(text, exclude=set(match.labels), sentence=sentence)
         dense: dict = {}
         if "zero_shot" in self.evidence or trained is None:
+            # a word the user wrote on items means what those items show (spread below), not an ImageNet class
+            _, words = self._zero_shot_query(text, exclude=set(match.labels), sentence=sentence)
             dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self._zero_shot_frames())
         encoded = None
         if trained is not None:
@@ -297,13 +297,15 @@ class SearchService:
                     if min_probability is None or pr >= min_probability:
                         kept.append((p, float(ranking.total[p]), float(pr), float(un)))
             picked = kept[offset:offset + top]
+        page = [int(ids[ranking.rows[p]]) for p, *_ in picked]
+        records, texts = self.catalog.media_of(page), self.catalog.captions_of(page)  # two reads for the page
         hits = []
         for p, score, prob, unc in picked:
             row = int(ranking.rows[p])
-            media = self.catalog.media(int(ids[row]))
-            if media.status == MediaStatus.MISSING:  # gone since the index was loaded (another process scanned)
+            media = records.get(int(ids[row]))
+            if media is None or media.status == MediaStatus.MISSING:  # gone since the index was loaded
                 continue
-            captions = tuple(c.text for c in self.catalog.captions(media.id))
+            captions = tuple(c.text for c in texts.get(media.id, ()))
             hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
                                   ranking.head_pair_of(row), ranking.frame_of(row)))
         return hits

@@ -702,6 +702,12 @@ class Catalog(SQLiteStore):
             raise NotFound(f"media {media_id} is not in {self.path}")
         return _media_record(rows[0])
 
+    def media_of(self, media_ids: Iterable[int]) -> dict[int, MediaRecord]:
+        """Several media rows at once by id (a page of search results); unknown ids are left out."""
+        rows = self._read_in("reading media", f"SELECT {_MEDIA_COLUMNS} FROM media WHERE id IN ({{marks}})", (),
+                             sorted({int(m) for m in media_ids}))
+        return {record.id: record for record in map(_media_record, rows)}
+
     def media_by_path(self, path: Path) -> MediaRecord | None:
         """The media row at a path, or None."""
         rows = self._read(

@@ -149,15 +149,20 @@ class ZeroShotEvidence:
     def __init__(self, index, sentence: np.ndarray, words: np.ndarray, frames=None) -> None:
         """``frames``: ``(owner rows (F,), ZeroShotIndex of F frames)``, the sampled frames of the library's clips,
         so a clip is scored by its best-matching frame too (a slideshow's mean is no photo of it)."""
-        self.index, self.sentence, self.words, self.frames = index, sentence, words, frames
-        self._reference: np.ndarray | None = None
+        self.index, self.frames = index, frames
+        self.query = index.query_columns(sentence, words)  # the query's side, computed once for every row set
+        self._sample: np.ndarray | None = None
+        self._reference: np.ndarray | None = None  # the sample's raw terms
+        self._reference_scores: np.ndarray | None = None
 
     def terms(self, rows: np.ndarray) -> np.ndarray:
-        return self.index.terms(self.sentence, self.words, rows)
+        return self.index.terms(None, None, rows, query=self.query)
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         from engine.search.zeroshot import combine_terms
 
+        if rows is self._sample and self._reference_scores is not None:
+            return self._reference_scores
         terms = self.terms(rows)
         reference = self._reference if self._reference is not None else terms
         scores = combine_terms(terms, reference)
@@ -167,13 +172,15 @@ class ZeroShotEvidence:
             position[rows] = np.arange(len(rows))
             mine = np.flatnonzero(position[owners] >= 0)
             if len(mine):
-                frame_scores = combine_terms(frame_index.terms(self.sentence, self.words, mine), reference)
-                np.maximum.at(scores, position[owners[mine]], frame_scores)
+                frame_terms = frame_index.terms(None, None, mine, query=self.query)
+                np.maximum.at(scores, position[owners[mine]], combine_terms(frame_terms, reference))
         return scores
 
     def calibrate(self, sample: np.ndarray) -> None:
-        """Standardise the terms of candidates with those of a fixed sample of the library (large libraries)."""
-        self._reference = self.terms(sample)
+        """Standardise the terms of candidates with those of a fixed sample of the library (large libraries); the
+        sample's own scores are kept (:func:`fuse` reads them as the reference)."""
+        self._sample, self._reference, self._reference_scores = sample, self.terms(sample), None
+        self._reference_scores = self.score(sample)
 
 
 class CosineEvidence:

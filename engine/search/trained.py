@@ -257,7 +257,7 @@ class TrainedSearch:
         frames = np.full(len(ids), -1, np.int64)
         head_pairs = np.zeros((len(ids), 2), np.int64)
         q = query.emb[0]
-        inside = np.array([int(i) in self.index for i in ids], bool)
+        inside = self.index.known(ids)
         if inside.any():
             _, found, pairs = self.index.scores(q, ids[inside])
             scores[inside] = found
@@ -280,9 +280,9 @@ class TrainedSearch:
         return scores, frames, head_pairs
 
     def candidate_ids(self, query: Encoded, n: int) -> np.ndarray:
-        """The model's approximate top ``n`` items and every clip (scored by frame, which the index cannot)."""
-        ids, _, _ = self.index.search(query.emb[0], top=n)
-        return np.union1d(ids, self.frame_vectors()[0])
+        """About the model's top ``n`` items (approximate, unscored: :meth:`MultiVectorIndex.candidates`) and every
+        clip (scored by frame, which the index cannot)."""
+        return np.union1d(self.index.candidates(query.emb[0], n), self.frame_vectors()[0])
 
     def match_probability(self, query: Encoded, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """PCME: ``(match probability (eq. 2), uncertainty)`` of items ``ids`` for one encoded query."""

@@ -123,6 +123,7 @@ pickled.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -612,8 +613,20 @@ class MultiVectorIndex:
         with self._lock:
             return self._data.payload[self._rows_of(ids)]
 
+    def known(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """Whether each of ``ids`` is in the index, (N,) bool (one dictionary probe each, no Python loop)."""
+        return self._lookup(ids) >= 0
+
+    def _lookup(self, ids: np.ndarray | list[int]) -> np.ndarray:
+        """Rows of ``ids``, -1 for an unknown id (``map`` over ``dict.get`` runs in C: ~30x a Python loop)."""
+        flat = np.asarray(ids, dtype=np.int64).reshape(-1).tolist()
+        return np.fromiter(map(self._row_of_id.get, flat, itertools.repeat(-1)), np.int64, len(flat))
+
     def _rows_of(self, ids: np.ndarray | list[int]) -> np.ndarray:
-        return np.array([self._row_of(int(i)) for i in np.asarray(ids, dtype=np.int64).reshape(-1)], np.int64)
+        rows = self._lookup(ids)
+        if len(rows) and rows.min() < 0:
+            self._row_of(int(np.asarray(ids, dtype=np.int64).reshape(-1)[np.argmin(rows)]))  # names it
+        return rows
 
     def describe(self) -> dict[str, Any]:
         """Sizes and the state of the approximate index, for logs and the CLI."""
@@ -654,6 +667,22 @@ class MultiVectorIndex:
             rows = np.flatnonzero(data.alive[:data.size]) if ids is None else self._rows_of(ids)
             scores, pairs = self._score_rows(data, rows, queries)
             return data.ids[rows].copy(), scores[0], pairs[0]
+
+    def candidates(self, query: np.ndarray, n: int) -> np.ndarray:
+        """Ids of about the ``n`` items nearest a query (Kq, D), unscored and unordered: for a ranking that scores
+        them itself beside other evidence. Approximate: the union of each query head's ``n`` nearest vectors
+        (no oversampling, no exact rescoring: a candidate pool, not a page); exact below the size that uses the
+        approximate index."""
+        queries = self._check_queries(np.asarray(query)[None])
+        if self._ann is None:
+            return self.search(query, top=n)[0]
+        set_faiss_threads(SEARCH_THREADS)
+        with self._lock:
+            data, ann = self._data, self._ann
+            labels = ann.search(queries[0], max(1, min(ann.size, n)), self.params)
+            tail = np.arange(_tail_start(data, ann), data.size)
+            rows = np.union1d(self._candidate_rows(labels), tail[data.alive[tail]])
+            return data.ids[rows].copy()
 
     def search_batch(self, queries: np.ndarray, top: int = 10, offset: int = 0, exact: bool = False
                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

@@ -21,6 +21,8 @@ The hyper-parameters below were chosen on 1,000 *train* photos, never on dev.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from engine.features.regional import softmax
@@ -46,6 +48,7 @@ class ZeroShotIndex:
     """
 
     _NORM_CHUNK = 8192  # items whose centroids are formed at once to measure their norms (8192 x D floats)
+    _VIEW_MIN = 500  # row sets at least this large are kept once sliced (see _rows_view)
 
     def __init__(self, class_embeddings: np.ndarray, class_ids: np.ndarray, class_probs: np.ndarray) -> None:
         from scipy.sparse import csr_matrix
@@ -64,6 +67,7 @@ class ZeroShotIndex:
             centroids = self._probs[lo:lo + self._NORM_CHUNK] @ self.class_embeddings
             norms[lo:lo + len(centroids)] = np.linalg.norm(centroids, axis=1)
         self._inv_norms = (1.0 / np.maximum(norms, 1e-9)).astype(np.float32)
+        self._views: dict[tuple[int, int], tuple] = {}
 
     def __len__(self) -> int:
         return self._sqrt.shape[0]
@@ -79,12 +83,23 @@ class ZeroShotIndex:
             return np.zeros(0, np.float32)
         return combine_terms(self.terms(sentence, words))
 
-    def terms(self, sentence: np.ndarray, words: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    def terms(self, sentence: np.ndarray, words: np.ndarray, rows: np.ndarray | None = None,
+              query: QueryColumns | None = None) -> np.ndarray:
         """The three raw terms (n, 3) of every item or of ``rows`` (the concept term is 0 for a sentence with no
-        word that names a class); :func:`combine_terms` standardises and sums them."""
-        sqrt, probs, inv_norms = self._sqrt, self._probs, self._inv_norms
-        if rows is not None and not (len(rows) == len(self) and rows[0] == 0 and rows[-1] == len(self) - 1):
-            sqrt, probs, inv_norms = sqrt[rows], probs[rows], inv_norms[rows]
+        word that names a class); :func:`combine_terms` standardises and sums them. ``query``: the sentence's
+        :meth:`query_columns` when already computed (a ranking reads several sets of rows for one query)."""
+        sqrt, probs, inv_norms = self._rows_view(rows)
+        q = query if query is not None else self.query_columns(sentence, words)
+        matched = sqrt @ q.columns  # (n, 1 + W)
+        out = np.zeros((matched.shape[0], 3), np.float32)
+        out[:, 0] = matched[:, 0]
+        out[:, 1] = (probs @ q.sims) * inv_norms
+        if len(q.weights):
+            out[:, 2] = np.log(matched[:, 1:] + EPS) @ q.weights
+        return out
+
+    def query_columns(self, sentence: np.ndarray, words: np.ndarray) -> QueryColumns:
+        """The query's side of the three terms, over the class vocabulary (independent of the items)."""
         sims = self.class_embeddings @ sentence.astype(np.float32)
         # Terms 1 and 2 read the item's square-rooted distribution: one pass over it with every query column
         # (sentence, then each word), in float32 so the sparse product never converts the library's matrix.
@@ -97,13 +112,34 @@ class ZeroShotIndex:
                 columns.extend(np.sqrt(softmax(word_sims / WORD_TAU, axis=1)))
             else:
                 weights = np.zeros(0, np.float32)
-        matched = sqrt @ np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.float32)  # (n, 1 + W)
-        out = np.zeros((matched.shape[0], 3), np.float32)
-        out[:, 0] = matched[:, 0]
-        out[:, 1] = (probs @ sims) * inv_norms
-        if len(weights):
-            out[:, 2] = np.log(matched[:, 1:] + EPS) @ weights
-        return out
+        return QueryColumns(sims, np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.float32),
+                            weights.astype(np.float32))
+
+    def _rows_view(self, rows: np.ndarray | None):
+        """The three per-item arrays for ``rows`` (all items: no copy); the last few row sets are kept, since a
+        large library's ranking reads the same fixed sample every query (``evidence.fixed_sample``)."""
+        if rows is None or (len(rows) == len(self) and rows[0] == 0 and rows[-1] == len(self) - 1):
+            return self._sqrt, self._probs, self._inv_norms
+        key = (len(rows), hash(np.ascontiguousarray(rows, np.int64).tobytes()))
+        view = self._views.pop(key, None)  # least recently used first: a hit goes back to the end
+        if view is None:
+            view = (self._sqrt[rows], self._probs[rows], self._inv_norms[rows])
+            if len(rows) < self._VIEW_MIN:  # small sets are cheap to slice again and rarely repeat
+                return view
+        self._views[key] = view
+        while len(self._views) > 4:
+            self._views.pop(next(iter(self._views)), None)
+        return view
+
+
+@dataclass(frozen=True)
+class QueryColumns:
+    """A query over the class vocabulary: the sentence's class similarities (C,), the square-rooted class
+    distributions of the sentence and of each class-naming word (C, 1 + W), and the words' weights (W,)."""
+
+    sims: np.ndarray
+    columns: np.ndarray
+    weights: np.ndarray
 
 
 def combine_terms(terms: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:

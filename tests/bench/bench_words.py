@@ -1,7 +1,7 @@
 """The user's words find their items (issue #31): three dogs named by the user, searched by name, no retrain.
 
     python tests/bench/bench_words.py --home DIR [--data ../shared/datasets/flickr8k] [--split dev]
-        [--out bench-results/words.json]
+        [--retrain [TRAINER-ARG ...]] [--out bench-results/words.json]
 
 The library is the split's photos (Flickr8k dev: never trained on). Three dogs are the photos whose captions
 mostly say "black dog", "brown dog" and "white dog"; the user calls them Shadow, Biscuit and Pearl: 16 photos of
@@ -15,7 +15,9 @@ caption. Measured with the starter active:
   for a paraphrase (leave the top 10).
 
 Rows: ``model only`` (the ranking before the user's words counted: the trained model alone) and ``default`` (the
-app's ranking: model, zero-shot semantics and the user's words, :mod:`engine.search.evidence`).
+app's ranking: model, zero-shot semantics and the user's words, :mod:`engine.search.evidence`). ``--retrain``: then
+the app's retrain on the 48 captions (warm start from the starter, the library's pseudo pairs, the gate deciding),
+and both rows again with whatever model is active afterwards.
 """
 
 from __future__ import annotations
@@ -57,6 +59,24 @@ def groups(files: list[str], caps: dict[str, list[str]]) -> dict[str, list[str]]
     return out
 
 
+def retrain(service, extra: tuple[str, ...]) -> dict:
+    """The app's retrain (:class:`engine.loop.retrain.Retrain`, its defaults plus ``extra`` trainer options) on the
+    library's annotations: the new model is activated only if the gate accepts it, as in the app."""
+    import time
+
+    from engine.loop.retrain import Retrain, RetrainOptions
+
+    job = Retrain(service, RetrainOptions(warm_start=True, trainer_args=extra))
+    started = time.monotonic()
+    for _ in job.run():
+        pass
+    result = job.result
+    return {"extra_args": list(extra), "model": result.model_name, "activated": result.activated,
+            "decision": result.decision, "train_s": round(time.monotonic() - started, 1),
+            "heldout_rsum_before": round(result.before["rsum"], 1) if result.before else None,
+            "heldout_rsum_after": round(result.after["rsum"], 1) if result.after else None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True)
@@ -64,6 +84,9 @@ def main() -> int:
     parser.add_argument("--split", default="dev")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "words.json")
     parser.add_argument("--tag", default="", help="appended to the library's name (a new library: today's starter)")
+    parser.add_argument("--retrain", nargs="*", metavar="ARG",
+                        help="then retrain as the app does (warm start, gate) and measure again; ARGs: extra "
+                             "trainer options, e.g. --retrain=--text-layers=2 (none: the app's recipe)")
     args = parser.parse_args()
     if not args.data.is_dir():
         print(f"skipped: {args.data} is absent")
@@ -76,6 +99,7 @@ def main() -> int:
     dogs = groups(files, caps)
     rng = random.Random(0)
     service = open_library(args.home, f"words-{args.split}{args.tag}", args.data / "images", files)
+    service.set_active_model("starter")  # an earlier run's retrain may have left its model active
     by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     captioned: dict[str, list[str]] = {}
     queries: dict[str, list[tuple[str, str]]] = {}
@@ -96,9 +120,9 @@ def main() -> int:
     taken = {by_name[f] for fs in captioned.values() for f in fs}
     results: dict = {"split": args.split, "photos": len(files), "per_dog": PER_DOG,
                      "others": {n: len({f for f, _ in q}) for n, q in queries.items()}}
-    for row, evidence in (("model only", {"model"}), ("default", {"model", "zero_shot", "words"})):
+    def measure(row: str, evidence: set[str]) -> None:
         service.evidence = frozenset(evidence)
-        record: dict = {}
+        record: dict = {"active": service.catalog.active_model().name}
         for name in DOGS.values():
             top = [h.media_id for h in service.search_text(name, top=PER_DOG)]
             found = len(set(top) & {by_name[f] for f in captioned[name]})
@@ -113,6 +137,14 @@ def main() -> int:
         record["mean_others_r10"] = round(float(np.mean([record[n]["others_r10"] for n in DOGS.values()])), 1)
         results[row] = record
         print(row, json.dumps(record), flush=True)
+
+    measure("model only", {"model"})
+    measure("default", {"model", "zero_shot", "words"})
+    if args.retrain is not None:
+        results["retrain"] = retrain(service, tuple(args.retrain))
+        print("retrain", json.dumps(results["retrain"]), flush=True)
+        measure("after a retrain: model only", {"model"})
+        measure("after a retrain: default", {"model", "zero_shot", "words"})
     # a rejection takes effect at once
     service.evidence = frozenset({"model", "zero_shot", "words"})
     query, paraphrase = "a dog swimming in a lake", "a dog is swimming in the water of a lake"

@@ -114,6 +114,26 @@ def test_approximate_search_recalls_exact_top_10(library: tuple, kind: str) -> N
     assert np.allclose(got_scores, want_scores, atol=1e-5) and (got_pairs == want_pairs).all()
 
 
+@pytest.mark.parametrize("kind", ["ivf-flat", "hnsw+ivf"])
+def test_candidates_hold_the_exact_top_items_and_known_says_which_ids_are_in(library: tuple, kind: str) -> None:
+    vectors, ids, queries, exact = library
+    index = MultiVectorIndex(DIM, HEADS, params=KINDS[kind])
+    index.add(ids, vectors)
+    assert index.approximate
+    found = []
+    for query in queries:
+        pool = set(index.candidates(query, 50).tolist())
+        assert pool <= set(ids.tolist()) and len(pool) >= 50
+        found += [int(i) in pool for i in exact.search(query, 20)[0]]
+    assert np.mean(found) >= 0.9  # the pool is the approximate neighbourhood, not a page
+    assert set(exact.candidates(queries[0], 20).tolist()) == set(exact.search(queries[0], 20)[0].tolist())
+    index.remove(ids[:5])
+    probe = np.concatenate([ids[:10], [-3, 10**9]])
+    assert index.known(probe).tolist() == [False] * 5 + [True] * 5 + [False, False]
+    with pytest.raises(KeyError, match="not in the index"):
+        index.get(probe)
+
+
 @pytest.mark.parametrize("kind", ["ivf-flat", "hnsw-sq8", "hnsw+ivf"])  # IVF deletes, HNSW tombstones
 def test_remove_and_replace_in_both_modes(library: tuple, kind: str) -> None:
     vectors, ids, queries, _ = library

@@ -171,3 +171,22 @@ def test_a_rescan_that_changes_nothing_keeps_the_loaded_ranking_and_a_change_dro
     list(indexed.index_paths([more]))
     assert indexed._zero_shot is None  # rebuilt with the new item at the next query
     assert len(indexed.search_text("a cat", top=10)) == len(SAMPLES) + 1
+
+
+def test_a_query_prepared_once_scores_any_rows_as_a_fresh_one_and_kept_row_sets_stay_exact() -> None:
+    rng = np.random.default_rng(3)
+    classes = rng.standard_normal((50, 16)).astype(np.float32)
+    classes /= np.linalg.norm(classes, axis=1, keepdims=True)
+    n, k = 2000, 5
+    ids = np.stack([rng.choice(50, k, replace=False) for _ in range(n)])
+    probs = rng.dirichlet(np.ones(k), n).astype(np.float32)
+    index = ZeroShotIndex(classes, ids, probs)
+    sentence, words = classes[3] + 0.1, classes[[3, 7]]
+    query = index.query_columns(sentence, words)
+    everything = index.terms(sentence, words)
+    sample = np.sort(rng.choice(n, 600, replace=False))
+    for _ in range(3):  # the sample's slices are kept after the first time; later candidate sets come and go
+        assert np.allclose(index.terms(None, None, sample, query=query), everything[sample], atol=1e-5)
+        others = np.sort(rng.choice(n, 700, replace=False))
+        assert np.allclose(index.terms(sentence, words, others), everything[others], atol=1e-5)
+    assert len(index._views) <= 4
