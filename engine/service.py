@@ -150,7 +150,8 @@ class SearchService:
         return self.catalog.media(media_id)
 
     def media_details(self, media_id: int) -> MediaDetails:
-        """Path, size, pixels, length, date taken and camera of one item (:func:`engine.library.browse.media_details`)."""
+        """Path, size, pixels, length, date taken and camera of one item
+        (:func:`engine.library.browse.media_details`)."""
         from engine.library import browse
 
         return browse.media_details(self.catalog, media_id)
