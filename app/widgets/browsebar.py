@@ -12,7 +12,10 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from app.search import BrowseOptions
 
-SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("name", "By name"))
+# Date taken is the photo's EXIF date (the file's modification date where it has none), as photo managers sort;
+# newest / oldest are the file's modification date.
+SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("taken", "Date taken, newest first"),
+         ("taken-oldest", "Date taken, oldest first"), ("name", "By name"))
 KINDS = ((None, "Every kind"), ("image", "Photos"), ("animation", "GIFs"), ("video", "Videos"))
 ANNOTATIONS = (("all", "Captioned or not"), ("captioned", "Captioned"), ("uncaptioned", "Not captioned yet"),
                ("judged", "Accepted / rejected"))
