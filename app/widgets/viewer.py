@@ -341,7 +341,7 @@ class Viewer(QDialog):
                            (("-", "Ctrl+-"), lambda: self.picture.zoom_by(-1)),
                            (("0", "Ctrl+0"), lambda: self.picture.set_zoom(None)),
                            (("1", "Ctrl+1"), lambda: self.picture.set_zoom(1.0)),
-                           (("Z",), self.picture.toggle_actual_pixels),
+                           (("Z",), lambda: self.picture.toggle_actual_pixels()),
                            (("Space",), self.toggle_play),
                            (("I",), self.details_button.toggle)):
             action = QAction(self)

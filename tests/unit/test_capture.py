@@ -16,42 +16,15 @@ from engine.library import catalog as catalog_module
 from engine.library.browse import browse
 from engine.library.catalog import Catalog
 from engine.media import probe, read_capture
-from engine.media.exif import (
-    DATETIME,
-    DATETIME_ORIGINAL,
-    EXIF_IFD,
-    MAKE,
-    MODEL,
-    OFFSET_TIME_ORIGINAL,
-    parse_exif_date,
-)
+from engine.media.exif import DATETIME_ORIGINAL, EXIF_IFD, MAKE, MODEL, parse_exif_date
 from engine.progress import CancelToken
 from engine.service import SearchService
 from engine.types import CaptureInfo, MediaKind
 from tests import mediagen as mg
 
 
-def photo_with_exif(path: Path, taken: str | None = "2014:06:21 18:05:09", offset: str | None = "+02:00",
-                    make: str | None = "Canon", model: str | None = "Canon EOS 5D Mark III",
-                    colour: tuple[int, int, int] = (200, 40, 40)) -> Path:
-    """A JPEG whose EXIF says when (DateTimeOriginal, OffsetTimeOriginal) and with what (Make, Model) it was taken."""
-    exif = Image.Exif()
-    if make is not None:
-        exif[MAKE] = make + "\x00"  # cameras pad their strings
-    if model is not None:
-        exif[MODEL] = model
-    exif[DATETIME] = "2020:01:01 00:00:00"  # the last edit: not the date taken when the original is there
-    sub = exif.get_ifd(EXIF_IFD)
-    if taken is not None:
-        sub[DATETIME_ORIGINAL] = taken
-    if offset is not None:
-        sub[OFFSET_TIME_ORIGINAL] = offset
-    Image.new("RGB", (48, 32), colour).save(path, "JPEG", exif=exif.tobytes())
-    return path
-
-
 def test_a_jpeg_says_when_and_with_what_it_was_taken(tmp_path: Path) -> None:
-    path = photo_with_exif(tmp_path / "p.jpg")
+    path = mg.make_jpeg_with_exif(tmp_path / "p.jpg")
     capture = probe(path).capture
     assert capture == read_capture(path)
     assert capture.taken_at == "2014-06-21T18:05:09+02:00"
@@ -62,7 +35,7 @@ def test_a_jpeg_says_when_and_with_what_it_was_taken(tmp_path: Path) -> None:
 
 
 def test_without_an_offset_the_date_is_local_time_and_the_camera_joins_make_and_model(tmp_path: Path) -> None:
-    capture = read_capture(photo_with_exif(tmp_path / "p.jpg", offset=None, make="NIKON CORPORATION",
+    capture = read_capture(mg.make_jpeg_with_exif(tmp_path / "p.jpg", offset=None, make="NIKON CORPORATION",
                                            model="COOLPIX P7000"))
     assert capture.taken_at == "2014-06-21T18:05:09"
     assert capture.taken_ns == int(datetime(2014, 6, 21, 18, 5, 9).timestamp()) * 10**9
@@ -77,7 +50,7 @@ def test_an_unknown_or_impossible_date_is_no_date(value: str | None) -> None:
 def test_no_exif_tells_nothing_and_the_last_edit_date_stands_in_for_a_missing_original(tmp_path: Path) -> None:
     assert read_capture(mg.make_jpeg(tmp_path / "plain.jpg")) == CaptureInfo()
     assert read_capture(mg.make_png(tmp_path / "plain.png")) == CaptureInfo()
-    edited = read_capture(photo_with_exif(tmp_path / "e.jpg", taken=None, offset=None, make=None, model=None))
+    edited = read_capture(mg.make_jpeg_with_exif(tmp_path / "e.jpg", taken=None, offset=None, make=None, model=None))
     assert edited.taken_at == "2020-01-01T00:00:00" and edited.camera is None
 
 
@@ -119,8 +92,8 @@ def test_indexing_stores_the_date_taken_and_browsing_sorts_by_it(service: Search
     folder = tmp_path / "photos"
     folder.mkdir()
     # modified in the order a, b, c; taken: a in 2014, c (no EXIF: its mtime, 2019) and b in 2022
-    a = photo_with_exif(folder / "a.jpg", taken="2014:06:21 18:05:09", colour=(200, 0, 0))
-    b = photo_with_exif(folder / "b.jpg", taken="2022:03:04 05:06:07", colour=(0, 200, 0))
+    a = mg.make_jpeg_with_exif(folder / "a.jpg", taken="2014:06:21 18:05:09", colour=(200, 0, 0))
+    b = mg.make_jpeg_with_exif(folder / "b.jpg", taken="2022:03:04 05:06:07", colour=(0, 200, 0))
     c = mg.make_jpeg(folder / "c.jpg", color=(0, 0, 200))
     _set_mtime(a, datetime(2023, 1, 1))
     _set_mtime(c, datetime(2019, 1, 1))
@@ -145,7 +118,7 @@ def test_the_details_are_read_from_the_catalog_not_the_file(service: SearchServi
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "photos"
     folder.mkdir()
-    path = photo_with_exif(folder / "a.jpg")
+    path = mg.make_jpeg_with_exif(folder / "a.jpg")
     list(service.index_paths([folder]))
     media_id = service.catalog.media_by_path(path).id
 
@@ -180,7 +153,7 @@ def test_a_v4_catalog_upgrades_keeping_its_annotations_and_the_next_scan_reads_t
     from engine.library.indexer import Indexer
 
     (tmp_path / "lib").mkdir()
-    photo = photo_with_exif(tmp_path / "lib" / "a.jpg")
+    photo = mg.make_jpeg_with_exif(tmp_path / "lib" / "a.jpg")
     path = tmp_path / "catalog.sqlite"
     _v4_catalog(path, photo)
     with Catalog(path) as catalog:
