@@ -51,8 +51,10 @@ class PictureView(QAbstractScrollArea):
         """Show ``pixmap``, which draws a picture of ``source`` pixels (default: the pixmap's own size). The zoom
         and the position stay: the next frame of a video, or the same photo read at a higher resolution."""
         self._pixmap, self._text = pixmap, ""
-        self._source = QSize(source) if source is not None and source.isValid() else pixmap.size()
+        before, self._source = self._source, QSize(source) if source is not None and source.isValid() else pixmap.size()
         self._relayout()
+        if self._source != before:
+            self.zoom_changed.emit()  # another picture: another fitted scale (or the same zoom, more pixels)
 
     def setText(self, text: str) -> None:
         """Show a message instead of a picture; the next picture starts fitted."""
