@@ -224,12 +224,15 @@ def test_space_pauses_a_video_the_slider_seeks_and_the_text_says_where(qtbot, vi
 def test_a_video_still_opens_at_its_matched_frame_and_space_keeps_it_there(qtbot, viewer, tmp_path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("app.widgets.viewer.MATCH_HOLD_MS", 200)
-    open_video(qtbot, viewer, tmp_path, frame=5)
+    path = mg.make_video(tmp_path / "clip.mp4", 40, size=(64, 48), fps=10.0)
+    viewer.show_hit(SearchHit(999, str(path), MediaKind.VIDEO, 0.0, frame=5))
+    key(qtbot, viewer, Qt.Key.Key_Space)  # paused at once: the matched frame still comes, and it stays there
     target = matched_frame(5, 40)
     qtbot.waitUntil(lambda: viewer.opened_at == target and shows_frame(viewer, target), timeout=5000)
-    key(qtbot, viewer, Qt.Key.Key_Space)  # paused while held on the match
     qtbot.wait(400)  # past the hold: it does not play on
-    assert not viewer.playing and viewer.position == target
+    assert not viewer.playing and viewer.position == target and shows_frame(viewer, target)
+    key(qtbot, viewer, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: viewer.position > target, timeout=5000)
 
 
 def test_zooming_a_video_past_the_window_decodes_its_frames_at_full_size(qtbot, viewer, tmp_path) -> None:
