@@ -603,7 +603,7 @@ class ResultsModel(QAbstractListModel):
     # --- dragging results out to other applications (a file manager, a mail, an editor)
     def flags(self, index: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
         flags = super().flags(index)
-        if index.isValid() and self._hits[index.row()] is not None:
+        if index.isValid() and 0 <= index.row() < len(self._hits) and self._hits[index.row()] is not None:
             flags |= Qt.ItemFlag.ItemIsDragEnabled
         return flags
 

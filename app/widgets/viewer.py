@@ -614,7 +614,10 @@ class Viewer(QDialog):
         return self._video is not None and self._video.isRunning()
 
     def _play_frames(self, media_id: int) -> None:
-        self._video = None  # the thread ended; its preview frames play instead
+        video, self._video = self._video, None  # OpenCV could not read it: its preview frames play instead
+        if video is not None:
+            video.wait(VIDEO_STOP_WAIT_MS)  # it returns right after saying so
+            video.deleteLater()
         frames = self._cache.frames(media_id)
         if frames is not None:
             self._frames_arrived(media_id)
