@@ -171,3 +171,25 @@ def test_a_v4_catalog_upgrades_keeping_its_annotations_and_the_next_scan_reads_t
         version = catalog.version()
         list(indexer._read_captures(CancelToken()))
         assert catalog.version() == version  # read once: a second scan writes nothing
+
+
+@pytest.mark.parametrize("order", ["taken", "taken-oldest"])
+def test_a_page_by_date_taken_is_read_from_its_index_not_sorted(tmp_path: Path, order: str) -> None:
+    """At 100,000 items a sort of every row per page would cost what the v4 browse indexes saved."""
+    with Catalog(tmp_path / "catalog.sqlite") as catalog:
+        seen: list[tuple[str, tuple]] = []
+        catalog._read = _spy(catalog._read, seen)  # type: ignore[method-assign]
+        catalog.browse_media(0, 60, order)
+        sql, params = seen[-1]
+        plan = " ".join(str(row[-1]) for row in Catalog._read(catalog, "plan", f"EXPLAIN QUERY PLAN {sql}", params))
+    assert "media_browse_by_taken" in plan and "TEMP B-TREE" not in plan
+
+
+def _spy(read, seen: list[tuple[str, tuple]]):
+    """``read``, recording each statement it runs."""
+
+    def spying(what: str, sql: str, params: tuple = ()):
+        seen.append((sql, params))
+        return read(what, sql, params)
+
+    return spying
