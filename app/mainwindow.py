@@ -720,6 +720,9 @@ class MainWindow(QMainWindow):
 
     # --- drops anywhere on the window search by example
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        # a result dragged out of the grid and let go over the window is not a search (the search box takes it)
+        if event.source() is self.results:
+            return
         if self.service is not None and local_file(event.mimeData()) is not None:
             event.acceptProposedAction()
 

@@ -14,7 +14,7 @@ from engine.types import SearchHit
 class BrowseOptions:
     """How the library is listed when there is no query (``SearchService.browse``'s arguments)."""
 
-    sort: str = "newest"  # "newest", "oldest", "name"
+    sort: str = "newest"  # "newest", "oldest", "taken", "taken-oldest", "name" (engine.library.browse.BrowseSort)
     kind: str | None = None  # a MediaKind value, None: every kind
     folder: Path | None = None  # one library folder, None: all
     annotation: str = "all"  # "all", "captioned", "uncaptioned", "judged"

@@ -27,7 +27,7 @@ from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaSta
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
 from engine.search.exportformat import is_probabilistic
-from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaKind, ModelInfo, SearchHit
+from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
 
 if TYPE_CHECKING:
     from engine.loop.trainingset import TrainingSet
@@ -148,6 +148,13 @@ class SearchService:
 
     def media(self, media_id: int) -> MediaRecord:
         return self.catalog.media(media_id)
+
+    def media_details(self, media_id: int) -> MediaDetails:
+        """Path, size, pixels, length, date taken and camera of one item
+        (:func:`engine.library.browse.media_details`)."""
+        from engine.library import browse
+
+        return browse.media_details(self.catalog, media_id)
 
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:

@@ -91,3 +91,44 @@ class ModelInfo:
 def active_model(models: list[ModelInfo]) -> ModelInfo | None:
     """The active model of a ``models()`` list, if any."""
     return next((model for model in models if model.active), None)
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureInfo:
+    """When and with what a photo was taken, as its EXIF block says (None where it says nothing).
+
+    ``taken_at`` is the camera's wall clock, ISO 8601 (``2019-07-04T15:30:12``, with ``+02:00`` when the file
+    records its offset), shown as written, as photo managers do; ``taken_ns`` is the same instant in nanoseconds
+    since the epoch (a time without an offset read as this machine's local time), what browsing sorts by.
+    """
+
+    taken_at: str | None = None
+    taken_ns: int | None = None
+    camera_make: str | None = None
+    camera_model: str | None = None
+
+    @property
+    def camera(self) -> str | None:
+        """Make and model in one line; a model that already names its maker ("Canon EOS R5") stands alone."""
+        make, model = self.camera_make, self.camera_model
+        if make and model:
+            return model if model.casefold().startswith(make.split()[0].casefold()) else f"{make} {model}"
+        return make or model
+
+
+@dataclass(frozen=True, slots=True)
+class MediaDetails:
+    """What the viewer's details panel says about one item (``SearchService.media_details``): all of it read at
+    indexing and stored in the catalog, so asking never decodes the file."""
+
+    media_id: int
+    path: Path
+    kind: MediaKind
+    format: str | None
+    size_bytes: int
+    modified_ns: int
+    width: int | None
+    height: int | None
+    n_frames: int | None
+    duration_s: float | None
+    capture: CaptureInfo = CaptureInfo()

@@ -60,6 +60,28 @@ def make_jpeg(
     return Path(path)
 
 
+def make_jpeg_with_exif(path: Path, taken: str | None = "2014:06:21 18:05:09", offset: str | None = "+02:00",
+                        make: str | None = "Canon", model: str | None = "Canon EOS 5D Mark III",
+                        colour: RGB = (200, 40, 40), size: Size = (48, 32), pixels: np.ndarray | None = None) -> Path:
+    """A JPEG whose EXIF says when (DateTimeOriginal, OffsetTimeOriginal) and with what (Make, Model) it was taken."""
+    from engine.media.exif import DATETIME, DATETIME_ORIGINAL, EXIF_IFD, MAKE, MODEL, OFFSET_TIME_ORIGINAL
+
+    exif = Image.Exif()
+    if make is not None:
+        exif[MAKE] = make + "\x00"  # cameras pad their strings
+    if model is not None:
+        exif[MODEL] = model
+    exif[DATETIME] = "2020:01:01 00:00:00"  # the last edit: not the date taken when the original is there
+    sub = exif.get_ifd(EXIF_IFD)
+    if taken is not None:
+        sub[DATETIME_ORIGINAL] = taken
+    if offset is not None:
+        sub[OFFSET_TIME_ORIGINAL] = offset
+    image = Image.fromarray(pixels) if pixels is not None else Image.new("RGB", size, colour)
+    image.save(path, "JPEG", quality=92, exif=exif.tobytes())
+    return path
+
+
 def make_png(
     path: Path, size: Size = (64, 48), color: Sequence[int] = RED, mode: str = "RGB", pixels=None
 ) -> Path:

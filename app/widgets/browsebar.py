@@ -12,7 +12,10 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from app.search import BrowseOptions
 
-SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("name", "By name"))
+# Date taken is the photo's EXIF date (the file's modification date where it has none), as photo managers sort;
+# newest / oldest are the file's modification date.
+SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("taken", "Taken, newest"),
+         ("taken-oldest", "Taken, oldest"), ("name", "By name"))
 KINDS = ((None, "Every kind"), ("image", "Photos"), ("animation", "GIFs"), ("video", "Videos"))
 ANNOTATIONS = (("all", "Captioned or not"), ("captioned", "Captioned"), ("uncaptioned", "Not captioned yet"),
                ("judged", "Accepted / rejected"))
@@ -37,7 +40,8 @@ class BrowseBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.sort = _combo(SORTS, "Order of the library")
+        self.sort = _combo(SORTS, "Order of the library: the files' modification dates, the dates the photos were "
+                                  "taken (where a photo does not say, its file's date), or their names")
         self.kind = _combo(KINDS, "Show one kind of media")
         self.folder = _combo(((None, "All folders"),), "Show one library folder")
         self.annotation = _combo(ANNOTATIONS, "Show items by what you wrote about them")

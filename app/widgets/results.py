@@ -19,6 +19,7 @@ from PySide6.QtCore import (
     QAbstractListModel,
     QEvent,
     QItemSelectionModel,
+    QMimeData,
     QModelIndex,
     QObject,
     QPersistentModelIndex,
@@ -36,6 +37,7 @@ from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
     QDesktopServices,
+    QDrag,
     QFont,
     QImage,
     QKeyEvent,
@@ -94,6 +96,11 @@ class ThumbnailCache(QObject):
         self._thumbs.clear()
         self._frames.clear()
         self._pending.clear()
+
+    @property
+    def service(self) -> SearchServiceLike | None:
+        """The library whose thumbnails this caches (the viewer asks it for an item's details too)."""
+        return self._service
 
     def thumbnail(self, media_id: int) -> QPixmap | None:
         """The cached thumbnail, or None while it loads (``thumbnail_ready`` follows)."""
@@ -593,6 +600,28 @@ class ResultsModel(QAbstractListModel):
         for changed in {previous, media_id} - {None}:
             self._media_changed(changed)
 
+    # --- dragging results out to other applications (a file manager, a mail, an editor)
+    def flags(self, index: QModelIndex | QPersistentModelIndex) -> Qt.ItemFlag:
+        flags = super().flags(index)
+        if index.isValid() and 0 <= index.row() < len(self._hits) and self._hits[index.row()] is not None:
+            flags |= Qt.ItemFlag.ItemIsDragEnabled
+        return flags
+
+    def mimeTypes(self) -> list[str]:
+        return ["text/uri-list", "text/plain"]
+
+    def supportedDragActions(self) -> Qt.DropAction:
+        return Qt.DropAction.CopyAction | Qt.DropAction.LinkAction  # never Move: the file stays in the library
+
+    def mimeData(self, indexes: list[QModelIndex]) -> QMimeData:  # type: ignore[override]
+        """The dragged items' files as ``file://`` URLs (and their paths as text, for a terminal or an editor)."""
+        rows = sorted({index.row() for index in indexes if index.isValid()})
+        paths = [Path(hit.path) for hit in (self._hits[row] for row in rows) if hit is not None]
+        mime = QMimeData()
+        mime.setUrls([QUrl.fromLocalFile(str(path)) for path in paths])
+        mime.setText("\n".join(str(path) for path in paths))
+        return mime
+
     def _media_changed(self, media_id: int, roles: list[int] | None = None) -> None:
         row = self._rows.get(media_id)
         if row is not None:
@@ -734,6 +763,10 @@ class ResultsView(QListView):
         self.setWordWrap(False)
         self.setMouseTracking(True)
         self.setSelectionMode(QListView.SelectionMode.ExtendedSelection)  # Shift / Ctrl pick several to judge
+        # setMovement(Static) turned dragging off: items may not move in the grid, but may be dragged out
+        self.setDragEnabled(True)
+        self.setDragDropMode(QListView.DragDropMode.DragOnly)
+        self.setDefaultDropAction(Qt.DropAction.CopyAction)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.DefaultContextMenu)
         self.activated.connect(lambda index: self.open_requested.emit(index.data(HIT_ROLE)))
         self.setItemDelegate(ResultDelegate(icon_size, self))
@@ -844,6 +877,21 @@ class ResultsView(QListView):
                 for action in judge_actions:
                     menu.addAction(action)
         menu.exec(event.globalPos())
+
+    def startDrag(self, supportedActions: Qt.DropAction) -> None:
+        """Drag the selected results out as files, their first thumbnail under the pointer."""
+        indexes = [i for i in self.selectionModel().selectedIndexes() if i.flags() & Qt.ItemFlag.ItemIsDragEnabled]
+        if not indexes:
+            return
+        drag = QDrag(self)
+        drag.setMimeData(self.results().mimeData(indexes))
+        current = self.currentIndex() if self.currentIndex() in indexes else indexes[0]
+        hit = current.data(HIT_ROLE)
+        pixmap = self._cache.thumbnail(hit.media_id) if hit is not None else None
+        if pixmap is not None and not pixmap.isNull():
+            drag.setPixmap(pixmap.scaled(96, 96, Qt.AspectRatioMode.KeepAspectRatio,
+                                         Qt.TransformationMode.SmoothTransformation))
+        drag.exec(supportedActions & self.results().supportedDragActions(), Qt.DropAction.CopyAction)
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         self.results().pin_row(current.row() if current.isValid() else -1)

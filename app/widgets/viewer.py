@@ -1,29 +1,56 @@
-"""The viewer: one result large. Photos are read scaled to the window off the GUI thread, GIFs play (QMovie),
-videos play (decoded by OpenCV on a thread of their own, one frame at a time; their preview frames when OpenCV
-cannot read them); Left / Right step through the results, Alt+A / Alt+R judge, Escape closes, "Show in folder"
-opens the file manager there. A clip found by a search opens at the part that matched (``SearchHit.frame``):
-that frame is shown and held a moment, then the clip plays on from there. The details under the picture say
-which queries the user accepted or rejected the item for."""
+"""The viewer: one result large, as a photo viewer shows it. Photos are read scaled to the window off the GUI
+thread (and again at full size when a zoom needs the pixels), GIFs play (QMovie), videos play (decoded by OpenCV on
+a thread of their own, one frame at a time; their preview frames when OpenCV cannot read them) with play / pause,
+a seek slider and the position; Ctrl+wheel, +/- zoom, 0 fits, 1 shows actual pixels (:mod:`app.widgets.zoomview`);
+the details panel says what the catalog knows of the file (:mod:`app.widgets.mediadetails`). Left / Right step
+through the results, Alt+A / Alt+R judge, Escape closes, "Show in folder" opens the file manager there. A clip
+found by a search opens at the part that matched (``SearchHit.frame``): that frame is shown and held a moment,
+then the clip plays on from there. The text under the picture says which queries the user accepted or rejected
+the item for."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QThread, QThreadPool, QTimer, Signal
-from PySide6.QtGui import QAction, QHideEvent, QImage, QImageReader, QKeySequence, QMovie, QPixmap, QResizeEvent
-from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import (
+    QAction,
+    QHideEvent,
+    QImage,
+    QImageIOHandler,
+    QImageReader,
+    QKeySequence,
+    QMouseEvent,
+    QMovie,
+    QPixmap,
+)
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QPushButton,
+    QSlider,
+    QStyle,
+    QStyleOptionSlider,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.widgets.mediadetails import DetailsPanel, clock_text
 from app.widgets.plaintext import plain_label
 from app.widgets.results import ThumbnailCache, show_in_folder, verdict_lines
+from app.widgets.zoomview import PictureView
 from app.workers import run_in_background, while_alive
-from engine.types import MediaKind, SearchHit
+from engine.types import MediaDetails, MediaKind, SearchHit
 
 log = logging.getLogger(__name__)
 
 FRAME_MS = 140  # a video's preview frames, as on hover in the grid
 VIDEO_STOP_WAIT_MS = 2000  # closing the viewer waits this long at most for a video's decoding thread
 MATCH_HOLD_MS = 1500  # a clip opened at its matched frame shows that frame this long before it plays on
+MOVIE_CACHE_BYTES = 256 * 2**20  # a GIF whose frames fit in this is cached whole, so seeking in it is a jump
+FULL_SIZE = QSize(1 << 14, 1 << 14)  # a video's frames decoded at the file's size (a zoom past the window)
 SAMPLED_FRAMES = 8  # engine.media.sampling.FRAMES_PER_ITEM: a hit's ``frame`` is one of these (not imported: the
 # engine's media package loads its decoders, and the window starts before any of that)
 _unstopped: set[VideoReader] = set()  # decoding threads that did not stop in time, kept until they end
@@ -46,37 +73,67 @@ def read_scaled(path: Path, box: QSize) -> QImage:
     """Read a picture upright and no larger than ``box`` (decoding a 24-megapixel photo whole would be wasted
     memory). Qt reads what it can (EXIF orientation applied); what it cannot (HEIC, AVIF here) is decoded by
     the engine the way indexing decodes it. Raises OSError with the reason. Safe on any thread."""
+    return read_picture(path, box)[0]
+
+
+def read_picture(path: Path, box: QSize) -> tuple[QImage, QSize]:
+    """:func:`read_scaled`, and the picture's whole size (upright), which a zoom to 1:1 is measured in."""
     reader = QImageReader(str(path))
     reader.setAutoTransform(True)
     if reader.canRead():
-        size = reader.size()
-        if size.isValid() and (size.width() > box.width() or size.height() > box.height()):
-            reader.setScaledSize(size.scaled(box, Qt.AspectRatioMode.KeepAspectRatio))
+        size = reader.size()  # as stored, which is what a scaled read is sized in
+        upright, stored_box = QSize(size), QSize(box)
+        if reader.transformation() & QImageIOHandler.Transformation.TransformationRotate90:
+            upright.transpose()  # a phone photo stored on its side: shown (and measured) upright
+            stored_box.transpose()
+        if size.isValid() and (size.width() > stored_box.width() or size.height() > stored_box.height()):
+            reader.setScaledSize(size.scaled(stored_box, Qt.AspectRatioMode.KeepAspectRatio))
         image = reader.read()
         if not image.isNull():
-            return image
+            return image, upright if upright.isValid() else image.size()
     return _read_with_engine(path, box)
 
 
-def _read_with_engine(path: Path, box: QSize) -> QImage:
+def _read_with_engine(path: Path, box: QSize) -> tuple[QImage, QSize]:
     from PIL import Image
 
-    from engine.media import MediaError, load_image
+    from engine.media import MediaError, load_image, probe
 
     try:
         picture = load_image(path, min_size=max(box.width(), box.height()))
+        info = probe(path)
     except MediaError as exc:
         raise OSError(str(exc)) from exc
+    width, height = info.width, info.height
+    if (width > height) != (picture.width > picture.height):  # the declared size is the stored, not the upright
+        width, height = height, width
     picture.thumbnail((max(1, box.width()), max(1, box.height())), Image.Resampling.LANCZOS)
     data = picture.convert("RGB").tobytes()
     image = QImage(data, picture.width, picture.height, 3 * picture.width, QImage.Format.Format_RGB888)
-    return image.copy()  # the copy owns its pixels; ``data`` goes away with this frame
+    return image.copy(), QSize(width, height)  # the copy owns its pixels; ``data`` goes away with this frame
+
+
+def seek_movie(movie: QMovie, frame: int) -> None:
+    """Show ``frame`` of ``movie``. A GIF cannot seek (Qt's reader has no random access) unless its frames are
+    cached: step there, from the start when it is behind."""
+    frame = max(0, min(frame, movie.frameCount() - 1)) if movie.frameCount() > 0 else max(0, frame)
+    if movie.currentFrameNumber() == frame or movie.jumpToFrame(frame):
+        return
+    if movie.currentFrameNumber() > frame:
+        movie.stop()
+        movie.jumpToFrame(0)
+    while movie.currentFrameNumber() < frame:
+        if not movie.jumpToNextFrame():
+            break
 
 
 class VideoReader(QThread):
-    """Plays a video file: decodes it frame by frame at its own pace, scaled to ``box``, and loops."""
+    """Plays a video file: decodes it frame by frame at its own pace, scaled to ``box``; pauses, seeks, and
+    stops at its end (as video players do; GIFs loop). ``box`` may be changed while it plays (a zoom)."""
 
-    frame_ready = Signal(QImage)
+    opened = Signal(int, float)  # the frame count (0: unknown), frames per second
+    frame_ready = Signal(QImage, int, QSize)  # the frame, its number in the file, the file's frame size
+    ended = Signal()  # the last frame was shown; paused there
     failed = Signal()  # OpenCV cannot read it
 
     def __init__(self, path: Path, box: QSize, parent: QWidget | None = None, start: int | None = None) -> None:
@@ -84,6 +141,28 @@ class VideoReader(QThread):
         self.path, self.box = path, box
         self.start_sample = start  # the sampled frame (0..7) to open at, shown MATCH_HOLD_MS before playing on
         self.started_at: int | None = None  # the file's frame it opened at
+        self._lock = threading.Lock()
+        self._paused = False
+        self._seek_to: int | None = None
+
+    # --- commands (any thread); the decoding thread takes them between frames
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def set_paused(self, paused: bool) -> None:
+        with self._lock:
+            self._paused = paused
+
+    def seek(self, frame: int) -> None:
+        """Show ``frame`` next (also while paused); a newer seek replaces one not yet done."""
+        with self._lock:
+            self._seek_to = max(0, int(frame))
+
+    def _take_seek(self) -> int | None:
+        with self._lock:
+            frame, self._seek_to = self._seek_to, None
+            return frame
 
     def run(self) -> None:
         import cv2  # the headless build; only a viewer playing a video needs it
@@ -92,43 +171,83 @@ class VideoReader(QThread):
         if not capture.isOpened():
             self.failed.emit()
             return
-        fps = capture.get(cv2.CAP_PROP_FPS)
-        pause_ms = int(1000 / fps) if 1 <= fps <= 120 else 40
-        if self.start_sample is not None:
-            n_total = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
-            if n_total > 0:
-                self.started_at = matched_frame(self.start_sample, n_total)
-                capture.set(cv2.CAP_PROP_POS_FRAMES, self.started_at)
-        shown = 0
         try:
-            while not self.isInterruptionRequested():
-                ok, frame = capture.read()
-                if not ok:
-                    if shown == 0:
-                        self.failed.emit()
-                        return
-                    capture.set(cv2.CAP_PROP_POS_FRAMES, 0)  # loop, like a GIF
-                    continue
-                height, width = frame.shape[:2]
-                scale = min(self.box.width() / width, self.box.height() / height, 1.0)
-                if scale < 1.0:
-                    frame = cv2.resize(frame, (max(1, int(width * scale)), max(1, int(height * scale))),
-                                       interpolation=cv2.INTER_AREA)
-                rgb = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
-                image = QImage(rgb.data, rgb.shape[1], rgb.shape[0], rgb.strides[0], QImage.Format.Format_RGB888)
-                self.frame_ready.emit(image.copy())  # the copy owns its pixels; rgb is reused
-                shown += 1
-                pause = MATCH_HOLD_MS if shown == 1 and self.started_at is not None else pause_ms
-                for _ in range(max(1, pause // 10)):  # short naps: stopping never waits a whole frame
-                    if self.isInterruptionRequested():
-                        break
-                    self.msleep(10)
+            self._play(cv2, capture)
         finally:
             capture.release()
 
+    def _play(self, cv2, capture) -> None:  # noqa: ANN001 - cv2 and its VideoCapture (imported on this thread)
+        fps = capture.get(cv2.CAP_PROP_FPS)
+        fps = fps if 1 <= fps <= 120 else 25.0
+        pause_ms = int(1000 / fps)
+        n_total = max(0, int(capture.get(cv2.CAP_PROP_FRAME_COUNT)))
+        self.opened.emit(n_total, fps)
+        position = 0
+        if self.start_sample is not None and n_total > 0:
+            position = self.started_at = matched_frame(self.start_sample, n_total)
+            capture.set(cv2.CAP_PROP_POS_FRAMES, position)
+        shown = 0
+        while not self.isInterruptionRequested():
+            seek = self._take_seek()
+            if seek is not None:
+                position = min(seek, n_total - 1) if n_total else seek
+                capture.set(cv2.CAP_PROP_POS_FRAMES, position)
+            elif self._paused and shown:
+                self.msleep(10)
+                continue
+            ok, frame = capture.read()
+            if not ok:
+                if shown == 0:
+                    self.failed.emit()
+                    return
+                self.set_paused(True)  # the end: paused on the last frame; Play starts again
+                self.ended.emit()
+                continue
+            self.frame_ready.emit(self._image(cv2, frame), position, QSize(frame.shape[1], frame.shape[0]))
+            position += 1
+            shown += 1
+            pause = MATCH_HOLD_MS if shown == 1 and self.started_at is not None else pause_ms
+            for _ in range(max(1, pause // 10)):  # short naps: stopping or seeking never waits a whole frame
+                if self.isInterruptionRequested() or self._seek_to is not None:
+                    break
+                self.msleep(10)
+
+    def _image(self, cv2, frame) -> QImage:  # noqa: ANN001 - cv2 and a BGR frame
+        height, width = frame.shape[:2]
+        box = self.box
+        scale = min(box.width() / width, box.height() / height, 1.0)
+        if scale < 1.0:
+            frame = cv2.resize(frame, (max(1, int(width * scale)), max(1, int(height * scale))),
+                               interpolation=cv2.INTER_AREA)
+        rgb = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+        image = QImage(rgb.data, rgb.shape[1], rgb.shape[0], rgb.strides[0], QImage.Format.Format_RGB888)
+        return image.copy()  # the copy owns its pixels; rgb is reused
+
+
+class SeekSlider(QSlider):
+    """A position slider that jumps to where it is clicked (as video players' do), not a page at a time."""
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() is Qt.MouseButton.LeftButton and self.maximum() > self.minimum():
+            option = QStyleOptionSlider()
+            self.initStyleOption(option)
+            handle = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, option,
+                                                 QStyle.SubControl.SC_SliderHandle, self)
+            if not handle.contains(event.position().toPoint()):
+                span = max(1, self.width() - handle.width())
+                x = int(event.position().x() - handle.width() / 2)
+                self.setValue(QStyle.sliderValueFromPosition(self.minimum(), self.maximum(), x, span))
+        super().mousePressEvent(event)
+
 
 class Viewer(QDialog):
-    """Shows one :class:`SearchHit` large; asks the window to step (``step_requested``) or judge."""
+    """Shows one :class:`SearchHit` large; asks the window to step (``step_requested``) or judge.
+
+    Zoom: Ctrl+wheel or +/- (at the pointer / the centre), 0 fits the window, 1 shows actual pixels (1:1), Z or a
+    double-click toggles the two (Lightroom's keys); a zoomed picture is dragged to pan. A photo is read scaled to
+    the window first and again at full size when a zoom needs its pixels. Clips: Space plays / pauses, the slider
+    seeks, the text beside it says where (a video's time, a GIF's frame). I shows / hides the details panel.
+    """
 
     step_requested = Signal(int)  # -1 previous, +1 next
     judge_requested = Signal(int)  # +1 accept, -1 reject
@@ -139,46 +258,118 @@ class Viewer(QDialog):
         self._cache, self._pool = cache, pool
         self.hit: SearchHit | None = None
         self.state: object = None  # the hit's AnnotationState, when known
+        self.details_data: MediaDetails | None = None  # the shown item's catalog details, once read
         self._generation = 0
         self._movie: QMovie | None = None
         self._video: VideoReader | None = None
         self._frames: list[QPixmap] = []
         self._frame = 0
+        self._full_size_asked = False
+        self._held = False  # a clip shown at its matched frame, to play on after MATCH_HOLD_MS
+        self._paused_by_user = False
+        self._clip_length = 0  # frames of the shown clip (0: unknown)
+        self._fps = 0.0  # a video's frame rate (0: frames are counted, not timed)
+        self.position = 0  # the clip's frame shown now
         self.opened_at: int | None = None  # a clip opened at its match: the frame (of the file / its previews)
         self._timer = QTimer(self, interval=FRAME_MS)
         self._timer.timeout.connect(self._next_frame)
         cache.frames_ready.connect(self._frames_arrived)
-        self.picture = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
-        self.picture.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+        self.picture = PictureView()
         self.picture.setMinimumSize(200, 150)
         self.picture.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the keys (arrows, Alt+A / R) land here
+        self.picture.zoom_changed.connect(self._zoom_changed)
+        self.details = DetailsPanel()
         self.caption = plain_label("", wrap=True)
+        self._build_clip_controls()
+        self._build_buttons()
+        self._add_keys()
+        self._lay_out()
+        self.resize(1100, 760)
+
+    # --- construction
+    def _build_clip_controls(self) -> None:
+        self.play_button = QPushButton("Pause")
+        self.play_button.setToolTip("Play / pause (Space)")
+        self.play_button.clicked.connect(self.toggle_play)
+        self.seek_slider = SeekSlider(Qt.Orientation.Horizontal)
+        self.seek_slider.setToolTip("Drag or click to go to another moment of the clip")
+        self.seek_slider.valueChanged.connect(self._slider_moved)
+        self.position_label = plain_label("")
+        self.clip_controls = QWidget()
+        row = QHBoxLayout(self.clip_controls)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.play_button)
+        row.addWidget(self.seek_slider, 1)
+        row.addWidget(self.position_label)
+        self.clip_controls.hide()
+
+    def _build_buttons(self) -> None:
         self.previous_button = QPushButton("◀ Previous")
         self.next_button = QPushButton("Next ▶")
+        self.zoom_out_button = QPushButton("−")
+        self.fit_button = QPushButton("Fit")
+        self.actual_button = QPushButton("1:1")
+        self.zoom_in_button = QPushButton("+")
+        self.zoom_label = plain_label("")
+        self.details_button = QPushButton("Details", checkable=True, checked=True)
         self.folder_button = QPushButton("Show in folder")
+        for button, tip in ((self.zoom_out_button, "Zoom out (−, Ctrl+wheel)"),
+                            (self.fit_button, "Fit the window (0)"),
+                            (self.actual_button, "Actual pixels, 1:1 (1; Z or a double-click toggles)"),
+                            (self.zoom_in_button, "Zoom in (+, Ctrl+wheel)"),
+                            (self.details_button, "Show or hide the details (I)")):
+            button.setToolTip(tip)
         self.previous_button.clicked.connect(lambda: self.step_requested.emit(-1))
         self.next_button.clicked.connect(lambda: self.step_requested.emit(+1))
+        self.zoom_out_button.clicked.connect(lambda: self.picture.zoom_by(-1))
+        self.zoom_in_button.clicked.connect(lambda: self.picture.zoom_by(+1))
+        self.fit_button.clicked.connect(lambda: self.picture.set_zoom(None))
+        self.actual_button.clicked.connect(lambda: self.picture.set_zoom(1.0))
+        self.details_button.toggled.connect(self.details.setVisible)
         self.folder_button.clicked.connect(self._show_in_folder)
-        for button in (self.previous_button, self.next_button, self.folder_button):
-            button.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # arrows step; they never move between buttons
-        for keys, slot in (("Left", lambda: self.step_requested.emit(-1)),
-                           ("Right", lambda: self.step_requested.emit(+1)),
-                           ("Alt+A", lambda: self.judge_requested.emit(+1)),
-                           ("Alt+R", lambda: self.judge_requested.emit(-1))):
-            action = QAction(self, shortcut=QKeySequence(keys))
+        for widget in (self.previous_button, self.next_button, self.zoom_out_button, self.fit_button,
+                       self.actual_button, self.zoom_in_button, self.details_button, self.folder_button,
+                       self.play_button, self.seek_slider):
+            widget.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # arrows step, Space plays: never a button's keys
+
+    def _add_keys(self) -> None:
+        for keys, slot in ((("Left",), lambda: self.step_requested.emit(-1)),
+                           (("Right",), lambda: self.step_requested.emit(+1)),
+                           (("Alt+A",), lambda: self.judge_requested.emit(+1)),
+                           (("Alt+R",), lambda: self.judge_requested.emit(-1)),
+                           (("+", "=", "Ctrl++", "Ctrl+="), lambda: self.picture.zoom_by(+1)),
+                           (("-", "Ctrl+-"), lambda: self.picture.zoom_by(-1)),
+                           (("0", "Ctrl+0"), lambda: self.picture.set_zoom(None)),
+                           (("1", "Ctrl+1"), lambda: self.picture.set_zoom(1.0)),
+                           (("Z",), lambda: self.picture.toggle_actual_pixels()),
+                           (("Space",), self.toggle_play),
+                           (("I",), self.details_button.toggle)):
+            action = QAction(self)
+            action.setShortcuts([QKeySequence(k) for k in keys])
             action.triggered.connect(slot)
             self.addAction(action)
+
+    def _lay_out(self) -> None:
+        top = QHBoxLayout()
+        top.addWidget(self.picture, 1)
+        top.addWidget(self.details)
         row = QHBoxLayout()
         row.addWidget(self.previous_button)
         row.addWidget(self.next_button)
         row.addStretch(1)
+        for widget in (self.zoom_out_button, self.fit_button, self.actual_button, self.zoom_in_button,
+                       self.zoom_label):
+            row.addWidget(widget)
+        row.addStretch(1)
+        row.addWidget(self.details_button)
         row.addWidget(self.folder_button)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.picture, 1)
+        layout.addLayout(top, 1)
+        layout.addWidget(self.clip_controls)
         layout.addWidget(self.caption)
         layout.addLayout(row)
-        self.resize(900, 700)
 
+    # --- the item
     def show_hit(self, hit: SearchHit | None, state: object = None) -> None:
         """Show ``hit`` (None: nothing left to show, the viewer closes); ``state`` is its
         :class:`engine.library.browse.AnnotationState` when known (which queries it was accepted / rejected for)."""
@@ -193,25 +384,48 @@ class Viewer(QDialog):
         self.set_state(state)
         self.caption.setToolTip(str(hit.path))
         self.picture.setText("Loading…")
+        self._load_details(hit)
+        self.clip_controls.setVisible(hit.kind is not MediaKind.IMAGE)
         if hit.kind is MediaKind.ANIMATION:
             self._play_movie(Path(hit.path))
         elif hit.kind is MediaKind.VIDEO:
             self._play_video(Path(hit.path), hit.media_id)
         else:
-            self._load_still(Path(hit.path))
+            self._load_still(Path(hit.path), self.picture.viewport().size())
 
-    def _load_still(self, path: Path) -> None:
-        generation, box = self._generation, self.picture.size()
+    def _load_details(self, hit: SearchHit) -> None:
+        self.details_data = None
+        self.details.show_path(Path(hit.path), hit.kind)
+        service = self._cache.service
+        if service is None:
+            return
+        generation = self._generation
 
-        def shown(image: QImage) -> None:
+        def arrived(details: MediaDetails) -> None:
             if generation == self._generation:
-                self._set_pixmap(QPixmap.fromImage(image))
+                self.details_data = details
+                self.details.show_details(details)
 
         def failed(exc: BaseException) -> None:
             if generation == self._generation:
+                self.details.show_path(Path(hit.path), hit.kind, f"No details from the library: {exc}")
+
+        run_in_background(service.media_details, hit.media_id, pool=self._pool, priority=10,
+                          on_result=while_alive(self, arrived), on_error=while_alive(self, failed))
+
+    def _load_still(self, path: Path, box: QSize) -> None:
+        generation = self._generation
+
+        def shown(loaded: tuple[QImage, QSize]) -> None:
+            if generation == self._generation:
+                image, source = loaded
+                self.picture.setPixmap(QPixmap.fromImage(image), source)
+
+        def failed(exc: BaseException) -> None:
+            if generation == self._generation and self.picture.pixmap() is None:
                 self.picture.setText(f"Cannot show this file: {exc}")
 
-        run_in_background(read_scaled, path, box, pool=self._pool, priority=10,
+        run_in_background(read_picture, path, box, pool=self._pool, priority=10,
                           on_result=while_alive(self, shown), on_error=while_alive(self, failed))
 
     def set_state(self, state: object) -> None:
@@ -236,42 +450,163 @@ class Viewer(QDialog):
             return None
         return int(hit.frame)
 
+    # --- zoom
+    def _zoom_changed(self) -> None:
+        picture = self.picture
+        percent = round(100 * picture.scale())
+        self.zoom_label.setText(f"Fit ({percent} %)" if picture.fitted else f"{percent} %")
+        if not picture.wants_full_size or self.hit is None:
+            return
+        if self.hit.kind is MediaKind.IMAGE and not self._full_size_asked:
+            self._full_size_asked = True  # once per photo: the zoom keeps its place when the pixels arrive
+            self._load_still(Path(self.hit.path), picture.source)
+        elif self._video is not None and self._video.box != FULL_SIZE:
+            self._video.box = FULL_SIZE  # frames at the file's size from now on
+            if self._video.paused:
+                self._video.seek(self.position)  # redraw the paused frame with its pixels
+
+    # --- clips: playing, pausing, seeking
+    @property
+    def playing(self) -> bool:
+        """Whether the shown clip is playing (or about to, held on its matched frame); False when paused."""
+        if self._video is not None:
+            return not self._video.paused
+        if self._movie is not None:
+            return self._movie.state() is QMovie.MovieState.Running or (self._held and not self._paused_by_user)
+        return self._timer.isActive() or (self._held and not self._paused_by_user)
+
+    def toggle_play(self) -> None:
+        """Play a paused clip, pause a playing one (Space). A video paused at its end plays from the start."""
+        if self.hit is None or self.hit.kind is MediaKind.IMAGE:
+            return
+        pause = self.playing
+        self._paused_by_user = pause
+        if self._video is not None:
+            if not pause and self._clip_length and self.position >= self._clip_length - 1:
+                self._video.seek(0)
+            self._video.set_paused(pause)
+        elif self._movie is not None:
+            if pause:
+                self._movie.setPaused(True)
+            elif self._movie.state() is QMovie.MovieState.Paused:
+                self._movie.setPaused(False)
+            else:
+                self._held = False
+                self._movie.start()  # from the frame shown
+        elif self._frames:
+            if pause:
+                self._timer.stop()
+            else:
+                self._held = False
+                self._timer.start()
+        self._show_position()
+
+    def seek(self, frame: int) -> None:
+        """Show ``frame`` of the shown clip (playing on from there if it was playing)."""
+        frame = max(0, min(frame, self._clip_length - 1)) if self._clip_length else max(0, frame)
+        if self._video is not None:
+            self._video.seek(frame)
+            self.position = frame
+        elif self._movie is not None:
+            was_playing = self._movie.state() is QMovie.MovieState.Running
+            seek_movie(self._movie, frame)
+            self.position = max(0, self._movie.currentFrameNumber())
+            self.picture.setPixmap(self._movie.currentPixmap())
+            if was_playing and self._movie.state() is not QMovie.MovieState.Running:
+                self._movie.start()  # seeking backwards restarted the reader
+        elif self._frames:
+            self._frame = self.position = frame % len(self._frames)
+            self.picture.setPixmap(self._frames[self._frame])
+        self._show_position()
+
+    def _slider_moved(self, value: int) -> None:
+        if value != self.position:
+            self.seek(value)
+
+    def _show_position(self) -> None:
+        """The play button, the slider and the text say where the clip is."""
+        self.play_button.setText("Pause" if self.playing else "Play")
+        slider = self.seek_slider
+        slider.blockSignals(True)
+        slider.setRange(0, max(0, self._clip_length - 1))
+        if not slider.isSliderDown():  # the user's drag wins over the frames still arriving
+            slider.setValue(self.position)
+        slider.blockSignals(False)
+        if self._fps > 0:
+            total = f" / {clock_text(self._clip_length / self._fps)}" if self._clip_length else ""
+            self.position_label.setText(clock_text(self.position / self._fps) + total)
+        elif self._clip_length:
+            self.position_label.setText(f"frame {self.position + 1} of {self._clip_length}")
+        else:
+            self.position_label.setText("")
+
+    # --- GIFs
     def _play_movie(self, path: Path) -> None:
         movie = QMovie(str(path), parent=self)
         if not movie.isValid():
-            self._load_still(path)
+            self.clip_controls.hide()
+            self._load_still(path, self.picture.viewport().size())
             return
-        movie.frameChanged.connect(lambda _n: self._set_pixmap(movie.currentPixmap()))
-        self._movie = movie
+        size = QImageReader(str(path)).size()
+        if size.isValid() and movie.frameCount() * size.width() * size.height() * 4 <= MOVIE_CACHE_BYTES:
+            movie.setCacheMode(QMovie.CacheMode.CacheAll)  # then a seek is a jump, not a replay from the start
+        movie.frameChanged.connect(self._movie_frame)
+        self._movie, self._clip_length, self._fps = movie, max(0, movie.frameCount()), 0.0
         if self.match_frame is None or movie.frameCount() < 1:
             movie.start()
+            self._show_position()
             return
-        # a GIF cannot seek (Qt's reader has no random access): step to the matched frame, hold it, play on
-        target = matched_frame(self.match_frame, movie.frameCount())
-        for _ in range(target + 1):  # from "no frame yet" (-1)
-            if not movie.jumpToNextFrame():
-                break
+        seek_movie(movie, matched_frame(self.match_frame, movie.frameCount()))
         self.opened_at = movie.currentFrameNumber()
+        self._hold_then_play()
+
+    def _movie_frame(self, frame: int) -> None:
+        movie = self._movie
+        if movie is not None:
+            self.position = max(0, frame)
+            self.picture.setPixmap(movie.currentPixmap())
+            self._show_position()
+
+    def _hold_then_play(self) -> None:
+        """A clip opened at its matched frame: hold it MATCH_HOLD_MS, then play on (unless the user paused)."""
+        self._held = True
+        self._show_position()
         generation = self._generation
         QTimer.singleShot(MATCH_HOLD_MS, self, lambda: self._play_on(generation))
 
     def _play_on(self, generation: int) -> None:
-        if generation == self._generation and self._movie is not None and self.isVisible():
+        if generation != self._generation or not self._held or self._paused_by_user or not self.isVisible():
+            return
+        self._held = False
+        if self._movie is not None:
             self._movie.start()  # from the frame shown
+        elif self._frames:
+            self._timer.start()
+        self._show_position()
 
+    # --- videos
     def _play_video(self, path: Path, media_id: int) -> None:
         generation = self._generation
-        video = VideoReader(path, self.picture.size(), self, start=self.match_frame)
-        video.frame_ready.connect(lambda image: self._video_frame(generation, image))
+        video = VideoReader(path, self.picture.viewport().size(), self, start=self.match_frame)
+        video.opened.connect(lambda n, fps: self._video_opened(generation, n, fps))
+        video.frame_ready.connect(lambda image, n, size: self._video_frame(generation, image, n, size))
+        video.ended.connect(lambda: self._show_position() if generation == self._generation else None)
         video.failed.connect(lambda: self._play_frames(media_id) if generation == self._generation else None)
         self._video = video
         video.start()
 
-    def _video_frame(self, generation: int, image: QImage) -> None:
+    def _video_opened(self, generation: int, n_frames: int, fps: float) -> None:
+        if generation == self._generation:
+            self._clip_length, self._fps = n_frames, fps
+            self._show_position()
+
+    def _video_frame(self, generation: int, image: QImage, frame: int, size: QSize) -> None:
         if generation == self._generation:
             if self.opened_at is None and self._video is not None:
                 self.opened_at = self._video.started_at
-            self._set_pixmap(QPixmap.fromImage(image))
+            self.position = frame
+            self.picture.setPixmap(QPixmap.fromImage(image), size)
+            self._show_position()
 
     @property
     def playing_video(self) -> bool:
@@ -279,6 +614,10 @@ class Viewer(QDialog):
         return self._video is not None and self._video.isRunning()
 
     def _play_frames(self, media_id: int) -> None:
+        video, self._video = self._video, None  # OpenCV could not read it: its preview frames play instead
+        if video is not None:
+            video.wait(VIDEO_STOP_WAIT_MS)  # it returns right after saying so
+            video.deleteLater()
         frames = self._cache.frames(media_id)
         if frames is not None:
             self._frames_arrived(media_id)
@@ -291,37 +630,30 @@ class Viewer(QDialog):
         if not self._frames:
             self.picture.setText("No preview frames for this video")
             return
+        self._clip_length, self._fps = len(self._frames), 0.0
         if self.match_frame is not None:  # the previews are spread like the sampled frames: start at the match
             self._frame = self.opened_at = matched_frame(self.match_frame, len(self._frames))
-        self._set_pixmap(self._frames[self._frame])
+        self.position = self._frame
+        self.picture.setPixmap(self._frames[self._frame])
         if self.opened_at is not None:
-            generation = self._generation
-            QTimer.singleShot(MATCH_HOLD_MS, self,
-                              lambda: self._timer.start() if generation == self._generation and self._frames else None)
-        else:
+            self._hold_then_play()
+        elif not self._paused_by_user:
             self._timer.start()
+        self._show_position()
 
     def _next_frame(self) -> None:
         if self._frames:
-            self._frame = (self._frame + 1) % len(self._frames)
-            self._set_pixmap(self._frames[self._frame])
+            self._frame = self.position = (self._frame + 1) % len(self._frames)
+            self.picture.setPixmap(self._frames[self._frame])
+            self._show_position()
 
-    def _set_pixmap(self, pixmap: QPixmap) -> None:
-        self._pixmap = pixmap
-        self.picture.setPixmap(pixmap.scaled(self.picture.size(), Qt.AspectRatioMode.KeepAspectRatio,
-                                             Qt.TransformationMode.SmoothTransformation))
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        pixmap = getattr(self, "_pixmap", None)
-        if pixmap is not None and not pixmap.isNull():
-            self._set_pixmap(pixmap)
-
+    # --- closing
     def _stop(self) -> None:
         self._timer.stop()
         self._frames = []
-        self._pixmap = None
         self.opened_at = None
+        self._full_size_asked = self._held = self._paused_by_user = False
+        self._clip_length, self._fps, self.position = 0, 0.0, 0
         if self._video is not None:
             video, self._video = self._video, None
             video.requestInterruption()

@@ -1,7 +1,7 @@
 """The library without a query: its items listed, sorted and filtered, and what the user has annotated.
 
-A person opening the app (or clearing the search box) sees their library, as in a photo manager: newest or
-by name, one folder, one kind, or only the items still to caption. The same module says which items carry
+A person opening the app (or clearing the search box) sees their library, as in a photo manager: newest, by
+date taken or by name, one folder, one kind, or only the items still to caption. The same module says which items carry
 captions (and from whom) and which the user accepted or rejected for a query, so a grid can badge them.
 Everything here reads the catalog, a page or a count at a time in SQL; nothing is embedded or decoded.
 """
@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from engine.library.catalog import Catalog
-from engine.types import CaptionSource, MediaKind, SearchHit
+from engine.types import CaptionSource, MediaDetails, MediaKind, SearchHit
 
 
 class BrowseSort(StrEnum):
@@ -23,6 +23,8 @@ class BrowseSort(StrEnum):
     NEWEST = "newest"  # file modification time, newest first
     OLDEST = "oldest"
     NAME = "name"  # file name, A to Z (then the folder)
+    TAKEN = "taken"  # EXIF date taken (the file's modification time where there is none), newest first
+    TAKEN_OLDEST = "taken-oldest"
 
 
 class AnnotationFilter(StrEnum):
@@ -120,3 +122,11 @@ def browse(catalog: Catalog, offset: int = 0, top: int = 60, sort: BrowseSort | 
     captions = catalog.captions_of(m.id for m in page)
     return [SearchHit(m.id, str(m.path), m.kind or MediaKind.IMAGE, 0.0,
                       tuple(c.text for c in captions.get(m.id, ()))) for m in page]
+
+
+def media_details(catalog: Catalog, media_id: int) -> MediaDetails:
+    """What the viewer's details panel shows of one item, from its catalog row (nothing is decoded)."""
+    media = catalog.media(media_id)
+    return MediaDetails(media.id, media.path, media.kind or MediaKind.IMAGE, media.format, media.size,
+                        media.mtime_ns, media.width, media.height, media.n_frames, media.duration_s,
+                        catalog.capture(media_id))

@@ -29,7 +29,10 @@ Schema
     and the "one pseudo caption per item" / "one active model" rules (fixing rows that broke them); v3 adds
     ``roots.device`` (the ``st_dev`` a folder was on, so an unplugged drive's empty mount point is told apart
     from an emptied folder); v4 adds ``media.name_key`` (the file name, case-folded) and the indexes that let the
-    library be browsed a page at a time in SQL, by date or by name, whatever its size.
+    library be browsed a page at a time in SQL, by date or by name, whatever its size; v5 adds when and with what
+    each photo was taken (``taken_at``, ``taken_ns``, ``camera_make``, ``camera_model``: EXIF, read at indexing;
+    ``capture_read`` marks the rows whose file was asked, so the items indexed before v5 are read once by the next
+    scan) and the index that browses by date taken, the file's mtime standing in where there is none.
 
 Annotations outlive files
     Captions and pairs are the user's work. A scan never deletes a media row: a file that is gone is marked
@@ -57,7 +60,7 @@ import numpy as np
 
 from engine.library import snapshots
 from engine.sqlitestore import CatalogError, Migration, SQLiteStore
-from engine.types import CaptionSource, MediaKind
+from engine.types import CaptionSource, CaptureInfo, MediaKind
 
 _PAGE = 1000  # rows per page when iterating, so no cursor stays open across a yield
 
@@ -260,7 +263,19 @@ def _schema_v4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX captions_by_source ON captions (source, media_id)")
 
 
-_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3, _schema_v4)
+_TAKEN_OR_MTIME = "COALESCE(taken_ns, mtime_ns)"  # the date-taken order; the same expression as its index's
+
+
+def _schema_v5(conn: sqlite3.Connection) -> None:
+    """When and with what each photo was taken (:class:`CaptureInfo`) and a browse index by it. Existing rows
+    keep ``capture_read = 0`` until the next scan reads their headers (a migration never opens media files)."""
+    for column in ("taken_at TEXT", "taken_ns INTEGER", "camera_make TEXT", "camera_model TEXT",
+                   "capture_read INTEGER NOT NULL DEFAULT 0"):
+        conn.execute(f"ALTER TABLE media ADD COLUMN {column}")
+    conn.execute(f"CREATE INDEX media_browse_by_taken ON media (status, {_TAKEN_OR_MTIME}, id)")
+
+
+_MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3, _schema_v4, _schema_v5)
 LATEST_SCHEMA_VERSION = len(_MIGRATIONS)
 
 _MEDIA_COLUMNS = (
@@ -687,6 +702,28 @@ class Catalog(SQLiteStore):
         """Record why an item could not be indexed; it is retried only when its size or mtime change."""
         self._update_media(media_id, "status = 'failed', error = ?, indexed_at = ?", (error, time.time()))
 
+    def set_capture(self, media_id: int, capture: CaptureInfo) -> None:
+        """Record when and with what an item was taken (all None: its file says nothing) and that it was asked."""
+        self._update_media(
+            media_id, "taken_at = ?, taken_ns = ?, camera_make = ?, camera_model = ?, capture_read = 1",
+            (capture.taken_at, capture.taken_ns, capture.camera_make, capture.camera_model),
+        )
+
+    def capture(self, media_id: int) -> CaptureInfo:
+        """What :meth:`set_capture` recorded for an item (all None before); raises :class:`NotFound`."""
+        rows = self._read("reading the date taken",
+                          "SELECT taken_at, taken_ns, camera_make, camera_model FROM media WHERE id = ?", (media_id,))
+        if not rows:
+            raise NotFound(f"media {media_id} is not in {self.path}")
+        return CaptureInfo(*rows[0])
+
+    def media_without_capture(self, limit: int = _PAGE) -> list[MediaRecord]:
+        """Indexed items whose date taken was never read (indexed before schema v5), at most ``limit``."""
+        rows = self._read("listing media without a date taken",
+                          f"SELECT {_MEDIA_COLUMNS} FROM media WHERE status = 'ok' AND capture_read = 0 "
+                          "ORDER BY id LIMIT ?", (max(0, int(limit)),))
+        return [_media_record(r) for r in rows]
+
     def _update_media(self, media_id: int, assignments: str, params: tuple[Any, ...]) -> None:
         with self.transaction(f"updating media {media_id}") as conn:
             if (
@@ -744,11 +781,13 @@ class Catalog(SQLiteStore):
                      kind: MediaKind | str | None = None, annotation: str = "all") -> list[MediaRecord]:
         """One page of the indexed (ok) items, sorted and filtered in SQL (served by the v4 browse indexes).
 
-        ``order``: ``newest`` / ``oldest`` (file mtime, then id) or ``name`` (:func:`name_key`, then path).
+        ``order``: ``newest`` / ``oldest`` (file mtime, then id), ``taken`` / ``taken-oldest`` (the EXIF date
+        taken, the file's mtime where there is none, then id) or ``name`` (:func:`name_key`, then path).
         ``folder`` keeps the items under it; ``kind`` one media kind; ``annotation``: ``all``, ``captioned``
         (a user or imported caption), ``uncaptioned`` (none) or ``judged`` (a pair, accepted or rejected).
         """
-        orders = {"newest": "mtime_ns DESC, id DESC", "oldest": "mtime_ns, id", "name": "name_key, path, id"}
+        orders = {"newest": "mtime_ns DESC, id DESC", "oldest": "mtime_ns, id", "name": "name_key, path, id",
+                  "taken": f"{_TAKEN_OR_MTIME} DESC, id DESC", "taken-oldest": f"{_TAKEN_OR_MTIME}, id"}
         if order not in orders:
             raise CatalogError(f"unknown browse order {order!r}")
         where, params = _browse_filter(folder, kind, annotation)

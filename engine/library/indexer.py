@@ -4,7 +4,9 @@ Steps: (1) walk the roots (files recognised by content) and stat every file; (2)
 new, changed, unchanged and missing files; hash new and changed files so a moved file keeps its row, captions
 and vectors; (3) extract features for every *pending* item in batches, reusing the feature store when the same
 content was seen before (another library, a training folder, a move) — pending rows are also what an
-interrupted run left, so indexing resumes where it stopped; (4) mark rows whose files are gone ``missing``.
+interrupted run left, so indexing resumes where it stopped; (4) mark rows whose files are gone ``missing``;
+(5) read the EXIF date taken and camera of items indexed before the catalog stored them (new items get theirs
+from step 3's decode).
 
 A scan never deletes a row: a missing item keeps its captions and pairs (the user's work) and gets them back
 when its content shows up again; only the user purges missing items. A root that looks unplugged is not a
@@ -113,6 +115,20 @@ class Indexer:
         if gone:
             log.info("%d files are gone; they are kept as missing, with their annotations", gone)
         yield from self._extract_pending(cancel)
+        yield from self._read_captures(cancel)
+
+    def _read_captures(self, cancel: CancelToken) -> Iterator[Progress]:
+        """Read the date taken and camera of the items indexed before the catalog stored them (schema v5): once,
+        a header read each; indexing reads them with the rest for every new item."""
+        from engine.media import read_capture
+
+        while batch := self.catalog.media_without_capture(HASH_CHUNK):
+            cancel.raise_if_cancelled()
+            captures = [(media.id, read_capture(media.path)) for media in batch]
+            with self.catalog.transaction("recording dates taken"):
+                for media_id, capture in captures:
+                    self.catalog.set_capture(media_id, capture)
+            yield Progress(0, 0, f"read the date taken of {len(batch)} items")
 
     def _online_roots(self, roots: list[Path]) -> tuple[list[Path], list[int]]:
         """The roots to scan and their ids; roots that are absent or on the wrong device go to :attr:`offline`
@@ -237,6 +253,7 @@ class Indexer:
                 info = result.info
                 self.catalog.set_media_ok(media.id, info.kind, info.format, info.width, info.height,
                                           info.n_frames, info.duration_s, backbone)
+                self.catalog.set_capture(media.id, info.capture)
 
     def _finish_cached(self, batch: list[MediaRecord], backbone: str) -> int:
         """Items whose content already has features (moved, re-added, seen in another library)."""
@@ -251,6 +268,7 @@ class Indexer:
                     continue
                 self.catalog.set_media_ok(media.id, info.kind, info.format, info.width, info.height,
                                           info.n_frames, info.duration_s, backbone)
+                self.catalog.set_capture(media.id, info.capture)
                 if not self.catalog.captions(media.id, sources=[CaptionSource.PSEUDO]):
                     self._restore_pseudo_caption(media, backbone)
         return len(batch)

@@ -31,13 +31,14 @@ first video is opened (``engine.media.video.quiet_decoders``; a bad file is repo
 
 Public API: :func:`sniff_format`, :func:`iter_media_files`, :func:`probe` / :class:`MediaInfo`,
 :func:`load_image`, :func:`decode_image`, :func:`decode_frames`, :func:`probe_and_decode`,
-:func:`frame_indices`, :func:`thumbnail`, :class:`MediaError`.
+:func:`frame_indices`, :func:`thumbnail`, :func:`read_capture`, :class:`MediaError`.
 """
 
 from engine.media import limits
 from engine.media.decode import MediaInfo, decode_frames, decode_image, load_image, probe, probe_and_decode
 from engine.media.discover import iter_media_files
 from engine.media.errors import MediaError
+from engine.media.exif import read_capture
 from engine.media.sampling import FRAMES_PER_ITEM, SAMPLE_FPS, frame_indices, stride_for_fps
 from engine.media.sniff import ANIMATABLE_FORMATS, IMAGE_FORMATS, VIDEO_FORMATS, sniff_format
 from engine.media.stills import BACKGROUND
@@ -60,6 +61,7 @@ __all__ = [
     "load_image",
     "probe",
     "probe_and_decode",
+    "read_capture",
     "sniff_format",
     "stride_for_fps",
     "prune_thumbnails",

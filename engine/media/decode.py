@@ -14,11 +14,12 @@ from PIL import Image
 from engine.media import animation
 from engine.media.containers import AnimationScan
 from engine.media.errors import MediaError
+from engine.media.exif import capture_info
 from engine.media.sampling import FRAMES_PER_ITEM, SamplingMode, frame_indices, stride_for_fps
 from engine.media.sniff import ANIMATABLE_FORMATS, CheckedFile, check_file
 from engine.media.stills import check_pixels, open_pillow, prepare_still, squash
 from engine.media.video import VideoStream, inspect_video, video_frames
-from engine.types import MediaKind
+from engine.types import CaptureInfo, MediaKind
 
 T = TypeVar("T")
 DEFAULT_SIZE = 224  # the backbone's input side
@@ -28,7 +29,8 @@ DEFAULT_SIZE = 224  # the backbone's input side
 class MediaInfo:
     """What :func:`probe` learns from a file's headers. ``n_frames`` is 1 for a still image, the
     (capped) frame count of an animation, and the container's frame count of a video (which may be an
-    estimate). ``duration_s`` is None for stills and for videos without a frame rate."""
+    estimate). ``duration_s`` is None for stills and for videos without a frame rate. ``capture`` is what a
+    picture's EXIF says of when and with what it was taken (nothing for videos)."""
 
     kind: MediaKind
     format: str
@@ -36,6 +38,7 @@ class MediaInfo:
     height: int
     n_frames: int
     duration_s: float | None
+    capture: CaptureInfo = CaptureInfo()  # a picture's EXIF date and camera (read from the opened header)
 
 
 def classify(checked: CheckedFile) -> tuple[MediaKind, AnimationScan | None]:
@@ -61,7 +64,7 @@ def probe(path: Path) -> MediaInfo:
     if kind is MediaKind.VIDEO:
         return _video_info(checked, inspect_video(checked))
     with open_pillow(checked) as image:
-        return _picture_info(checked, kind, scan, image.size)
+        return _picture_info(checked, kind, scan, image)
 
 
 def probe_and_decode(path: Path, n: int = FRAMES_PER_ITEM, size: int = DEFAULT_SIZE) -> tuple[MediaInfo, np.ndarray]:
@@ -82,11 +85,11 @@ def probe_and_decode(path: Path, n: int = FRAMES_PER_ITEM, size: int = DEFAULT_S
         return _video_info(checked, stream), np.stack(video_frames(checked, stream, choose, finish))
     if kind is MediaKind.ANIMATION and scan is not None:
         with open_pillow(checked) as image:
-            info = _picture_info(checked, kind, scan, image.size)
+            info = _picture_info(checked, kind, scan, image)
         choose = partial(frame_indices, n=n, stride=stride_for_fps(scan.fps))
         return info, np.stack(animation.decode_sampled(checked, scan, choose, finish))
     with open_pillow(checked) as image:
-        info = _picture_info(checked, kind, scan, image.size)  # the declared size, before draft mode shrinks it
+        info = _picture_info(checked, kind, scan, image)  # the declared size, before draft mode shrinks it
         return info, finish(prepare_still(image, checked, size))[None]
 
 
@@ -95,13 +98,13 @@ def _video_info(checked: CheckedFile, stream: VideoStream) -> MediaInfo:
 
 
 def _picture_info(checked: CheckedFile, kind: MediaKind, scan: AnimationScan | None,
-                  size: tuple[int, int]) -> MediaInfo:
-    width, height = size
+                  image: Image.Image) -> MediaInfo:
+    width, height = image.size
     if checked.fmt != "jpeg":  # JPEG decodes at a reduced draft size, checked when decoding
         check_pixels(width, height, what=checked.display)
     if kind is MediaKind.ANIMATION and scan is not None:
-        return MediaInfo(kind, checked.fmt, width, height, scan.n_frames, scan.duration_s)
-    return MediaInfo(kind, checked.fmt, width, height, 1, None)
+        return MediaInfo(kind, checked.fmt, width, height, scan.n_frames, scan.duration_s, capture_info(image))
+    return MediaInfo(kind, checked.fmt, width, height, 1, None, capture_info(image))
 
 
 def load_image(path: Path, min_size: int | None = None) -> Image.Image:

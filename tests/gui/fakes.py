@@ -29,7 +29,7 @@ from PIL import Image, ImageDraw
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
 from engine.loop.metrics import retrieval_report
 from engine.progress import CancelToken, Progress
-from engine.types import CaptionSource, Explanation, MediaKind, ModelInfo, SearchHit
+from engine.types import CaptionSource, CaptureInfo, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
 
 K = 2
 GRID = (7, 7)
@@ -200,6 +200,7 @@ class FakeService:
         self._captions: dict[int, FakeCaption] = {}
         self._pairs: dict[int, tuple[str, int, int]] = {}
         self._next_id = 1
+        self._captures: dict[int, CaptureInfo] = {}  # EXIF date taken and camera, read when indexed (as the engine)
         self._active: str | None = None
         self._models = [("fake-pvse", "pvse", {"rsum": 301.5}), ("fake-pcme", "pcme", {"rsum": 288.0})]
         self.calls: list[tuple[str, tuple[Any, ...]]] = []  # what the GUI asked for, in order
@@ -272,9 +273,12 @@ class FakeService:
         w, h = frames[0].size
         duration = None if kind is MediaKind.IMAGE else 0.1 * len(frames)
         media = FakeMedia(media_id, file, kind, w, h, len(frames), duration)
+        from engine.media import read_capture
+
         with self._lock:
             self._entries[media_id] = _Entry(media, frames, _words(file))
             self._by_path[file] = media_id
+            self._captures[media_id] = read_capture(file)
 
     def counts(self) -> dict[str, int]:
         kinds = [e.media.kind.value for e in self._entries.values()]
@@ -379,6 +383,13 @@ class FakeService:
     # --- media
     def media(self, media_id: int) -> FakeMedia:
         return self._entry(media_id).media
+
+    def media_details(self, media_id: int) -> MediaDetails:
+        """The engine's record of an item: the file's size and date, what indexing read (kind, pixels, EXIF)."""
+        media, st = self._entry(media_id).media, self._entry(media_id).media.path.stat()
+        return MediaDetails(media_id, media.path, media.kind, media.path.suffix.lstrip(".").lower() or None,
+                            st.st_size, st.st_mtime_ns, media.width, media.height, media.n_frames,
+                            media.duration_s, self._captures.get(media_id, CaptureInfo()))
 
     def _save(self, img: Image.Image, size: int, name: str) -> Path:
         out = self.thumb_dir / name
@@ -670,7 +681,8 @@ class FakeService:
     # --- the library without a query (engine.library.browse's semantics)
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
-        """Indexed items sorted by file mtime (ties: id) or name, filtered by folder, kind and annotations."""
+        """Indexed items sorted by file mtime (ties: id), date taken or name, filtered by folder, kind and
+        annotations."""
         self.calls.append(("browse", (top, offset, sort, str(folder) if folder else None, kind, annotation)))
         return self._browsed(sort, folder, kind, annotation)[offset:offset + top]
 
@@ -691,6 +703,9 @@ class FakeService:
             entries = [e for e in entries if states[e.media.id].judged]
         if sort == "name":
             entries.sort(key=lambda e: (e.media.path.name.casefold(), e.media.id))
+        elif sort in ("taken", "taken-oldest"):  # the EXIF date taken, the file's mtime where there is none
+            entries.sort(key=lambda e: (self._captures[e.media.id].taken_ns or e.media.path.stat().st_mtime_ns,
+                                        e.media.id), reverse=sort == "taken")
         else:
             entries.sort(key=lambda e: (e.media.path.stat().st_mtime_ns, e.media.id), reverse=sort == "newest")
         return [self._hit(e, 0.0) for e in entries]

@@ -35,7 +35,7 @@ def test_enter_opens_the_result_large_and_arrows_step(qtbot, window) -> None:
     open_from_the_grid(qtbot, window)
     assert window.viewer.hit == first
     qtbot.waitUntil(lambda: shown(window), timeout=3000)
-    assert window.viewer.picture.pixmap().width() > 160  # larger than a grid thumbnail
+    assert window.viewer.picture.picture_rect().width() > 160  # drawn larger than a grid thumbnail
     press(qtbot, Qt.Key.Key_Right)
     second = window.results.current_hit()
     assert second != first and window.viewer.hit == second

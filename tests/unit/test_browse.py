@@ -128,9 +128,10 @@ def test_a_v3_catalog_gets_its_file_names_for_sorting_when_it_is_opened(tmp_path
     catalog, _ = _catalog(tmp_path)
     catalog.close()
     conn = sqlite3.connect(tmp_path / "catalog.sqlite")
-    for index in ("media_browse_by_time", "media_browse_by_name", "captions_by_source"):
+    for index in ("media_browse_by_time", "media_browse_by_name", "captions_by_source", "media_browse_by_taken"):
         conn.execute(f"DROP INDEX {index}")
-    conn.execute("ALTER TABLE media DROP COLUMN name_key")
+    for column in ("name_key", "taken_at", "taken_ns", "camera_make", "camera_model", "capture_read"):  # v4, v5
+        conn.execute(f"ALTER TABLE media DROP COLUMN {column}")
     conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
