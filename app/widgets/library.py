@@ -142,7 +142,10 @@ class LibraryPanel(QWidget):
             self.title.setText(f"Library: {service.name}")
 
     def refresh(self) -> None:
-        """Re-read roots, counts and failures (off the GUI thread; every view of the state follows)."""
+        """Show the folders known now (``roots_shown``), and re-read roots, counts and failures (off the GUI
+        thread; every view of the state follows what changed)."""
+        if self._service is not None and self.state.snapshot.roots:
+            self.roots_shown.emit(list(self.state.snapshot.roots))
         self.state.refresh()
 
     def _show_snapshot(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:

@@ -234,9 +234,13 @@ def show_in_folder(path: Path, parent: QWidget | None = None) -> bool:
     copy = box.addButton("Copy path", QMessageBox.ButtonRole.ActionRole)
     copy.clicked.disconnect()  # copying must not close the box
     copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(str(path)))
-    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    _OPEN_NOTES.add(box)  # a box without a parent lives as long as Python holds it: until it is closed
+    box.finished.connect(lambda _result: _OPEN_NOTES.discard(box))
     box.open()  # not modal to the whole app: the window keeps working
     return False
+
+
+_OPEN_NOTES: set[QMessageBox] = set()
 
 
 def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None) -> str:
