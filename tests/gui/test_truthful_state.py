@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
