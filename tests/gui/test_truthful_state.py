@@ -12,7 +12,6 @@ import pytest
 from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
-from app.widgets.annotate import GUESS_NOT_DELETABLE
 from app.widgets.results import RELEVANCE_ROLE
 from engine.types import CaptionSource, MediaKind
 from tests.gui.fakes import FakeService, make_media_folder
@@ -172,6 +171,8 @@ def test_point5_show_in_folder_without_a_file_manager_says_where_the_file_is(qtb
 
 
 def test_point5_delete_caption_with_only_the_models_guess_explains(qtbot, window, service: FakeService) -> None:
+    from app.widgets.annotate import GUESS_NOT_DELETABLE
+
     listed(qtbot, window)
     hit = window.results.current_hit()
     service.add_caption_from(hit.media_id, "a red circle on white", CaptionSource.PSEUDO)
