@@ -399,7 +399,8 @@ class AnnotationPanel(QWidget):
             self.suggestions.addItem(item)
         heading, tip = SUGGESTION_HEADINGS.get(policy or "", (None, None))
         if not rows:
-            heading, tip = "What to annotate next: nothing left", "Every item of the library has a caption."
+            heading, tip = ("What to annotate next: nothing to suggest",  # an empty library is not "done"
+                            "Every indexed item has a caption, or nothing is indexed yet.")
         elif heading is None:  # a service that does not say its policy
             heading = ("What to annotate next" if ranked or len(rows) == 1 else
                        "What to annotate next (in no particular order until a trained model ranks them)")
