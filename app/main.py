@@ -128,6 +128,9 @@ def demo_folder() -> Path:
     return Path(ensure_demo_library())
 
 
+DEMO_ACTIVITY = "Preparing the demo library (sample photos, GIFs and a video), then indexing it…"
+
+
 class Startup(QObject):
     """Opens the library off the GUI thread, hands it to the window, and sets up the demo on first start.
 
@@ -153,6 +156,8 @@ class Startup(QObject):
         self.opened.emit()
         self.window.settings.library = self.library
         if self.offer_demo and not self.window.settings.demo_offered:
+            # the grid says what is happening, not that the library is empty (issue #32)
+            self.window.state.set_activity(DEMO_ACTIVITY)
             run_in_background(self._add_demo, service, on_result=self._demo_ready, on_error=self._demo_failed,
                               pool=self.window.pool)
 
@@ -165,6 +170,8 @@ class Startup(QObject):
 
     def _demo_ready(self, folder: Path | None) -> None:
         self.window.settings.demo_offered = True
+        if self.window.state.activity == DEMO_ACTIVITY:
+            self.window.state.set_activity("")
         if folder is not None:
             self.window.library.refresh()
             self.window.library.index([folder])
@@ -172,6 +179,7 @@ class Startup(QObject):
 
     def _demo_failed(self, exc: BaseException) -> None:
         log.error("demo library: %s", exc)
+        self.window.state.set_activity("")
         self.window.statusBar().showMessage(f"Demo library unavailable: {exc}", 15000)
 
     def _failed(self, exc: BaseException) -> None:

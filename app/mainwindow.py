@@ -29,6 +29,7 @@ from PySide6.QtWidgets import QFileDialog, QLineEdit, QMainWindow, QMessageBox, 
 from app.search import BrowseOptions, SearchSession
 from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
 from app.settings import GuiSettings
+from app.state import LibrarySnapshot, LibraryState
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.browsebar import BrowseBar
 from app.widgets.dialogs import PreferencesDialog, ShortcutsDialog
@@ -36,7 +37,7 @@ from app.widgets.inspector import Inspector
 from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
-from app.widgets.plaintext import plain_label, show_message
+from app.widgets.plaintext import plain_label, plural, show_message
 from app.widgets.results import RELEVANCE_ROLE, STATE_ROLE, ResultsModel, ResultsView, ThumbnailCache
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
@@ -57,11 +58,25 @@ def _counted(n: object) -> str:
     return summary() if callable(summary) else f"{n} captions"
 
 
+def example_filters() -> str:
+    """The example picker's filters: every medium, photos, GIFs and animations, videos (what indexing reads)."""
+    from engine.media.discover import ANIMATION_SUFFIXES, MEDIA_SUFFIXES, PHOTO_SUFFIXES, VIDEO_SUFFIXES
+
+    def names(suffixes: frozenset[str]) -> str:
+        return " ".join(f"*{suffix}" for suffix in sorted(suffixes))
+
+    return ";;".join((f"Photos, GIFs and videos ({names(MEDIA_SUFFIXES)})", f"Photos ({names(PHOTO_SUFFIXES)})",
+                      f"GIFs and animations ({names(ANIMATION_SUFFIXES)})", f"Videos ({names(VIDEO_SUFFIXES)})",
+                      "All files (*)"))
+
+
 def _item_hit(service: SearchServiceLike, media_id: int) -> SearchHit:
     """An item of the library as a hit of no search (score 0): its path, kind and captions."""
+    from engine.library.browse import split_captions
+
     record = service.media(media_id)
-    captions = tuple(c.text for c in service.captions(media_id))
-    return SearchHit(media_id, str(record.path), record.kind, 0.0, captions)
+    captions, guess = split_captions(service.captions(media_id))
+    return SearchHit(media_id, str(record.path), record.kind, 0.0, captions, guess=guess)
 
 
 class MainWindow(QMainWindow):
@@ -80,6 +95,10 @@ class MainWindow(QMainWindow):
         self.pool.setMaxThreadCount(max(2, QThread.idealThreadCount()))
         self.index_pool = serial_pool("indexing")
         self.write_pool = serial_pool("annotation writes")
+        # the one view of the library's folders, counts and models that every widget follows (app/state.py)
+        self.state = LibraryState(self.pool, self)
+        self._stale = False  # the library changed during an indexing job: the results follow once it ends
+        self._keep_media: int | None = None  # the item to select again when a re-run's first page arrives
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
         self.viewer: Viewer | None = None
@@ -97,7 +116,7 @@ class MainWindow(QMainWindow):
     # --- composition
     def _build(self) -> None:
         self.search_bar = SearchBar()
-        self.library = LibraryPanel(self.index_pool)
+        self.library = LibraryPanel(self.index_pool, state=self.state)
         self.thumbnails = ThumbnailCache(self.pool, parent=self)
         self.results_model = ResultsModel(self.thumbnails, self.pool, self.settings.page_size, parent=self)
         self.results = ResultsView(self.results_model, self.thumbnails, self.settings.thumbnail_size)
@@ -105,6 +124,7 @@ class MainWindow(QMainWindow):
         self.annotate = AnnotationPanel(self.write_pool, thumbnails=self.thumbnails)
         self.empty_label = plain_label("", wrap=True)
         self.browse_bar = BrowseBar()
+        self.browse_bar.follow(self.state)
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
         centre_layout.setContentsMargins(0, 0, 0, 0)
@@ -137,7 +157,8 @@ class MainWindow(QMainWindow):
         bar.browse_requested.connect(lambda: self.search(None))
         self.browse_bar.options_changed.connect(self._browse_options_changed)
         self.browse_bar.example_chosen.connect(self._search_example_query)
-        self.annotate.writes_done.connect(self.refresh_progress)
+        self.state.changed.connect(self._library_changed)
+        self.state.activity_changed.connect(lambda _text: self._rows_changed())
         self.annotate.verdict_changed.connect(self._verdict_changed)
         self.annotate.saved.connect(self._status)
         self.results.find_similar_requested.connect(self.find_similar)
@@ -147,6 +168,7 @@ class MainWindow(QMainWindow):
         self.results.current_hit_changed.connect(self._show_hit)
         self.results_model.page_loaded.connect(self._page_loaded)
         self.results_model.rowsRemoved.connect(self._rows_changed)  # a rejected item left the results
+        self.results_model.rowsInserted.connect(self._rows_changed)  # ... and came back (undo)
         self.results_model.search_failed.connect(lambda msg: self._status(f"Search failed: {msg}"))
         self.annotate.next_requested.connect(self.results.select_next)
         self.annotate.previous_requested.connect(self.results.select_previous)
@@ -202,8 +224,13 @@ class MainWindow(QMainWindow):
         edit.addActions([self.undo_action, self.redo_action])
         self._window_actions += [self.undo_action, self.redo_action]
         edit.addSeparator()
-        self._action(edit, "&Accept match", lambda: self.judge(+1), "Alt+A")
-        self._action(edit, "&Reject match", lambda: self.judge(-1), "Alt+R")
+        # Judging never moves the selection on by itself, so the next key acts on the item on show (issue #32)
+        accept = self._action(edit, "&Accept match", lambda: self.judge(+1), "Alt+A")
+        accept.setStatusTip("Accept the selected result(s) for the query; the selection stays where it is "
+                            "(Ctrl+Right moves on)")
+        reject = self._action(edit, "&Reject match", lambda: self.judge(-1), "Alt+R")
+        reject.setStatusTip("Reject the selected result(s) for the query: they leave its results, and the next "
+                            "result takes their place, selected")
         edit.addSeparator()
         self._action(edit, "Find &similar", self.find_similar, "Ctrl+Shift+F")
         edit.addSeparator()
@@ -236,6 +263,7 @@ class MainWindow(QMainWindow):
         """Show ``service``'s library in every widget (None: the window waits for one)."""
         self.service = service
         self.session.service = service
+        self.state.set_service(service)
         for widget in (self.library, self.thumbnails, self.inspector, self.annotate):
             widget.set_service(service)
         if self.training_dialog is not None:
@@ -248,9 +276,7 @@ class MainWindow(QMainWindow):
             self.empty_label.setText("Opening the library…")
             return
         self.setWindowTitle(f"Polyseek — {service.name}")
-        self.refresh_models()
-        self.refresh_library()
-        self.search(None)  # the library itself until the user asks for something
+        self.search(None)  # the library itself until the user asks for something (the state reads the rest)
 
     def show_error(self, title: str, message: str) -> None:
         """A modal error the user must see (e.g. the library could not be opened)."""
@@ -258,10 +284,35 @@ class MainWindow(QMainWindow):
         show_message(self, QMessageBox.Icon.Critical, title, message)
 
     def refresh_models(self) -> None:
-        service = self.service
-        if service is not None:
-            run_in_background(service.models, on_result=self._show_models, pool=self.pool, priority=5,
-                              on_error=lambda exc: self._status(f"Cannot list models: {exc}"))
+        """Read the library again (the models with it); the views follow the state."""
+        self.state.refresh()
+
+    def _library_changed(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:
+        """The library changed (whoever changed it): counts, folders and models follow in their widgets; the
+        results follow here. New or removed items, another model or new embeddings run the query again (after
+        an indexing job, unless the grid is still empty); captions and verdicts update the badges in place and
+        re-list a listing filtered by them, but do not re-rank a search under the keyboard (the item after the
+        one just judged stays the next one)."""
+        if aspects & {"models", "opened"}:
+            self._show_models(list(snapshot.models))
+        if "opened" in aspects:
+            return  # set_service has just listed the library
+        if "annotations" in aspects:
+            self.results_model.refresh_loaded_states()
+        rerun = bool(aspects & {"items", "models", "index"}) or (
+            "annotations" in aspects and self.session.browsing and self.session.browse.annotation != "all")
+        if not rerun:
+            return
+        if self.library.is_indexing and not (self.session.browsing and self.results_model.rowCount() == 0):
+            self._stale = True
+            return
+        self._rerun()
+
+    def _rerun(self) -> None:
+        """Run the current query (or listing) again, keeping the current item selected when it is still there."""
+        self._stale = False
+        current = self.results.current_hit()
+        self.search(self.session.query, keep=current.media_id if current is not None else None)
 
     def _show_models(self, models: list[Any]) -> None:
         self._models = list(models)
@@ -270,29 +321,51 @@ class MainWindow(QMainWindow):
             self.models_dialog.set_models(self._models)
 
     # --- searching
-    def search(self, query: str | Path | None) -> None:
-        """Run a text or example-file search (None: list the library); the grid fills page by page."""
+    def search(self, query: str | Path | None, keep: int | None = None) -> None:
+        """Run a text or example-file search (None: list the library); the grid fills page by page. ``keep``: the
+        media id to select again when the first page holds it (a re-run of the same query)."""
         self.session.set_query(query)
         self.session.min_probability = self.search_bar.min_probability
         if query is not None:
             self._searched = True
         self.browse_bar.set_browsing(self.session.browsing, show_examples=not self._searched)
-        self.inspector.show_hit(None, None)
-        self.annotate.set_item(None, None)
+        self._keep_media = keep
+        if keep is None:  # a re-run leaves the item on show (and a caption being typed) alone
+            self.inspector.show_hit(None, None)
+            self.annotate.set_item(None, None)
         fetch = self.session.page_fetcher()
         text = self.session.query if isinstance(self.session.query, str) else None
         service = self.service
         states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
+        self.results_model.searched = (self.state.snapshot.indexed or None) if not self.session.scope() else None
         self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
                                      hide_rejected=text is not None, count=self.session.listing_counter())
         if fetch is not None:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
+        if isinstance(query, Path) and keep is None:
+            self._load_example_picture(query)
+
+    def _load_example_picture(self, path: Path) -> None:
+        """Show the example a search is made by (its thumbnail, made off the GUI thread like the results')."""
+        service = self.service
+        if service is None:
+            return
+
+        def load() -> Any:
+            from app.widgets.results import read_image
+
+            return read_image(service.file_thumbnail(path, 128))
+
+        run_in_background(load, pool=self.pool, priority=9,
+                          on_result=while_alive(self, lambda image: self.search_bar.set_example_picture(path, image)),
+                          on_error=while_alive(self, lambda _exc: self.search_bar.set_example_picture(path, None)))
 
     def _browse_options_changed(self, options: BrowseOptions) -> None:
-        self.session.browse = options
-        if self.session.browsing:
-            self.search(None)
+        old, self.session.browse = self.session.browse, options
+        narrowed = (old.kind, old.folder) != (options.kind, options.folder)
+        if self.session.browsing or narrowed:  # kind and folder narrow a search too
+            self.search(self.session.query)
 
     def _search_example_query(self, text: str) -> None:
         self.search_bar.edit.setText(text)
@@ -300,24 +373,8 @@ class MainWindow(QMainWindow):
         self.search_bar.edit.setFocus()
 
     def refresh_library(self) -> None:
-        """Ask for the library's folders (the browse folder picker) and its caption progress."""
-        service = self.service
-        if service is not None:
-            run_in_background(service.roots, pool=self.pool, priority=5,
-                              on_result=while_alive(self, self.browse_bar.set_folders))
-        self.refresh_progress()
-
-    def refresh_progress(self) -> None:
-        service = self.service
-        if service is None:
-            return
-
-        def show(progress: Any) -> None:
-            self.browse_bar.set_progress(int(progress.captioned), int(progress.total))
-
-        run_in_background(service.annotation_progress, pool=self.pool, priority=5,
-                          on_result=while_alive(self, show),
-                          on_error=lambda exc: log.warning("annotation progress: %s", exc))
+        """Read the library's folders, counts and caption progress again (the views follow the state)."""
+        self.state.refresh()
 
     def _cutoff_changed(self, cutoff: float | None) -> None:
         self.settings.cutoff_percent = self.search_bar.cutoff.value()
@@ -327,7 +384,13 @@ class MainWindow(QMainWindow):
     def _page_loaded(self, added: int) -> None:
         total = self.results_model.rowCount()
         self.empty_label.setText(self._results_summary(total))
-        if total and not self.results.currentIndex().isValid() and self.results_model.pages_loaded == 1:
+        if self.results_model.pages_loaded != 1:
+            return
+        keep, self._keep_media = self._keep_media, None
+        kept = self.results_model.row_of(keep) if keep is not None else None
+        if kept is not None:
+            self.results.select_row(kept)
+        elif total and not self.results.currentIndex().isValid() and keep is None:
             self.results.select_row(0)
 
     def judge(self, label: int) -> None:
@@ -343,7 +406,11 @@ class MainWindow(QMainWindow):
         if self.session.query != query:
             return
         if label < 0:
+            current = self.results.current_hit()
+            row = self.results_model.row_of(media_id)
             self.results_model.drop(media_id)
+            if row is not None and current is not None and current.media_id == media_id:
+                self.results.select_row(row)  # the next result takes its place, and is the one selected
             return
         row = self.results_model.restore(media_id)
         if row is not None:
@@ -366,14 +433,19 @@ class MainWindow(QMainWindow):
     def _results_summary(self, total: int) -> str:
         described = self.session.describe()
         more = "+" if self.results_model.canFetchMore() else ""
+        busy = self.state.activity
         if self.session.browsing:
             if total:
-                return f"{total}{more} items {described}; type a description above to search"
+                return f"{total:,}{more} items {described}; type a description above to search"
+            if busy:  # not empty: on its way (the demo being made, the first folder being indexed)
+                return f"{busy} The items appear here as they are indexed."
             if self.session.browse != BrowseOptions():
                 return "Nothing in the library matches these filters."
             return "The library is empty: add a folder (File ▸ Add folder…) or drop files here."
         if total:
-            return f"{total}{more} results {described}"
+            return f"{total:,}{more} results {described}"
+        if busy:
+            return f"No results {described} yet: {busy[0].lower()}{busy[1:]}"
         cutoff = self.session.min_probability
         if cutoff is not None and isinstance(self.session.query, str):
             service = self.session.service
@@ -426,12 +498,9 @@ class MainWindow(QMainWindow):
         if service is None:
             return
 
-        def done(_: object) -> None:
+        def done(_: object) -> None:  # the state hears of the switch: the model list and the results follow
             self._status(f"Active model: {name or 'zero-shot'}")
-            self.refresh_models()
             self.annotate.refresh_suggestions()  # another model, another order (and reason)
-            if self.session.query is not None:
-                self.search(self.session.query)
 
         run_in_background(service.set_active_model, name, on_result=done, pool=self.pool, priority=9,
                           on_error=lambda exc: self._status(f"Cannot switch model: {exc}"))
@@ -523,8 +592,9 @@ class MainWindow(QMainWindow):
             return
         answer = QMessageBox.question(
             self, "Purge missing items",
-            f"Delete {items} items whose files are missing or on an unplugged drive, with their {captions} "
-            f"captions and {pairs} accepted/rejected pairs?\n\nKept items get their annotations back when their "
+            f"Delete {plural(items, 'item')} whose files are missing or on an unplugged drive, with their "
+            f"{plural(captions, 'caption')} and {plural(pairs, 'accepted/rejected pair')}?\n\n"
+            "Kept items get their annotations back when their "
             "files return. A snapshot of every annotation is saved first; importing it restores them.",
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
         if answer != QMessageBox.StandardButton.Yes:
@@ -533,8 +603,8 @@ class MainWindow(QMainWindow):
         def purged(result: Any) -> None:
             n, c, p, snapshot = result
             saved = f"; their annotations are saved in {snapshot}" if snapshot else ""
-            self._status(f"Deleted {n} missing items with {c} captions and {p} pairs{saved}")
-            self.library.refresh()
+            self._status(f"Deleted {plural(n, 'missing item')} with {plural(c, 'caption')} and "
+                         f"{plural(p, 'pair')}{saved}")
             self.annotate.refresh_suggestions()
 
         run_in_background(service.purge_missing, pool=self.write_pool, on_result=while_alive(self, purged),
@@ -566,16 +636,11 @@ class MainWindow(QMainWindow):
             self.import_annotations(Path(chosen))
 
     def _indexing_finished(self, outcome: str) -> None:
-        self.refresh_library()
+        """What changed during the job reaches the results now (see :meth:`_library_changed`)."""
         self.annotate.refresh_suggestions()  # new items (or a re-index under another model) change the picks
-        if self.session.browsing:
-            if self.results_model.rowCount() == 0 or outcome == "done":
-                self.search(None)
-            return
-        if self.session.query is not None and self.results_model.rowCount() == 0:
-            self.search(self.session.query)
-        elif outcome == "done" and self.session.query is not None:
-            self._status("Library updated: press Enter in the search box to refresh the results.")
+        if self._stale or self.results_model.rowCount() == 0:
+            self._rerun()
+        self._rows_changed()
 
     # --- dialogs
     def open_training(self) -> TrainingDialog:
@@ -602,7 +667,6 @@ class MainWindow(QMainWindow):
 
     def _model_registered(self, name: str) -> None:
         self._status(f"New model {name} registered; “Use it and re-index” in the training dialog switches to it.")
-        self.refresh_models()
 
     def use_model(self, name: str) -> None:
         """Make ``name`` the active model, then re-embed the library with it in the background."""
@@ -610,8 +674,7 @@ class MainWindow(QMainWindow):
         if service is None:
             return
 
-        def switched(_: object) -> None:
-            self.refresh_models()
+        def switched(_: object) -> None:  # the model list and the results follow the state
             if self.library.is_indexing:  # one job at a time: the user re-indexes once this one is done
                 self._status(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
             else:
@@ -653,11 +716,8 @@ class MainWindow(QMainWindow):
             if self.models_dialog is not None:
                 self.models_dialog.show_status(text)
 
-        def done(_: object) -> None:
+        def done(_: object) -> None:  # the model list (and the results, naming the model) follow the state
             say(done_text)
-            self.refresh_models()
-            if method == "rename_model" and self.session.query is not None:
-                self.search(self.session.query)  # the inspector names the model by its new name
 
         run_in_background(getattr(service, method), *args, pool=self.pool, priority=9,
                           on_result=while_alive(self, done),
@@ -690,7 +750,7 @@ class MainWindow(QMainWindow):
             self.training_dialog.device.setCurrentText(self.settings.training_device)
 
     def _choose_example(self) -> None:
-        chosen, _ = QFileDialog.getOpenFileName(self, "Search by an example file")
+        chosen, _ = QFileDialog.getOpenFileName(self, "Search by an example file", "", example_filters())
         if chosen:
             self.search_bar.search_example(Path(chosen))
 
@@ -759,6 +819,7 @@ class MainWindow(QMainWindow):
 
     def shutdown(self) -> None:
         """Stop background work and wait for it, so no worker outlives the widgets it reports to."""
+        self.state.close()  # writers still running must not call back into this window
         self.library.cancel_indexing()
         if self.viewer is not None:
             self.viewer.close()  # stops a playing video's decoding thread

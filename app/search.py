@@ -52,13 +52,15 @@ class SearchSession:
                 return service.browse(top=top, offset=offset, sort=options.sort, folder=options.folder,
                                       kind=options.kind, annotation=options.annotation)
             return fetch_library
+        kind, folder = options.kind, options.folder  # a search keeps the listing's kind and folder filters
         if isinstance(query, Path):
             def fetch_media(offset: int, top: int) -> list[SearchHit]:
-                return service.search_media(query, top=top, offset=offset)
+                return service.search_media(query, top=top, offset=offset, kind=kind, folder=folder)
             return fetch_media
 
         def fetch_text(offset: int, top: int) -> list[SearchHit]:
-            return service.search_text(query, top=top, offset=offset, min_probability=cutoff)
+            return service.search_text(query, top=top, offset=offset, min_probability=cutoff, kind=kind,
+                                       folder=folder)
         return fetch_text
 
     def listing_counter(self) -> Callable[[], int] | None:
@@ -73,7 +75,16 @@ class SearchSession:
         return count_library
 
     def describe(self) -> str:
-        """The query as the status bar shows it."""
+        """The query as the status bar shows it, with the kind and folder it is narrowed to."""
         if isinstance(self.query, Path):
-            return f"like {self.query.name}"
-        return f"for “{self.query}”" if self.query else "in the library"
+            return f"like {self.query.name}{self.scope()}"
+        return f"for “{self.query}”{self.scope()}" if self.query else "in the library"
+
+    def scope(self) -> str:
+        """" among GIFs in Holidays" when a search is narrowed ("" when it is not, or while browsing)."""
+        if self.query is None:
+            return ""
+        kinds = {"image": "photos", "animation": "GIFs", "video": "videos"}
+        kind = f" among {kinds.get(self.browse.kind or '', self.browse.kind)}" if self.browse.kind else ""
+        folder = f" in {self.browse.folder.name or self.browse.folder}" if self.browse.folder else ""
+        return kind + folder

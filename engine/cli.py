@@ -290,8 +290,10 @@ def _search(args: argparse.Namespace) -> int:
     finally:
         service.close()
     if args.json:
+        # "captions" keeps its documented content: every caption of the item, the model's guess included
         print(json.dumps([{"path": h.path, "score": round(h.score, 4), "kind": str(h.kind),
-                           "captions": list(h.captions), "match_probability": h.match_probability,
+                           "captions": [*h.captions, *([h.guess] if h.guess else [])],
+                           "match_probability": h.match_probability,
                            "uncertainty": h.uncertainty} for h in hits], indent=2))
     else:
         for rank, h in enumerate(hits, 1):

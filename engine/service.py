@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +80,21 @@ class SearchService:
         self.catalog.close()
         self.features.close()
 
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change this process commits to the library: folders, items, captions,
+        verdicts, models and their embeddings (on the thread that wrote it; the GUI hops to its own). Returns
+        the function that unsubscribes. The GUI's one view of the library's counts and results follows this
+        (``app/state.py``), so no view depends on the writer remembering to refresh it."""
+        return self.catalog.on_commit(listener)
+
+    def version(self) -> tuple:
+        """A value that changes with every change of the library this process or another one commits."""
+        return self.catalog.version()
+
+    def annotation_version(self) -> tuple:
+        """A value that changes whenever a caption or an accepted / rejected pair is added, edited or deleted."""
+        return self.catalog.annotation_version()
+
     # -- library ---------------------------------------------------------------------------------------------
 
     def roots(self) -> list[Path]:
@@ -102,6 +117,7 @@ class SearchService:
         if unknown:
             raise FileNotFoundError(f"no such file or folder: {unknown[0]}")
         yield from self.encoders.prepare(cancel)
+        self._offer_starter()
         before = self.catalog.version()
         changed = True
         try:
@@ -119,6 +135,15 @@ class SearchService:
         trained = self._active_trained()  # embeds whatever its index lacks
         if trained is not None and changed:
             yield from trained.sync(cancel)
+
+    def _offer_starter(self) -> None:
+        """Offer the starter model now that the pretrained assets are surely there: on a fresh home they are
+        prepared by the first index run, after :meth:`open` had to skip the offer (it checks the starter against
+        the backbone), so without this the starter only arrived at the next start (issue #32)."""
+        from engine.loop.starter import STARTER_NAME, offer_starter
+
+        if not any(m.name == STARTER_NAME for m in self.catalog.models()):
+            offer_starter(self)
 
     def offline_roots(self) -> list:
         """The library folders the last index run found offline (:class:`engine.library.indexer.OfflineRoot`)."""
@@ -194,10 +219,11 @@ class SearchService:
 
     # -- search ----------------------------------------------------------------------------------------------
 
-    def search_text(self, text: str, top: int = 60, offset: int = 0,
-                    min_probability: float | None = None) -> list[SearchHit]:
+    def search_text(self, text: str, top: int = 60, offset: int = 0, min_probability: float | None = None,
+                    kind: str | None = None, folder: Path | None = None) -> list[SearchHit]:
         """The items that best match a sentence, best first: the active model, the zero-shot semantics and the
-        user's own words in one ranking (:mod:`engine.search.evidence`)."""
+        user's own words in one ranking (:mod:`engine.search.evidence`); ``kind`` / ``folder`` keep only the
+        items of that kind / under that library folder (ranked among the whole library)."""
         text = text.strip()
         if not text:
             return []
@@ -208,7 +234,13 @@ class SearchService:
         ranked = self.rank_text(text)
         if ranked is None:
             return []
-        return self._ranked_hits(*ranked, top, offset, min_probability)
+        return self._ranked_hits(*ranked, top, offset, min_probability, self._scope(kind, folder))
+
+    def _scope(self, kind: str | None, folder: Path | None) -> np.ndarray | None:
+        """The media ids a search may return (None: every item)."""
+        if kind is None and folder is None:
+            return None
+        return self.catalog.media_ids(Path(folder) if folder is not None else None, kind)
 
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
@@ -286,10 +318,14 @@ class SearchService:
         return np.unique(_positions(ids, wanted)[0]), evidence.fixed_sample(len(ids))
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
-                     min_probability: float | None) -> list[SearchHit]:
+                     min_probability: float | None, scope: np.ndarray | None = None) -> list[SearchHit]:
         """A page of a fused ranking as hits; a probabilistic model adds its match probability (PCME eq. 2) and
-        drops what falls under ``min_probability``."""
+        drops what falls under ``min_probability``; ``scope``: the only media ids kept."""
+        from engine.library.browse import split_captions
+
         order = ranking.order()
+        if scope is not None:
+            order = order[np.isin(ids[ranking.rows[order]], scope)]
         probabilistic = trained is not None and encoded is not None and trained.runner.probabilistic
         picked: list[tuple[int, float, float | None, float | None]] = []  # (position, score, prob, uncertainty)
         if not probabilistic:
@@ -312,9 +348,9 @@ class SearchService:
             media = records.get(int(ids[row]))
             if media is None or media.status == MediaStatus.MISSING:  # gone since the index was loaded
                 continue
-            captions = tuple(c.text for c in texts.get(media.id, ()))
+            captions, guess = split_captions(texts.get(media.id, ()))
             hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
-                                  ranking.head_pair_of(row), ranking.frame_of(row)))
+                                  ranking.head_pair_of(row), ranking.frame_of(row), guess))
         return hits
 
     def _user_words(self):
@@ -400,9 +436,11 @@ class SearchService:
             else np.zeros((0, len(sentence)), np.float32)
         return sentence, encoded
 
-    def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
+    def search_media(self, path: Path, top: int = 60, offset: int = 0, kind: str | None = None,
+                     folder: Path | None = None) -> list[SearchHit]:
         """The items that look most like a picture, GIF or video file: the active model's embedding and the
-        backbone's global features, fused (:mod:`engine.search.evidence`)."""
+        backbone's global features, fused (:mod:`engine.search.evidence`); ``kind`` / ``folder`` as in
+        :meth:`search_text`."""
         from engine.media import MediaError
         from engine.search import evidence
 
@@ -423,7 +461,13 @@ class SearchService:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
         rows, sample = self._rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
-        return self._ranked_hits(ids, ranking, None, None, top, offset, None)
+        return self._ranked_hits(ids, ranking, None, None, top, offset, None, self._scope(kind, folder))
+
+    def file_thumbnail(self, path: Path, size: int = 256) -> Path:
+        """A thumbnail of any media file, in the library or not (the example a search is made by)."""
+        from engine.media import thumbnail
+
+        return thumbnail(Path(path), paths.cache_dir() / "example-thumbnails", size=size)[0]
 
     def search_captions(self, media_id: int, top: int = 10) -> list[tuple[str, float]]:
         """The library's captions that best describe an item (zero-shot: scored like a text query)."""

@@ -6,6 +6,7 @@ The base of :class:`engine.library.catalog.Catalog` and :class:`engine.features.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 import threading
@@ -70,6 +71,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._depth = 0
         self._conn: sqlite3.Connection | None = None
+        self._listeners: list[Callable[[], None]] = []
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -156,6 +158,33 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 self._rollback(conn, savepoint)
                 raise self._wrap(what, exc) from exc
+        if savepoint is None:
+            self._committed()
+
+    def on_commit(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every committed transaction of this connection, on the thread that wrote
+        (outside the lock, so it may read the file); returns the function that stops the calls.
+
+        Every write goes through :meth:`transaction`, so a listener hears of every change this process makes:
+        what shows the file's content (the GUI's counts and results) can follow it instead of each writer having
+        to remember to say so."""
+        with self._lock:
+            self._listeners.append(listener)
+
+        def stop() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+        return stop
+
+    def _committed(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a listener's failure must never undo or fail the write
+                logging.getLogger(__name__).exception("commit listener of %s failed", self.path)
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection, savepoint: str | None) -> None:

@@ -36,11 +36,12 @@ class SearchHit:
     path: str
     kind: MediaKind
     score: float
-    captions: tuple[str, ...] = ()
+    captions: tuple[str, ...] = ()  # what people wrote (the user's and imported captions)
     match_probability: float | None = None  # PCME models only
     uncertainty: float | None = None  # PCME: geometric mean of sigma of the item
     head_pair: tuple[int, int] | None = None  # PVSE: (query head, item head) that matched best
     frame: int | None = None  # a GIF or video: the sampled frame (0..T-1) that matched best
+    guess: str | None = None  # the model's own caption (regional semantics), never one of ``captions``
 
 
 @dataclass(frozen=True, slots=True)

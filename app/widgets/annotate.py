@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 CAPTION_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 MEDIA_ID_ROLE = Qt.ItemDataRole.UserRole + 2
+SOURCE_ROLE = Qt.ItemDataRole.UserRole + 3  # a caption's provenance: "user", "imported", "pseudo"
+DELETABLE = frozenset({"user", "imported"})  # the model's guess is not a caption a person can take back
+GUESS_NOT_DELETABLE = ("The model's guess is not a caption: there is nothing of yours to delete. Write your own "
+                       "caption above; what you write outranks the guess.")
 SUGGESTIONS = 20  # how many "what to annotate next" items to ask for
 SUGGESTION_POLICY = "auto"
 TICK = "✓ "  # a suggestion annotated since the list was loaded reads "✓ annotated"
@@ -289,10 +293,12 @@ class AnnotationPanel(QWidget):
         self.caption_edit.returnPressed.connect(self.save_caption_and_advance)
         self.delete_button = QPushButton("Delete caption")
         self.delete_button.clicked.connect(self.delete_selected_caption)
+        self.captions_list.currentItemChanged.connect(lambda *_: self._update_delete())
         self.accept_button = QPushButton("Accept match")
         self.reject_button = QPushButton("Reject match")
-        self.accept_button.setToolTip("This result matches the query (Alt+A); moves to the next item")
-        self.reject_button.setToolTip("This result does not match the query (Alt+R); moves to the next item")
+        self.accept_button.setToolTip("This result matches the query (Alt+A); the selection stays on it")
+        self.reject_button.setToolTip("This result does not match the query (Alt+R); it leaves this query's "
+                                      "results and the next result takes its place")
         self.accept_button.clicked.connect(lambda: self.judge(+1))
         self.reject_button.clicked.connect(lambda: self.judge(-1))
         self.undo_button = UndoButton(self.undo_stack)
@@ -393,7 +399,8 @@ class AnnotationPanel(QWidget):
             self.suggestions.addItem(item)
         heading, tip = SUGGESTION_HEADINGS.get(policy or "", (None, None))
         if not rows:
-            heading, tip = "What to annotate next: nothing left", "Every item of the library has a caption."
+            heading, tip = ("What to annotate next: nothing to suggest",  # an empty library is not "done"
+                            "Every indexed item has a caption, or nothing is indexed yet.")
         elif heading is None:  # a service that does not say its policy
             heading = ("What to annotate next" if ranked or len(rows) == 1 else
                        "What to annotate next (in no particular order until a trained model ranks them)")
@@ -461,7 +468,7 @@ class AnnotationPanel(QWidget):
                     self.suggestions.setCurrentRow(row)
         has_item = hit is not None and self._service is not None
         can_judge = has_item and isinstance(query, str) and bool(query.strip())
-        for widget in (self.caption_edit, self.delete_button, self.captions_list):
+        for widget in (self.caption_edit, self.captions_list):
             widget.setEnabled(has_item)
         self.accept_button.setEnabled(can_judge)
         self.reject_button.setEnabled(can_judge)
@@ -484,6 +491,7 @@ class AnnotationPanel(QWidget):
             source = str(getattr(caption, "source", ""))
             item = QListWidgetItem(caption.text)
             item.setData(CAPTION_ID_ROLE, int(caption.id))
+            item.setData(SOURCE_ROLE, source)
             label, colour, italic = PROVENANCE.get(source, (source, None, False))
             item.setToolTip(plain_tooltip(f"{label}: {caption.text}") if source else "")
             if colour is not None:
@@ -495,7 +503,12 @@ class AnnotationPanel(QWidget):
             item.setData(Qt.ItemDataRole.DecorationRole, PROVENANCE_MARK.get(source))
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.captions_list.addItem(item)
+        mine = [row for row in range(self.captions_list.count())
+                if self.captions_list.item(row).data(SOURCE_ROLE) in DELETABLE]
+        if len(mine) == 1:  # the one caption Delete would take: ready for it
+            self.captions_list.setCurrentRow(mine[0])
         self._populating = False
+        self._update_delete()
         if self.hit is not None:
             self.heading.setText(f"Captions of {Path(self.hit.path).name}{provenance_summary(captions)}")
 
@@ -508,25 +521,44 @@ class AnnotationPanel(QWidget):
             self.caption_edit.clear()
         self._advance()
 
+    def _update_delete(self) -> None:
+        """Delete caption is enabled for a caption a person wrote or imported; otherwise it says why not."""
+        item = self.captions_list.currentItem()
+        source = item.data(SOURCE_ROLE) if item is not None else None
+        has_item = self.hit is not None and self._service is not None
+        self.delete_button.setEnabled(has_item and source in DELETABLE)
+        if not has_item:
+            why = ""
+        elif source in DELETABLE:
+            why = "Delete the selected caption (Delete; Ctrl+Z undoes it)"
+        elif source == "pseudo" or (self.captions_list.count() and not any(
+                self.captions_list.item(r).data(SOURCE_ROLE) in DELETABLE for r in range(self.captions_list.count()))):
+            why = GUESS_NOT_DELETABLE
+        elif self.captions_list.count():
+            why = "Select the caption to delete in the list above"
+        else:
+            why = "This item has no caption to delete"
+        self.delete_button.setToolTip(why)
+
     def delete_selected_caption(self) -> None:
         item = self.captions_list.currentItem()
         if item is None or self.hit is None:
+            self.status.setText(self.delete_button.toolTip() or "Select a caption to delete first.")
+            return
+        if item.data(SOURCE_ROLE) not in DELETABLE:
+            self.status.setText(GUESS_NOT_DELETABLE)
             return
         caption_id = int(item.data(CAPTION_ID_ROLE))
         self.undo_stack.push(DeleteCaption(self, self.hit.media_id, caption_id, item.text()))
 
     def judge(self, label: int) -> None:
-        """Accept (+1) or reject (-1) the current item for the current text query, then move on.
-
-        The verdict is pushed after moving on, so a rejected item leaving the results cannot move the
-        selection a second time.
-        """
+        """Accept (+1) or reject (-1) the current item for the current text query. The selection does not move
+        on by itself: the next key acts on the item the user is looking at (a rejected item leaves the results
+        and the window selects the one that takes its place; Ctrl+Right moves on). F1 says so."""
         if self.hit is None or not isinstance(self.query, str) or not self.query.strip():
             return
-        command = JudgePair(self, self.hit.media_id, self.query, label)
         self.pair_judged.emit(self.hit.media_id, label)
-        self._advance()
-        self.undo_stack.push(command)
+        self.undo_stack.push(JudgePair(self, self.hit.media_id, self.query, label))
 
     def judge_many(self, media_ids: list[int], label: int) -> None:
         """Accept or reject several items at once (one undo step); the selection stays where it is."""
@@ -590,7 +622,7 @@ class AnnotationPanel(QWidget):
             self.saved.emit(done)
         if after is not None:
             after()
-        texts = tuple(c.text for c in captions)
+        texts = tuple(c.text for c in captions if str(getattr(c, "source", "")) != "pseudo")  # a hit's captions
         self.captions_changed.emit(media_id, texts)
         if wrote:  # annotated now: ticked off (kept, so "next suggestion" keeps its place)
             self._tick_suggestion(media_id)

@@ -1,5 +1,5 @@
-"""The strip above the results: how the library is listed when there is no query, example queries to try,
-and how much of the library is captioned."""
+"""The strip above the results: how the library is listed when there is no query (the kind and folder filters
+hold for searches too), example queries to try, and how much of the library is captioned."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.search import BrowseOptions
+from app.state import LibrarySnapshot, LibraryState
 
 # Date taken is the photo's EXIF date (the file's modification date where it has none), as photo managers sort;
 # newest / oldest are the file's modification date.
@@ -33,7 +34,11 @@ def _combo(choices: tuple[tuple[Any, str], ...], tip: str) -> QComboBox:
 
 
 class BrowseBar(QWidget):
-    """Sort / kind / folder / annotation pickers (shown while browsing), example queries, caption progress."""
+    """Sort / kind / folder / annotation pickers, example queries, caption progress.
+
+    Kind and folder narrow searches as well as the listing, so they stay while searching; sort and the
+    annotation filter belong to the listing (a search is ordered by how well items match).
+    """
 
     options_changed = Signal(object)  # BrowseOptions
     example_chosen = Signal(str)
@@ -59,7 +64,8 @@ class BrowseBar(QWidget):
         self.pickers = QWidget()
         row = QHBoxLayout(self.pickers)
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(QLabel("Library:"))
+        self.pickers_label = QLabel("Library:")
+        row.addWidget(self.pickers_label)
         for combo in (self.sort, self.kind, self.folder, self.annotation):
             row.addWidget(combo)
         row.addStretch(1)
@@ -93,9 +99,24 @@ class BrowseBar(QWidget):
             self.options_changed.emit(self.options())
 
     def set_browsing(self, browsing: bool, show_examples: bool) -> None:
-        """The pickers only mean something without a query; the examples until the first search."""
-        self.pickers.setVisible(browsing)
+        """Sort and the annotation filter only mean something without a query; kind and folder narrow a
+        search too; the examples are offered until the first search."""
+        self.sort.setVisible(browsing)
+        self.annotation.setVisible(browsing)
+        self.pickers_label.setText("Library:" if browsing else "Only:")
+        self.kind.setToolTip("Show one kind of media" if browsing else "Search only this kind of media")
+        self.folder.setToolTip("Show one library folder" if browsing else "Search only this library folder")
         self.examples.setVisible(show_examples)
 
     def set_progress(self, captioned: int, total: int) -> None:
-        self.progress.setText(f"{captioned} of {total} captioned" if total else "")
+        self.progress.setText(f"{captioned:,} of {total:,} captioned" if total else "")
+
+    def follow(self, state: LibraryState) -> None:
+        """Show ``state``'s folders and caption progress, and keep them current."""
+        state.changed.connect(self._show_snapshot)
+
+    def _show_snapshot(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:
+        if "items" in aspects:
+            self.set_folders(list(snapshot.roots))
+        if aspects & {"items", "annotations"}:
+            self.set_progress(snapshot.captioned, snapshot.indexed)

@@ -50,7 +50,8 @@ def action_rows(actions: list[QAction]) -> list[tuple[str, str]]:
     for action in actions:
         keys = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)  # the first: F14 is noise
         if keys:
-            rows.append((keys, action.text().replace("&", "").removesuffix("…")))
+            # the status tip, where an action has one, says more than its menu name (what the key does exactly)
+            rows.append((keys, action.statusTip() or action.text().replace("&", "").removesuffix("…")))
     return rows
 
 

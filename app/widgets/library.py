@@ -1,4 +1,8 @@
-"""The library sidebar: the folders indexed, live indexing progress with Cancel, counts and failures."""
+"""The library sidebar: the folders indexed, live indexing progress with Cancel (and Resume), counts and failures.
+
+Folders, counts and failures are the :class:`app.state.LibraryState`'s: the panel shows whatever the library
+holds after any change, whoever made it.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.service_api import SearchServiceLike
+from app.state import LibrarySnapshot, LibraryState
 from app.widgets.plaintext import ask, plain_label, plain_tooltip, show_message
-from app.workers import Worker, run_in_background
+from app.workers import Worker
 from engine.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -56,12 +61,18 @@ class LibraryPanel(QWidget):
     status_message = Signal(str)
     roots_shown = Signal(list)  # the library's folders (Path), each time they are read
 
-    def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
+    def __init__(self, pool: QThreadPool, parent: QWidget | None = None, state: LibraryState | None = None) -> None:
         super().__init__(parent)
         self._pool = pool
         self._service: SearchServiceLike | None = None
         self._job: Worker | None = None
         self._queued: list[list[Path] | None] = []
+        self._last_job: tuple[Callable[[Any], Iterator[Progress]], str] | None = None  # what Resume runs again
+        # the window shares its state with every view; a panel on its own follows the library itself (reads
+        # on the global pool: ``pool`` runs the indexing jobs one at a time)
+        self._owns_state = state is None
+        self.state = state if state is not None else LibraryState(QThreadPool.globalInstance(), self)
+        self.state.changed.connect(self._show_snapshot)
         self._build()
         self.setEnabled(False)
 
@@ -86,6 +97,11 @@ class LibraryPanel(QWidget):
         self.progress_label.setWordWrap(True)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel_indexing)
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setToolTip("Index the rest: what was indexed before Cancel is kept "
+                                      "(File ▸ Re-index library does the same)")
+        self.resume_button.clicked.connect(self.resume)
+        self.resume_button.setVisible(False)
         self.counts_label = plain_label(format_counts({}), wrap=True)
         self.failures = QTreeWidget()
         self.failures.setHeaderLabels(["File", "Reason"])
@@ -102,6 +118,7 @@ class LibraryPanel(QWidget):
         progress_row = QHBoxLayout()
         progress_row.addWidget(self.progress, 1)
         progress_row.addWidget(self.cancel_button)
+        progress_row.addWidget(self.resume_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.title)
@@ -118,24 +135,23 @@ class LibraryPanel(QWidget):
         """Show ``service``'s library (None: nothing open)."""
         self._service = service
         self.setEnabled(service is not None)
+        self.resume_button.setVisible(False)
+        if self._owns_state:
+            self.state.set_service(service)
         if service is not None:
             self.title.setText(f"Library: {service.name}")
-            self.refresh()
 
     def refresh(self) -> None:
-        """Re-read roots, counts and failures (off the GUI thread)."""
-        service = self._service
-        if service is None:
+        """Show the folders known now (``roots_shown``), and re-read roots, counts and failures (off the GUI
+        thread; every view of the state follows what changed)."""
+        if self._service is not None and self.state.snapshot.roots:
+            self.roots_shown.emit(list(self.state.snapshot.roots))
+        self.state.refresh()
+
+    def _show_snapshot(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:
+        if "items" not in aspects:
             return
-
-        def read() -> tuple[list[Path], dict[str, int], list[tuple[str, str]]]:
-            return service.roots(), service.counts(), service.failures()
-
-        run_in_background(read, on_result=self._show_state, on_error=self._report_error, pool=self._pool,
-                          priority=5)
-
-    def _show_state(self, state: tuple[list[Path], dict[str, int], list[tuple[str, str]]]) -> None:
-        roots, counts, failures = state
+        roots, counts, failures = snapshot.roots, snapshot.counts, snapshot.failures
         self.roots_shown.emit(list(roots))
         self.roots_list.clear()
         for root in roots:
@@ -150,9 +166,6 @@ class LibraryPanel(QWidget):
             item.setToolTip(1, full)
             self.failures.addTopLevelItem(item)
         self.failures_label.setText(f"Skipped files ({len(failures)})" if failures else "Skipped files: none")
-
-    def _report_error(self, exc: BaseException) -> None:
-        self.status_message.emit(f"Library: {exc}")
 
     # --- roots
     def add_folder(self, folder: Path | None = None) -> None:
@@ -183,8 +196,7 @@ class LibraryPanel(QWidget):
             return
         question = f"Stop indexing {folder}?\nIts items leave the library; the files are not touched."
         if ask(parent or self, "Remove folder", question):
-            self._service.remove_root(folder)
-            self.refresh()
+            self._service.remove_root(folder)  # the state hears of it: counts, folders and results follow
 
     # --- indexing
     @property
@@ -209,6 +221,8 @@ class LibraryPanel(QWidget):
 
     def run_job(self, job: Callable[[Any], Iterator[Progress]], what: str) -> Worker:
         """Run a progress generator ``job(cancel)`` with this panel's bar and Cancel button."""
+        self._last_job = (job, what)
+        self.resume_button.setVisible(False)
         worker = Worker(job)
         worker.signals.progress.connect(self._show_progress_record)
         worker.signals.returned.connect(lambda _: self._job_ended("done", what))
@@ -217,6 +231,7 @@ class LibraryPanel(QWidget):
         self._job = worker
         self.progress.setRange(0, 0)  # busy until the first record says how much there is
         self.progress_label.setText(f"{what}…")
+        self.state.set_activity(f"{what} the library…")
         self._show_progress(True)
         self.indexing_started.emit()
         return worker.start(self._pool)
@@ -234,17 +249,29 @@ class LibraryPanel(QWidget):
         self.progress.setValue(min(record.done, max(1, record.total)))
         self.progress.setFormat(f"{record.done} / {record.total}")
         self.progress_label.setText(record.message)
+        what = self._last_job[1] if self._last_job is not None else "Indexing"
+        self.state.set_activity(f"{what}: {record.message} ({record.done} of {record.total})")
 
     def _job_ended(self, outcome: str, what: str, exc: BaseException | None = None) -> None:
         self._job = None
         self._show_progress(False)
+        self.state.set_activity("")
         message = f"{what} {outcome}" + (f": {exc}" if exc is not None else "")
+        if outcome == "cancelled":  # a stopped job says how to go on, and offers it
+            message = (f"{what} cancelled: what was indexed is kept. Resume indexes the rest "
+                       "(File ▸ Re-index library does the same).")
+        self.resume_button.setVisible(outcome in ("cancelled", "failed") and self._last_job is not None)
         self.progress_label.setText(message if outcome != "done" else "")
         self.status_message.emit(message)
         self.refresh()
         self.indexing_finished.emit(outcome)
         if self._queued:
             self.index(self._queued.pop(0))
+
+    def resume(self) -> None:
+        """Run the job that was cancelled (or failed) again: interrupted work resumes where it stopped."""
+        if self._last_job is not None and self._job is None and self._service is not None:
+            self.run_job(*self._last_job)
 
     def _show_progress(self, visible: bool) -> None:
         self.progress.setVisible(visible)

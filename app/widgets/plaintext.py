@@ -41,3 +41,8 @@ def ask(parent: QWidget | None, title: str, text: str) -> bool:
                       QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, parent)
     box.setTextFormat(Qt.TextFormat.PlainText)
     return box.exec() == QMessageBox.StandardButton.Yes
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """"1 item", "2 items", "1,024 items" (``many``: an irregular plural, "1 match" / "2 matches")."""
+    return f"{n:,} {noun if n == 1 else (many or noun + 's')}"

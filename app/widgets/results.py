@@ -39,13 +39,22 @@ from PySide6.QtGui import (
     QDesktopServices,
     QDrag,
     QFont,
+    QGuiApplication,
     QImage,
     QKeyEvent,
     QPainter,
     QPalette,
     QPixmap,
 )
-from PySide6.QtWidgets import QListView, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import (
+    QListView,
+    QMenu,
+    QMessageBox,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QWidget,
+)
 
 from app.service_api import SearchServiceLike
 from app.workers import Worker, run_in_background, while_alive
@@ -172,31 +181,73 @@ class Relevance:
     explanation: str  # the tooltip's sentence, with the raw number
 
 
-def relevance(hit: SearchHit, scale: tuple[float, float] | None) -> Relevance:
-    """A probabilistic model's match probability as a percentage; otherwise a band on this search's range.
+# How far an item's fused score (a sum of z-scores over the library, engine/search/evidence.py) puts it from the
+# library's typical item, in words: at least this many standard deviations above it.
+STANDING = ((3.0, "it stands far out from the library's typical item"),
+            (1.5, "it stands clearly above the library's typical item"),
+            (0.5, "it is somewhat closer than the library's typical item"))
 
-    Raw scores are not comparable across models (a trained model's 12.3 and zero-shot's 0.15 can mean the
-    same), so a score is placed between the lowest and the highest of the search's first page (``scale``).
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st, ..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n:,}{suffix}"
+
+
+def standing(score: float) -> str:
+    """Where a fused score puts an item among the library, in words (no raw number: it is a sum of z-scores)."""
+    return next((words for floor, words in STANDING if score >= floor),
+                "it is about as close as the library's typical item: a weak match")
+
+
+def relevance(hit: SearchHit, scale: tuple[float, float] | None, rank: int | None = None,
+              searched: int | None = None) -> Relevance:
+    """A probabilistic model's match probability as a percentage; otherwise a band on this search's range, said
+    as the item's place: its rank (of ``searched`` items when known) and how far it stands from the library's
+    typical item.
+
+    Raw scores are not comparable across models and mean nothing to a reader (a fused sum of z-scores), so the
+    band places a score between the lowest and the highest of the search's first page (``scale``) and the words
+    say the rank and the standing, never the number.
     """
+    place = ""
+    if rank is not None:
+        place = f"ranked {ordinal(rank)}" + (f" of {searched:,} items" if searched else "") + " for this search"
     if hit.match_probability is not None:
         p = hit.match_probability
         dots = 3 if p >= 0.75 else 2 if p >= 0.4 else 1
-        return Relevance(f"{p:.0%} match", dots,
-                         f"match probability {p:.2f}: the model's estimate that this item fits the query")
+        return Relevance(f"{p:.0%} match", dots, f"{place + ': ' if place else ''}the model estimates a {p:.0%} "
+                                                 "probability that this item fits the query")
     lo, hi = scale if scale is not None else (hit.score, hit.score)
     share = 1.0 if hi <= lo else max(0.0, min(1.0, (hit.score - lo) / (hi - lo)))
     _, dots, label = next(band for band in BANDS if share >= band[0])
-    return Relevance(label, dots, f"score {hit.score:.3f}, between this search's first-page lowest {lo:.3f} and "
-                                  f"best {hi:.3f}; scores rank one search's results, they are not percentages")
+    return Relevance(label, dots, f"{place + '; ' if place else ''}{standing(hit.score)}")
 
 
 # the window's actions the context menu offers too (they judge the selected results)
 JUDGE_ACTIONS = ("&Accept match", "&Reject match")
 
 
-def show_in_folder(path: Path) -> None:
-    """Open the file manager on the folder that holds ``path``."""
-    QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent)))
+def show_in_folder(path: Path, parent: QWidget | None = None) -> bool:
+    """Open the file manager on the folder that holds ``path``; where none opens (no file manager, a bare
+    session), say so and show where the file is, its path ready to copy. True when a file manager opened."""
+    if QDesktopServices.openUrl(QUrl.fromLocalFile(str(path.parent))):
+        return True
+    box = QMessageBox(QMessageBox.Icon.Information, "Show in folder",
+                      f"No file manager could be opened here. The file is:\n\n{path}\n\nin the folder:\n\n"
+                      f"{path.parent}", QMessageBox.StandardButton.Ok, parent)
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    copy = box.addButton("Copy path", QMessageBox.ButtonRole.ActionRole)
+    copy.clicked.disconnect()  # copying must not close the box
+    copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(str(path)))
+    _OPEN_NOTES.add(box)  # a box without a parent lives as long as Python holds it: until it is closed
+    box.finished.connect(lambda _result: _OPEN_NOTES.discard(box))
+    box.open()  # not modal to the whole app: the window keeps working
+    return False
+
+
+_OPEN_NOTES: set[QMessageBox] = set()
 
 
 def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None) -> str:
@@ -211,6 +262,8 @@ def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None
         lines += [html.escape(text) for text, _ in annotation_badges(state)]
         lines += [html.escape(text) for text in verdict_lines(state)]
     lines += [f"“{html.escape(c)}”" for c in hit.captions[:5]]
+    if hit.guess:  # the model's own words about the item: said as such, never quoted like a caption
+        lines.append(f"<i>model's guess (not a caption): {html.escape(hit.guess)}</i>")
     return "<p style='white-space:pre-wrap'>" + "<br>".join(lines) + "</p>"
 
 
@@ -251,6 +304,25 @@ def compact_verdict(verdicts: Any, elide: Callable[[str, int], str], advance: Ca
     room = width - advance(mark) - advance(more) - advance("”")
     quoted = elide(f"“{query}", room)
     return f"{mark}{quoted}”{more}"
+
+
+# A badge's short form, for thumbnails too narrow for the words (the tooltip says them in full)
+BADGE_SHORT = {"✓ accepted": "✓", "✗ rejected": "✗", "✎ captioned": "✎", "⇩ imported": "⇩", "model's guess": "guess"}
+BADGE_PADDING, BADGE_GAP = 10, 4  # pixels around a badge's text, and between two badges
+
+
+def fit_badges(labels: list[str], advance: Callable[[str], int], width: int) -> list[str]:
+    """The badge texts that fit side by side in ``width`` pixels: in full when they all fit, else their short
+    forms, else as many short ones as fit (a 120 px thumbnail cannot hold "✓ accepted" and "✎ captioned")."""
+    def room(texts: list[str]) -> int:
+        return sum(advance(t) + BADGE_PADDING + BADGE_GAP for t in texts)
+
+    if room(labels) <= width:
+        return labels
+    short = [BADGE_SHORT.get(t, t) for t in labels]
+    while short and room(short) > width:
+        short.pop()
+    return short
 
 
 def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
@@ -312,6 +384,7 @@ class ResultsModel(QAbstractListModel):
         self._states: dict[int, Any] = {}  # media id -> AnnotationState
         self._hide_rejected = False
         self._dropped: dict[int, tuple[int, SearchHit]] = {}  # rejected for this query: media id -> (row, hit)
+        self.searched: int | None = None  # how many items a search ranks (its place says "of N"); None: unknown
         cache.thumbnail_ready.connect(self._media_changed)
 
     # --- searching
@@ -506,6 +579,10 @@ class ResultsModel(QAbstractListModel):
             else:
                 self._media_changed(media_id, [STATE_ROLE, Qt.ItemDataRole.ToolTipRole])
 
+    def refresh_loaded_states(self) -> None:
+        """Read again what the user wrote about every item the results hold (the annotations changed)."""
+        self.refresh_states([hit.media_id for hit in self._hits if hit is not None])
+
     def state(self, media_id: int) -> Any:
         return self._states.get(media_id)
 
@@ -583,7 +660,10 @@ class ResultsModel(QAbstractListModel):
         return None
 
     def _relevance(self, hit: SearchHit) -> Relevance | None:
-        return relevance(hit, self._scale) if self._scored else None
+        if not self._scored:
+            return None
+        row = self._rows.get(hit.media_id)
+        return relevance(hit, self._scale, row + 1 if row is not None else None, self.searched)
 
     def set_captions(self, media_id: int, captions: tuple[str, ...]) -> None:
         """Keep a hit's captions current after the user edits them."""
@@ -683,20 +763,28 @@ class ResultDelegate(QStyledItemDelegate):
         painter.drawPixmap(x, y, scaled)
 
     def _paint_state(self, painter: QPainter, rect: QRect, state: Any) -> None:
-        """Verdict and caption badges along the thumbnail's bottom edge."""
+        """Verdict and caption badges along the thumbnail's bottom edge, short forms where the words do not fit."""
+        badges = annotation_badges(state)
+        painter.setFont(self.badge_font(painter.font()))
+        texts = fit_badges([text for text, _ in badges], painter.fontMetrics().horizontalAdvance, rect.width() - 8)
         x = rect.left() + 4
-        for text, colour in annotation_badges(state):
-            x = self._badge(painter, rect, text, colour, right=False, left=x, bottom=True) + 4
+        for text, (_, colour) in zip(texts, badges, strict=False):
+            x = self._badge(painter, rect, text, colour, right=False, left=x, bottom=True) + BADGE_GAP
+
+    @staticmethod
+    def badge_font(base: QFont) -> QFont:
+        """The badges' font: bold, a little smaller than the text's."""
+        font = QFont(base)
+        font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
+        font.setBold(True)
+        return font
 
     @staticmethod
     def _badge(painter: QPainter, rect: QRect, text: str, background: QColor, right: bool,
                left: int | None = None, bottom: bool = False) -> int:
         """Paint a rounded label in a corner of ``rect`` (or at ``left``); returns its right edge."""
-        font = QFont(painter.font())
-        font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
-        font.setBold(True)
-        painter.setFont(font)
-        width = painter.fontMetrics().horizontalAdvance(text) + 10
+        painter.setFont(ResultDelegate.badge_font(QFont(painter.font().family())))
+        width = painter.fontMetrics().horizontalAdvance(text) + BADGE_PADDING
         height = painter.fontMetrics().height() + 2
         x = rect.right() - width - 4 if right else (left if left is not None else rect.left() + 4)
         y = rect.bottom() - height - 4 if bottom else rect.top() + 4
@@ -868,7 +956,7 @@ class ResultsView(QListView):
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.open_requested.emit(hit))
         menu.addAction("Find similar", lambda: self.find_similar_requested.emit(hit))
-        menu.addAction("Show in folder", lambda: show_in_folder(Path(hit.path)))
+        menu.addAction("Show in folder", lambda: show_in_folder(Path(hit.path), self))
         window = self.window()
         if window is not None:
             judge_actions = [a for a in window.findChildren(QAction) if a.text() in JUDGE_ACTIONS]

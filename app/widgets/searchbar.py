@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QKeyEvent, QKeySequence
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QImage, QKeyEvent, QKeySequence, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QSlider,
@@ -21,6 +22,8 @@ from app.service_api import ZERO_SHOT, ModelInfo
 from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
 from engine import paths
+
+EXAMPLE_PICTURE = 44  # pixels: the example a search is made by, shown beside the query box
 
 
 def pasted_dir() -> Path:
@@ -126,6 +129,10 @@ class SearchBar(QWidget):
         self.edit.textEdited.connect(self._edited)
         self.edit.escape_pressed.connect(self.clear_query)
         self.edit.file_given.connect(self.search_example)
+        self.example_picture = QLabel()  # the example itself, not only its name (set by the window)
+        self.example_picture.setFixedSize(EXAMPLE_PICTURE, EXAMPLE_PICTURE)
+        self.example_picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.example_picture.setFrameShape(QFrame.Shape.StyledPanel)
         self.example_label = QLabel()
         self.example_label.setTextFormat(Qt.TextFormat.PlainText)
         self.example_clear = QToolButton(text="×", toolTip="Stop searching by this example")
@@ -151,6 +158,7 @@ class SearchBar(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(6, 6, 6, 6)
         row.addWidget(self.edit, 1)
+        row.addWidget(self.example_picture)
         row.addWidget(self.example_label)
         row.addWidget(self.example_clear)
         row.addSpacing(8)
@@ -206,7 +214,23 @@ class SearchBar(QWidget):
         self.example_label.setText(f"Example: {path.name}" if path else "")
         self.example_label.setToolTip(plain_tooltip(str(path)) if path else "")
         self.example_label.setVisible(path is not None)
+        self.example_picture.setToolTip(plain_tooltip(str(path)) if path else "")
+        self.example_picture.clear()
+        self.example_picture.setText("…" if path else "")
+        self.example_picture.setVisible(path is not None)
         self.example_clear.setVisible(path is not None)
+
+    def set_example_picture(self, path: Path, image: QImage | None) -> None:
+        """Show the example ``path``'s picture (None: it cannot be read, which the chip says)."""
+        if path != self._example:  # another example (or none) since it was asked for
+            return
+        if image is None or image.isNull():
+            self.example_picture.setText("?")
+            return
+        pixmap = QPixmap.fromImage(image).scaled(EXAMPLE_PICTURE - 4, EXAMPLE_PICTURE - 4,
+                                                 Qt.AspectRatioMode.KeepAspectRatio,
+                                                 Qt.TransformationMode.SmoothTransformation)
+        self.example_picture.setPixmap(pixmap)
 
     # --- models
     def set_models(self, models: list[ModelInfo]) -> None:

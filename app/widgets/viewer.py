@@ -439,7 +439,8 @@ class Viewer(QDialog):
             lines.append(f"Best match: sampled frame {self.match_frame + 1} of {SAMPLED_FRAMES}; "
                          "the clip opens there")
         lines += verdict_lines(state)
-        lines += [f"“{c}”" for c in hit.captions[:3]]
+        lines += [f"“{c}”" for c in hit.captions[:3]]  # what people wrote; the model's guess is said as such
+        lines += [f"Model's guess (not a caption): {hit.guess}"] if hit.guess else []
         self.caption.setText("\n".join(lines))
 
     @property

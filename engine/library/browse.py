@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from engine.library.catalog import Catalog
 from engine.types import CaptionSource, MediaDetails, MediaKind, SearchHit
@@ -120,8 +121,20 @@ def browse(catalog: Catalog, offset: int = 0, top: int = 60, sort: BrowseSort | 
     page = catalog.browse_media(offset, top, sort.value, Path(folder) if folder is not None else None, kind,
                                 annotation.value)
     captions = catalog.captions_of(m.id for m in page)
-    return [SearchHit(m.id, str(m.path), m.kind or MediaKind.IMAGE, 0.0,
-                      tuple(c.text for c in captions.get(m.id, ()))) for m in page]
+    hits = []
+    for m in page:
+        written, guess = split_captions(captions.get(m.id, ()))
+        hits.append(SearchHit(m.id, str(m.path), m.kind or MediaKind.IMAGE, 0.0, written, guess=guess))
+    return hits
+
+
+def split_captions(captions: Iterable[Any]) -> tuple[tuple[str, ...], str | None]:
+    """``(what people wrote, the model's guess)`` of an item's caption records: a hit never passes the
+    regional-semantics pseudo caption off as a caption (issue #32)."""
+    captions = list(captions)
+    written = tuple(c.text for c in captions if c.source != CaptionSource.PSEUDO)
+    guess = next((c.text for c in captions if c.source == CaptionSource.PSEUDO), None)
+    return written, guess
 
 
 def media_details(catalog: Catalog, media_id: int) -> MediaDetails:

@@ -804,6 +804,12 @@ class Catalog(SQLiteStore):
         where, params = _browse_filter(folder, kind, annotation)
         return self._read("counting browsed media", f"SELECT COUNT(*) FROM media WHERE {where}", tuple(params))[0][0]
 
+    def media_ids(self, folder: Path | None = None, kind: MediaKind | str | None = None) -> np.ndarray:
+        """The ids of the indexed items in ``folder`` and of ``kind`` (a search's scope), ascending."""
+        where, params = _browse_filter(folder, kind, "all")
+        rows = self._read("listing media ids", f"SELECT id FROM media WHERE {where} ORDER BY id", tuple(params))
+        return np.fromiter((r[0] for r in rows), np.int64, len(rows))
+
     def captions_of(self, media_ids: Iterable[int]) -> dict[int, list[CaptionRecord]]:
         """The captions of several items at once (oldest first each); items without any are left out."""
         out: dict[int, list[CaptionRecord]] = {}

@@ -107,10 +107,10 @@ def _sorted_entries(folder: Path, report: ErrorCallback) -> list[os.DirEntry[str
 
 # A file with one of these names claims to be media: when its content is not, indexing records it as a failure
 # with the reason ("not a media file") instead of skipping it silently, so the user learns of the broken file.
-MEDIA_SUFFIXES = frozenset(
-    ".jpg .jpeg .jpe .png .apng .gif .webp .bmp .tif .tiff .heic .heif .hif .avif"
-    " .mp4 .m4v .mov .webm .mkv .avi".split()
-)
+PHOTO_SUFFIXES = frozenset(".jpg .jpeg .jpe .png .webp .bmp .tif .tiff .heic .heif .hif .avif".split())
+ANIMATION_SUFFIXES = frozenset(".gif .apng .webp".split())  # a .webp may be either
+VIDEO_SUFFIXES = frozenset(".mp4 .m4v .mov .webm .mkv .avi".split())
+MEDIA_SUFFIXES = PHOTO_SUFFIXES | ANIMATION_SUFFIXES | VIDEO_SUFFIXES
 
 
 def _is_media(path: Path, report: ErrorCallback) -> bool:

@@ -204,11 +204,41 @@ class FakeService:
         self._active: str | None = None
         self._models = [("fake-pvse", "pvse", {"rsum": 301.5}), ("fake-pcme", "pcme", {"rsum": 288.0})]
         self.calls: list[tuple[str, tuple[Any, ...]]] = []  # what the GUI asked for, in order
+        self._listeners: list[Any] = []
+        self._version = 0  # moves with every change (the catalog's version)
+        self._annotation_version = 0  # moves with every caption or pair change
 
     @classmethod
     def open(cls, library: str = "default") -> FakeService:
         """Not meaningful for the fake: build it with a working folder instead."""
         raise FakeServiceError(f"FakeService cannot open library {library!r}; construct it with a folder")
+
+    # --- what changed (SearchService.subscribe: a call after every committed change)
+    def subscribe(self, listener: Any) -> Any:
+        self._listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return stop
+
+    def _changed(self, annotations: bool = False) -> None:
+        with self._lock:
+            self._version += 1
+            self._annotation_version += int(annotations)
+        for listener in list(self._listeners):
+            listener()
+
+    def version(self) -> int:
+        return self._version
+
+    def annotation_version(self) -> int:
+        return self._annotation_version
+
+    def file_thumbnail(self, path: Path, size: int = 256) -> Path:
+        """A thumbnail of any media file (the example of a search by example)."""
+        _, frames = _load(Path(path))
+        return self._save(frames[0], size, f"file-{abs(hash(str(path)))}_{size}.jpg")
 
     def _id(self) -> int:
         with self._lock:
@@ -231,6 +261,7 @@ class FakeService:
             raise FakeServiceError(f"root {path} is not a folder")
         if path not in self._roots:
             self._roots.append(path)
+            self._changed()
 
     def remove_root(self, path: Path) -> None:
         path = Path(path).resolve()
@@ -239,6 +270,7 @@ class FakeService:
             if path in file.parents:
                 del self._by_path[file], self._entries[media_id]
         self._failures = {p: r for p, r in self._failures.items() if path not in Path(p).parents}
+        self._changed()
 
     def _files(self, paths: list[Path] | None) -> list[Path]:
         files: list[Path] = []
@@ -268,6 +300,7 @@ class FakeService:
             kind, frames = _load(file)
         except Exception as exc:  # noqa: BLE001 - a broken file is recorded, never fatal
             self._failures[str(file)] = f"cannot decode: {exc}"
+            self._changed()
             return
         media_id = self._id()
         w, h = frames[0].size
@@ -279,6 +312,7 @@ class FakeService:
             self._entries[media_id] = _Entry(media, frames, _words(file))
             self._by_path[file] = media_id
             self._captures[media_id] = read_capture(file)
+        self._changed()
 
     def counts(self) -> dict[str, int]:
         kinds = [e.media.kind.value for e in self._entries.values()]
@@ -296,7 +330,8 @@ class FakeService:
 
     def _hit(self, entry: _Entry, score: float) -> SearchHit:
         media_id = entry.media.id
-        caps = tuple(c.text for c in self.captions(media_id))
+        caps = tuple(c.text for c in self.captions(media_id) if c.source != CaptionSource.PSEUDO)
+        guess = next((c.text for c in self.captions(media_id) if c.source == CaptionSource.PSEUDO), None)
         prob = unc = None
         pair = None
         if self._is_probabilistic():
@@ -307,19 +342,24 @@ class FakeService:
             pair = (media_id % K, (media_id + 1) % K)
             if entry.media.kind is not MediaKind.IMAGE and score > 0:  # a search's clip: the part that matched
                 frame = self.matched_frame(media_id)
-        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair, frame)
+        return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair, frame,
+                         guess)
+
+    def _in_scope(self, entry: _Entry, kind: str | None, folder: Path | None) -> bool:
+        return ((kind is None or entry.media.kind.value == kind)
+                and (folder is None or Path(folder).resolve() in entry.media.path.parents))
 
     def matched_frame(self, media_id: int) -> int:
         """The sampled frame a search says matched best in a clip (an invented one, not the first or last)."""
         return 1 + media_id % (len(self._entry(media_id).frames) - 2)
 
-    def search_text(self, text: str, top: int = 60, offset: int = 0,
-                    min_probability: float | None = None) -> list[SearchHit]:
+    def search_text(self, text: str, top: int = 60, offset: int = 0, min_probability: float | None = None,
+                    kind: str | None = None, folder: Path | None = None) -> list[SearchHit]:
         """Rank by the share of query words found in the item's name and captions (ties: lower id first)."""
         self.calls.append(("search_text", (text, top, offset, min_probability)))
         query = {w for w in text.lower().split() if w}
         scored = []
-        for entry in self._entries.values():
+        for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)]:
             words = entry.words | {w for c in self.captions(entry.media.id) for w in c.text.lower().split()}
             overlap = len(query & words) / max(1, len(query))
             scored.append(self._hit(entry, round(overlap + 0.001 * (100 - entry.media.id) / 100, 4)))
@@ -336,13 +376,14 @@ class FakeService:
         """The fake model knows every word but ``UNKNOWN_WORDS`` (the real rule: engine.features.text)."""
         return not self._is_probabilistic() or bool(set(text.lower().split()) - self.UNKNOWN_WORDS)
 
-    def search_media(self, path: Path, top: int = 60, offset: int = 0) -> list[SearchHit]:
+    def search_media(self, path: Path, top: int = 60, offset: int = 0, kind: str | None = None,
+                     folder: Path | None = None) -> list[SearchHit]:
         """Rank by closeness of mean colour to the example file's mean colour."""
         self.calls.append(("search_media", (str(path), top, offset)))
         _, frames = _load(Path(path))
         target = np.asarray(frames[0], dtype=np.float32).mean(axis=(0, 1))
         scored = []
-        for entry in self._entries.values():
+        for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)]:
             mean = np.asarray(entry.frames[0], dtype=np.float32).mean(axis=(0, 1))
             scored.append(self._hit(entry, round(float(1 - np.linalg.norm(mean - target) / 442), 4)))
         scored.sort(key=lambda h: (-h.score, h.media_id))
@@ -416,6 +457,7 @@ class FakeService:
         self.calls.append(("add_caption", (media_id, text)))
         caption_id = self._id()
         self._captions[caption_id] = FakeCaption(caption_id, media_id, text, CaptionSource.USER)
+        self._changed(annotations=True)
         return caption_id
 
     def update_caption(self, caption_id: int, text: str) -> None:
@@ -424,16 +466,19 @@ class FakeService:
         if old is None:
             raise FakeServiceError(f"no caption with id {caption_id}")
         self._captions[caption_id] = FakeCaption(caption_id, old.media_id, text, old.source)
+        self._changed(annotations=True)
 
     def delete_caption(self, caption_id: int) -> None:
         self.calls.append(("delete_caption", (caption_id,)))
         if self._captions.pop(caption_id, None) is None:
             raise FakeServiceError(f"no caption with id {caption_id}")
+        self._changed(annotations=True)
 
     def _pair(self, query: str, media_id: int, label: int) -> int:
         self._entry(media_id)
         pair_id = self._id()
         self._pairs[pair_id] = (query, media_id, label)
+        self._changed(annotations=True)
         return pair_id
 
     def accept_pair(self, query: str, media_id: int) -> int:
@@ -448,6 +493,7 @@ class FakeService:
         self.calls.append(("delete_pair", (pair_id,)))
         if self._pairs.pop(pair_id, None) is None:
             raise FakeServiceError(f"no pair with id {pair_id}")
+        self._changed(annotations=True)
 
     def pairs(self) -> dict[int, tuple[str, int, int]]:
         """Test helper: the stored (query, media_id, label) judgements by id."""
@@ -469,6 +515,7 @@ class FakeService:
         if name not in {n for n, _, _ in self._models}:
             self._models.append((name, str(method), metrics))
         self.calls.append(("register_model", (name,)))
+        self._changed()
         return name
 
     def set_active_model(self, name: str | None) -> None:
@@ -478,6 +525,7 @@ class FakeService:
             raise FakeServiceError(f"no model named {name!r}")
         self.calls.append(("set_active_model", (name,)))
         self._active = name
+        self._changed()
 
     def rename_model(self, name: str, new_name: str) -> None:
         names = [n for n, _, _ in self._models]
@@ -487,6 +535,7 @@ class FakeService:
         self._models = [(new_name if n == name else n, m, x) for n, m, x in self._models]
         if self._active == name:
             self._active = new_name
+        self._changed()
 
     def delete_model(self, name: str) -> None:
         if name not in {n for n, _, _ in self._models}:
@@ -495,6 +544,7 @@ class FakeService:
         self._models = [entry for entry in self._models if entry[0] != name]
         if self._active == name:
             self._active = None
+        self._changed()
 
     def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         ids = list(self._entries)
@@ -504,6 +554,7 @@ class FakeService:
             if self.index_delay_s:
                 time.sleep(self.index_delay_s)
             yield Progress(done, len(ids), "re-embedding")
+        self._changed()  # the active model's embeddings were written again
 
     # --- annotation transfer
     def _annotated(self) -> list[tuple[_Entry, list[str]]]:
@@ -733,4 +784,5 @@ class FakeService:
         """Test helper: a caption of another provenance (imported, pseudo)."""
         caption_id = self._id()
         self._captions[caption_id] = FakeCaption(caption_id, media_id, text, source)
+        self._changed(annotations=True)
         return caption_id

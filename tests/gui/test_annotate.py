@@ -82,6 +82,8 @@ def test_accept_and_reject_store_pairs_and_undo_removes_them(qtbot, window, serv
     panel = window.annotate
     assert panel.accept_button.isEnabled()
     panel.accept_button.click()
+    assert window.results.current_hit().media_id == first.media_id  # judging does not move on by itself
+    window.results.select_next()
     second = window.results.current_hit()
     assert second.media_id != first.media_id
     panel.reject_button.click()

@@ -120,7 +120,7 @@ def test_relevance_is_a_percentage_or_a_band_never_a_raw_score(qtbot, window, se
     labels = [model.data(model.index(r), RELEVANCE_ROLE).label for r in range(model.rowCount())]
     assert labels[0] == "strong match" and labels[-1] == "weak match"
     tip = model.data(model.index(0), Qt.ItemDataRole.ToolTipRole)
-    assert "strong match" in tip and "not percentages" in tip
+    assert "strong match" in tip and "ranked 1st of" in tip and "score" not in tip  # a place, not a number
     service.set_active_model("fake-pcme")
     with qtbot.waitSignal(model.page_loaded, timeout=3000):
         press(qtbot, Qt.Key.Key_Return)
@@ -145,4 +145,4 @@ def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:
     start_typing_a_query(qtbot, window, "red circle")
     qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
     text = window.inspector.relevance_label.text()
-    assert text.startswith("strong match — score ") and "not percentages" in text
+    assert text.startswith("strong match — ranked 1st of ") and "typical item" in text

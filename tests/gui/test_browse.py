@@ -64,13 +64,15 @@ def test_no_match_for_the_filters_says_so(qtbot, window) -> None:
 def test_escape_in_the_search_box_goes_back_to_the_library(qtbot, window) -> None:
     wait_listed(qtbot, window)
     search(qtbot, window, "red")
-    assert not window.session.browsing and not window.browse_bar.pickers.isVisible()
+    bar = window.browse_bar  # sort and the annotation filter belong to the listing; kind and folder stay (#32)
+    assert not window.session.browsing and not bar.sort.isVisible() and not bar.annotation.isVisible()
+    assert bar.kind.isVisible() and bar.folder.isVisible()
     assert not window.browse_bar.examples.isVisible()  # offered until the first search only
     edit = QApplication.focusWidget()
     assert edit is window.search_bar.edit
     with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
         qtbot.keyClick(edit, Qt.Key.Key_Escape)
-    assert window.session.browsing and edit.text() == "" and window.browse_bar.pickers.isVisible()
+    assert window.session.browsing and edit.text() == "" and window.browse_bar.sort.isVisible()
 
 
 def test_an_example_query_runs_as_a_search(qtbot, window, service: FakeService) -> None:
@@ -155,7 +157,7 @@ def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_show
     # again, row by row through the Python model, after each insert)
     assert model.rowCount() == 20_000
     assert model.hit(0).media_id == 0 and model.hit(60) is None  # only the first page is fetched so far
-    assert "20000 items in the library" in window.empty_label.text()
+    assert "20,000 items in the library" in window.empty_label.text()
     assert view.currentIndex().row() == 0
     inserted = []
     model.rowsInserted.connect(lambda *_: inserted.append(1))

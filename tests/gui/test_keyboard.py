@@ -84,17 +84,26 @@ def test_reject_then_ctrl_z_in_the_search_box_undoes_the_reject(qtbot, window, s
     assert window.search_bar.edit.text() == "blue"  # the query text was not what got undone
 
 
-def test_accept_and_reject_keys_judge_the_current_item_and_move_on(qtbot, window, service: FakeService) -> None:
+def test_accept_and_reject_keys_act_on_the_item_on_show_and_f1_says_how(qtbot, window, service: FakeService) -> None:
+    """Issue #32, point 5: Alt+A used to move the selection on, so the next Alt+R rejected a photo the user had
+    not looked at. Now a verdict never moves on by itself: Alt+A then Alt+R judge the same item; a rejected item
+    leaves the results and the one that takes its place is selected; Ctrl+Right moves on; F1 says all this."""
     start_typing_a_query(qtbot, window, "green")
+    press(qtbot, Qt.Key.Key_Right, CTRL)  # the second result
     first = window.results.current_hit()
     press(qtbot, Qt.Key.Key_A, ALT)
     settle(qtbot, window)
-    second = window.results.current_hit()
-    assert second.media_id != first.media_id
-    press(qtbot, Qt.Key.Key_R, ALT)
+    assert window.results.current_hit().media_id == first.media_id
+    assert window.annotate.hit.media_id == first.media_id  # what the panel shows is what the next key judges
+    after = window.results_model.hit(row(window) + 1)
+    press(qtbot, Qt.Key.Key_R, ALT)  # the user changes their mind about the item on show
     settle(qtbot, window)
-    assert sorted(service.pairs().values(), key=lambda p: -p[2]) == [
-        ("green", first.media_id, +1), ("green", second.media_id, -1)]
+    assert [(q, m, label) for q, m, label in service.pairs().values()] == [
+        ("green", first.media_id, +1), ("green", first.media_id, -1)]
+    qtbot.waitUntil(lambda: window.results_model.row_of(first.media_id) is None, timeout=3000)  # it left
+    assert window.results.current_hit().media_id == after.media_id  # the next one took its place, selected
+    rows = dict(window.open_shortcuts().rows())
+    assert "stays" in rows["Alt+A"] and "next result takes their place" in rows["Alt+R"]
 
 
 def test_ctrl_z_while_typing_a_caption_undoes_the_typing(qtbot, window, service: FakeService) -> None:

@@ -38,7 +38,7 @@ def test_purge_asks_with_the_counts_and_no_keeps_everything(qtbot, window_and_se
     asked = []
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a[2]) or QMessageBox.StandardButton.No)
     window._confirm_purge_missing()
-    assert len(asked) == 1 and "Delete 1 items" in asked[0] and "1 captions and 1 accepted/rejected" in asked[0]
+    assert len(asked) == 1 and "Delete 1 item " in asked[0] and "1 caption and 1 accepted/rejected pair?" in asked[0]
     assert service.missing_summary() == (1, 1, 1) and service.annotation_snapshots() == []
 
 
