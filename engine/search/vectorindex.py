@@ -724,7 +724,8 @@ class MultiVectorIndex:
         pairs = np.empty((batch, len(rows), 2), np.int64)
         # bounds both the similarities and a block's float32 vectors (copied when gathered or widened)
         block = max(1, _SCORE_BLOCK // (self.heads * max(batch * kq, self.dim)))
-        contiguous = len(rows) == 0 or rows[-1] - rows[0] == len(rows) - 1
+        # a run of consecutive rows is read as a slice (no copy); a permutation of one is not such a run
+        contiguous = len(rows) == 0 or bool((np.diff(rows) == 1).all())
         for start in range(0, len(rows), block):
             part = rows[start:start + block]
             items = data.vectors[part[0]:part[-1] + 1] if contiguous else data.vectors[part]

@@ -114,6 +114,18 @@ def test_approximate_search_recalls_exact_top_10(library: tuple, kind: str) -> N
     assert np.allclose(got_scores, want_scores, atol=1e-5) and (got_pairs == want_pairs).all()
 
 
+def test_scores_of_ids_in_any_order_belong_to_those_ids() -> None:
+    vectors, ids = clustered(30, seed=4), ids_for(30)
+    index = MultiVectorIndex(DIM, HEADS, params=AnnParams(exact_limit=10**9))
+    index.add(ids, vectors)
+    query = clustered(1, seed=9)[0]
+    # a permutation of every row: first and last are n - 1 apart, as in a run of consecutive rows
+    order = np.r_[0, np.random.default_rng(0).permutation(np.arange(1, 29)), 29]
+    got_ids, got, _ = index.scores(query, ids[order])
+    assert (got_ids == ids[order]).all()
+    assert np.allclose(got, loop_kxk(query, vectors[order])[0], atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["ivf-flat", "hnsw+ivf"])
 def test_candidates_hold_the_exact_top_items_and_known_says_which_ids_are_in(library: tuple, kind: str) -> None:
     vectors, ids, queries, exact = library
