@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 
 from engine import paths
 
@@ -79,14 +79,7 @@ def _write_animations(folder: Path) -> None:
         draw.ellipse([x, y, x + 24, y + 24], fill=(220, 30, 30))
         frames.append(img)
     frames[0].save(folder / "bouncing-red-ball.gif", save_all=True, append_images=frames[1:], duration=80, loop=0)
-    frames = []
-    for t in range(12):  # a sunset: the sun sinks and the sky turns orange
-        img = Image.new("RGB", (size, size), (255 - t * 5, 140 - t * 6, 60 + t * 2))
-        draw = ImageDraw.Draw(img)
-        y = 30 + t * 7
-        draw.ellipse([60, y, 100, y + 40], fill=(255, 220, 90))
-        draw.rectangle([0, 120, size, size], fill=(20, 40, 90))
-        frames.append(img)
+    frames = [_sunset_frame(t, size) for t in range(12)]
     frames[0].save(folder / "sunset-over-the-sea.gif", save_all=True, append_images=frames[1:], duration=120, loop=0)
     _write_video(folder / "spinning-wheel.mp4")
 
@@ -104,3 +97,39 @@ def _write_video(path: Path) -> None:
             writer.write(img)
     finally:
         writer.release()
+
+
+def _sunset_frame(t: int, size: int) -> Image.Image:
+    """Frame ``t`` of a sun sinking into the sea: a sky graded from dusk blue to orange at the horizon, the sun's
+    glow and disc, a dark sea with the sun's broken reflection and small waves. A flat orange square with a yellow
+    disc (the first version) was recognised as a ping-pong ball by every model, and "sunset over the sea" never
+    found it; drawn like a photograph, it is the first result for "sunset", "the sea" and the full sentence."""
+    rng = np.random.default_rng(t)
+    horizon = int(0.58 * size)
+    y = np.linspace(0.0, 1.0, size)[:, None]
+    dusk, orange, gold = np.array([40, 40, 110]), np.array([230, 110, 60]), np.array([255, 200, 90])
+    upper = 0.58 * 0.6
+    sky = np.where(y < upper, dusk + (orange - dusk) * (y / upper),
+                   orange + (gold - orange) * ((y - upper) / (0.58 - upper)))
+    pixels = np.repeat(sky[:, None, :], size, axis=1)
+    depth = (1 - (np.arange(horizon, size) - horizon) / (size - horizon))[:, None, None]
+    sea = np.array([20, 40, 80]) + np.array([40, 20, 10]) * depth
+    sun_y, radius = horizon - 28 + 3 * t, 20
+    glow = Image.new("RGB", (size, size))
+    ImageDraw.Draw(glow).ellipse([size // 2 - 40, sun_y - 40, size // 2 + 40, sun_y + 40], fill=(120, 70, 20))
+    pixels = pixels + np.asarray(glow.filter(ImageFilter.GaussianBlur(14)), dtype=np.float64)
+    img = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    ImageDraw.Draw(img).ellipse([size // 2 - radius, sun_y - radius, size // 2 + radius, sun_y + radius],
+                                fill=(255, 225, 120))
+    pixels = np.asarray(img).copy()
+    pixels[horizon:] = np.clip(np.repeat(sea, size, axis=1), 0, 255).astype(np.uint8)  # hides the sun's lower part
+    img = Image.fromarray(pixels)
+    draw = ImageDraw.Draw(img)
+    for k in range(14):  # the reflection: golden streaks narrowing toward the viewer
+        row = horizon + 3 + 5 * k + int(rng.integers(0, 3))
+        half = max(4, 30 - 2 * k + int(rng.integers(-4, 5)))
+        draw.line([size // 2 - half, row, size // 2 + half, row], fill=(250, 180, 90), width=2)
+    for _ in range(30):  # small waves
+        x, row = int(rng.integers(0, size)), int(rng.integers(horizon + 2, size))
+        draw.line([x, row, x + int(rng.integers(4, 12)), row], fill=(90, 100, 140), width=1)
+    return img
