@@ -43,8 +43,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from engine import trainerevents as events
 from engine.progress import Progress
+from engine.trainercontract import events
 from trainer import checkpoint as ckpt
 from trainer.data import FeatureNeeds, FeatureSource, PairSet, TrainingData, load_training_data
 from trainer.evaluation import evaluate_pairs, nan_to_none, quick_rsum

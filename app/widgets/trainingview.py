@@ -154,7 +154,7 @@ class Comparison:
 
 
 def headline(metrics: dict[str, Any] | None) -> tuple[float | None, float | None, float | None, float | None]:
-    """Text-to-item R@1, R@5, R@10 and rsum of a retrieval report (``engine.loop.metrics.retrieval_report``).
+    """Text-to-item R@1, R@5, R@10 and rsum of a retrieval report (``engine.trainercontract.metrics.retrieval_report``).
 
     Text-to-item is the direction a search runs in; rsum sums R@1/5/10 of both directions (the usual summary of
     cross-modal retrieval), so it also reflects item-to-text.

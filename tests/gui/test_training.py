@@ -14,7 +14,8 @@ import pytest
 import app.widgets.training as training_module
 from app.widgets.training import SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog, trainer_options
 from app.widgets.trainingview import RunProgress, describe_training_set, format_eta, headline
-from engine.loop.trainerprocess import TrainerRequest, saved_checkpoint
+from engine.trainercontract.command import TrainerRequest
+from engine.trainercontract.runfolder import saved_checkpoint
 from tests.gui.fake_trainer import metrics as fake_metrics
 from tests.gui.fakes import FakeService
 

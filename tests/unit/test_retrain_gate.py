@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from engine.loop.judge import PSEUDO_TOLERANCE, gate, heldout_tolerance, mean_r10
-from engine.loop.metrics import retrieval_report
 from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
 from engine.loop.trainingset import TrainingSet
+from engine.trainercontract.metrics import retrieval_report
 
 
 def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:

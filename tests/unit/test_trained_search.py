@@ -298,8 +298,8 @@ def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp
     encoder's initial weights. Exact: both sides are the same ONNX graphs on the same features."""
     import json
 
-    from engine.search.exportformat import model_export_dir
     from engine.search.modelrunner import ModelRunner
+    from engine.trainercontract.exportformat import model_export_dir
 
     model_dir = export_untrained("vse", tmp_path / "no-clips")
     manifest_file = model_export_dir(model_dir) / "manifest.json"
