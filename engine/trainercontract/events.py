@@ -1,6 +1,6 @@
 """The trainer's progress events: the one definition of what ``python -m trainer ... --json-progress`` prints.
 
-The trainer (``trainer.train.Reporter``, ``trainer.cli``) builds these records and writes them with
+The trainer (``trainer.reporting.Reporter``, ``trainer.cli``) builds these records and writes them with
 :func:`dumps`, one JSON object per line on stdout; the engine (the retraining job, ``polyseek train``'s bar,
 asset preparation) reads them back with :func:`parse`. The wire format, as the README documents it::
 

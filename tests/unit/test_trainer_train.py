@@ -146,7 +146,7 @@ def _stop_after(steps: int, stop: StopRequest, lines: Lines):
 
 def test_an_interrupted_run_resumes_mid_epoch_to_the_same_weights(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
-    monkeypatch.setattr("trainer.train.STEP_EVENT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("trainer.reporting.STEP_EVENT_INTERVAL_S", 0.0)
     straight = tmp_path / "straight"
     train(options(folder, straight, assets, "pcme", epochs=3), source=source, reporter=Reporter(True, enabled=False))
 
