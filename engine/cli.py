@@ -1,4 +1,4 @@
-"""The ``polyseek`` command line (PRODUCT.md, "Command line contract").
+"""The ``polyseek`` command line (README.md, "Command line").
 
 ``polyseek`` alone starts the GUI. ``train``, ``evaluate`` of a trained model and ``export`` run the trainer in its
 own process (``python -m trainer``), so torch is only ever imported there. Errors are one line on stderr and a

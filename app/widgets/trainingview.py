@@ -125,7 +125,7 @@ class Comparison:
     data: Path
     split: str
     measured: bool = True  # False: nothing was held aside, so neither model could be measured fairly
-    activated: bool = False  # the activation rule's decision (engine.loop.judge.gate, as `polyseek retrain`)
+    activated: bool = False  # the activation rule's decision (engine.loop.gate.gate, as `polyseek retrain`)
     decision: str = ""
     library: bool = False  # measured on the library's held-aside annotations (else a caption folder's split)
 

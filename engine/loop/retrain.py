@@ -17,7 +17,7 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
 5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; it is
    made active (and the library re-indexed with it) only when the rule finds it not worse.
 
-How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.judge`.
+How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.gate`.
 
 Caveat: the trainer selects its best epoch on the validation split, which is ``heldout``; with a fixed
 epoch budget that only picks among epochs, but the "after" number is then slightly optimistic.
@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.loop.errors import RetrainError
-from engine.loop.judge import Judgement, measure
+from engine.loop.gate import Judgement
+from engine.loop.judge import measure
 from engine.loop.service_api import LoopService
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet

@@ -596,8 +596,8 @@ class FakeService:
 
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0) -> Any:
-        """The engine's rule (``engine.loop.judge.gate``) on this fake's evaluations (no pseudo pairs here)."""
-        from engine.loop.judge import Judgement, gate
+        """The engine's rule (``engine.loop.gate.gate``) on this fake's evaluations (no pseudo pairs here)."""
+        from engine.loop.gate import Judgement, gate
 
         self.calls.append(("judge_model", (new_model, str(folder), split, old_model)))
         verdict = Judgement(new_model, old_model)

@@ -150,8 +150,8 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
     """
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
+    from tests.synthetic import make_toy_photo_folder
     from trainer.data import FeatureSource
-    from trainer.synthetic import make_toy_photo_folder
     from trainer.train import Reporter, TrainOptions, train
 
     folder = tmp_path / "toy"

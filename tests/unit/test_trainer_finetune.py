@@ -18,6 +18,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.search.modelrunner import ModelLoadError, ModelRunner
 from engine.service import SearchService
+from tests.synthetic import make_motion_gif_folder
 from tests.trainerruns import scripted_rsums, straight_and_interrupted
 from trainer import checkpoint as ckpt
 from trainer.cli import evaluate_folder
@@ -32,7 +33,6 @@ from trainer.finetune import (
     finetuned_backbone,
     load_backbone,
 )
-from trainer.synthetic import make_motion_gif_folder
 from trainer.train import Reporter, TrainOptions, train
 
 torch.set_num_threads(1)
