@@ -79,6 +79,13 @@ class Indexer:
     def index(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Index ``roots`` (folders or single files), yielding progress; raises Cancelled when cancelled."""
         cancel = cancel or CancelToken()
+        yield from self.scan(roots, cancel)
+        yield from self._extract_pending(cancel)
+
+    def scan(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Steps (1), (2) and (4) of the module docstring: walk ``roots``, record their new, changed and moved
+        files in the catalog (hashed) and mark the gone ones missing; the recorded files are left pending."""
+        cancel = cancel or CancelToken()
         self.offline = []
         roots = [Path(os.path.abspath(r)) for r in roots]
         roots, root_ids = self._online_roots(roots)
@@ -112,7 +119,6 @@ class Indexer:
         gone = self.catalog.mark_missing(plan.missing)
         if gone:
             log.info("%d files are gone; they are kept as missing, with their annotations", gone)
-        yield from self._extract_pending(cancel)
 
     def _online_roots(self, roots: list[Path]) -> tuple[list[Path], list[int]]:
         """The roots to scan and their ids; roots that are absent or on the wrong device go to :attr:`offline`
