@@ -1,4 +1,4 @@
-"""The ``polyseek`` command line (PRODUCT.md, "Command line contract").
+"""The ``polyseek`` command line (README.md, "Command line").
 
 ``polyseek`` alone starts the GUI. ``train``, ``evaluate`` of a trained model and ``export`` run the trainer in its
 own process (``python -m trainer``), so torch is only ever imported there. Errors are one line on stderr and a
@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_with_progress(argv)  # the trainer's events drawn as a progress bar
     if argv[0] in TRAINER_COMMANDS or (argv[0] == "evaluate" and not _is_zero_shot(argv)):
-        return subprocess.call([sys.executable, "-m", "trainer", *argv])
+        from engine.trainercontract.command import trainer_command
+
+        return subprocess.call(trainer_command(*argv))
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
@@ -333,7 +335,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
     from engine.loop.evaluate import evaluate_zero_shot
-    from engine.loop.metrics import report_lines, rounded
+    from engine.trainercontract.metrics import report_lines, rounded
 
     if not (args.data / "captions.tsv").is_file():
         raise CliError(f"{args.data} is not a caption folder (no captions.tsv)")
@@ -354,9 +356,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _retrain(args: argparse.Namespace) -> int:
-    from engine import trainerevents
     from engine.loop.retrain import Retrain, RetrainOptions
     from engine.loop.trainingset import check_holdout
+    from engine.trainercontract import events
 
     try:
         check_holdout(args.holdout)
@@ -373,7 +375,7 @@ def _retrain(args: argparse.Namespace) -> int:
     emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
     service = _open(args.library)
     try:
-        job = Retrain(service, options, on_event=(lambda event: emit(trainerevents.to_json(event))) if emit else None)
+        job = Retrain(service, options, on_event=(lambda event: emit(events.to_json(event))) if emit else None)
         bar, shown = ProgressBar(quiet=args.json), set()
         try:
             for p in job.run():

@@ -26,7 +26,7 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
-from engine.search.exportformat import is_probabilistic
+from engine.trainercontract.exportformat import is_probabilistic
 from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
 
 if TYPE_CHECKING:
@@ -664,8 +664,8 @@ class SearchService:
         """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
         import json
 
-        from engine.search.exportformat import model_export_dir
         from engine.search.modelrunner import ModelRunner
+        from engine.trainercontract.exportformat import model_export_dir
 
         model_dir = Path(model_dir).resolve()
         runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=self.encoders.backbone.id)
@@ -695,8 +695,8 @@ class SearchService:
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None,
                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
-        """R@1/5/10 both ways and rsum (:func:`engine.loop.metrics.retrieval_report`) of a registered model on
-        one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
+        """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
+        on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
         (trained models): more media each caption's item is ranked among."""
         if model in (None, ZERO_SHOT):
             from engine.loop.evaluate import evaluate_zero_shot

@@ -14,15 +14,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
 
-from engine import trainerevents as events
-from engine.progress import Progress
 from engine.progressbar import ProgressBar
-
-
-def trainer_command(argv: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "trainer", *argv, "--json-progress"]
+from engine.trainercontract import events
+from engine.trainercontract.command import trainer_command
 
 
 def run_with_progress(argv: Sequence[str], bar: ProgressBar | None = None,
@@ -33,7 +28,7 @@ def run_with_progress(argv: Sequence[str], bar: ProgressBar | None = None,
     waits for it to finish instead of leaving it behind.
     """
     bar = bar or ProgressBar()
-    child = subprocess.Popen(list(command or trainer_command(argv)), stdout=subprocess.PIPE,
+    child = subprocess.Popen(list(command or trainer_command(*argv, json_progress=True)), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, errors="backslashreplace")
     assert child.stdout is not None and child.stderr is not None
     relay = threading.Thread(target=lambda: [bar.log(line.rstrip("\n")) for line in child.stderr], daemon=True)
@@ -59,24 +54,13 @@ def _show(line: str, bar: ProgressBar) -> list[str]:
     event = events.parse(line)
     if event is None:
         return [line]  # not an event: what the trainer printed, passed on
-    if isinstance(event, events.Step):
-        loss = event.total_loss
-        loss_text = f" loss {loss:.4f}" if loss is not None else ""
-        bar(Progress(event.step, event.total, f"epoch {event.epoch}{loss_text}"))
-    elif isinstance(event, events.StageProgress):
-        bar(Progress(event.done, event.total, f"{event.stage}: {event.message}"))
-    elif isinstance(event, events.EpochEnd):
-        best = " (best so far)" if event.best else ""
-        bar.log(f"epoch {event.epoch}: validation rsum {_number(event.rsum)}{best}")
-    elif isinstance(event, events.Phase):
-        bar.log(f"phase: {event.phase} from epoch {event.epoch}")
-    elif isinstance(event, events.Resumed):
-        bar.log(events.describe(event))
+    if isinstance(event, events.EpochEnd | events.Phase | events.Resumed):
+        bar.log(events.describe(event))  # a line above the bar
     elif isinstance(event, events.Done):
-        return [f"model written to {event.model_dir} (validation rsum {_number((event.val or {}).get('rsum'))})\n"]
+        return [events.describe(event) + "\n"]
+    else:
+        progress = events.to_progress(event)
+        if progress is not None:
+            bar(progress)
     # "error" and "stopped" are also said on stderr by the trainer, which is relayed
     return []
-
-
-def _number(value: Any) -> str:
-    return f"{value:.1f}" if isinstance(value, int | float) else "n/a"

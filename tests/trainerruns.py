@@ -25,7 +25,7 @@ def straight_and_interrupted(make_options: Callable[[Path], TrainOptions], sourc
     """The run ``make_options(out)`` trained twice: straight through into ``tmp_path/straight``, and into
     ``tmp_path/interrupted`` stopped (as by SIGTERM) at the first step of epoch 2, not yet resumed. Validation
     scores the warm-up 50 and the two later epochs 80 and 90 both times."""
-    monkeypatch.setattr("trainer.train.STEP_EVENT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("trainer.reporting.STEP_EVENT_INTERVAL_S", 0.0)
     scripted_rsums(monkeypatch, [50.0, 80.0, 90.0, 50.0, 80.0, 90.0])
     straight, out, stop = tmp_path / "straight", tmp_path / "interrupted", StopRequest()
     train(make_options(straight), source=source, reporter=Reporter(True, enabled=False))

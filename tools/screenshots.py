@@ -217,7 +217,7 @@ def annotate_next(window, out: Path) -> None:  # noqa: ANN001
 def import_shapes(window, folder: Path, n: int) -> None:  # noqa: ANN001
     """Add a folder of ``n`` generated shape photos to the library and import their captions through the
     window (the demo's 12 items are too few to hold any aside for the model comparison)."""
-    from trainer.synthetic import make_toy_photo_folder
+    from tests.synthetic import make_toy_photo_folder
 
     shapes = make_toy_photo_folder(folder, n, seed=7, size=96)
     index_all(window.service, shapes.media_dir)

@@ -1,29 +1,20 @@
-"""What a training run leaves in its output folder, written so that a crash never leaves a broken one.
+"""Writing and reading a training run's output folder, so that a crash never leaves a broken one.
 
-``OUT/`` holds:
-
-- ``config.json``: the resolved method config (:meth:`MethodConfig.to_json`, ``method`` included);
-- ``model.safetensors``: the weights of the best epoch so far (what ``evaluate`` and ``export`` read);
-- ``trainer_state.json``: epochs done, steps done in the current epoch, best validation rsum, per-epoch
-  history, the learning-rate schedule's state and the names of the resume files below; it is written last,
-  so it always names files that are complete;
-- ``last-<step>.safetensors`` and ``optimizer-<step>.pt``: the weights and the optimizer / gradient-scaler /
-  RNG state at the last checkpoint, for ``--resume``. They carry the global step in their names, so a new
-  checkpoint never overwrites the one ``trainer_state.json`` still names; older ones are deleted after the
-  state file points at the new ones. ``optimizer-*.pt`` holds tensors, numbers and strings only and is read
-  with ``torch.load(weights_only=True)``;
-- ``metrics.json`` and ``onnx/`` (the export) once training has finished.
+The folder's layout and its state file's format are the engine's contract with the trainer
+(:mod:`engine.trainercontract.runfolder`: ``config.json``, ``model.safetensors``, ``trainer_state.json``,
+``last-<step>.safetensors`` / ``optimizer-<step>.pt``, ``metrics.json``, ``onnx/``). This module writes them: the
+resume files carry the global step in their names, so a new checkpoint never overwrites the one
+``trainer_state.json`` still names; older ones are deleted after the state file points at the new ones.
+``optimizer-*.pt`` holds tensors, numbers and strings only and is read with ``torch.load(weights_only=True)``.
 
 Every file is written to a temporary name in the same folder and moved into place with ``os.replace``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import pickle
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,62 +25,17 @@ from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from engine.files import atomic_write_bytes, atomic_write_text
-from engine.loop.trainerprocess import STATE_FILE as STATE_FILE  # the engine reads a run's checkpoint by it
+from engine.trainercontract.runfolder import (  # noqa: F401 - the trainer's modules read the names here
+    CONFIG_FILE,
+    METRICS_FILE,
+    ONNX_DIR,
+    STATE_FILE,
+    WEIGHTS_FILE,
+    CheckpointError,
+    TrainerState,
+    load_state,
+)
 from trainer.methods import ConfigError, MethodConfig, RetrievalModel, build_model, config_from_json
-
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-METRICS_FILE = "metrics.json"
-ONNX_DIR = "onnx"
-STATE_VERSION = 1
-
-
-class CheckpointError(RuntimeError):
-    """A model folder or checkpoint is missing, unreadable or does not fit the model; names the file."""
-
-
-@dataclass
-class TrainerState:
-    """Progress of a run (``trainer_state.json``).
-
-    ``epoch`` counts finished epochs; ``step`` the steps already done in the next one (non-zero only after an
-    interruption mid-epoch). ``lr_scale`` and ``plateau_epochs`` are the halving-on-plateau schedule's state,
-    ``bad_epochs`` the early-stopping counter. ``history`` has one record per finished epoch.
-    ``finetune_from`` is set when phase two (:mod:`trainer.finetune`) starts; the checkpoint then holds the
-    backbone and the head together.
-    """
-
-    method: str
-    epoch: int = 0
-    step: int = 0
-    global_step: int = 0
-    best_rsum: float | None = None
-    best_epoch: int | None = None
-    bad_epochs: int = 0
-    lr_scale: float = 1.0
-    plateau_epochs: int = 0
-    finished: bool = False
-    stopped_early: bool = False
-    history: list[dict[str, Any]] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
-    resume: dict[str, str] | None = None
-    finetune_from: int | None = None  # the epoch count when backbone fine-tuning began (None: not begun)
-    version: int = STATE_VERSION
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, allow_nan=False)
-
-    @classmethod
-    def from_json(cls, text: str, where: str = STATE_FILE) -> TrainerState:
-        try:
-            data = json.loads(text)
-            if data.get("version") != STATE_VERSION:
-                raise CheckpointError(f"{where}: state version {data.get('version')!r}, expected {STATE_VERSION}")
-            known = {f.name for f in dataclasses.fields(cls)}
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except (json.JSONDecodeError, TypeError, AttributeError) as exc:
-            raise CheckpointError(f"{where}: not a trainer state: {exc}") from exc
-
 
 # ------------------------------------------------------------------------------------------ atomic files
 
@@ -197,14 +143,6 @@ def load_model(model_dir: Path, device: torch.device | str = "cpu") -> Retrieval
         raise CheckpointError(f"{weights}: missing (has this model finished an epoch?)")
     load_weights(weights, model)
     return model.eval()
-
-
-def load_state(out: Path) -> TrainerState | None:
-    """``trainer_state.json`` of a run, or None when the folder has none."""
-    path = Path(out) / STATE_FILE
-    if not path.is_file():
-        return None
-    return TrainerState.from_json(path.read_text(), str(path))
 
 
 # ------------------------------------------------------------------------------------------ resume

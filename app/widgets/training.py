@@ -6,8 +6,8 @@ annotations (or takes a caption folder), starts the trainer as its own process (
 process, and a crash in training never takes the window down), registers the new model, measures both models
 with the same evaluation (``evaluate_on``) and applies the activation rule. This dialog runs it in a
 :class:`app.workers.Worker` on a one-thread pool of its own and draws the trainer's typed events
-(:mod:`engine.trainerevents`), which the job hands over as they arrive; other lines the trainer writes go to the
-log pane. Cancel sets the job's :class:`CancelToken`: the job asks the trainer to stop (it writes a resumable
+(:mod:`engine.trainercontract.events`), which the job hands over as they arrive; other lines the trainer writes go
+to the log pane. Cancel sets the job's :class:`CancelToken`: the job asks the trainer to stop (it writes a resumable
 checkpoint) and kills it only after ``stop_wait_ms``; Resume runs the job again with ``--resume``.
 
 The activation itself is left to the window (``use_model_requested``), which re-indexes in its library panel.
@@ -36,8 +36,9 @@ from app.widgets.trainingview import (
     describe_training_set,
 )
 from app.workers import Worker, serial_pool, while_alive
-from engine import trainerevents as events
-from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed, find_interrupted_run, saved_checkpoint
+from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed
+from engine.trainercontract import events
+from engine.trainercontract.runfolder import find_interrupted_run, saved_checkpoint
 
 if TYPE_CHECKING:  # the job's module (catalog, training set, judge) loads on the first run, not with the window
     from engine.loop.retrain import Retrain, RetrainOptions

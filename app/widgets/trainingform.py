@@ -30,7 +30,7 @@ from app import qtcompat  # noqa: F401  (binding work-around, before any signal 
 from app.settings import DEVICES
 from app.widgets.plaintext import plain_label
 from app.widgets.trainingview import METHOD_DESCRIPTIONS, METHODS, ComparisonBox, RunProgress, format_eta
-from engine import trainerevents as events
+from engine.trainercontract import events
 
 SOURCE_FOLDER = "folder"
 SOURCE_LIBRARY = "library"

@@ -125,7 +125,7 @@ class Comparison:
     data: Path
     split: str
     measured: bool = True  # False: nothing was held aside, so neither model could be measured fairly
-    activated: bool = False  # the activation rule's decision (engine.loop.judge.gate, as `polyseek retrain`)
+    activated: bool = False  # the activation rule's decision (engine.loop.gate.gate, as `polyseek retrain`)
     decision: str = ""
     library: bool = False  # measured on the library's held-aside annotations (else a caption folder's split)
 
@@ -154,7 +154,7 @@ class Comparison:
 
 
 def headline(metrics: dict[str, Any] | None) -> tuple[float | None, float | None, float | None, float | None]:
-    """Text-to-item R@1, R@5, R@10 and rsum of a retrieval report (``engine.loop.metrics.retrieval_report``).
+    """Text-to-item R@1, R@5, R@10 and rsum of a retrieval report (``engine.trainercontract.metrics.retrieval_report``).
 
     Text-to-item is the direction a search runs in; rsum sums R@1/5/10 of both directions (the usual summary of
     cross-modal retrieval), so it also reflects item-to-text.

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine import paths, trainerevents
+from engine import paths
 from engine.features.backbone import AssetsMissing
 from engine.progress import CancelToken, Progress
+from engine.trainercontract import command, events
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +27,6 @@ PREPARE_MESSAGE = "preparing the pretrained models (once; about a minute)"
 def assets_ready(root: Path | None = None) -> bool:
     """Whether a prepared asset set is in ``root`` (default :func:`engine.paths.assets_dir`)."""
     return ((root or paths.assets_dir()) / "manifest.json").is_file()
-
-
-def prepare_command(force: bool = False) -> list[str]:
-    """The child process that prepares the assets into :func:`engine.paths.assets_dir`."""
-    return [sys.executable, "-m", "trainer", "prepare", "--json-progress", *(["--force"] if force else [])]
 
 
 def ensure_assets(cancel: CancelToken | None = None, force: bool = False) -> Iterator[Progress]:
@@ -48,7 +43,7 @@ def ensure_assets(cancel: CancelToken | None = None, force: bool = False) -> Ite
     log_path = _log_path()
     log.info("preparing the pretrained assets in %s (log: %s)", paths.assets_dir(), log_path)
     with open(log_path, "ab") as log_file:
-        child = subprocess.Popen(prepare_command(force), stdout=subprocess.PIPE, stderr=log_file, text=True)
+        child = subprocess.Popen(command.prepare_command(force), stdout=subprocess.PIPE, stderr=log_file, text=True)
         try:
             assert child.stdout is not None
             for line in child.stdout:
@@ -69,9 +64,9 @@ def ensure_assets(cancel: CancelToken | None = None, force: bool = False) -> Ite
 
 
 def _progress(line: str) -> Progress | None:
-    event = trainerevents.parse(line)
-    if not isinstance(event, trainerevents.StageProgress):
-        return None
+    event = events.parse(line)
+    if not isinstance(event, events.StageProgress):
+        return None  # only the work is shown; the end is the exit status and the assets' manifest
     return Progress(event.done, event.total, event.message or PREPARE_MESSAGE)
 
 

@@ -81,6 +81,14 @@ class Indexer:
     def index(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Index ``roots`` (folders or single files), yielding progress; raises Cancelled when cancelled."""
         cancel = cancel or CancelToken()
+        yield from self.scan(roots, cancel)
+        yield from self._extract_pending(cancel)
+        yield from self._read_captures(cancel)
+
+    def scan(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Steps (1), (2) and (4) of the module docstring: walk ``roots``, record their new, changed and moved
+        files in the catalog (hashed) and mark the gone ones missing; the recorded files are left pending."""
+        cancel = cancel or CancelToken()
         self.offline = []
         roots = [Path(os.path.abspath(r)) for r in roots]
         roots, root_ids = self._online_roots(roots)
@@ -114,8 +122,6 @@ class Indexer:
         gone = self.catalog.mark_missing(plan.missing)
         if gone:
             log.info("%d files are gone; they are kept as missing, with their annotations", gone)
-        yield from self._extract_pending(cancel)
-        yield from self._read_captures(cancel)
 
     def _read_captures(self, cancel: CancelToken) -> Iterator[Progress]:
         """Read the date taken and camera of the items indexed before the catalog stored them (schema v5): once,

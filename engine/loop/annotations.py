@@ -27,10 +27,9 @@ from engine.library.captionfolder import (
     load_caption_folder,
     normalize_caption,
     read_annotation_tables,
-    read_coco_annotations,
-    write_coco_annotations,
 )
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus
+from engine.library.importers import read_coco_annotations, write_coco_annotations
 from engine.loop.errors import AnnotationError
 from engine.loop.trainingset import write_linked_folder
 from engine.types import CaptionSource

@@ -20,9 +20,9 @@ from engine.features.regional import content_words
 from engine.files import content_hash
 from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
 from engine.loop.errors import RetrainError
-from engine.loop.metrics import retrieval_report
 from engine.loop.service_api import LoopService
 from engine.search.zeroshot import ZeroShotIndex
+from engine.trainercontract.metrics import retrieval_report
 from engine.types import ZERO_SHOT
 
 
@@ -87,8 +87,8 @@ def evaluate_trained(service: LoopService, folder: Path, split: str | None, mode
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
     ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
-    :func:`engine.loop.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way the app
-    ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
+    :func:`engine.trainercontract.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way
+    the app ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
     judged on what the user gets; False: the model alone."""
     from engine.search.trained import TrainedSearch
     from engine.search.vectorindex import kxk_scores

@@ -10,13 +10,14 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    ``with_pseudo``). Split ``heldout`` holds the annotated items kept aside, which the run never trains on.
 2. **Before**: the model searches use now (a trained one or the zero-shot ranking) is scored on ``heldout``.
 3. **Training**: ``python -m trainer train ... --json-progress`` in its own process
-   (:mod:`engine.loop.trainerprocess`), warm-started from the active model when it can be; its typed events
-   (:mod:`engine.trainerevents`) go to ``on_event`` and become progress records.
+   (:mod:`engine.loop.trainerprocess`, the command line :mod:`engine.trainercontract.command`), warm-started from
+   the active model when it can be; its typed events (:mod:`engine.trainercontract.events`) go to ``on_event``
+   and become progress records.
 4. **New model version**: the run's folder is registered under a new name.
 5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; it is
    made active (and the library re-indexed with it) only when the rule finds it not worse.
 
-How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.judge`.
+How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.gate`.
 
 Caveat: the trainer selects its best epoch on the validation split, which is ``heldout``; with a fixed
 epoch budget that only picks among epochs, but the "after" number is then slightly optimistic.
@@ -24,7 +25,6 @@ epoch budget that only picks among epochs, but the "after" number is then slight
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -32,13 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import trainerevents
 from engine.loop.errors import RetrainError
-from engine.loop.judge import Judgement, measure
+from engine.loop.gate import Judgement
+from engine.loop.judge import measure
 from engine.loop.service_api import LoopService
-from engine.loop.trainerprocess import STOP_WAIT_S, TRAINER_COMMAND, TrainerProcess, TrainerRequest
+from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet
 from engine.progress import CancelToken, Progress
+from engine.trainercontract import events
+from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
+from engine.trainercontract.runfolder import has_weights, read_metrics
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
@@ -94,7 +97,7 @@ class RetrainOptions:
     val_split: str = "dev"
     training_set: TrainingSet | None = None  # an exported training set to train on again (a resume)
     resume_from: Path | None = None  # continue the stopped run in this folder (``--resume``)
-    trainer_command: tuple[str, ...] = TRAINER_COMMAND  # the program that runs ``train ...``
+    trainer_command: tuple[str, ...] = TRAINER_PROGRAM  # the program that runs ``train ...``
     stop_wait_s: float = STOP_WAIT_S  # how long a cancelled trainer may take to save its checkpoint
 
 
@@ -125,7 +128,7 @@ class RetrainResult:
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
-        from engine.loop.metrics import rounded
+        from engine.trainercontract.metrics import rounded
 
         ts = self.training_set
         return rounded({
@@ -167,14 +170,14 @@ class Retrain:
     """The whole loop as one job: ``for p in Retrain(service, options).run(cancel): ...``, then ``.result``.
 
     ``polyseek retrain`` and the GUI's training dialog both run it (the dialog in a worker thread). The trainer
-    runs as its own process; ``on_event`` receives each of its typed events (:mod:`engine.trainerevents`) and
+    runs as its own process; ``on_event`` receives each of its typed events (:mod:`engine.trainercontract.events`) and
     ``on_output`` every other line it writes (and the command line itself). ``result`` exists from the first
     progress record on and says, before the trainer starts, what it trains on, with which method and epochs,
     and where the model goes. Without a ``service`` (only with ``options.data``) the job trains and stops there.
     """
 
     def __init__(self, service: LoopService | None, options: RetrainOptions | None = None,
-                 on_event: Callable[[trainerevents.TrainerEvent], None] | None = None,
+                 on_event: Callable[[events.TrainerEvent], None] | None = None,
                  on_output: Callable[[str], None] | None = None) -> None:
         self.service, self.options = service, options or RetrainOptions()
         if service is None and self.options.data is None:
@@ -199,8 +202,7 @@ class Retrain:
         result.model_dir = out
         yield Progress(0, 0, f"training {method}")
         yield from self._train(result, cancel, start)
-        metrics_file = out / "metrics.json"
-        result.trainer_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        result.trainer_metrics = read_metrics(out)
         service = self.service
         if service is None:
             yield Progress(1, 1, "done")
@@ -251,7 +253,7 @@ class Retrain:
         method = options.method
         if active is not None and active.path is not None and options.warm_start and method in (None, active.method):
             start = Path(active.path)
-            if (start / "model.safetensors").is_file() and (start / "config.json").is_file():
+            if has_weights(start):
                 return active.method, start
             assert self.result is not None
             self.result.warnings.append(f"{active.name}: no weights in {start}; training from scratch")
@@ -293,9 +295,9 @@ class Retrain:
         try:
             for event in stream:
                 self.on_event(event)
-                progress = _event_progress(event)
+                progress = events.to_progress(event)
                 if progress is not None:
-                    yield progress
+                    yield _stage(progress, "training")
         finally:
             stream.close()  # a consumer that stops early (GeneratorExit here) stops the trainer now
             self.trainer = None
@@ -317,20 +319,11 @@ class Retrain:
         return active.name if active is not None and active.path is not None else None
 
 
-def _event_progress(event: trainerevents.TrainerEvent) -> Progress | None:
-    if isinstance(event, trainerevents.Step):
-        loss = event.total_loss
-        return Progress(event.step, event.total,
-                        f"training epoch {event.epoch}" + (f", loss {loss:.3f}" if loss is not None else ""))
-    if isinstance(event, trainerevents.StageProgress):
-        return Progress(event.done, event.total, f"training: {event.message or event.stage}")
-    if isinstance(event, trainerevents.EpochEnd):
-        rsum = event.rsum
-        return Progress(1, 1, f"epoch {event.epoch} done" + (f" (held-aside rsum {rsum:.1f})" if rsum is not None
-                                                             else ""))
-    return None
+def _stage(progress: Progress, stage: str) -> Progress:
+    """``progress`` as a part of the job's ``stage``."""
+    return Progress(progress.done, progress.total, f"{stage}: {progress.message}" if progress.message else stage)
 
 
 def _staged(progress: Iterator[Progress], stage: str) -> Iterator[Progress]:
     for p in progress:
-        yield Progress(p.done, p.total, f"{stage}: {p.message}" if p.message else stage)
+        yield _stage(p, stage)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
     from engine.library.catalog import Catalog
-    from engine.loop.judge import Judgement
+    from engine.loop.gate import Judgement
     from engine.loop.trainingset import TrainingSet
     from engine.progress import CancelToken, Progress
     from engine.types import ModelInfo

@@ -28,7 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from engine.features.onnx import open_session
-from engine.search.exportformat import (
+from engine.trainercontract.exportformat import (
     MANIFEST_FILE,
     MANIFEST_VERSION,
     MATCH_DISTANCES,

@@ -24,7 +24,6 @@ from engine.features.featurestore import FeatureStore
 from engine.features.text import carries_evidence
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
-from engine.search.exportformat import model_export_dir as model_export_dir  # callers import it here
 from engine.search.modelrunner import (
     Encoded,
     ModelRunner,
@@ -33,6 +32,7 @@ from engine.search.modelrunner import (
     uncertainty_percentile,
 )
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
+from engine.trainercontract.exportformat import model_export_dir as model_export_dir  # callers import it here
 from engine.types import Explanation, MediaKind
 
 log = logging.getLogger(__name__)

@@ -116,7 +116,7 @@ def fused(parts: dict[str, np.ndarray], weight: float) -> np.ndarray:
 
 
 def report(scores: np.ndarray, truth: np.ndarray) -> dict:
-    from engine.loop.metrics import retrieval_report
+    from engine.trainercontract.metrics import retrieval_report
 
     r = retrieval_report(scores.astype(np.float64), truth)
     return {"t2i": {k: round(r["t2i"][k], 1) for k in ("r1", "r5", "r10")},

@@ -48,7 +48,7 @@ def main() -> int:
     if args.home:
         os.environ["POLYSEEK_HOME"] = str(args.home)
 
-    from engine.loop.metrics import retrieval_report
+    from engine.trainercontract.metrics import retrieval_report
     from trainer.checkpoint import load_model
     from trainer.data import FeatureNeeds, FeatureSource, split_view
     from trainer.evaluation import encode_pairs, similarity_matrix

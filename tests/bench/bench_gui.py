@@ -189,7 +189,7 @@ def stall_while_training(n_items: int, epochs: int) -> dict:
 
     import app.qtcompat  # noqa: F401
     from app.widgets.training import TrainingDialog
-    from trainer.synthetic import make_toy_photo_folder
+    from tests.synthetic import make_toy_photo_folder
 
     home = tempfile.mkdtemp()
     os.environ["POLYSEEK_HOME"] = home

@@ -841,9 +841,9 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     update = on_update or (lambda _record: None)
     import resource
 
-    from engine import trainerevents
     from engine.loop.retrain import Retrain, RetrainOptions
     from engine.service import SearchService
+    from engine.trainercontract import events as trainerevents
 
     home = work / "home"
     os.environ.update(POLYSEEK_HOME=str(home), POLYSEEK_ASSETS=str(assets))

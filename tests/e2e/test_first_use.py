@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 import engine.features.assets
+import engine.trainercontract.command
 from engine import cli, paths
 from engine.progress import Progress
 
@@ -45,7 +46,7 @@ def fresh_home(polyseek_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_fresh_home_prepares_its_assets_then_indexes(fresh_home, assets_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine.features.assets, "prepare_command",
+    monkeypatch.setattr(engine.trainercontract.command, "prepare_command",
                         lambda force=False: fake_prepare(tmp_path, assets_dir))
     seen: list[Progress] = []
     real = engine.features.assets.ensure_assets
@@ -71,7 +72,7 @@ def test_a_fresh_home_prepares_its_assets_then_indexes(fresh_home, assets_dir, t
 
 
 def test_a_failed_prepare_is_one_line_naming_the_log(fresh_home, assets_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine.features.assets, "prepare_command",
+    monkeypatch.setattr(engine.trainercontract.command, "prepare_command",
                         lambda force=False: fake_prepare(tmp_path, assets_dir, status=3))
     assert cli.main(["search", "a cat"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -89,7 +90,7 @@ def test_version_is_the_installed_package_version():
 
 def test_train_prepares_the_assets_before_starting_the_trainer(fresh_home, assets_dir, tmp_path, monkeypatch,
                                                               capsys):
-    monkeypatch.setattr(engine.features.assets, "prepare_command",
+    monkeypatch.setattr(engine.trainercontract.command, "prepare_command",
                         lambda force=False: fake_prepare(tmp_path, assets_dir, status=4))
     started = []
     monkeypatch.setattr(cli.subprocess, "call", lambda *a, **k: started.append(a) or 0)

@@ -14,9 +14,9 @@ import pytest
 from engine.library.captionfolder import load_caption_folder
 from engine.loop.trainingset import HELDOUT_SPLIT, TRAIN_SPLIT, is_held_aside
 from engine.service import SearchService
+from tests.synthetic import make_toy_photo_folder
 from trainer.data import FeatureNeeds, FeatureSource, load_training_data
 from trainer.sparse import SparseConfig
-from trainer.synthetic import make_toy_photo_folder
 
 LIBRARY = "loop"
 N_ITEMS = 24

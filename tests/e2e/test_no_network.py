@@ -90,7 +90,7 @@ def test_the_guard_refuses_and_records(guarded_env, tmp_path):
 
 @pytest.mark.slow
 def test_index_search_train_and_evaluate_never_touch_the_network(guarded_env, tmp_path):
-    from trainer.synthetic import make_toy_photo_folder
+    from tests.synthetic import make_toy_photo_folder
 
     toy = tmp_path / "toy"
     make_toy_photo_folder(toy, 24, seed=0, dev_fraction=0.25)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.synthetic import make_toy_photo_folder
 from trainer import checkpoint as ckpt
-from trainer.synthetic import make_toy_photo_folder
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -25,8 +25,8 @@ import pytest
 from engine.search.modelrunner import ModelRunner
 from engine.search.trained import model_export_dir
 from engine.service import SearchService
+from tests.synthetic import make_toy_photo_folder
 from tests.unit.test_annotations_survive import annotations
-from trainer.synthetic import make_toy_photo_folder
 
 LIBRARY = "kills"
 N_ITEMS = 16

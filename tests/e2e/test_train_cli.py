@@ -18,8 +18,8 @@ import pytest
 
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
+from tests.synthetic import make_toy_photo_folder
 from trainer.data import FeatureNeeds, FeatureSource, split_view
-from trainer.synthetic import make_toy_photo_folder
 
 TIMEOUT = 240
 

@@ -27,8 +27,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
-from engine.loop.metrics import retrieval_report
 from engine.progress import CancelToken, Progress
+from engine.trainercontract.metrics import retrieval_report
 from engine.types import CaptionSource, CaptureInfo, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
 
 K = 2
@@ -658,8 +658,8 @@ class FakeService:
 
     def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                     seed: int = 0) -> Any:
-        """The engine's rule (``engine.loop.judge.gate``) on this fake's evaluations (no pseudo pairs here)."""
-        from engine.loop.judge import Judgement, gate
+        """The engine's rule (``engine.loop.gate.gate``) on this fake's evaluations (no pseudo pairs here)."""
+        from engine.loop.gate import Judgement, gate
 
         self.calls.append(("judge_model", (new_model, str(folder), split, old_model)))
         verdict = Judgement(new_model, old_model)
@@ -671,7 +671,8 @@ class FakeService:
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None,
                     distractors: Sequence[Path] = ()) -> dict[str, Any]:
-        """Retrieval metrics (``engine.loop.metrics.retrieval_report``) of split ``split`` of a caption folder.
+        """Retrieval metrics (``engine.trainercontract.metrics.retrieval_report``) of split ``split`` of a caption
+        folder.
 
         The fake has no real models, so every model ranks the same way: by how close an item's colour is to
         the colour words of the caption (an unnamed colour scores 0). ``model`` must exist (None or

@@ -14,7 +14,8 @@ import pytest
 import app.widgets.training as training_module
 from app.widgets.training import SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog, trainer_options
 from app.widgets.trainingview import RunProgress, describe_training_set, format_eta, headline
-from engine.loop.trainerprocess import TrainerRequest, saved_checkpoint
+from engine.trainercontract.command import TrainerRequest
+from engine.trainercontract.runfolder import saved_checkpoint
 from tests.gui.fake_trainer import metrics as fake_metrics
 from tests.gui.fakes import FakeService
 
@@ -246,7 +247,7 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
         qtbot, library_dialog: TrainingDialog, service: FakeService, monkeypatch) -> None:
     caption_some(service, 11)
     monkeypatch.setattr(training_module, "HOLDOUT", 0.5)  # the fake library has 11 items: hold 3+ aside
-    monkeypatch.setattr("engine.loop.judge.MIN_HELDOUT_ALONE", 3)  # ... and no pseudo pairs beside them
+    monkeypatch.setattr("engine.loop.gate.MIN_HELDOUT_ALONE", 3)  # ... and no pseudo pairs beside them
     real = service.evaluate_on
 
     def worse_for_new(folder, split, model=None, distractors=()):  # the new model ranks every caption's item last

@@ -17,7 +17,7 @@ import pytest
 
 from app.widgets.training import SOURCE_FOLDER, TrainingDialog
 from tests.gui.fakes import FakeService
-from trainer.synthetic import make_toy_photo_folder
+from tests.synthetic import make_toy_photo_folder
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import pytest
 
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
+from tests.synthetic import make_toy_photo_folder
 from trainer.data import FeatureSource
-from trainer.synthetic import make_toy_photo_folder
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from engine.library.captionfolder import (
     CaptionFolderError,
     load_caption_folder,
     read_annotation_tables,
-    read_coco_captions,
     write_caption_folder,
 )
 from engine.library.catalog import Catalog
+from engine.library.importers import read_coco_captions
 from engine.loop.annotations import export_annotations, import_annotations
 from engine.types import CaptionSource, MediaKind
 

@@ -1,4 +1,5 @@
-"""The house rules, checked by tools: engine/trainer never import Qt; the engine and the GUI never import torch."""
+"""The house rules, checked by tools: engine/trainer never import Qt; the engine and the GUI never import torch;
+the import graph of engine/ and trainer/ has no circle."""
 
 from __future__ import annotations
 
@@ -22,4 +23,21 @@ def test_search_path_runs_without_torch_or_qt():
             "bad = [m for m in ('torch', 'PySide6', 'trainer') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_gui_process_never_imports_torch():
+    """Every module of the app (the main window, every widget, the training dialog's job) imported in a GUI
+    process, offscreen, with a QApplication: neither torch nor the trainer is loaded."""
+    code = ("import importlib, pkgutil, sys\n"
+            "from PySide6.QtWidgets import QApplication\n"
+            "application = QApplication([])\n"
+            "import app, app.mainwindow, engine.service, engine.loop.retrain\n"
+            "for module in pkgutil.walk_packages(app.__path__, 'app.'):\n"
+            "    if module.name != 'app.__main__':  # that one runs the app\n"
+            "        importlib.import_module(module.name)\n"
+            "assert 'app.mainwindow' in sys.modules and 'app.widgets.training' in sys.modules\n"
+            "bad = [m for m in ('torch', 'trainer') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "QT_QPA_PLATFORM": "offscreen"})
     assert done.returncode == 0, done.stdout + done.stderr

@@ -9,13 +9,11 @@ import pytest
 
 from engine.library.captionfolder import (
     CaptionFolderError,
-    export_coco_captions,
-    import_coco_captions,
-    import_flickr_tokens,
     load_caption_folder,
     normalize_caption,
     write_caption_folder,
 )
+from engine.library.importers import export_coco_captions, import_coco_captions, import_flickr_tokens
 
 
 def make_folder(root: Path, files: list[str], captions: str, splits: str | None = None,

@@ -20,6 +20,7 @@ from engine.library.catalog import (
     MediaStatus,
     NotFound,
 )
+from engine.library.indexer import Indexer
 from engine.types import CaptionSource, MediaKind
 
 
@@ -35,28 +36,44 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def _scan(folder: Path) -> list[tuple[Path, int, int]]:
-    """What the real scanner reports: (path, size, mtime_ns) of every file under a folder."""
-    found = []
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            st = path.stat()
-            found.append((path, st.st_size, st.st_mtime_ns))
-    return found
+class _Recorded:
+    """What the real indexer's scan asked of the catalog: the plan it made and each file's upsert outcome."""
+
+    def __init__(self, cat: Catalog) -> None:
+        self.plans: list = []
+        self.outcomes: dict[str, list[Path]] = {}
+        self._plan_scan, self._upsert = cat.plan_scan, cat.upsert_media
+        cat.plan_scan, cat.upsert_media = self.plan_scan, self.upsert_media  # type: ignore[method-assign]
+
+    def plan_scan(self, *args, **kwargs):
+        plan = self._plan_scan(*args, **kwargs)
+        self.plans.append(plan)
+        return plan
+
+    def upsert_media(self, path: Path, *args, **kwargs):
+        media_id, outcome = self._upsert(path, *args, **kwargs)
+        self.outcomes.setdefault(outcome, []).append(path)
+        return media_id, outcome
 
 
-def _apply(cat: Catalog, folder: Path, root_id: int) -> dict[str, list[Path]]:
+def _scan(cat: Catalog, folder: Path) -> _Recorded:
+    """The real indexer's scan of ``folder`` (walk, plan, hash, record, mark missing; no feature extraction)."""
+    recorded = _Recorded(cat)
+    try:
+        list(Indexer(cat, None, lambda: None).scan([folder]))  # type: ignore[arg-type]
+    finally:
+        del cat.plan_scan, cat.upsert_media  # the catalog's own methods again
+    return recorded
+
+
+def _apply(cat: Catalog, folder: Path) -> dict[str, list[Path]]:
     """The indexer's scan step (plan, mark missing, upsert new and changed files), then the user's purge of what
     stayed missing."""
-    plan = cat.plan_scan(_scan(folder))
-    cat.mark_missing(plan.missing)
-    outcomes: dict[str, list[Path]] = {}
-    for path, size, mtime_ns in plan.new + plan.changed:
-        _, outcome = cat.upsert_media(path, size, mtime_ns, content_hash(path), root_id)
-        outcomes.setdefault(outcome, []).append(path)
+    recorded = _scan(cat, folder)
+    outcomes = recorded.outcomes
     outcomes["deleted"] = [m.path for m in cat.iter_media(MediaStatus.MISSING)]
     assert cat.purge_missing()[0] == len(outcomes["deleted"])
-    outcomes["unchanged"] = [f.path for f in plan.unchanged]
+    outcomes["unchanged"] = [f.path for f in recorded.plans[0].unchanged]
     return outcomes
 
 
@@ -190,8 +207,8 @@ def test_scan_cycle_new_changed_moved_deleted_unchanged(catalog: Catalog, tmp_pa
     a, b, c = (
         _write(folder / name, os.urandom(2000 + i)) for i, name in enumerate(["a.jpg", "b.gif", "c.mp4"])
     )
-    root = catalog.add_root(folder)
-    first = _apply(catalog, folder, root)
+    catalog.add_root(folder)
+    first = _apply(catalog, folder)
     assert sorted(first["new"]) == sorted([a, b, c])
     a_id = catalog.media_by_path(a).id
     _mark_ok(catalog, a_id)
@@ -204,7 +221,7 @@ def test_scan_cycle_new_changed_moved_deleted_unchanged(catalog: Catalog, tmp_pa
     a.rename(moved_a)
     _write(b, os.urandom(3000))
     d = _write(folder / "d.png", os.urandom(100))
-    second = _apply(catalog, folder, root)
+    second = _apply(catalog, folder)
     assert second["moved"] == [moved_a] and second["changed"] == [b] and second["new"] == [d]
     assert second["unchanged"] == [c] and second["deleted"] == []
     moved = catalog.media(a_id)
@@ -214,7 +231,7 @@ def test_scan_cycle_new_changed_moved_deleted_unchanged(catalog: Catalog, tmp_pa
     assert catalog.media_by_path(a) is None
 
     d.unlink()
-    third = _apply(catalog, folder, root)
+    third = _apply(catalog, folder)
     assert third["deleted"] == [d] and catalog.media_by_path(d) is None
     assert catalog.counts()["status"] == {"pending": 2, "ok": 1}
     assert catalog.integrity_ok()
@@ -239,15 +256,15 @@ def test_move_is_found_even_without_mark_missing(catalog: Catalog, tmp_path: Pat
 
 def test_failed_file_is_retried_only_when_it_changes(catalog: Catalog, tmp_path: Path) -> None:
     bad = _write(tmp_path / "lib" / "bad.jpg", b"not a jpeg")
-    root = catalog.add_root(tmp_path / "lib")
-    _apply(catalog, tmp_path / "lib", root)
+    catalog.add_root(tmp_path / "lib")
+    _apply(catalog, tmp_path / "lib")
     media_id = catalog.media_by_path(bad).id
     catalog.set_media_failed(media_id, "cannot identify image file")
     assert catalog.failures() == [(bad, "cannot identify image file")]
-    again = _apply(catalog, tmp_path / "lib", root)
+    again = _apply(catalog, tmp_path / "lib")
     assert again["unchanged"] == [bad] and catalog.pending_media() == []
     _write(bad, b"still not a jpeg, but different")
-    assert _apply(catalog, tmp_path / "lib", root)["changed"] == [bad]
+    assert _apply(catalog, tmp_path / "lib")["changed"] == [bad]
     retried = catalog.media(media_id)
     assert (retried.status, retried.error) == (MediaStatus.PENDING, None)
     assert [m.id for m in catalog.pending_media()] == [media_id] and catalog.failures() == []
@@ -272,12 +289,9 @@ def test_file_marked_missing_that_comes_back_gets_its_status_back(catalog: Catal
     media_id, _ = catalog.upsert_media(path, st.st_size, st.st_mtime_ns, content_hash(path), None)
     _mark_ok(catalog, media_id)
     assert catalog.mark_missing([path]) == 1
-    plan = catalog.plan_scan(_scan(tmp_path))
-    assert [f.path for f in plan.changed] == [path]
-    assert catalog.upsert_media(path, st.st_size, st.st_mtime_ns, content_hash(path), None) == (
-        media_id,
-        "unchanged",
-    )
+    recorded = _scan(catalog, tmp_path)
+    assert [f.path for f in recorded.plans[0].changed] == [path]
+    assert recorded.outcomes == {"unchanged": [path]} and catalog.media_by_path(path).id == media_id
     assert catalog.media(media_id).status == MediaStatus.OK
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from engine.loop import metrics
-from engine.loop.metrics import (
+from engine.trainercontract import metrics
+from engine.trainercontract.metrics import (
     five_fold_1k,
     mean_rank,
     median_rank,
@@ -256,7 +256,7 @@ def test_uncertainty_bins_are_stable_and_uneven_sizes_allowed():
 
 
 def test_distractors_compete_for_text_to_media_only():
-    from engine.loop.metrics import retrieval_report
+    from engine.trainercontract.metrics import retrieval_report
 
     S = np.array([[0.9, 0.1], [0.2, 0.8]])  # both captions rank their own media first
     c2m = np.array([0, 1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.search.exportformat import MANIFEST_FILE, is_probabilistic, model_export_dir
+from engine.trainercontract.exportformat import MANIFEST_FILE, is_probabilistic, model_export_dir
 from engine.types import ModelInfo, active_model
 
 

@@ -260,8 +260,8 @@ def test_suggestions_follow_the_active_model(service, tmp_path):
 
 
 def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_path):
-    from engine.loop.metrics import retrieval_report
     from engine.search.vectorindex import kxk_scores
+    from engine.trainercontract.metrics import retrieval_report
 
     ids = sorted(m.id for m in service.catalog.iter_media())
     texts = ["a red picture", "a green picture", "a blue one", "white", "black", "yellow square"]
@@ -295,10 +295,10 @@ def test_cancelling_stops_a_quiet_trainer_process(tmp_path):
     import sys
     import threading
 
-    from engine import trainerevents
-    from engine.loop.retrain import _event_progress
-    from engine.loop.trainerprocess import TrainerProcess, TrainerRequest
+    from engine.loop.trainerprocess import TrainerProcess
     from engine.progress import Cancelled, CancelToken
+    from engine.trainercontract import events
+    from engine.trainercontract.command import TrainerRequest
 
     script = ("import json, signal, sys, time\n"
               "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
@@ -317,18 +317,19 @@ def test_cancelling_stops_a_quiet_trainer_process(tmp_path):
             seen.append(event)
             threading.Timer(0.3, cancel.cancel).start()
     assert trainer.process.returncode == 143  # asked to stop (SIGTERM), not killed
-    assert seen == [trainerevents.Step(1, 1, 4, loss={"total": 0.5})]
+    assert seen == [events.Step(1, 1, 4, loss={"total": 0.5})]
     assert lines[0].startswith("$ ") and "--json-progress" in lines[0]
     assert "not json" in lines and "a warning" in lines  # other lines are passed on as text
-    progress = _event_progress(seen[0])
+    progress = events.to_progress(seen[0])
     assert (progress.done, progress.total) == (1, 4) and "loss 0.500" in progress.message
 
 
 def test_a_trainer_that_ignores_the_stop_request_is_killed(tmp_path):
     import sys
 
-    from engine.loop.trainerprocess import TrainerProcess, TrainerRequest
+    from engine.loop.trainerprocess import TrainerProcess
     from engine.progress import Cancelled, CancelToken
+    from engine.trainercontract.command import TrainerRequest
 
     script = ("import signal, time\n"
               "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -347,8 +348,9 @@ def test_a_trainer_that_ignores_the_stop_request_is_killed(tmp_path):
 def test_a_failing_trainer_is_reported_with_its_status_and_last_words(tmp_path):
     import sys
 
-    from engine.loop.trainerprocess import TrainerFailed, TrainerProcess, TrainerRequest
+    from engine.loop.trainerprocess import TrainerFailed, TrainerProcess
     from engine.progress import CancelToken
+    from engine.trainercontract.command import TrainerRequest
 
     script = "import sys\nprint('Traceback: it broke', file=sys.stderr)\nsys.exit(3)\n"
     trainer = TrainerProcess([sys.executable, "-c", script], TrainerRequest("vse", tmp_path, tmp_path / "out"))
@@ -391,9 +393,9 @@ def test_files_with_the_same_relative_path_in_two_folders_keep_their_own_caption
 
 
 def test_the_result_summary_shows_before_and_after_and_says_when_one_is_missing(tmp_path):
-    from engine.loop.metrics import retrieval_report
     from engine.loop.retrain import RetrainResult
     from engine.loop.trainingset import TrainingSet
+    from engine.trainercontract.metrics import retrieval_report
 
     ts = TrainingSet(tmp_path, n_annotated_items=12, n_captions=15, n_heldout_items=3, n_unannotated=40)
     perfect = retrieval_report(np.eye(3), np.arange(3))

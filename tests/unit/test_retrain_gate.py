@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.loop.judge import PSEUDO_TOLERANCE, gate, heldout_tolerance, mean_r10
-from engine.loop.metrics import retrieval_report
+from engine.loop.gate import PSEUDO_TOLERANCE, Judgement, gate, heldout_tolerance, mean_r10
 from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
-from engine.loop.trainingset import TrainingSet
+from engine.trainercontract.metrics import retrieval_report
 
 
 def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
@@ -28,9 +27,8 @@ def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
     return retrieval_report(scores, np.arange(n))
 
 
-def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> RetrainResult:
-    result = RetrainResult(TrainingSet(Path("."), n_annotated_items=40, n_heldout_items=8),
-                           old_model="starter", model_name="v2", before=before, after=after)
+def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> Judgement:
+    result = Judgement("v2", "starter", before=before, after=after)
     if pseudo is not None:
         result.pseudo_before, result.pseudo_after = pseudo
     return result
@@ -87,7 +85,7 @@ def library(tmp_path: Path, assets_dir: Path):
     """A toy library (distinct shapes and colours, captions saying which), 14 of 24 items captioned, and two
     model folders: one trained on the toy captions, one untrained."""
     from engine.service import SearchService
-    from trainer.synthetic import make_toy_photo_folder
+    from tests.synthetic import make_toy_photo_folder
     from trainer.train import TrainOptions, train
 
     toy = make_toy_photo_folder(tmp_path / "toy", 24, seed=5)

@@ -63,7 +63,7 @@ def test_the_build_tool_never_reads_a_split_other_than_train(tmp_path):
 
 @pytest.fixture
 def photos(tmp_path: Path) -> Path:
-    from trainer.synthetic import make_toy_photo_folder
+    from tests.synthetic import make_toy_photo_folder
 
     return make_toy_photo_folder(tmp_path / "toy", 6, seed=3).media_dir
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image, ImageSequence
 
 from engine.library.captionfolder import CaptionFolderError, load_caption_folder
-from trainer.synthetic import (
+from tests.synthetic import (
     BACKGROUNDS,
     COLOURS,
     SyntheticDataError,

@@ -150,8 +150,8 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
     """
     from engine.features.encoders import Encoders
     from engine.features.featurestore import FeatureStore
+    from tests.synthetic import make_toy_photo_folder
     from trainer.data import FeatureSource
-    from trainer.synthetic import make_toy_photo_folder
     from trainer.train import Reporter, TrainOptions, train
 
     folder = tmp_path / "toy"
@@ -298,8 +298,8 @@ def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp
     encoder's initial weights. Exact: both sides are the same ONNX graphs on the same features."""
     import json
 
-    from engine.search.exportformat import model_export_dir
     from engine.search.modelrunner import ModelRunner
+    from engine.trainercontract.exportformat import model_export_dir
 
     model_dir = export_untrained("vse", tmp_path / "no-clips")
     manifest_file = model_export_dir(model_dir) / "manifest.json"

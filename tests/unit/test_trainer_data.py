@@ -12,6 +12,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.features.text import EncodedText
 from engine.library.captionfolder import load_caption_folder
+from tests.synthetic import make_motion_gif_folder, make_toy_photo_folder
 from trainer.data import (
     DataError,
     FeatureNeeds,
@@ -24,7 +25,6 @@ from trainer.data import (
     resolve_splits,
 )
 from trainer.sparse import SparseConfig
-from trainer.synthetic import make_motion_gif_folder, make_toy_photo_folder
 from trainer.train import epoch_batches
 
 CPU = torch.device("cpu")

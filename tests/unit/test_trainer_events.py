@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from engine import trainerevents as events
+from engine.trainercontract import events
 
 ONE_OF_EACH = [
     events.StageProgress("features", 3, 18, "extracting"),

@@ -18,6 +18,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.search.modelrunner import ModelLoadError, ModelRunner
 from engine.service import SearchService
+from tests.synthetic import make_motion_gif_folder
 from tests.trainerruns import scripted_rsums, straight_and_interrupted
 from trainer import checkpoint as ckpt
 from trainer.cli import evaluate_folder
@@ -32,7 +33,6 @@ from trainer.finetune import (
     finetuned_backbone,
     load_backbone,
 )
-from trainer.synthetic import make_motion_gif_folder
 from trainer.train import Reporter, TrainOptions, train
 
 torch.set_num_threads(1)
@@ -230,8 +230,8 @@ def test_a_finished_model_can_be_fine_tuned_later_with_resume(workspace, tmp_pat
 
 
 def test_gpu_peak_memory_is_reported_on_cuda_only(monkeypatch):
-    from trainer.train import _gpu_peak
+    from trainer.device import gpu_peak
 
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3.5 * 2**20)
-    assert _gpu_peak(torch.device("cuda", 0)) == {"gpu_peak_mib": 3.5}
-    assert _gpu_peak(torch.device("cpu")) == {}
+    assert gpu_peak(torch.device("cuda", 0)) == {"gpu_peak_mib": 3.5}
+    assert gpu_peak(torch.device("cpu")) == {}

@@ -15,13 +15,13 @@ import torch
 
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
+from tests.synthetic import make_motion_gif_folder, make_toy_photo_folder
 from trainer import checkpoint as ckpt
 from trainer.cli import parse_overrides
 from trainer.data import FeatureNeeds, FeatureSource, split_view
 from trainer.evaluation import encode_pairs, similarity_matrix
 from trainer.methods import ConfigError, list_methods, load_manifest
 from trainer.sparse import SparseConfig
-from trainer.synthetic import make_motion_gif_folder, make_toy_photo_folder
 from trainer.train import (
     RECIPES,
     Interrupted,
@@ -146,7 +146,7 @@ def _stop_after(steps: int, stop: StopRequest, lines: Lines):
 
 def test_an_interrupted_run_resumes_mid_epoch_to_the_same_weights(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
-    monkeypatch.setattr("trainer.train.STEP_EVENT_INTERVAL_S", 0.0)
+    monkeypatch.setattr("trainer.reporting.STEP_EVENT_INTERVAL_S", 0.0)
     straight = tmp_path / "straight"
     train(options(folder, straight, assets, "pcme", epochs=3), source=source, reporter=Reporter(True, enabled=False))
 

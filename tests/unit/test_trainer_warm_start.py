@@ -38,7 +38,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_a_warm_start_begins_at_the_start_model_and_keeps_it_unless_an_epoch_beats_it(workspace, start, tmp_path):
     folder, source, assets = workspace
     out = tmp_path / "warm"
-    from engine.trainerevents import EpochEnd, TrainerEvent
+    from engine.trainercontract.events import EpochEnd, TrainerEvent
     from trainer.train import Reporter
 
     events: list[TrainerEvent] = []

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.search import vectorindex
 from engine.search.vectorindex import (
     AnnParams,
     IndexFileError,
@@ -20,6 +19,7 @@ from engine.search.vectorindex import (
     kxk_scores,
     search_ef,
 )
+from engine.search.vectorindex import ann as backends
 
 DIM, HEADS = 24, 3
 SMALL = AnnParams(kind="ivf-flat", exact_limit=400, nprobe=16, nlist_per_sqrt=0.5, rebuild_growth=2.5)
@@ -169,15 +169,15 @@ def test_items_waiting_for_the_faiss_index_are_found(library: tuple, monkeypatch
     vectors, ids, _, _ = library
     index = MultiVectorIndex(DIM, HEADS, params=KINDS["hnsw"])
     index.add(ids[:1000], vectors[:1000])
-    monkeypatch.setattr(vectorindex, "_HNSW_ADD_ITEMS", 16)  # new items join the graph 16 at a time
+    monkeypatch.setattr(backends, "HNSW_ADD_ITEMS", 16)  # new items join the graph 16 at a time
     seen = []
-    real_add = vectorindex._Ann.add
+    real_add = backends.Ann.add
 
-    def search_between_chunks(ann: vectorindex._Ann, *args: np.ndarray) -> None:
+    def search_between_chunks(backend: backends.Ann, *args: np.ndarray) -> None:
         seen.append(index.search(vectors[1040], 1)[0][0])  # item 1040 is in the last chunk: still waiting
-        real_add(ann, *args)
+        real_add(backend, *args)
 
-    monkeypatch.setattr(vectorindex._Ann, "add", search_between_chunks)
+    monkeypatch.setattr(backends.Ann, "add", search_between_chunks)
     index.add(ids[1000:1048], vectors[1000:1048])
     assert seen == [ids[1040]] * 3
     assert index.describe()["approximate"]["indexed_upto"] == 1048
@@ -219,7 +219,7 @@ def test_save_and_load_keep_results(library: tuple, tmp_path: Path, kind: str | 
     assert len(names) == 2 and names[1] == "index.json" and names[0].startswith("data-")
     assert len(MultiVectorIndex.load(tmp_path / "index")) == count
     if kind == "hnsw+ivf":  # the lists are a second file; without it the index is refused, by name
-        (tmp_path / "index" / names[0] / vectorindex.LISTS_FILE).unlink()
+        (tmp_path / "index" / names[0] / backends.LISTS_FILE).unlink()
         with pytest.raises(IndexFileError, match="ann-lists.faiss"):
             MultiVectorIndex.load(tmp_path / "index")
 
@@ -243,20 +243,6 @@ def test_graph_and_lists_together_recall_what_clumps_of_near_copies_hide_from_th
     assert state["graph_dim"] == DIM and state["nlist"] >= 16
     codes, structure = index._ann.nbytes()  # both halves are counted: 2 x 8-bit codes per vector
     assert codes == 2 * 3000 * HEADS * DIM and structure > 0
-
-
-def test_payload_travels_with_its_item(tmp_path: Path) -> None:
-    index = MultiVectorIndex(DIM, HEADS, model_id="pcme-1", payload_dim=2)
-    sigma = np.arange(20, dtype=np.float32).reshape(10, 2)
-    index.add(ids_for(10), clustered(10), payload=sigma)
-    index.remove(ids_for(3))  # compaction on save moves rows: payload must move with them
-    index.save(tmp_path / "p")
-    loaded = MultiVectorIndex.load(tmp_path / "p")
-    assert np.array_equal(loaded.payload(ids_for(2, start=7)[::-1]), sigma[[8, 7]])
-    with pytest.raises(IndexInputError, match="payload"):
-        loaded.add([1], clustered(1))
-    with pytest.raises(IndexInputError, match="payload"):
-        MultiVectorIndex(DIM, HEADS).add([1], clustered(1), payload=np.zeros((1, 2)))
 
 
 def test_load_refuses_another_model_or_a_damaged_folder(tmp_path: Path) -> None:
@@ -369,8 +355,8 @@ def test_exact_search_and_memory_report_of_an_approximate_index(library: tuple) 
 
 def test_search_ef_grows_with_the_graph_and_covers_the_fetch() -> None:
     params = AnnParams(ef_search=512, ef_growth=1.0)
-    assert search_ef(params, 1000, 120) == search_ef(params, vectorindex.EF_BASE_VECTORS, 120) == 512
-    assert search_ef(params, 10 * vectorindex.EF_BASE_VECTORS, 120) == 1024  # one tenfold: doubled
+    assert search_ef(params, 1000, 120) == search_ef(params, backends.EF_BASE_VECTORS, 120) == 512
+    assert search_ef(params, 10 * backends.EF_BASE_VECTORS, 120) == 1024  # one tenfold: doubled
     assert search_ef(params, 3_000_000, 2000) == 2000  # never below the number of vectors fetched
     assert search_ef(AnnParams(ef_search=64, ef_growth=0.0), 10**8, 30) == 64
     with pytest.raises(IndexInputError, match="ef_growth"):
@@ -381,7 +367,7 @@ def test_principal_projection_keeps_inner_products_inside_the_subspace() -> None
     rng = np.random.default_rng(3)
     basis = np.linalg.qr(rng.standard_normal((DIM, 6)))[0]  # 6 orthonormal directions of the 24
     sample = (rng.standard_normal((2000, 6)) * [5, 4, 3, 2, 1, 0.5]) @ basis.T + 0.01 * rng.standard_normal((2000, DIM))
-    transform = vectorindex.principal_projection(sample.astype(np.float32), 6)
+    transform = backends.principal_projection(sample.astype(np.float32), 6)
     a, b = sample[:50].astype(np.float32), sample[50:100].astype(np.float32)
     projected = transform.apply(a) @ transform.apply(b).T
     assert np.allclose(projected, a @ b.T, atol=0.05)  # no centring: inner products survive, not shifted by a mean

@@ -86,6 +86,17 @@ class MethodConfig:
         """True when the text's global feature comes from MiniLM's sentence embedding."""
         return self.text_encoder == "minilm-sentence"
 
+    @property
+    def learns_from_pseudo_pairs(self) -> bool:
+        """Whether the trainer hands this method the un-annotated items with their regional-semantics pseudo
+        captions (A3VSE's D^u); a method that learns from them says so."""
+        return False
+
+    def fitted_to(self, n_items: int) -> MethodConfig:
+        """This config for training on ``n_items`` annotated items; a method whose shapes depend on the data
+        (the instance loss: one class per item) returns its adapted copy."""
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, with the method id under ``"method"``."""
         out: dict[str, Any] = {"method": self.method}

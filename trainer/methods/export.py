@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from engine.search.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES
+from engine.trainercontract.exportformat import MANIFEST_FILE, MANIFEST_VERSION, MODALITIES
 from trainer.methods.config import FEATURE_BACKBONE
 from trainer.methods.interface import RetrievalModel
 

@@ -10,6 +10,7 @@ Retrieval uses the cosine of the features.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,6 +30,7 @@ from trainer.methods.interface import (
     single_embedding,
 )
 from trainer.methods.losses import Terms, TripletLoss
+from trainer.methods.recipe import SENTENCE_TEXT, Recipe
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ class InstanceConfig(TextGlobalConfig):
     @property
     def text_global_size_field(self) -> str:
         return "hidden_dim"
+
+    def fitted_to(self, n_items: int) -> InstanceConfig:
+        """One class per annotated item (``num_classes``)."""
+        return dataclasses.replace(self, num_classes=n_items)
 
     @property
     def video_uses_bigru(self) -> bool:
@@ -146,8 +152,11 @@ class InstanceCriterion(nn.Module):
         total = w_rank * rank + w_visual * inst["visual"] + w_text * inst["textual"]
         return {"rank": rank, "visual": inst["visual"], "textual": inst["textual"], "total": total}
 
+# Zheng et al. stage II (ranking + instance loss) directly on frozen image features.
+RECIPE = Recipe(dict(SENTENCE_TEXT), "adam", 2e-4, epochs=30, patience=5, schedule_patience=2)
+
 METHODS = (
     MethodSpec("instance", InstanceConfig, InstanceModel, InstanceCriterion,
-               "dual-path features, instance loss + ranking loss",
+               "dual-path features, instance loss + ranking loss", RECIPE,
                test_preset={"hidden_dim": 10, "num_classes": 7}),
 )

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from trainer.methods.config import MethodConfig
 from trainer.methods.functional import cosine_matrix
+from trainer.methods.recipe import Recipe
 
 
 class MethodInputError(ValueError):
@@ -250,12 +251,14 @@ def single_embedding(feature: Tensor) -> EncoderOutput:
 @dataclass(frozen=True)
 class MethodSpec:
     """Everything registered for one method id: its config, model and criterion classes, a one-line summary,
-    and the field values of its ``test`` preset beyond the tiny dimensions every method gets (see
-    :func:`trainer.methods.registry.preset_values`). Each method module lists its specs in ``METHODS``."""
+    how it trains by default (its :class:`Recipe`), and the field values of its ``test`` preset beyond the tiny
+    dimensions every method gets (see :func:`trainer.methods.registry.preset_values`). Each method module lists
+    its specs in ``METHODS``."""
 
     name: str
     config_cls: type[MethodConfig]
     model_cls: type[RetrievalModel]
     criterion_cls: type[nn.Module]
     summary: str
+    recipe: Recipe = field(default_factory=lambda: Recipe({}), hash=False, compare=False)
     test_preset: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)

@@ -37,6 +37,7 @@ from trainer.methods.functional import (
 )
 from trainer.methods.interface import EncoderOutput, MethodSpec, PairBatch, PairOutput, RetrievalModel
 from trainer.methods.losses import Terms, positives_or_eye
+from trainer.methods.recipe import SENTENCE_TEXT, Recipe
 
 MatchDistance = Literal["sampled", "csd"]
 
@@ -336,7 +337,24 @@ class PCMECriterion(nn.Module):
             terms["pseudo_share"] = match["pseudo"]
         return terms
 
+# PCME uses AdamP with a cosine schedule; AdamP is not installed, AdamW (decoupled weight decay, the
+# part of AdamP that matters for un-normalised heads) stands in for it. D=512 (PCME's CUB size) halves
+# the J x J sample distances of the loss. Its steps attend over 49 local features (10-100x a global method's
+# cost on a CPU), hence 6 epochs.
+# Every caption of an item each epoch: 6 such epochs (2,820 steps on Flickr8k) reach dev rsum 269.0 and a
+# sigma-decile Spearman of -0.78 text-to-image, against 242.4 / -0.54 for 12 one-caption epochs (564 steps).
+# PCME++'s closed-form distance (--set match_distance=csd) is not the default: only its first epoch of six
+# has been measured (docs/benchmarks.md, "PCME's uncertainty").
+# sigma_lr_scale (the sigma side's own rate, not in the paper) is not the default either: at 20x, on the full
+# train split (120-235 steps, seed 0), sigma spread 2-8x wider with either loss but followed how crowded an
+# item's neighbourhood is (Spearman with the mean cosine of its 10 nearest items +0.5 to +0.8), not whether it
+# is retrieved: sigma-decile Spearman of R@1 i2t/t2i +0.07/-0.05 (csd; control +0.19/-0.37), +0.05/-0.40
+# (sampled; controls -0.54/-0.23 and, seed 1, -0.58/+0.13): bench-results/pcme-uncertainty-sigma.md.
+RECIPE = Recipe({**SENTENCE_TEXT, "embed_dim": 512}, "adamw", 2e-4, weight_decay=1e-4, schedule="cosine",
+                epochs=6, patience=4, per_item=None)
+
 METHODS = (
     MethodSpec("pcme", PCMEConfig, PCMEModel, PCMECriterion,
-               "Gaussian embeddings, soft contrastive + KL + uniformity losses", test_preset={"num_samples": 3}),
+               "Gaussian embeddings, soft contrastive + KL + uniformity losses", RECIPE,
+               test_preset={"num_samples": 3}),
 )

@@ -22,6 +22,7 @@ from trainer.methods.encoders import check_frames, check_shape, check_tokens, ma
 from trainer.methods.functional import euclidean_distances
 from trainer.methods.interface import EncoderOutput, MethodSpec, PairBatch, PairOutput, RetrievalModel, match_matrix
 from trainer.methods.losses import Terms
+from trainer.methods.recipe import SENTENCE_TEXT, Recipe
 
 
 @dataclass(frozen=True)
@@ -256,11 +257,18 @@ class TwoBranchSimCriterion(nn.Module):
     def forward(self, out: PairOutput, batch: PairBatch) -> Terms:
         return self.logistic(out.extras["pair_scores"], out.extras["pair_labels"])
 
+# Two-branch networks §5: two captions of each image side by side so the neighbourhood term has pairs.
+EMBED_RECIPE = Recipe(dict(SENTENCE_TEXT), "adam", 2e-4, weight_decay=1e-5, epochs=30, patience=5,
+                      schedule_patience=2, group=2, per_item=2)
+# The similarity network scores every (item, caption) pair of the validation matrix: fewer items.
+SIM_RECIPE = Recipe(dict(SENTENCE_TEXT), "adam", 2e-4, weight_decay=1e-5, epochs=30, patience=5,
+                    schedule_patience=2, val_items=250)
+
 METHODS = (
     MethodSpec("twobranch-embed", TwoBranchEmbedConfig, TwoBranchEmbedModel, TwoBranchEmbedCriterion,
-               "two-branch embedding network, bi-directional ranking + neighbourhood constraints",
+               "two-branch embedding network, bi-directional ranking + neighbourhood constraints", EMBED_RECIPE,
                test_preset={"hidden_dim": 10, "top_k": 5}),
     MethodSpec("twobranch-sim", TwoBranchSimConfig, TwoBranchSimModel, TwoBranchSimCriterion,
-               "two-branch similarity network, logistic loss on balanced pairs",
+               "two-branch similarity network, logistic loss on balanced pairs", SIM_RECIPE,
                test_preset={"hidden_dim": 10, "sim_hidden": [6, 4]}),
 )

@@ -13,6 +13,7 @@ from trainer.methods.encoders import GlobalEncoders
 from trainer.methods.functional import cosine_matrix
 from trainer.methods.interface import EncoderOutput, MethodSpec, PairBatch, PairOutput, RetrievalModel, single_embedding
 from trainer.methods.losses import Terms, TripletLoss
+from trainer.methods.recipe import SENTENCE_TEXT, Recipe
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class VSEConfig(TextGlobalConfig):
     # their regional-semantics pseudo captions to every batch, as pairs of this weight and as negatives of the
     # annotated pairs (what a warm-started retrain on a few captions needs to tell them from the rest).
     pseudo_weight: float = bounded(0.0, 0.0)
+
+    @property
+    def learns_from_pseudo_pairs(self) -> bool:
+        return self.pseudo_weight > 0
 
 class VSEModel(RetrievalModel):
     """Global features only, L2-normalised (PVSE's K=0 setting; VSE++)."""
@@ -90,6 +95,9 @@ class VSECriterion(nn.Module):
         pseudo_part = (self.pseudo_weight * (per_i2t[n:].sum() + per_t2i[n:].sum()) / n).detach()
         return {"i2t": i2t, "t2i": t2i, "pseudo": pseudo_part, "total": i2t + t2i}
 
+# VSE++: Adam 2e-4 (Faghri et al.), halved when the validation rsum stalls.
+RECIPE = Recipe(dict(SENTENCE_TEXT), "adam", 2e-4, epochs=30, patience=5, schedule_patience=2)
+
 METHODS = (
-    MethodSpec("vse", VSEConfig, VSEModel, VSECriterion, "global features, VSE++ triplet loss"),
+    MethodSpec("vse", VSEConfig, VSEModel, VSECriterion, "global features, VSE++ triplet loss", RECIPE),
 )

@@ -1,6 +1,6 @@
 """The trainer's progress events: the one definition of what ``python -m trainer ... --json-progress`` prints.
 
-The trainer (``trainer.train.Reporter``, ``trainer.cli``) builds these records and writes them with
+The trainer (``trainer.reporting.Reporter``, ``trainer.cli``) builds these records and writes them with
 :func:`dumps`, one JSON object per line on stdout; the engine (the retraining job, ``polyseek train``'s bar,
 asset preparation) reads them back with :func:`parse`. The wire format, as the README documents it::
 
@@ -15,8 +15,9 @@ asset preparation) reads them back with :func:`parse`. The wire format, as the R
 
 A step's ``epoch`` is 1-based, ``step``/``total`` its place in that epoch, ``eta_s`` the estimate for the rest of
 the whole run. An epoch event's ``epoch`` counts the finished epochs (0: the start's own validation of a warm
-start). Non-finite numbers travel as ``null``. Lives at the engine's foundation (no imports beyond the standard
-library) because the engine may not import the trainer, while the trainer may import the engine.
+start). Non-finite numbers travel as ``null``. Part of the trainer contract (:mod:`engine.trainercontract`):
+the engine may not import the trainer, while the trainer may import the engine. :func:`to_progress` and
+:func:`describe` are the one translation of events for a progress display (the CLI's bar, the retraining job).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from engine.progress import Progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,21 @@ def _coerce(annotation: str, value: Any) -> Any:
     if annotation.startswith("dict"):
         return value if isinstance(value, dict) else {}
     return value
+
+
+def to_progress(event: TrainerEvent) -> Progress | None:
+    """The progress record of an event that measures work: a step (``epoch E loss L``, ``step`` of ``total``) or
+    work before training (``stage: message``, ``done`` of ``total``); a finished epoch as its whole (1 of 1, the
+    line :func:`describe` writes). None for the others (a phase, a resume, the end), which are lines only."""
+    if isinstance(event, Step):
+        loss = event.total_loss
+        return Progress(event.step, event.total, f"epoch {event.epoch}" + (f" loss {loss:.4f}" if loss is not None
+                                                                          else ""))
+    if isinstance(event, StageProgress):
+        return Progress(event.done, event.total, f"{event.stage}: {event.message}" if event.message else event.stage)
+    if isinstance(event, EpochEnd):
+        return Progress(1, 1, describe(event))
+    return None
 
 
 def describe(event: TrainerEvent) -> str:

@@ -1,0 +1,76 @@
+"""The activation rule of the library loop: whether a new model, measured beside the active one, replaces it (the one
+rule the CLI's retrain and the GUI's training dialog apply). Measuring both models is :mod:`engine.loop.judge`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.loop.trainingset import MIN_HELDOUT_ITEMS
+
+MIN_HELDOUT_ALONE = 10  # held-aside items the gate needs when they are its only measure
+PSEUDO_TOLERANCE = 12.0  # rsum a retrain may lose on the pseudo pairs (noisy labels): 2 points of mean recall
+
+
+def mean_r10(report: dict[str, Any]) -> float:
+    """The mean of text->item and item->text R@10 of a retrieval report."""
+    return 0.5 * (float(report["i2t"]["r10"]) + float(report["t2i"]["r10"]))
+
+
+def heldout_tolerance(report: dict[str, Any]) -> float:
+    """The rsum that one query in each direction moves on a held-aside set by slipping one place out of a top
+    K: 100/items + 100/captions. A new model within this of the old one is "not worse": a set this small cannot
+    tell them apart. (R@10 alone cannot judge a set of 10 items or fewer: it is 100 for any model.)"""
+    return 100.0 / max(1, int(report["n_media"])) + 100.0 / max(1, int(report["n_captions"]))
+
+
+def gate(result: Judgement) -> tuple[bool, str]:
+    """Whether a retrained model replaces the active one, and why, as one line.
+
+    The rule: the new model is activated when its rsum (R@1+R@5+R@10, both directions) on the held-aside
+    annotations (at least :data:`MIN_HELDOUT_ITEMS` of them, :data:`MIN_HELDOUT_ALONE` when there is no
+    pseudo-pair check) is not below the old model's by more than
+    :func:`heldout_tolerance`, AND its rsum on the
+    library's pseudo pairs (:func:`pseudo_check_set`; not measured when the old ranking is zero-shot, which wrote
+    those captions) is not below the old one's by more than :data:`PSEUDO_TOLERANCE`. With neither measure it is
+    not activated: nothing says it is not worse. A model that is not activated stays registered.
+    """
+    checks: list[tuple[bool, str]] = []
+    pseudo = result.pseudo_before is not None and result.pseudo_after is not None
+    # fewer than 3 items: R@K moves 33+ points an item; alone (no pseudo-pair check, i.e. from zero-shot
+    # ranking), a set needs 10 items: on 4, a model with a tenth of zero-shot's library-wide rsum passed
+    least = MIN_HELDOUT_ITEMS if pseudo else MIN_HELDOUT_ALONE
+    if result.before is not None and result.after is not None and int(result.after["n_media"]) >= least:
+        old, new, tol = float(result.before["rsum"]), float(result.after["rsum"]), heldout_tolerance(result.after)
+        checks.append((new >= old - tol, f"held-aside rsum {old:.0f} -> {new:.0f} "
+                                         f"(R@10 {mean_r10(result.before):.0f} -> {mean_r10(result.after):.0f})"))
+    if pseudo:
+        old, new = float(result.pseudo_before["rsum"]), float(result.pseudo_after["rsum"])
+        checks.append((new >= old - PSEUDO_TOLERANCE, f"pseudo-pair rsum {old:.0f} -> {new:.0f}"))
+    name = result.model_name
+    if not checks:
+        return False, (f"not activated: too little to compare {name} with (fewer than {least} annotated "
+                       f"items held aside{'' if pseudo else ', and no pseudo pairs to check'}); "
+                       f"`polyseek models --activate {name}` uses it")
+    measured = ", ".join(text for _, text in checks)
+    if all(ok for ok, _ in checks):
+        return True, f"activated {name}: {measured}"
+    worse = ", ".join(text for ok, text in checks if not ok)
+    return False, (f"not activated: {worse}, worse than {result.old_model or 'zero-shot'}; {name} is kept, "
+                   f"`polyseek models --activate {name}` uses it")
+
+
+@dataclass
+class Judgement:
+    """A new model measured beside the active one, and the gate's decision (:func:`judge`)."""
+
+    model_name: str
+    old_model: str | None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    pseudo_before: dict[str, Any] | None = None
+    pseudo_after: dict[str, Any] | None = None
+    activated: bool = False
+    decision: str = ""
+    warnings: list[str] = field(default_factory=list)
