@@ -44,7 +44,6 @@ from app.workers import run_in_background
 from engine.search.explain import (
     ellipse_axes,
     ellipse_magnification,
-    probability_text,
     sigma_text,
     significant,
     uncertainty_reading,
@@ -319,6 +318,7 @@ class Inspector(QScrollArea):
         self.similarity_plot: pg.PlotWidget | None = None
         self.word_views: list[QWidget] = []  # a model without attention: each query word's match in the item
         self.sigma_label: QLabel | None = None
+        self.ellipse_label: QLabel | None = None
 
     def show_hit(self, query: str | Path | None, hit: SearchHit | None, rank: Any = None) -> None:
         """Explain ``hit`` for ``query`` (None clears); the explanation is computed off the GUI thread.
@@ -395,7 +395,6 @@ class Inspector(QScrollArea):
             self.probability_bar = QProgressBar(minimum=0, maximum=1000)
             self.probability_bar.setValue(round(1000 * ex.match_probability))
             self.probability_bar.setFormat(f"p(match) = {significant(ex.match_probability, 2)}")
-            layout.addWidget(_plain_label(probability_text(ex.match_probability)))
             layout.addWidget(self.probability_bar)
         if ex.similarity.size > 1:
             q, i = ex.head_pair
@@ -419,22 +418,30 @@ class Inspector(QScrollArea):
 
     def _add_word_matches(self, matches: tuple[WordMatch, ...], image: QImage | None) -> None:
         """A model without attention: each query word, the class of the item's regions it matches and where
-        (a photo's 7 x 7 regions as a heatmap; a clip's regions over its frames in words only)."""
+        (a photo's 7 x 7 regions as a heatmap, two a row; a clip's regions over its frames in words only); the
+        words nothing in the item comes near are said in one line under them."""
         layout = self._group("Your words in this item (classes seen in its regions)")
         regions = len(matches[0].regions)
         photo = image is not None and regions == 49
+        unit = "regions" if photo else "regions of its frames"
         grid = QGridLayout()
         layout.addLayout(grid)
-        for n, match in enumerate(matches):
-            text = word_match_text(match, regions, "regions" if photo else "regions of its frames")
-            if photo and match.class_name is not None:
-                view = _image_label(overlay(image, match.regions.reshape(7, 7)), text, head_colour(n), False,
-                                    self._cell_size())
+        found = [m for m in matches if m.class_name is not None]
+        for n, match in enumerate(found):
+            if photo:
+                view = _image_label(overlay(image, match.regions.reshape(7, 7)), word_match_text(match, regions, unit),
+                                    head_colour(n), False, self._cell_size())
                 view.findChildren(QLabel)[-1].setWordWrap(True)
+                grid.addWidget(view, n // 2, n % 2)
             else:
-                view = _plain_label(text)
-            grid.addWidget(view, len(self.word_views) // 2 if photo else len(self.word_views),
-                           len(self.word_views) % 2 if photo else 0)
+                view = _plain_label(word_match_text(match, regions, unit))
+                grid.addWidget(view, n, 0)
+            self.word_views.append(view)
+        missing = [m.word for m in matches if m.class_name is None]
+        if missing:
+            view = _plain_label(f"Nothing in this item is close to: {', '.join(missing)} (no class of its regions "
+                                "comes near these words, so they add nothing here)")
+            layout.addWidget(view)
             self.word_views.append(view)
 
     def _add_item_attention(self, ex: Explanation, loaded: _Loaded) -> None:
@@ -506,9 +513,12 @@ class Inspector(QScrollArea):
         plot.addItem(image)
         plot.invertY(True)
         plot.setAspectLocked(True)
+        low, spread = float(sim.min()), float(np.ptp(sim))
+        digits = 2 if spread >= 0.05 else 3  # close values must not all read the same
         for (q, i), value in np.ndenumerate(sim):
-            ink = "w" if value < sim.max() * 0.7 else "k"  # dark cells get white text
-            text = pg.TextItem(f"{value:.2f}", anchor=(0.5, 0.5), color=ink)
+            shade = (float(value) - low) / spread if spread > 0 else 1.0  # where the cell is on the colour map
+            ink = "w" if shade < 0.6 else "k"  # dark cells get white text
+            text = pg.TextItem(f"{value:.{digits}f}", anchor=(0.5, 0.5), color=ink)
             text.setPos(i + 0.5, q + 0.5)
             plot.addItem(text)
         q, i = ex.head_pair
@@ -581,12 +591,14 @@ class Inspector(QScrollArea):
                              ("item", ex.item_mu_2d, ex.item_sigma, ex.item_uncertainty, "#ff7f0e"))]
         factor = self.ellipse_scale = ellipse_magnification([c for _, c, _, _ in shapes], [a for _, _, a, _ in shapes])
         if factor is None:
-            title = "Embeddings in 2-D: the two means (σ is too small at this scale to draw)"
+            scale = "The two means; σ is too small at this scale to draw."
         elif factor > 1:
-            title = f"Embeddings in 2-D: means and 1σ / 2σ ellipses, drawn {factor:g}× larger to be visible"
+            scale = f"Means with 1σ / 2σ ellipses, drawn {factor:g}× larger than they are so they can be seen."
         else:
-            title = "Embeddings in 2-D: means and 1σ / 2σ ellipses"
-        layout = self._group(title)
+            scale = "Means with 1σ / 2σ ellipses, at true size."
+        layout = self._group("Embeddings in 2-D")
+        self.ellipse_label = _plain_label(scale)
+        layout.addWidget(self.ellipse_label)
         plot = _plot(200)
         plot.setAspectLocked(True)
         plot.addLegend(offset=(5, 5))

@@ -115,13 +115,6 @@ def sigma_text(value: float, library_range: tuple[float, float] | None) -> str:
             f"certain{where})")
 
 
-def probability_text(probability: float) -> str:
-    """PCME's match probability in words: "The model gives this a 67 % chance of matching the query"."""
-    pct = 100.0 * probability
-    shown = f"{pct:.0f}" if pct >= 1 else f"{pct:.1g}"
-    return f"The model gives this a {shown} % chance of matching the query"
-
-
 def ellipse_axes(sigma: np.ndarray | None, uncertainty: float | None) -> tuple[float, float] | None:
     """The two half-axes of a 1-sigma ellipse: a 2-D sigma as given, else the scalar uncertainty (or the
     geometric mean of a higher-dimensional sigma) on both axes."""
