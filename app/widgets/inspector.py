@@ -453,8 +453,9 @@ class Inspector(QScrollArea):
             layout.addLayout(grid)
             for head in range(k):
                 maps = ex.item_attention[head].reshape(ex.item_grid)
-                view = _image_label(overlay(loaded.image, maps), f"head {head}", head_colour(head),
-                                    head == matched_item_head, self._cell_size())
+                caption = f"head {head}" if k > 1 else "its attention over the picture"  # one map: no head to pick
+                view = _image_label(overlay(loaded.image, maps), caption, head_colour(head),
+                                    k > 1 and head == matched_item_head, self._cell_size())
                 grid.addWidget(view, head // 2, head % 2)
                 self.head_views.append(view)
         elif loaded.frames:
@@ -490,10 +491,15 @@ class Inspector(QScrollArea):
             return
         matched = ex.head_pair[0]
         if ex.query_tokens:
-            layout = self._group("Query words each head attends to")
-            for head in range(ex.query_attention.shape[0]):
+            heads = ex.query_attention.shape[0]
+            layout = self._group("Query words each head attends to" if heads > 1
+                                 else "Query words the model attends to")
+            for head in range(heads):
                 strip = TokenStrip(ex.query_tokens, ex.query_attention[head], head_colour(head))
-                _add_head_row(layout, head, head == matched, strip)
+                if heads > 1:
+                    _add_head_row(layout, head, head == matched, strip)
+                else:
+                    layout.addWidget(strip)
                 self.token_strips.append(strip)
         elif query_image is not None and ex.query_attention.shape[1] == 49:
             layout = self._group("Where each head looks in the example")
