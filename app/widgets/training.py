@@ -348,8 +348,9 @@ class TrainingDialog(TrainingForm):
         self.frame_epochs()
         if training_set is not None:
             held = int(training_set.n_heldout_items)
-            self.val_plot.setTitle(f"trainer's check: rsum of the model alone on the {held} held-aside item"
-                                   f"{'s' if held != 1 else ''} (epoch 0: the model it starts from)")
+            self.val_plot.setTitle(f"trainer's check: model alone, {held} held-aside item{'s' if held != 1 else ''}")
+            self.val_plot.setToolTip(f"rsum of the model alone on the {held} held-aside items after each epoch "
+                                     "(epoch 0: the model it starts from); the table below ranks as the app does")
         self._set_state("running", f"Starting {result.method}…")
 
     def _on_done(self, event: events.Done) -> None:

@@ -48,6 +48,7 @@ class TrainingForm(QDialog):
         self.run_progress = RunProgress(epochs=1)  # the whole run's position, shown by the progress bar
         self._phase_marker: pg.InfiniteLine | None = None  # where fine-tuning began, on the rsum plot
         self._build(data_folder)
+        self.frame_epochs()
 
     def _build(self, data_folder: str) -> None:
         self.source = QComboBox()
@@ -106,7 +107,7 @@ class TrainingForm(QDialog):
         self.status = plain_label("Not started", wrap=True)  # messages carry paths
         self.loss_plot = self._plot("training loss", "step")
         self.loss_curve = self.loss_plot.plot(pen=pg.mkPen("#1f77b4", width=2))
-        self.val_plot = self._plot("trainer's check: validation rsum of the model alone", "epoch")
+        self.val_plot = self._plot("trainer's check: rsum, model alone", "epoch")
         epoch_axis = self.val_plot.getAxis("bottom")
         epoch_axis.enableAutoSIPrefix(False)  # epochs are whole numbers: never "epoch (x0.001)"
         self.val_curve = self.val_plot.plot(pen=pg.mkPen("#d62728", width=2), symbol="o", symbolSize=6)

@@ -170,8 +170,8 @@ class Comparison:
             text += " Text → item recall (%) in the table; rsum adds R@1/5/10 of both directions."
         if self.old_error:
             text += f" The active model could not be measured: {self.old_error}"
-        text += ("\nThe curve above is the trainer's own check after each epoch (the model alone, without the "
-                 "zero-shot semantics the app ranks with), so its figures differ from these.")
+        text += ("\nThe curve above is the trainer's own check (the model alone, without the zero-shot semantics "
+                 "the app ranks with): its figures differ from these.")
         if self.decision:  # a library retrain: the rule `polyseek retrain` applies has decided
             text += f"\n{self.decision[0].upper()}{self.decision[1:]}."
         return text
@@ -213,10 +213,11 @@ class ComparisonBox(QGroupBox):
         self.use_button.setToolTip("Make the new model active and re-embed the library in the background")
         self.use_button.clicked.connect(self.use_clicked)
         row = QHBoxLayout()
-        row.addWidget(self.note, 1)
+        row.addStretch(1)
         row.addWidget(self.use_button)
         box = QVBoxLayout(self)
         box.addWidget(self.table)
+        box.addWidget(self.note)  # its own row: several wrapped lines need the box's whole width
         box.addLayout(row)
 
     def show_comparison(self, comparison: Comparison) -> None:

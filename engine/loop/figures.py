@@ -108,9 +108,8 @@ def comparison_text(old: Figure | None, new: Figure | None, old_name: str, new_n
     if not new.meaningful:
         return (f"Not meaningful yet: only {new.items} item{'s' if new.items != 1 else ''} "
                 f"({new.captions} caption{'s' if new.captions != 1 else ''}) of {new.set_name}. "
-                f"Under {MIN_MEANINGFUL_ITEMS}, R@K moves {100 / max(1, new.items):.0f} "
-                f"points an item and a ranking by chance already scores rsum {new.chance:.0f} of 600, so the two "
-                "models cannot be told apart: annotate more items and train again.")
+                f"Under {MIN_MEANINGFUL_ITEMS}, one item moves R@K by {100 / max(1, new.items):.0f} points and chance "
+                f"alone scores rsum {new.chance:.0f} of 600: annotate more items and train again.")
     delta = new.rsum - old.rsum
     return (f"rsum {old.rsum:.1f} → {new.rsum:.1f} ({delta:+.1f}) on {new.where()}; chance alone scores "
             f"{new.chance:.0f}.")
