@@ -22,8 +22,8 @@ from typing import Any
 
 MIN_MEANINGFUL_ITEMS = 30
 KS = (1, 5, 10)
-SEARCH = "search"  # ranked as the app ranks: the model beside the zero-shot semantics
-MODEL_ALONE = "model alone"  # the trainer's check: the model's own scores
+SEARCH = "ranked as the app searches"  # the model beside the zero-shot semantics
+MODEL_ALONE = "the model alone"  # the trainer's check: the model's own scores
 
 
 def chance_rsum(items: int, candidates: int | None = None, ks: Sequence[int] = KS) -> float:
