@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -500,11 +501,35 @@ class SearchService:
             else:
                 encoded, token_lists = trained.encode_text([str(query)])
                 tokens = tuple(token_lists[0])
-            return trained.explain(encoded, tokens, record)
+            explained = trained.explain(encoded, tokens, record)
+            if explained.item_attention.size or isinstance(query, Path):
+                return explained
+            # no attention (VSE, K = 1): the regional semantics the ranking fuses with the model explain instead
+            method = f"{trained.runner.method}, K={trained.runner.num_embeddings}"
+            note = (f"model {trained.record.name} ({method}) makes one vector of the whole item and one of the whole "
+                    "query: it has no per-word or per-region attention to show. What can be shown: which classes "
+                    "seen in this item's regions match your words (the zero-shot semantics the search weighs beside "
+                    "the model).")
+            return replace(explained, notes=(note, *explained.notes[1:]),
+                           word_matches=self._word_matches(str(query), record))
         feats = self.features.get(record.content_hash, self.encoders.backbone.id)
         if feats is None:
             raise LookupError(f"{record.path} has no features yet (index it first)")
-        return _zero_shot_explanation(str(query), record, feats, self.encoders)
+        return _zero_shot_explanation(str(query), record, self._word_matches(str(query), record))
+
+    def _word_matches(self, query: str, record: MediaRecord) -> tuple:
+        """Each content word of ``query`` against the item's regional semantics
+        (:func:`engine.search.explain.word_matches`); empty when the item has none stored."""
+        from engine.features.regional import content_words
+        from engine.search.explain import word_matches
+
+        feats = self.features.get(record.content_hash, self.encoders.backbone.id)
+        if feats is None or feats.region_top_ids is None or feats.region_top_probs is None:
+            return ()
+        encoders = self.encoders
+        return word_matches(content_words(query), feats.region_top_ids, feats.region_top_probs,
+                            encoders.class_names, encoders.class_embeddings,
+                            lambda words: encoders.minilm.encode(words).sentence)
 
     def _active_trained(self):
         """The TrainedSearch of the active model, or None while zero-shot ranking is active."""
@@ -826,25 +851,12 @@ def _clean(text: str) -> str:
     return text
 
 
-def _zero_shot_explanation(query: str, record: MediaRecord, feats, encoders: Encoders) -> Explanation:
-    """Regions of the item that carry the classes the query names (one 'head': the class match)."""
-    from engine.features.regional import content_words
-
-    words = content_words(query) or [query]
-    names = encoders.class_names
-    class_emb = encoders.class_embeddings
-    word_emb = encoders.minilm.encode(words).sentence
-    ids = feats.region_top_ids.astype(np.int64)  # (R, k)
-    probs = feats.region_top_probs.astype(np.float32)
-    relevance = np.clip(word_emb @ class_emb.T, 0.0, None)  # (W, C)
-    per_region = (probs[None] * relevance[:, ids]).sum(-1)  # (W, R)
-    item_attention = per_region.max(0, keepdims=True)
-    item_attention = item_attention / max(float(item_attention.sum()), 1e-9)
-    query_attention = per_region.max(1)[None]
-    query_attention = query_attention / max(float(query_attention.sum()), 1e-9)
-    grid = (7, 7) if record.kind == MediaKind.IMAGE and ids.shape[0] == 49 else None
-    best = int(np.argmax(item_attention[0]))
-    notes = (f"zero-shot model: ranked by regional semantics; the best region shows "
-             f"'{names[ids[best, 0]]}'",)
-    return Explanation(tuple(words), query_attention.astype(np.float32), item_attention.astype(np.float32), grid,
-                       np.ones((1, 1), np.float32), (0, 0), notes=notes)
+def _zero_shot_explanation(query: str, record: MediaRecord, matches: tuple) -> Explanation:
+    """The zero-shot ranking has no attention: it ranks by the classes seen in the item's regions, so it explains
+    by which of them match the query's words (``matches``, :func:`engine.search.explain.word_matches`)."""
+    empty = np.zeros((0, 0), np.float32)
+    found = [m for m in matches if m.class_name is not None]
+    note = ("zero-shot ranking: no trained model, no attention; items are ranked by the classes seen in their "
+            "regions (regional semantics)" + ("" if found else ", and none of them is close to a word of this query"))
+    return Explanation(tuple(m.word for m in matches), empty, empty, None, empty, (0, 0), notes=(note,),
+                       word_matches=matches)

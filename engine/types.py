@@ -45,6 +45,21 @@ class SearchHit:
 
 
 @dataclass(frozen=True, slots=True)
+class WordMatch:
+    """One word of a query read against an item's regional semantics (A3VSE §3.2): the ImageNet class among the
+    item's regions that matches the word best, how well (``similarity``, the MiniLM cosine of word and class name)
+    and, per region (or per sampled frame's region), that class's probability there (``regions``). ``class_name``
+    is None when no class of the item comes near the word (below the zero-shot ranking's own word floor), so the
+    word carries no regional evidence for this item."""
+
+    word: str
+    class_name: str | None
+    similarity: float
+    regions: np.ndarray
+    strong_regions: int = 0  # regions where the class is at least a tenth of what the region shows
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """Everything the inspector draws for one (query, item) pair.
 
@@ -71,6 +86,11 @@ class Explanation:
     item_uncertainty_percentile: float | None = None
     library_items: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # A model without attention (VSE, K = 1; the zero-shot ranking): what it can honestly say instead, each query
+    # word's match among the item's regions (empty item_attention / query_attention then)
+    word_matches: tuple[WordMatch, ...] = ()
+    # PCME: the library's least and most uncertain items under the model (what the item's sigma is read against)
+    library_uncertainty_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

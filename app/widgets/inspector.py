@@ -1,11 +1,13 @@
 """The inspector: why one result matched one query.
 
-For the selected result it draws, from ``service.explain(query, media_id)``: each head's attention as
-a heatmap over the image (K heads side by side) or, for GIFs and videos, over a strip of frames; the
-query's words tinted by each head's attention; the K x K head-to-head similarity with the matched pair;
-the query's and the item's uncertainty, the item's read against the library's ("ambiguous: among the 10 % least
-certain items of this library"); the match probability; and the 2-D means with their sigma as
-ellipses. When the active model has no heads (zero-shot), it shows the explanation's notes instead.
+It draws what the active model really has (``service.explain(query, media_id)``; the words and numbers come from
+:mod:`engine.search.explain`): per-head attention only where the model has attention (PVSE / A3VSE heads side by
+side, PCME's one map; over a strip of frames for GIFs and videos), the query's words tinted by each head (never
+the text encoder's [CLS] / [SEP]), the K x K head-to-head similarity with the matched pair. A model without
+attention (VSE, K = 1, and the zero-shot ranking) says so and shows instead which classes seen in the item's
+regions match the query's words, and where. Uncertainty only for PCME: the match probability in words, the item's
+sigma beside the library's range and its place among the library's items, the 2-D means with 1σ / 2σ ellipses
+(magnified by a stated factor when at true size they would be dots).
 
 Queries and captions are user text: everything here paints them as plain text, never as markup.
 """
@@ -13,7 +15,6 @@ Queries and captions are user text: everything here paints them as plain text, n
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,18 @@ from app.widgets.plaintext import plain_label, plain_tooltip
 from app.widgets.results import read_image
 from app.widgets.viewer import matched_frame, read_scaled
 from app.workers import run_in_background
-from engine.types import Explanation, MediaKind, SearchHit
+from engine.search.explain import (
+    ellipse_axes,
+    ellipse_magnification,
+    sigma_text,
+    significant,
+    uncertainty_reading,
+    word_match_text,
+)
+from engine.types import Explanation, MediaKind, SearchHit, WordMatch
+
+__all__ = ["Inspector", "TokenStrip", "FrameStrip", "bin_weights", "ellipse_axes", "heatmap_image", "overlay",
+           "uncertainty_reading"]  # the reading and the ellipse axes are the engine's, re-exported for the widgets
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +89,6 @@ def overlay(base: QImage, weights: np.ndarray) -> QPixmap:
     return canvas
 
 
-AMBIGUOUS_PERCENTILE = 90.0  # the library's 10 % least certain items read "ambiguous"
-CLEAR_PERCENTILE = 10.0  # its 10 % most certain read "clear"
-
-
-def uncertainty_reading(percentile: float, items: int) -> str:
-    """The item's uncertainty in words, from where it sits among the library's ``items`` (``percentile``: the
-    share of them at most as uncertain, :attr:`engine.types.Explanation.item_uncertainty_percentile`)."""
-    one_item = 100.0 / max(1, items)  # never a finer share than one item of the library
-    if percentile >= AMBIGUOUS_PERCENTILE:
-        share = max(1, math.ceil(100.0 - percentile), math.ceil(one_item))
-        return f"Ambiguous: among the {share} % least certain of the {items:,} items in this library"
-    if percentile <= CLEAR_PERCENTILE:
-        share = max(1, math.ceil(percentile), math.ceil(one_item))
-        return f"Clear: among the {share} % most certain of the {items:,} items in this library"
-    return f"Typical: more uncertain than {percentile:.0f} % of the {items:,} items in this library"
-
-
 def bin_weights(weights: np.ndarray, n_bins: int) -> np.ndarray:
     """Sum a 1-D weight vector over a clip's sampled frames into the ``n_bins`` frames shown (frames shown <
     frames attended: a clip shorter than the sample repeats its frames): each sampled frame goes to the shown frame
@@ -105,21 +100,6 @@ def bin_weights(weights: np.ndarray, n_bins: int) -> np.ndarray:
         return w
     shown = [matched_frame(k, n_bins, w.size) for k in range(w.size)]
     return np.bincount(shown, weights=w, minlength=n_bins).astype(np.float32)
-
-
-def ellipse_axes(sigma: np.ndarray | None, uncertainty: float | None) -> tuple[float, float] | None:
-    """The two half-axes of a 1-sigma ellipse: a 2-D sigma as given, else the scalar uncertainty (or the
-    geometric mean of a higher-dimensional sigma) on both axes."""
-    if sigma is not None:
-        s = np.asarray(sigma, dtype=np.float64).reshape(-1, np.asarray(sigma).shape[-1])[0]
-        if s.size == 2:
-            return float(s[0]), float(s[1])
-        if s.size > 0 and np.all(s > 0):
-            g = float(np.exp(np.log(s).mean()))
-            return g, g
-    if uncertainty is not None:
-        return float(uncertainty), float(uncertainty)
-    return None
 
 
 class TokenStrip(QWidget):
@@ -334,7 +314,11 @@ class Inspector(QScrollArea):
         self.uncertainty_label: QLabel | None = None
         self.uncertainty_bar: QProgressBar | None = None
         self.ellipse_plot: pg.PlotWidget | None = None
+        self.ellipse_scale: float | None = None  # the factor the 1-sigma ellipses are drawn at (None: not drawn)
         self.similarity_plot: pg.PlotWidget | None = None
+        self.word_views: list[QWidget] = []  # a model without attention: each query word's match in the item
+        self.sigma_label: QLabel | None = None
+        self.ellipse_label: QLabel | None = None
 
     def show_hit(self, query: str | Path | None, hit: SearchHit | None, rank: Any = None) -> None:
         """Explain ``hit`` for ``query`` (None clears); the explanation is computed off the GUI thread.
@@ -379,6 +363,8 @@ class Inspector(QScrollArea):
         if ex.item_attention.size:
             self._add_item_attention(ex, loaded)
             self._add_query_attention(ex, loaded.query_image)
+        elif ex.word_matches:
+            self._add_word_matches(ex.word_matches, loaded.image)
         elif loaded.image is not None:
             self._add_preview(loaded.image)
         if ex.similarity.size > 1:  # one head each: nothing to compare
@@ -408,7 +394,7 @@ class Inspector(QScrollArea):
         if ex.match_probability is not None:
             self.probability_bar = QProgressBar(minimum=0, maximum=1000)
             self.probability_bar.setValue(round(1000 * ex.match_probability))
-            self.probability_bar.setFormat(f"p(match) = {ex.match_probability:.3f}")
+            self.probability_bar.setFormat(f"p(match) = {significant(ex.match_probability, 2)}")
             layout.addWidget(self.probability_bar)
         if ex.similarity.size > 1:
             q, i = ex.head_pair
@@ -430,6 +416,34 @@ class Inspector(QScrollArea):
         picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._group("Preview").addWidget(picture)
 
+    def _add_word_matches(self, matches: tuple[WordMatch, ...], image: QImage | None) -> None:
+        """A model without attention: each query word, the class of the item's regions it matches and where
+        (a photo's 7 x 7 regions as a heatmap, two a row; a clip's regions over its frames in words only); the
+        words nothing in the item comes near are said in one line under them."""
+        layout = self._group("Your words in this item (classes seen in its regions)")
+        regions = len(matches[0].regions)
+        photo = image is not None and regions == 49
+        unit = "regions" if photo else "regions of its frames"
+        grid = QGridLayout()
+        layout.addLayout(grid)
+        found = [m for m in matches if m.class_name is not None]
+        for n, match in enumerate(found):
+            if photo:
+                view = _image_label(overlay(image, match.regions.reshape(7, 7)), word_match_text(match, regions, unit),
+                                    head_colour(n), False, self._cell_size())
+                view.findChildren(QLabel)[-1].setWordWrap(True)
+                grid.addWidget(view, n // 2, n % 2)
+            else:
+                view = _plain_label(word_match_text(match, regions, unit))
+                grid.addWidget(view, n, 0)
+            self.word_views.append(view)
+        missing = [m.word for m in matches if m.class_name is None]
+        if missing:
+            view = _plain_label(f"Nothing in this item is close to: {', '.join(missing)} (no class of its regions "
+                                "comes near these words, so they add nothing here)")
+            layout.addWidget(view)
+            self.word_views.append(view)
+
     def _add_item_attention(self, ex: Explanation, loaded: _Loaded) -> None:
         k = ex.item_attention.shape[0]
         matched_item_head = ex.head_pair[1]
@@ -439,8 +453,9 @@ class Inspector(QScrollArea):
             layout.addLayout(grid)
             for head in range(k):
                 maps = ex.item_attention[head].reshape(ex.item_grid)
-                view = _image_label(overlay(loaded.image, maps), f"head {head}", head_colour(head),
-                                    head == matched_item_head, self._cell_size())
+                caption = f"head {head}" if k > 1 else "its attention over the picture"  # one map: no head to pick
+                view = _image_label(overlay(loaded.image, maps), caption, head_colour(head),
+                                    k > 1 and head == matched_item_head, self._cell_size())
                 grid.addWidget(view, head // 2, head % 2)
                 self.head_views.append(view)
         elif loaded.frames:
@@ -476,10 +491,15 @@ class Inspector(QScrollArea):
             return
         matched = ex.head_pair[0]
         if ex.query_tokens:
-            layout = self._group("Query words each head attends to")
-            for head in range(ex.query_attention.shape[0]):
+            heads = ex.query_attention.shape[0]
+            layout = self._group("Query words each head attends to" if heads > 1
+                                 else "Query words the model attends to")
+            for head in range(heads):
                 strip = TokenStrip(ex.query_tokens, ex.query_attention[head], head_colour(head))
-                _add_head_row(layout, head, head == matched, strip)
+                if heads > 1:
+                    _add_head_row(layout, head, head == matched, strip)
+                else:
+                    layout.addWidget(strip)
                 self.token_strips.append(strip)
         elif query_image is not None and ex.query_attention.shape[1] == 49:
             layout = self._group("Where each head looks in the example")
@@ -499,9 +519,12 @@ class Inspector(QScrollArea):
         plot.addItem(image)
         plot.invertY(True)
         plot.setAspectLocked(True)
+        low, spread = float(sim.min()), float(np.ptp(sim))
+        digits = 2 if spread >= 0.05 else 3  # close values must not all read the same
         for (q, i), value in np.ndenumerate(sim):
-            ink = "w" if value < sim.max() * 0.7 else "k"  # dark cells get white text
-            text = pg.TextItem(f"{value:.2f}", anchor=(0.5, 0.5), color=ink)
+            shade = (float(value) - low) / spread if spread > 0 else 1.0  # where the cell is on the colour map
+            ink = "w" if shade < 0.6 else "k"  # dark cells get white text
+            text = pg.TextItem(f"{value:.{digits}f}", anchor=(0.5, 0.5), color=ink)
             text.setPos(i + 0.5, q + 0.5)
             plot.addItem(text)
         q, i = ex.head_pair
@@ -533,50 +556,74 @@ class Inspector(QScrollArea):
             layout.addWidget(self.uncertainty_label)
             self.uncertainty_bar = QProgressBar(minimum=0, maximum=1000)
             self.uncertainty_bar.setValue(round(10 * pct))
-            self.uncertainty_bar.setFormat(f"uncertainty percentile {pct:.0f} in this library")
+            self.uncertainty_bar.setFormat(f"more uncertain than {pct:.0f} % of this library")
             self.uncertainty_bar.setToolTip(plain_tooltip(
                 "Where this item's uncertainty (the geometric mean of its sigma) sits among every item of this "
                 "library under the active model: left is the most certain, right the most ambiguous."))
             layout.addWidget(self.uncertainty_bar)
-        layout.addWidget(_plain_label("Geometric mean of sigma:"))
-        values = [ex.query_uncertainty or 0.0, ex.item_uncertainty or 0.0]
         self.uncertainty_values = (ex.query_uncertainty, ex.item_uncertainty)
-        plot = _plot(110)
-        bars = pg.BarGraphItem(x0=[0, 0], y=[0, 1], width=values, height=0.6,
-                               brushes=[QColor("#1f77b4"), QColor("#ff7f0e")])
-        plot.addItem(bars)
-        plot.getAxis("left").setTicks([[(0, "query"), (1, "item")]])
-        plot.setXRange(0, max(values) * 1.15 or 1.0)
-        plot.setYRange(-0.6, 1.6)
-        self.uncertainty_plot = plot
-        layout.addWidget(plot)
-        layout.addWidget(_plain_label(
-            "  ".join(f"{name} σ = {v:.3f}" for name, v in zip(("query", "item"), values, strict=True))))
+        lines = []
+        if ex.item_uncertainty is not None:
+            lines.append("Item: " + sigma_text(ex.item_uncertainty, ex.library_uncertainty_range))
+        if ex.query_uncertainty is not None:
+            lines.append(f"Query: σ {significant(ex.query_uncertainty)} (a sentence's own uncertainty, "
+                         "not ranked against the library's items)")
+        self.sigma_label = _plain_label("\n".join(lines))
+        self.sigma_label.setObjectName("sigmaReading")
+        layout.addWidget(self.sigma_label)
+        if ex.item_uncertainty is not None and ex.library_uncertainty_range is not None:
+            self.uncertainty_plot = self._library_strip(ex.item_uncertainty, ex.library_uncertainty_range)
+            layout.addWidget(self.uncertainty_plot)
+
+    def _library_strip(self, value: float, spread: tuple[float, float]) -> pg.PlotWidget:
+        """The library's sigma range as a bar from its most to its least certain item, the item marked on it:
+        the axis spans the library, so a difference of 0.001 between items reads as far as it is among them."""
+        low, high = spread
+        plot = _plot(70)
+        pad = (high - low) * 0.05 or abs(low) * 0.05 or 1e-3
+        plot.addItem(pg.BarGraphItem(x0=[low], y=[0], width=[max(high - low, pad / 10)], height=0.5,
+                                     brush=QColor(127, 127, 127, 70), pen=pg.mkPen("#7f7f7f")))
+        plot.plot([value], [0], pen=None, symbol="d", symbolSize=14, symbolBrush=QColor("#ff7f0e"), name="item")
+        plot.getAxis("left").setTicks([[(0, "library")]])
+        plot.getAxis("bottom").setLabel("σ (geometric mean) under this model")
+        plot.getAxis("bottom").enableAutoSIPrefix(False)
+        plot.setXRange(min(low, value) - pad, max(high, value) + pad, padding=0)
+        plot.setYRange(-0.6, 0.6)
+        return plot
 
     def _add_ellipses(self, ex: Explanation) -> None:
-        layout = self._group("Embeddings in 2-D: mean and 1σ / 2σ ellipses")
+        shapes = [(name, np.asarray(mu, dtype=np.float64), ellipse_axes(sigma, unc), colour) for name, mu, sigma, unc,
+                  colour in (("query", ex.query_mu_2d, ex.query_sigma, ex.query_uncertainty, "#1f77b4"),
+                             ("item", ex.item_mu_2d, ex.item_sigma, ex.item_uncertainty, "#ff7f0e"))]
+        factor = self.ellipse_scale = ellipse_magnification([c for _, c, _, _ in shapes], [a for _, _, a, _ in shapes])
+        if factor is None:
+            scale = "The two means; σ is too small at this scale to draw."
+        elif factor > 1:
+            scale = f"Means with 1σ / 2σ ellipses, drawn {factor:g}× larger than they are so they can be seen."
+        else:
+            scale = "Means with 1σ / 2σ ellipses, at true size."
+        layout = self._group("Embeddings in 2-D")
+        self.ellipse_label = _plain_label(scale)
+        layout.addWidget(self.ellipse_label)
         plot = _plot(200)
         plot.setAspectLocked(True)
         plot.addLegend(offset=(5, 5))
-        for name, mu, sigma, unc, colour in (
-            ("query", ex.query_mu_2d, ex.query_sigma, ex.query_uncertainty, "#1f77b4"),
-            ("item", ex.item_mu_2d, ex.item_sigma, ex.item_uncertainty, "#ff7f0e"),
-        ):
-            centre = np.asarray(mu, dtype=np.float64)
-            _draw_gaussian(plot, name, centre, ellipse_axes(sigma, unc), QColor(colour))
+        for name, centre, axes, colour in shapes:
+            _draw_gaussian(plot, name, centre, axes, QColor(colour), factor)
         self.ellipse_plot = plot
         layout.addWidget(plot)
 
 
 def _draw_gaussian(plot: pg.PlotWidget, name: str, mu: np.ndarray, axes: tuple[float, float] | None,
-                   colour: QColor) -> None:
+                   colour: QColor, factor: float | None) -> None:
+    """A mean as a dot and, unless ``factor`` is None, its 1- and 2-sigma ellipses ``factor`` times their size."""
     centres = mu.reshape(-1, 2)
     plot.plot(centres[:, 0], centres[:, 1], pen=None, symbol="o", symbolBrush=colour, name=name)
-    if axes is None:
+    if axes is None or factor is None:
         return
     for cx, cy in centres:
         for n_sigma, alpha in ((1, 0.35), (2, 0.12)):
-            ax, ay = axes[0] * n_sigma, axes[1] * n_sigma
+            ax, ay = axes[0] * n_sigma * factor, axes[1] * n_sigma * factor
             ellipse = QGraphicsEllipseItem(cx - ax, cy - ay, 2 * ax, 2 * ay)
             fill = QColor(colour)
             fill.setAlphaF(alpha)

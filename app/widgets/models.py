@@ -1,5 +1,6 @@
-"""The model manager: the library's registered models with their metrics; make one active, revert to the one
-before, rename or delete one."""
+"""The model manager: the library's registered models, each with its own figure and the set it was measured on
+(:mod:`engine.loop.figures`, the definition the training dialog uses too); make one active, revert to the one
+before, rename or delete one. Figures on different sets are never set side by side as if they compared."""
 
 from __future__ import annotations
 
@@ -23,22 +24,31 @@ from PySide6.QtWidgets import (
 
 from app.service_api import ZERO_SHOT, ModelInfo, active_model
 from app.widgets.plaintext import plain_label, plain_tooltip
-
-_SHOWN_METRICS = ("rsum", "r1", "r5", "r10", "medr")
+from engine.loop.figures import model_figure
 
 
 def metrics_text(metrics: dict[str, Any]) -> str:
-    """The headline metrics of a model, "rsum 301.5 · r1 12.0" (nested i2t/t2i dicts are summarised)."""
-    parts = []
-    for key in _SHOWN_METRICS:
-        value = metrics.get(key)
-        if isinstance(value, int | float):
-            parts.append(f"{key} {value:.1f}")
-    for direction in ("i2t", "t2i"):
-        sub = metrics.get(direction)
-        if isinstance(sub, dict) and isinstance(sub.get("r10"), int | float):
-            parts.append(f"{direction} R@10 {sub['r10']:.1f}")
-    return " · ".join(parts) or "—"
+    """A model's own figure with its set ("rsum 250.8 on 1,500 items (3,500 captions) of its validation split
+    “starter-val”, model alone"), "not meaningful yet: ..." under the floor, "—" when it has none."""
+    figure = model_figure(metrics)
+    return figure.text() if figure is not None else "—"
+
+
+def comparable_groups(models: list[ModelInfo]) -> dict[str, int]:
+    """Each model's group: models whose figures were measured the same way on the same set share a number
+    (only those compare); a model with no figure, or one under the floor, is in none."""
+    groups: dict[str, int] = {}
+    seen: list[Any] = []
+    for model in models:
+        figure = model_figure(dict(model.metrics or {}))
+        if figure is None or not figure.meaningful:
+            continue
+        match = next((n for n, other in enumerate(seen) if figure.same_measure(other)), None)
+        if match is None:
+            seen.append(figure)
+            match = len(seen) - 1
+        groups[model.name] = match
+    return groups
 
 
 STARTER = "starter"  # engine.loop.starter.STARTER_NAME: offered again to a library without it, so it stays
@@ -70,7 +80,8 @@ class ModelsDialog(QDialog):
         self.setWindowTitle("Models")
         self._models: list[ModelInfo] = []
         self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["Name", "Method", "Metrics", "Active"])
+        self.table.setHorizontalHeaderLabels(["Name", "Method", "Its own figure (and the set it was measured on)",
+                                              "Active"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -78,6 +89,7 @@ class ModelsDialog(QDialog):
         self.table.verticalHeader().hide()
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.itemDoubleClicked.connect(lambda _item: self._activate())
+        self.figures_note = plain_label("", wrap=True)
         note = QLabel("After changing the active model, re-index so every item has its embeddings.")
         note.setWordWrap(True)
         self.status = plain_label("", wrap=True)
@@ -107,6 +119,7 @@ class ModelsDialog(QDialog):
         buttons.addWidget(close)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.figures_note)
         layout.addLayout(on_selection)
         layout.addWidget(note)
         layout.addWidget(self.status)
@@ -132,7 +145,22 @@ class ModelsDialog(QDialog):
             if model.name == selected:
                 self.table.selectRow(row)
         self.table.resizeColumnsToContents()
+        self.figures_note.setText(self._figures_note(models))
         self._update_buttons()
+
+    @staticmethod
+    def _figures_note(models: list[ModelInfo]) -> str:
+        """Which figures compare: those on the same set, measured the same way; the rest say nothing of each
+        other (the training dialog measures a new model beside the active one on the same items)."""
+        groups = comparable_groups(models)
+        shared = [[name for name, g in groups.items() if g == group] for group in sorted(set(groups.values()))]
+        shared = [names for names in shared if len(names) > 1]
+        text = ("Each figure is the model's own, on the set named beside it (rsum: R@1+R@5+R@10 both ways, 0-600). "
+                "Figures on different sets do not compare; the training dialog measures a new model and the "
+                "active one on the same held-aside items.")
+        if shared:
+            text += " Measured alike, so comparable: " + "; ".join(", ".join(names) for names in shared) + "."
+        return text
 
     def selected_name(self) -> str | None:
         item = self.table.item(self.table.currentRow(), 0) if self.table.selectedItems() else None

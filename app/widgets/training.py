@@ -52,6 +52,7 @@ STOP_WAIT_MS = int(STOP_WAIT_S * 1000)  # how long Cancel lets the trainer save 
 CLOSE_WAIT_MS = 15_000  # closing the dialog (or the app) during a run blocks this long at most
 # A3VSE learns from a few annotated items plus many un-annotated ones, which is what a library holds.
 LIBRARY_METHOD = "a3vse"
+COLD_EPOCHS = 10  # the form's epochs for a run from random weights
 HOLDOUT = 0.2  # share of the annotated items kept aside to compare the old and the new model
 HOLDOUT_SEED = 0
 
@@ -99,7 +100,9 @@ class TrainingDialog(TrainingForm):
         self.job_pool = serial_pool("training")  # one job at a time, never on the window's read pool
         self.stop_wait_ms = STOP_WAIT_MS
         self._data_folder = data_folder
+        self._planned_epochs = self.epochs.value()  # the epochs the form last proposed (the user may change them)
         self.source.currentIndexChanged.connect(self._source_changed)
+        self.method.currentTextChanged.connect(lambda _name: self._propose_epochs())
         self.finetune.valueChanged.connect(lambda _v: self._enable_form(not self.busy))
         self.result_box.use_clicked.connect(self._use_model)
         self.start_button.clicked.connect(lambda: self.start())
@@ -167,7 +170,22 @@ class TrainingDialog(TrainingForm):
             self.method.setCurrentText(start.method if start is not None and start.path else LIBRARY_METHOD)
             self.status.setText("The library's captions are exported; a fifth of the annotated items is held "
                                 "aside to compare the new model with the active one.")
+        self._propose_epochs()
         self._enable_form(self.state not in {"preparing", "running"})
+
+    def _propose_epochs(self) -> None:
+        """Show the epochs the run will take before Start (a warm start from the active model has its own budget,
+        :func:`engine.loop.retrain.planned_epochs`); a number the user typed is left as it is, and what the form
+        shows is what runs (:meth:`_options` passes it)."""
+        if self.busy or self.source_key() != SOURCE_LIBRARY or self._service is None:
+            return
+        from engine.loop.retrain import planned_epochs
+
+        planned = planned_epochs(active_model(list(self._service.models())), self.method.currentText(),
+                                 COLD_EPOCHS)
+        if self.epochs.value() == self._planned_epochs and planned != self._planned_epochs:
+            self.epochs.setValue(planned)
+        self._planned_epochs = planned
 
     # --- running
     def trainer_options(self) -> tuple[str, ...]:
@@ -183,8 +201,8 @@ class TrainingDialog(TrainingForm):
         common = RetrainOptions(method=method, device=self.device.currentText(), activate=False,
                                 trainer_args=self.trainer_options(), models_dir=self.models_dir,
                                 trainer_command=tuple(self.command), stop_wait_s=self.stop_wait_ms / 1000)
-        if library:
-            return replace(common, holdout=HOLDOUT, seed=HOLDOUT_SEED, cold_epochs=self.epochs.value())
+        if library:  # the epochs the form shows, warm start or not: what it says is what runs
+            return replace(common, holdout=HOLDOUT, seed=HOLDOUT_SEED, epochs=self.epochs.value())
         return replace(common, warm_start=False, data=data, train_split=train_split, val_split=val_split,
                        epochs=self.epochs.value())
 
@@ -326,8 +344,14 @@ class TrainingDialog(TrainingForm):
             self.train_split.setText(str(training_set.train_split))
             self.val_split.setText(str(training_set.val_split))
         if result.epochs:
-            self.epochs.setValue(result.epochs)  # the form shows what runs (a warm start's own budget)
+            self.epochs.setValue(result.epochs)  # the form shows what runs (a resume may continue another budget)
         self.run_progress.epochs = self.epochs.value() + self.finetune.value()
+        self.frame_epochs()
+        if training_set is not None:
+            held = int(training_set.n_heldout_items)
+            self.val_plot.setTitle(f"trainer's check: model alone, {held} held-aside item{'s' if held != 1 else ''}")
+            self.val_plot.setToolTip(f"rsum of the model alone on the {held} held-aside items after each epoch "
+                                     "(epoch 0: the model it starts from); the table below ranks as the app does")
         self._set_state("running", f"Starting {result.method}…")
 
     def _on_done(self, event: events.Done) -> None:

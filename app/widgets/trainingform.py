@@ -48,6 +48,7 @@ class TrainingForm(QDialog):
         self.run_progress = RunProgress(epochs=1)  # the whole run's position, shown by the progress bar
         self._phase_marker: pg.InfiniteLine | None = None  # where fine-tuning began, on the rsum plot
         self._build(data_folder)
+        self.frame_epochs()
 
     def _build(self, data_folder: str) -> None:
         self.source = QComboBox()
@@ -74,6 +75,8 @@ class TrainingForm(QDialog):
         split_row.addWidget(QLabel("validation"))
         split_row.addWidget(self.val_split)
         self.epochs = QSpinBox(minimum=1, maximum=1000, value=10)
+        self.epochs.setToolTip("The epochs this run trains: for a retrain that starts from the active model, the "
+                               "budget the engine uses for one (change it if you like; what is shown is what runs)")
         self.finetune = QSpinBox(minimum=0, maximum=100, value=0, suffix=" epochs", specialValueText="off")
         self.finetune.setToolTip("After the epochs above, fine-tune the image backbone itself with the best model "
                                  "for this many epochs (photos only). The whole backbone is meant for a GPU: on a "
@@ -104,7 +107,9 @@ class TrainingForm(QDialog):
         self.status = plain_label("Not started", wrap=True)  # messages carry paths
         self.loss_plot = self._plot("training loss", "step")
         self.loss_curve = self.loss_plot.plot(pen=pg.mkPen("#1f77b4", width=2))
-        self.val_plot = self._plot("validation rsum", "epoch")
+        self.val_plot = self._plot("trainer's check: rsum, model alone", "epoch")
+        epoch_axis = self.val_plot.getAxis("bottom")
+        epoch_axis.enableAutoSIPrefix(False)  # epochs are whole numbers: never "epoch (x0.001)"
         self.val_curve = self.val_plot.plot(pen=pg.mkPen("#d62728", width=2), symbol="o", symbolSize=6)
         self.log_view = QPlainTextEdit(readOnly=True, maximumBlockCount=2000)
         self.log_view.setMaximumHeight(110)
@@ -174,6 +179,7 @@ class TrainingForm(QDialog):
         self.run_progress.epochs = event.epoch + event.epochs
         self.run_progress.at_epoch_end(event.epoch)
         self._show_run_progress()
+        self.frame_epochs()
         self._clear_phase_marker()
         self._phase_marker = pg.InfiniteLine(pos=event.epoch + 0.5, angle=90, label="fine-tuning",
                                              pen=pg.mkPen("#7f7f7f", width=1, style=Qt.PenStyle.DashLine),
@@ -194,9 +200,20 @@ class TrainingForm(QDialog):
         self.val_curve.setData([], [])
         self._clear_phase_marker()
         self.run_progress = run_progress
+        self.frame_epochs()
         self.progress.setFormat("%p%")
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
+
+    def frame_epochs(self) -> None:
+        """The validation plot's x axis: whole epochs from 0 (the starting model's check, for a warm start) to the
+        run's last, ticks on integers, so one point never spreads the axis over fractions of an epoch."""
+        last = max(1, self.run_progress.epoch_count, *(e for e, _ in self.rsums))
+        axis = self.val_plot.getAxis("bottom")
+        major = max(1, -(-last // 10))  # about ten labels at most
+        axis.setTickSpacing(major=float(major), minor=1.0)
+        self.val_plot.setXRange(0, last, padding=0.04)
+        self.val_plot.setLimits(xMin=-0.5, xMax=last + 0.5)
 
     def _on_progress(self, event: events.StageProgress) -> None:
         # a stage before training (feature extraction) has the bar to itself; once the run's position is
@@ -254,6 +271,7 @@ class TrainingForm(QDialog):
             self.rsums.append((event.epoch, rsum))
             xs, ys = zip(*self.rsums, strict=True)
             self.val_curve.setData(list(xs), list(ys))
+            self.frame_epochs()
             self._append_log(f"epoch {event.epoch}: validation rsum {rsum:.1f}")
 
     def _append_log(self, text: str) -> None:

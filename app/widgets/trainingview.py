@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from app.service_api import ZERO_SHOT
 from app.widgets.plaintext import plain_label, plain_tooltip
+from engine.loop.figures import Figure, comparison_text, report_figure
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
 # One line per method for the picker, in a user's words. trainer/methods/registry.py holds the technical
@@ -138,16 +139,39 @@ class Comparison:
                    measured=ts is None or int(ts.n_heldout_items) > 0, activated=result.activated,
                    decision=result.decision, library=ts is not None)
 
+    @property
+    def set_name(self) -> str:
+        """The set both models were measured on, as every figure names it."""
+        return ("the held-aside annotations of this library" if self.library
+                else f"split “{self.split}” of {self.data.name}")
+
+    def figures(self) -> tuple[Figure | None, Figure | None]:
+        """The old and the new model's figure (:mod:`engine.loop.figures`, the one definition the model manager
+        shows too); None where a model was not measured."""
+        if not self.measured:
+            return None, None
+        return report_figure(self.old, self.set_name), report_figure(self.new, self.set_name)
+
+    @property
+    def comparable(self) -> bool:
+        """Both measured the same way on a set large enough to tell models apart (else no numbers are shown)."""
+        old, new = self.figures()
+        return new is not None and new.meaningful and new.same_measure(old)
+
     def note(self) -> str:
-        """The line under the table: what was measured where, and the rule's decision."""
+        """The lines under the table: the comparison (or why there is none), what the curve measures instead,
+        and the rule's decision."""
         if not self.measured:
             return ("Nothing was held aside (too few annotations), so the two models cannot be compared yet: "
                     "annotate more items and train again.")
-        where = ("the held-aside annotations of this library" if self.library
-                 else f"split “{self.split}” of {self.data.name}")
-        text = f"Text → item recall (%) on {where}; rsum adds both directions."
+        old, new = self.figures()
+        text = comparison_text(old, new, self.old_name, self.new_name)
+        if self.comparable:
+            text += " Text → item recall (%) in the table; rsum adds R@1/5/10 of both directions."
         if self.old_error:
             text += f" The active model could not be measured: {self.old_error}"
+        text += ("\nThe curve above is the trainer's own check (the model alone, without the zero-shot semantics "
+                 "the app ranks with): its figures differ from these.")
         if self.decision:  # a library retrain: the rule `polyseek retrain` applies has decided
             text += f"\n{self.decision[0].upper()}{self.decision[1:]}."
         return text
@@ -189,18 +213,21 @@ class ComparisonBox(QGroupBox):
         self.use_button.setToolTip("Make the new model active and re-embed the library in the background")
         self.use_button.clicked.connect(self.use_clicked)
         row = QHBoxLayout()
-        row.addWidget(self.note, 1)
+        row.addStretch(1)
         row.addWidget(self.use_button)
         box = QVBoxLayout(self)
         box.addWidget(self.table)
+        box.addWidget(self.note)  # its own row: several wrapped lines need the box's whole width
         box.addLayout(row)
 
     def show_comparison(self, comparison: Comparison) -> None:
         was = "was active" if comparison.activated else "active"
         rows = ((f"{comparison.old_name} ({was})", comparison.old, comparison.old_error),
                 (f"{comparison.new_name} (new)", comparison.new, None))
+        _, new = comparison.figures()
+        self.setTitle("New model beside the active one" + (f": {new.where()}" if new is not None else ""))
         for row, (label, metrics, error) in enumerate(rows):
-            shown = metrics if comparison.measured else None
+            shown = metrics if comparison.comparable else None  # under the floor: no numbers to compare
             cells = [label, *(f"{v:.1f}" if v is not None else "—" for v in headline(shown))]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -61,6 +61,22 @@ WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--pat
 WARM_START_PSEUDO_WEIGHT = {"vse": 1.0}  # methods whose config has pseudo_weight (A3VSE has its own D^u terms)
 
 
+def warm_start_from(active: ModelInfo | None, method: str | None, warm_start: bool = True) -> Path | None:
+    """The model folder a library retrain of ``method`` (None: the active model's) starts from: the active model's,
+    when it is a trained model of that method with its weights on disk; None: random weights."""
+    if active is None or active.path is None or not warm_start or method not in (None, active.method):
+        return None
+    start = Path(active.path)
+    return start if has_weights(start) else None
+
+
+def planned_epochs(active: ModelInfo | None, method: str | None, cold_epochs: int) -> int:
+    """The epochs a library retrain runs unless told otherwise: :data:`WARM_START_EPOCHS` when it warm-starts
+    (:func:`warm_start_from`), else ``cold_epochs``. The training dialog shows this before Start and passes what it
+    shows, so the form never says 10 and then trains 20."""
+    return WARM_START_EPOCHS if warm_start_from(active, method) is not None else cold_epochs
+
+
 def warm_start_args(method: str) -> list[str]:
     """The trainer arguments of a warm start of ``method`` (after ``--init-from DIR``)."""
     weight = WARM_START_PSEUDO_WEIGHT.get(method)
@@ -251,12 +267,12 @@ class Retrain:
             return options.method or DEFAULT_METHOD, Path(options.init_from)
         active = self._active()
         method = options.method
+        start = warm_start_from(active, method, options.warm_start)
+        if start is not None:
+            return active.method, start
         if active is not None and active.path is not None and options.warm_start and method in (None, active.method):
-            start = Path(active.path)
-            if has_weights(start):
-                return active.method, start
             assert self.result is not None
-            self.result.warnings.append(f"{active.name}: no weights in {start}; training from scratch")
+            self.result.warnings.append(f"{active.name}: no weights in {active.path}; training from scratch")
         return method or DEFAULT_METHOD, None
 
     def _name_and_folder(self, method: str) -> tuple[str, Path]:

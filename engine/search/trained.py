@@ -24,6 +24,7 @@ from engine.features.featurestore import FeatureStore
 from engine.features.text import carries_evidence
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
+from engine.search.explain import query_words
 from engine.search.modelrunner import (
     Encoded,
     ModelRunner,
@@ -301,17 +302,20 @@ class TrainedSearch:
         similarity = (q @ v.T).astype(np.float32)
         pair = np.unravel_index(int(np.argmax(similarity)), similarity.shape)
         k = self.runner.num_embeddings
-        query_att = _attention_or_uniform(query_encoded.attention, len(query_tokens), k)
+        query_att, query_tokens = _attention_or_none(query_encoded.attention, len(query_tokens)), tuple(query_tokens)
+        if query_att.size:
+            query_tokens, query_att = query_words(query_tokens, query_att)
         notes: tuple[str, ...] = ()
         if feats.local is None and feats.frames is not None:  # a clip: which of its frames matched, per head
             item_att, best = self._frame_attention(q, feats)
             notes = (f"best match: frame {best + 1} of {len(feats.frames)}",)
-        else:
-            item_att = _attention_or_uniform(enc.attention, 49 if feats.local is not None else 1, k)
-        grid = (7, 7) if feats.local is not None and item_att.shape[1] == 49 else None
+        else:  # a model without attention (VSE, K = 1) has no map to show: never a uniform one that pretends
+            item_att = _attention_or_none(enc.attention, 49 if feats.local is not None else 1)
+        grid = (7, 7) if feats.local is not None and item_att.ndim == 2 and item_att.shape[1] == 49 else None
         prob = q_unc = i_unc = i_pct = None
         population = 0
         q_sig = i_sig = q2 = i2 = None
+        spread: tuple[float, float] | None = None
         if self.runner.probabilistic:
             m = self.runner.manifest
             prob = float(model_match_probability(m, query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu,
@@ -320,11 +324,13 @@ class TrainedSearch:
             library = self.library_uncertainties()
             if len(library):
                 i_pct, population = uncertainty_percentile(library, i_unc), len(library)
+                spread = (float(library[0]), float(library[-1]))
             q2, i2, q_sig, i_sig = _project_pair(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu[0],
                                                  enc.log_sigma[0])
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
-                           notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes))
+                           notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes),
+                           library_uncertainty_range=spread)
 
     def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int]:
         """Per item head, weights over a clip's frames (K, T) from how well each frame matches the query (a
@@ -358,10 +364,10 @@ def _concat(parts: list[Encoded]) -> Encoded:
     return Encoded(cat("emb"), None, cat("mu"), cat("log_sigma"))
 
 
-def _attention_or_uniform(attention: np.ndarray | None, length: int, heads: int) -> np.ndarray:
-    """Per-head attention (H, R), or uniform weights when the method has none; rows sum to 1."""
+def _attention_or_none(attention: np.ndarray | None, length: int) -> np.ndarray:
+    """Per-head attention (H, R) with rows summing to 1, or an empty (0, 0) array when the method has none."""
     if attention is None:
-        return np.full((max(1, heads), max(1, length)), 1.0 / max(1, length), np.float32)
+        return np.zeros((0, 0), np.float32)
     att = attention[0, :, :length].astype(np.float32) if length else attention[0].astype(np.float32)
     return att / np.maximum(att.sum(axis=1, keepdims=True), 1e-9)
 

@@ -235,9 +235,10 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
     assert not comparison.activated and "too little to compare" in comparison.decision
     table = dlg.result_table
     assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text().endswith("(new)")
-    assert table.item(1, 4).text() == f"{comparison.new['rsum']:.1f}"
-    assert table.item(0, 1).text() == f"{comparison.old['t2i']['r1']:.1f}"
-    assert "held-aside annotations" in dlg.result_note.text() and "Not activated" in dlg.result_note.text()
+    # one held-aside item is under the floor (engine.loop.figures): no numbers set side by side, and the reason
+    assert [table.item(r, c).text() for r in (0, 1) for c in range(1, 5)] == ["—"] * 8
+    assert "Not meaningful yet: only 1 item (1 caption) of the held-aside annotations" in dlg.result_note.text()
+    assert "held-aside annotations" in dlg.result_box.title() and "Not activated" in dlg.result_note.text()
     with qtbot.waitSignal(dlg.use_model_requested) as use:
         dlg.use_button.click()
     assert use.args == [comparison.new_name] and not dlg.use_button.isEnabled()

@@ -82,7 +82,8 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     assert comparison.new == service.evaluate_on(toy, "dev", comparison.new_name)
     assert comparison.old["n_media"] == comparison.new["n_media"] == metrics["n_media"] == 6
     assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models()}
-    assert dlg.result_table.item(1, 4).text() == f"{comparison.new['rsum']:.1f}"
+    # six dev items are under the floor of engine.loop.figures: no numbers set side by side, the reason instead
+    assert dlg.result_table.item(1, 4).text() == "—" and "Not meaningful yet: only 6 items" in dlg.result_note.text()
     assert dlg.use_button.isEnabled()
 
 

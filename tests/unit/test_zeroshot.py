@@ -53,13 +53,14 @@ def test_hits_carry_the_pseudo_caption_and_paging_is_consistent(indexed):
     assert indexed.search_text("   ") == []
 
 
-def test_explain_gives_a_normalised_7x7_map_on_the_cat(indexed):
+def test_explain_finds_the_word_cat_in_the_regions_of_the_cat(indexed):
+    """Zero-shot ranking has no attention: it explains by the class its regions show for each query word."""
     cat = next(h for h in indexed.search_text("a cat", top=1))
     explanation = indexed.explain("a cat", cat.media_id)
-    assert explanation.item_grid == (7, 7)
-    assert explanation.item_attention.shape == (1, 49)
-    assert np.isclose(explanation.item_attention.sum(), 1.0)
-    assert np.isclose(explanation.query_attention.sum(), 1.0)
+    assert explanation.item_attention.size == 0 and explanation.query_attention.size == 0  # no pretend heads
+    (match,) = explanation.word_matches
+    assert match.word == "cat" and match.class_name is not None and match.similarity >= 0.5  # a cat breed
+    assert match.regions.shape == (49,) and match.strong_regions > 0
 
 
 def test_colour_names():
