@@ -1,7 +1,7 @@
 """The user's words find their items (issue #31): three dogs named by the user, searched by name, no retrain.
 
     python tests/bench/bench_words.py --home DIR [--data ../shared/datasets/flickr8k] [--split dev]
-        [--retrain [TRAINER-ARG ...]] [--out bench-results/words.json]
+        [--retrain [--trainer-args '...']] [--out bench-results/words.json]
 
 The library is the split's photos (Flickr8k dev: never trained on). Three dogs are the photos whose captions
 mostly say "black dog", "brown dog" and "white dog"; the user calls them Shadow, Biscuit and Pearl: 16 photos of
@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -84,9 +85,10 @@ def main() -> int:
     parser.add_argument("--split", default="dev")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "words.json")
     parser.add_argument("--tag", default="", help="appended to the library's name (a new library: today's starter)")
-    parser.add_argument("--retrain", nargs="*", metavar="ARG",
-                        help="then retrain as the app does (warm start, gate) and measure again; ARGs: extra "
-                             "trainer options, e.g. --retrain=--text-layers=2 (none: the app's recipe)")
+    parser.add_argument("--retrain", action="store_true", help="then retrain as the app does (warm start, gate) "
+                        "and measure again")
+    parser.add_argument("--trainer-args", default="", help="extra trainer options of that retrain, one string, e.g. "
+                        "'--finetune-epochs 4 --finetune-blocks 0 --text-layers 2' (default: the app's recipe)")
     args = parser.parse_args()
     if not args.data.is_dir():
         print(f"skipped: {args.data} is absent")
@@ -140,8 +142,8 @@ def main() -> int:
 
     measure("model only", {"model"})
     measure("default", {"model", "zero_shot", "words"})
-    if args.retrain is not None:
-        results["retrain"] = retrain(service, tuple(args.retrain))
+    if args.retrain:
+        results["retrain"] = retrain(service, tuple(shlex.split(args.trainer_args)))
         print("retrain", json.dumps(results["retrain"]), flush=True)
         measure("after a retrain: model only", {"model"})
         measure("after a retrain: default", {"model", "zero_shot", "words"})
