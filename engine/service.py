@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 
+OWN_WORD = 0.5  # novelty (engine.search.words.novelty_of) from which a word the user wrote is read as theirs alone
+
+
 class SearchService:
     """Index, search, explain and annotate one library."""
 
@@ -257,36 +260,46 @@ class SearchService:
         sentence = stock.sentence[0]
         unit = sentence / max(float(np.linalg.norm(sentence)), 1e-9)
         match = self._user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
+        # a word the user wrote on items is theirs in proportion to how new it is to the ranking in use: "Biscuit"
+        # means what its items show, not an ImageNet class; "dog" written on dog photos stays the semantics' word
+        novelty = self._novelty(match.labels, ids, index, trained) if match.labels else {}
         dense: dict = {}
         if "zero_shot" in self.evidence or trained is None:
-            # a word the user wrote on items means what those items show (spread below), not an ImageNet class
-            _, words = self._zero_shot_query(text, exclude=set(match.labels), sentence=sentence)
+            own = {word for word, new in novelty.items() if new >= OWN_WORD}
+            _, words = self._zero_shot_query(text, exclude=own, sentence=sentence)
             dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self._zero_shot_frames())
         encoded = None
         if trained is not None:
             encoded, _ = trained.encode_text([text], minilm=stock)
             if "model" in self.evidence:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
-        shared = spread(match.labels, self._neighbours, self._novelty(match.labels, ids, index, trained)) \
-            if match.labels else {}
+        shared = spread(match.labels, self._neighbours, novelty) if match.labels else {}
         positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
         named = np.array([*positive, *match.rejected], np.int64)
         rows, sample = self._rows(ids, trained, encoded, named)
         words_arr = _on_rows(positive, ids, rows)
         rejected = _on_rows(match.rejected, ids, rows)
         content = set(content_words(text))
-        share = len(content & set(match.labels)) / len(content) if content else 0.0
+        share = sum(novelty.get(w, 0.0) for w in content) / len(content) if content else 0.0
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                 rejected if match.rejected else None, user_share=share)
         return ids, ranking, trained, encoded
 
     def _novelty(self, labels: dict, ids: np.ndarray, index, trained) -> dict[str, float]:
-        """:func:`engine.search.words.novelty_of` of each word the user wrote, for the ranking in use (the trained
-        model, else the zero-shot semantics), the word alone as the query, against a fixed sample of the library."""
+        """How new each word the user wrote is to the ranking in use: for a trained model that records the words of
+        its training captions, from their counts (:func:`engine.features.vocabulary.novelty`: "Biscuit" 1, "girl"
+        0.01); else :func:`engine.search.words.novelty_of`, the word alone as the query against a fixed sample of
+        the library (the zero-shot semantics, or a model without the record). Ranking a bare word is a poor test
+        of a sentence model: on photos it never saw it put everyday words ("girl", "jumps") as low as names."""
         from engine.search import evidence
         from engine.search.words import novelty_of
 
         terms = list(labels)
+        if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
+            from engine.features import vocabulary
+
+            known = trained.caption_words[0]
+            return {term: vocabulary.novelty(known.get(term, 0)) for term in terms}
         sample = evidence.fixed_sample(len(ids))
         out: dict[str, float] = {}
         encoded = trained.encode_text(terms)[0] if trained is not None else None

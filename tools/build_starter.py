@@ -32,7 +32,7 @@ from pathlib import Path
 
 RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
-KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx")
+KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
 
 
 def _train_rows(data: Path) -> tuple[Path, list[str], list[list[str]]]:
@@ -126,6 +126,18 @@ def half_precision(weights: Path) -> None:
     save_file(tensors, weights)
 
 
+def _write_words(work: Path, out: Path) -> int:
+    """The counted words of the starter-train split's captions (what the trainer writes after training)."""
+    from engine.features.vocabulary import count_caption_words, write_caption_words
+
+    split = dict(list(csv.reader((work / "splits.tsv").open(encoding="utf-8"), delimiter="\t"))[1:])
+    rows = list(csv.reader((work / "captions.tsv").open(encoding="utf-8"), delimiter="\t"))[1:]
+    captions = [caption for file, caption in rows if split.get(file) == SPLIT_TRAIN]
+    path = write_caption_words(out, count_caption_words(captions), len(captions))
+    print(f"{path}: the words of {len(captions)} training captions")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, nargs="+", required=True,
@@ -136,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="photos of each --data folder's train split held aside to pick the epoch")
     parser.add_argument("--seed", type=int, default=RECIPE["seed"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--words-only", action="store_true", help="only (re)write --out's caption_words.json from "
+                        "the recipe's training captions (a starter built before the trainer wrote it)")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     with tempfile.TemporaryDirectory(prefix="polyseek-starter-") as tmp:
@@ -146,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--val-items: one number, or one per --data folder")
         sizes = derived_folder(datas if len(datas) > 1 else datas[0], work, vals if len(datas) > 1 else vals[0],
                                args.seed)
+        if args.words_only:
+            return _write_words(work, out)
         command = [sys.executable, "-m", "trainer", "train", "--method", RECIPE["method"], "--data", str(work),
                    "--train-split", SPLIT_TRAIN, "--val-split", SPLIT_VAL, "--out", str(run),
                    "--seed", str(args.seed), "--device", args.device]

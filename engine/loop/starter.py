@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine import paths
+from engine.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from engine.loop.service_api import LoopService
@@ -43,11 +44,19 @@ def starter_enabled() -> bool:
     return os.environ.get("POLYSEEK_STARTER", "on").strip().lower() not in ("off", "0", "no", "false")
 
 
+ADDED_LATER = ("caption_words.json",)  # shipped after a starter with the same weights was installed
+
+
+def installed_name(shipped: Path) -> str:
+    """The installed copy's folder name: the starter's name and its weights' digest."""
+    digest = hashlib.blake2b((shipped / "model.safetensors").read_bytes(), digest_size=6).hexdigest()
+    return f"{STARTER_NAME}-{digest}"
+
+
 def installed_starter(shipped: Path) -> Path:
     """The shipped folder copied once into the models folder, under a name carrying its weights' digest
     (a new release's starter lands beside the old one, never over a model a library uses)."""
-    digest = hashlib.blake2b((shipped / "model.safetensors").read_bytes(), digest_size=6).hexdigest()
-    dest = paths.models_dir() / f"{STARTER_NAME}-{digest}"
+    dest = paths.models_dir() / installed_name(shipped)
     if not (dest / "onnx" / "manifest.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
@@ -59,7 +68,19 @@ def installed_starter(shipped: Path) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+    _top_up(shipped, dest)
     return dest
+
+
+def _top_up(shipped: Path, installed: Path) -> None:
+    """Files a later release ships beside the same weights (:data:`ADDED_LATER`), added to an installed copy of
+    the starter; nothing there is replaced. Best effort: a read-only models folder keeps the copy as it is."""
+    for name in ADDED_LATER:
+        if (shipped / name).is_file() and not (installed / name).is_file():
+            try:
+                atomic_write_bytes(installed / name, (shipped / name).read_bytes())
+            except OSError as exc:
+                log.warning("could not add %s to %s (%s)", name, installed, exc)
 
 
 def offer_starter(service: LoopService) -> str | None:
@@ -68,9 +89,14 @@ def offer_starter(service: LoopService) -> str | None:
     installation's pretrained assets (another backbone) is skipped with a log line, never an error."""
     if not starter_enabled():
         return None
-    if any(m.name == STARTER_NAME for m in service.catalog.models()):
-        return STARTER_NAME
     shipped = shipped_starter()
+    registered = next((m for m in service.catalog.models() if m.name == STARTER_NAME), None)
+    if registered is not None:
+        folder = Path(registered.path)
+        lacking = shipped is not None and not all((folder / name).is_file() for name in ADDED_LATER)
+        if lacking and folder.name == installed_name(shipped):  # the same weights: hashed only when a file lacks
+            _top_up(shipped, folder)
+        return STARTER_NAME
     if shipped is None:
         return None
     try:

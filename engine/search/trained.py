@@ -22,6 +22,7 @@ import numpy as np
 
 from engine.features.featurestore import FeatureStore
 from engine.features.text import carries_evidence
+from engine.features.vocabulary import read_caption_words
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
 from engine.search.explain import query_words
@@ -52,13 +53,17 @@ class TrainedSearch:
         self._index: MultiVectorIndex | None = None
         self._library_uncertainties: np.ndarray | None = None
         self._frames: tuple[np.ndarray, np.ndarray] | None = None  # frame_vectors(), until the library changes
+        # the words of its training captions, counted (engine.features.vocabulary); None: the model has no record
+        self.caption_words: tuple[dict[str, int], int] | None = None
 
     @classmethod
     def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
              library_dir: Path) -> TrainedSearch:
         folder = model_export_dir(record.path)
         runner = ModelRunner.load(folder, backbone_id=encoders.backbone.id)
-        return cls(record, runner, catalog, features, encoders.for_model(runner), library_dir / "index" / record.name)
+        search = cls(record, runner, catalog, features, encoders.for_model(runner), library_dir / "index" / record.name)
+        search.caption_words = read_caption_words(Path(record.path))
+        return search
 
     # -- embeddings and index -----------------------------------------------------------------------------
 

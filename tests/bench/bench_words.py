@@ -15,7 +15,8 @@ caption. Measured with the starter active:
   for a paraphrase (leave the top 10).
 
 Rows: ``model only`` (the ranking before the user's words counted: the trained model alone) and ``default`` (the
-app's ranking: model, zero-shot semantics and the user's words, :mod:`engine.search.evidence`). ``--retrain``: then
+app's ranking: model, zero-shot semantics and the user's words, :mod:`engine.search.evidence`). ``--general``: only
+the general loop with ordinary captions (:func:`general`), which the words must not make worse. ``--retrain``: then
 the app's retrain on the 48 captions (warm start from the starter, the library's pseudo pairs, the gate deciding),
 and both rows again with whatever model is active afterwards.
 """
@@ -78,13 +79,67 @@ def retrain(service, extra: tuple[str, ...]) -> dict:
             "heldout_rsum_after": round(result.after["rsum"], 1) if result.after else None}
 
 
+def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | None = None) -> dict:
+    """The general loop with ordinary captions: 100 photos captioned once (a seeded caption of theirs), the captions
+    of 300 other photos as queries, R@10 among the uncaptioned photos: the model alone, with the zero-shot
+    semantics, and the app's ranking (the user's words on). The words must not hurt ordinary captions.
+    ``split`` "train-slice": the 500 Flickr8k train photos the starter held aside (never trained on); ``shares``:
+    the app's ranking again with each of these :data:`engine.search.words.SPREAD_SHARE` values."""
+    import engine.search.words as words
+    from tests.bench.bench_domains import domains, open_library, read
+
+    if split == "train-slice":
+        _, files, caps = domains(data.parent)["flickr8k-train-slice"]
+    else:
+        files, caps = read(data, split)
+    service = open_library(home, f"words-{split}-general{tag}", data / "images", files)
+    service.set_active_model("starter")
+    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    for caption in list(service.catalog.iter_captions("user")):
+        service.delete_caption(caption.id)
+    order = files[:]
+    random.Random(0).shuffle(order)
+    for f in order[:100]:
+        service.add_caption(by_name[f], random.Random(f).choice(caps[f]))
+    taken = {by_name[f] for f in order[:100]}
+    queries = [(f, q) for f in order[100:400] for q in caps[f]]
+    out: dict = {"captioned": 100, "queries": len(queries)}
+    for row, evidence in (("model only", {"model"}), ("model + zero-shot", {"model", "zero_shot"}),
+                          ("default", {"model", "zero_shot", "words"})):
+        service.evidence = frozenset(evidence)
+        hits = []
+        for f, q in queries:
+            ids, ranking, _, _ = service.rank_text(q)
+            ranked = [m for m in (int(ids[ranking.rows[p]]) for p in ranking.order()) if m not in taken][:10]
+            hits.append(by_name[f] in ranked)
+        out[row] = round(100 * float(np.mean(hits)), 1)
+        print("general", row, out[row], flush=True)
+    kept = words.SPREAD_SHARE
+    for share in shares or []:
+        words.SPREAD_SHARE = share
+        service.evidence = frozenset({"model", "zero_shot", "words"})
+        hits = []
+        for f, q in queries:
+            ids, ranking, _, _ = service.rank_text(q)
+            ranked = [m for m in (int(ids[ranking.rows[p]]) for p in ranking.order()) if m not in taken][:10]
+            hits.append(by_name[f] in ranked)
+        out[f"default, spread share {share}"] = round(100 * float(np.mean(hits)), 1)
+        print("general share", share, out[f"default, spread share {share}"], flush=True)
+    words.SPREAD_SHARE = kept
+    service.close()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets" / "flickr8k")
-    parser.add_argument("--split", default="dev")
+    parser.add_argument("--split", default="dev", help="dev, train, or (--general) train-slice: the 500 train photos "
+                        "the starter held aside")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "words.json")
     parser.add_argument("--tag", default="", help="appended to the library's name (a new library: today's starter)")
+    parser.add_argument("--general", action="store_true", help="only the general loop with ordinary captions")
+    parser.add_argument("--spread-shares", type=float, nargs="*", help="--general: also these spread shares")
     parser.add_argument("--retrain", action="store_true", help="then retrain as the app does (warm start, gate) "
                         "and measure again")
     parser.add_argument("--trainer-args", default="", help="extra trainer options of that retrain, one string, e.g. "
@@ -97,6 +152,11 @@ def main() -> int:
     os.environ["POLYSEEK_STARTER"] = "on"
     from tests.bench.bench_domains import open_library, read
 
+    if args.general:
+        record = general(args.home, args.data, args.split, args.tag, args.spread_shares)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        return 0
     files, caps = read(args.data, args.split)
     dogs = groups(files, caps)
     rng = random.Random(0)

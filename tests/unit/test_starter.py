@@ -44,6 +44,27 @@ def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
     assert not (folder / "onnx" / "video.onnx").exists()
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < 60 * 2**20
+    record = json.loads((folder / "caption_words.json").read_text())  # the words the starter read, counted
+    assert record["captions"] == 33500 and record["words"]["dog"] > 1000 and record["words"].get("biscuit", 0) < 5
+
+
+def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_same_weights(tmp_path, monkeypatch):
+    from engine.loop import starter
+
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "model.safetensors").write_bytes(b"weights")
+    (shipped / "onnx").mkdir()
+    (shipped / "onnx" / "manifest.json").write_text("{}")
+    monkeypatch.setattr(starter.paths, "models_dir", lambda: tmp_path / "models")
+    installed = starter.installed_starter(shipped)
+    assert not (installed / "caption_words.json").exists()
+    (shipped / "caption_words.json").write_text('{"captions": 1, "words": {"dog": 1}}')
+    (installed / "config.json").write_text("mine")  # an installed file is never replaced
+    (shipped / "config.json").write_text("theirs")
+    assert starter.installed_starter(shipped) == installed
+    assert (installed / "caption_words.json").read_text() == (shipped / "caption_words.json").read_text()
+    assert (installed / "config.json").read_text() == "mine"
 
 
 def test_the_build_tool_never_reads_a_split_other_than_train(tmp_path):

@@ -79,6 +79,8 @@ def test_every_method_trains_one_epoch_and_leaves_a_complete_model_folder(worksp
     assert manifest["method"] == method
     # what each visual branch learnt from: this folder holds photos only, so the video encoder is marked unused
     assert manifest["trained_on"]["image"] > 0 and manifest["trained_on"]["video"] == 0
+    words = json.loads((out / "caption_words.json").read_text())  # what its training captions said, counted
+    assert words["captions"] > 0 and words["words"] and all(n >= 1 for n in words["words"].values())
     state = ckpt.load_state(out)
     assert state.finished and state.epoch == 1 and len(state.history) == 1
     assert json.loads((out / "metrics.json").read_text())["rsum"] == pytest.approx(report["rsum"])
