@@ -30,7 +30,7 @@ import numpy as np
 SEM_FLOOR = 0.55
 SEM_FULL = 0.85
 SPREAD_FLOOR = 0.3  # similarity (cosine in the neighbour space) below which an item gets no share
-SPREAD_SHARE = 2.0  # scale of a word's spread (an item next to every item of a word new to the model: 2 x its weight)
+SPREAD_SHARE = 1.0  # scale of a word's spread (an item next to every item of a word new to the model: 1 x its weight)
 SPREAD_PRIOR = 3  # pseudo-count: a word written on one item spreads a quarter of what a word on many does
 SPREAD_NEIGHBOURS = 100
 
