@@ -299,7 +299,9 @@ class SearchService:
             from engine.features import vocabulary
 
             known = trained.caption_words[0]
-            return {term: vocabulary.novelty(known.get(term, 0)) for term in terms}
+            # captions of other people only: after a retrain the model has read the user's own captions too, and
+            # "Shadow", their dog, must not turn into the shadows the starter read about
+            return {term: vocabulary.novelty(known.get(term, 0) - len(labels[term][1])) for term in terms}
         sample = evidence.fixed_sample(len(ids))
         out: dict[str, float] = {}
         encoded = trained.encode_text(terms)[0] if trained is not None else None

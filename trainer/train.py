@@ -478,6 +478,7 @@ def _finish(run: Run) -> dict[str, Any]:
     report = nan_to_none(report)
     ckpt.write_json(out / ckpt.METRICS_FILE, report)
     export_folder(out, run.model, out / ckpt.ONNX_DIR, trained_on=_trained_on(run))
+    _write_caption_words(run, out)
     run.state.finished = True
     ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
     run.reporter.emit(events.Done(str(out), report))
@@ -504,6 +505,20 @@ def _trained_on(run: Run) -> dict[str, int]:
             if kind in counts:
                 counts[kind] += int(n)
     return counts
+
+
+def _write_caption_words(run: Run, out: Path) -> None:
+    """The content words of this run's training captions, counted, plus those of the model it started from
+    (:mod:`engine.features.vocabulary`: the search tells the user's own words from the ones the model knows)."""
+    from engine.features.vocabulary import count_caption_words, read_caption_words, write_caption_words
+
+    captions = list(run.data.train.captions) if run.data.train is not None else []
+    counts, total = count_caption_words(captions), len(captions)
+    before = read_caption_words(Path(run.options.init_from)) if run.options.init_from is not None else None
+    if before is not None:
+        counts.update(before[0])
+        total += before[1]
+    write_caption_words(out, counts, total)
 
 
 class _Eta:

@@ -44,3 +44,12 @@ def test_the_search_reads_a_words_novelty_from_the_models_training_captions() ->
     labels = {"biscuit": (0.5, (1, 2)), "girl": (0.3, (3,)), "shadow": (0.2, (4,))}
     got = SearchService._novelty(None, labels, np.arange(5), None, trained)  # no ranking is asked: the counts say
     assert got["biscuit"] == 1.0 and got["girl"] < 0.02 and 0.4 < got["shadow"] < 0.6
+
+
+def test_a_retrained_model_that_read_the_users_own_captions_still_calls_their_words_theirs() -> None:
+    """After a retrain on 16 captions naming "Shadow", the model's counts hold the starter's 27 shadows plus the user's
+    16: the user's word is judged on the captions of others (27), not 43."""
+    trained = SimpleNamespace(caption_words=({"shadow": 27 + 16}, 33516))
+    labels = {"shadow": (1.0, tuple(range(16)))}
+    got = SearchService._novelty(None, labels, np.arange(20), None, trained)
+    assert got["shadow"] == pytest.approx(novelty(27)) and got["shadow"] > 0.5
