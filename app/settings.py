@@ -8,7 +8,6 @@ through a temporary file and a rename, so a crash never leaves it half written. 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -152,7 +151,9 @@ class GuiSettings:
             return [str(part) for part in value]
         if isinstance(value, str) and value:
             return [value]
-        return [sys.executable, "-m", "trainer"]
+        from engine.trainercontract.command import TRAINER_PROGRAM
+
+        return list(TRAINER_PROGRAM)
 
     @trainer_command.setter
     def trainer_command(self, command: list[str]) -> None:

@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from engine.trainercontract.command import TRAINER_PROGRAM
+
 RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.seed)
         if args.words_only:
             return _write_words(work, out)
-        command = [sys.executable, "-m", "trainer", "train", "--method", RECIPE["method"], "--data", str(work),
+        command = [*TRAINER_PROGRAM, "train", "--method", RECIPE["method"], "--data", str(work),
                    "--train-split", SPLIT_TRAIN, "--val-split", SPLIT_VAL, "--out", str(run),
                    "--seed", str(args.seed), "--device", args.device]
         print("running", " ".join(command), flush=True)

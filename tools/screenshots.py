@@ -236,7 +236,9 @@ def train(window, out: Path, args: argparse.Namespace) -> None:  # noqa: ANN001
         window.settings.trainer_command = [sys.executable, str(REPO / "tests" / "gui" / "fake_trainer.py")]
         os.environ["FAKE_TRAINER_STEP_S"] = "0.05"
     else:
-        window.settings.trainer_command = [sys.executable, "-m", "trainer"]
+        from engine.trainercontract.command import TRAINER_PROGRAM
+
+        window.settings.trainer_command = list(TRAINER_PROGRAM)
     dialog = window.open_training()
     dialog.extra_args = () if args.fake else TINY_TRAINING
     dialog.set_source(SOURCE_LIBRARY)
