@@ -500,7 +500,39 @@ class SearchService:
         return sorted(scored, key=lambda s: -s[1])[:top]
 
     def explain(self, query: str | Path, media_id: int) -> Explanation:
-        """Why an item matched: the zero-shot model has no attention heads, so it explains by regions."""
+        """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match
+        the query's words), and for a sentence what the user wrote on the item that the ranking counted."""
+        explained = self._explain(query, media_id)
+        if isinstance(query, Path):
+            return explained
+        mine = self._your_words_note(str(query), media_id)
+        return replace(explained, notes=(*explained.notes, mine)) if mine else explained
+
+    def _your_words_note(self, query: str, media_id: int) -> str | None:
+        """What the user wrote on this item that the ranking counts for ``query`` (the words evidence of
+        :mod:`engine.search.evidence`), in words; None when it counts nothing."""
+        from engine.search.evidence import REJECT, WORDS
+
+        words = self._user_words()
+        if not len(words) or "words" not in self.evidence:
+            return None
+        sentence = self.encoders.minilm.encode([query]).sentence[0]
+        found = words.match(query, sentence / max(float(np.linalg.norm(sentence)), 1e-9))
+        def quoted(rejected: bool) -> str:
+            texts = [t for m, t, r in zip(words.media.tolist(), words.texts, words.rejected.tolist(), strict=True)
+                     if m == media_id and r == rejected]
+            return ", ".join(f"\u201c{t}\u201d" for t in texts[:2]) + (" ..." if len(texts) > 2 else "")
+
+        lines = []
+        if found.positive.get(media_id, 0.0) > 0:
+            lines.append(f"What you wrote counts here: {quoted(False)} matches {found.positive[media_id]:.0%} of "
+                         f"this search (up to {WORDS:.0f} points of its rank score, more than the models' guesses).")
+        if found.rejected.get(media_id, 0.0) > 0:
+            lines.append(f"You rejected this item for {quoted(True)}, a search like this one: it is pushed down "
+                         f"(up to {REJECT:.0f} points).")
+        return " ".join(lines) or None
+
+    def _explain(self, query: str | Path, media_id: int) -> Explanation:
         record = self.media(media_id)
         trained = self._active_trained()
         if trained is not None:

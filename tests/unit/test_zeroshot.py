@@ -191,3 +191,17 @@ def test_a_query_prepared_once_scores_any_rows_as_a_fresh_one_and_kept_row_sets_
         others = np.sort(rng.choice(n, 700, replace=False))
         assert np.allclose(index.terms(sentence, words, others), everything[others], atol=1e-5)
     assert len(index._views) <= 4
+
+
+def test_the_explanation_says_what_the_user_wrote_that_counted(indexed):
+    """A caption the user wrote is evidence the ranking counts (issue #31): the inspector's notes quote it, and a
+    rejection for a like query; an item without either gets no such note."""
+    cat = next(h for h in indexed.search_text("a cat", top=1))
+    indexed.add_caption(cat.media_id, "Biscuit asleep on the rug")
+    assert indexed.search_text("Biscuit", top=1)[0].media_id == cat.media_id
+    notes = " ".join(indexed.explain("Biscuit", cat.media_id).notes)
+    assert "\u201cBiscuit asleep on the rug\u201d" in notes and "What you wrote counts here" in notes
+    other = next(h for h in indexed.search_text("a rocket on the launch pad", top=1))
+    assert "What you wrote" not in " ".join(indexed.explain("Biscuit", other.media_id).notes)
+    indexed.reject_pair("a rocket on the launch pad", other.media_id)
+    assert "You rejected this item" in " ".join(indexed.explain("a rocket on a launch pad", other.media_id).notes)
