@@ -420,7 +420,7 @@ class Inspector(QScrollArea):
         """A model without attention: each query word, the class of the item's regions it matches and where
         (a photo's 7 x 7 regions as a heatmap, two a row; a clip's regions over its frames in words only); the
         words nothing in the item comes near are said in one line under them."""
-        layout = self._group("Your words in this item (classes seen in its regions)")
+        layout = self._group("The search's words in this item (classes seen in its regions)")
         regions = len(matches[0].regions)
         photo = image is not None and regions == 49
         unit = "regions" if photo else "regions of its frames"
