@@ -460,7 +460,7 @@ class Inspector(QScrollArea):
                 self.head_views.append(view)
         elif loaded.frames:
             layout = self._group(f"Which frames each of the {k} heads attends to" if k > 1
-                                 else "Which frames the model attends to")
+                                 else "How well each sampled frame matches the search")
             sampled = ex.item_attention.shape[1]
             best = self.matched_sample(ex)
             self.matched_shown = None if best is None else matched_frame(best, len(loaded.frames), sampled)
@@ -472,7 +472,10 @@ class Inspector(QScrollArea):
             for head in range(k):
                 strip = FrameStrip(loaded.frames, ex.item_attention[head], head_colour(head),
                                    matched=self.matched_shown)
-                _add_head_row(layout, head, head == matched_item_head, strip)
+                if k > 1:
+                    _add_head_row(layout, head, head == matched_item_head, strip)
+                else:  # one vector per frame: no head to name
+                    layout.addWidget(strip)
                 self.head_views.append(strip)
 
     def matched_sample(self, ex: Explanation) -> int | None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import re
+import sqlite3
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -70,7 +72,10 @@ class UserWords:
         self.media = np.array([m for m, _, _ in rows], np.int64)
         self.rejected = np.array([r for _, _, r in rows], bool)
         self.texts = [t for _, t, _ in rows]
-        self._db = sqlite_utils.Database(memory=True)
+        # built on one thread (a search), read on others (the next search, the inspector's explanation): the
+        # connection may cross threads, and a lock keeps it to one reader at a time
+        self._db = sqlite_utils.Database(sqlite3.connect(":memory:", check_same_thread=False))
+        self._lock = threading.Lock()
         table = self._db["texts"]
         table.insert_all(({"id": i, "text": t} for i, t in enumerate(self.texts)), pk="id")
         if rows:
@@ -83,7 +88,8 @@ class UserWords:
 
     def _rows_with(self, term: str) -> np.ndarray:
         phrase = '"' + term.replace('"', "") + '"'
-        found = self._db.execute("SELECT rowid FROM texts_fts WHERE texts_fts MATCH ?", [phrase]).fetchall()
+        with self._lock:
+            found = self._db.execute("SELECT rowid FROM texts_fts WHERE texts_fts MATCH ?", [phrase]).fetchall()
         return np.array([r[0] for r in found], np.int64)
 
     def match(self, text: str, sentence: np.ndarray) -> WordsMatch:

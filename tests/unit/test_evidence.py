@@ -102,3 +102,20 @@ def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: Se
     assert library.search_text("a cat on the sofa", top=60)[-1].media_id == victim
     library.delete_pair(library.catalog.pairs()[0].id)
     assert library.search_text("a cat on a sofa", top=1)[0].media_id == victim
+
+
+def test_the_users_words_built_on_one_thread_are_read_on_another() -> None:
+    """A search builds the index of the user's words on its worker thread; the next search or the inspector's
+    explanation reads it on another (it failed: SQLite objects created in a thread can only be used there)."""
+    import threading
+
+    from engine.search.words import UserWords
+
+    rng = np.random.default_rng(0)
+    words = UserWords([(1, "Biscuit asleep on the rug", False), (2, "a red kite", False)],
+                      lambda texts: rng.standard_normal((len(texts), 8)).astype(np.float32))
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(words.match("Biscuit", np.ones(8, np.float32) / 8 ** 0.5)))
+    reader.start()
+    reader.join()
+    assert got and got[0].positive.get(1, 0.0) > 0 and 2 not in got[0].positive
