@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 
-OWN_WORD = 0.5  # novelty (engine.search.words.novelty_of) from which a word the user wrote is read as theirs alone
+OWN_WORD = 0.5  # novelty (SearchService._novelty) from which a word the user wrote is read as theirs alone
 
 
 class SearchService:
@@ -144,10 +144,9 @@ class SearchService:
         """Offer the starter model now that the pretrained assets are surely there: on a fresh home they are
         prepared by the first index run, after :meth:`open` had to skip the offer (it checks the starter against
         the backbone), so without this the starter only arrived at the next start (issue #32)."""
-        from engine.loop.starter import STARTER_NAME, offer_starter
+        from engine.loop.starter import offer_starter
 
-        if not any(m.name == STARTER_NAME for m in self.catalog.models()):
-            offer_starter(self)
+        offer_starter(self)  # returns at once in a library that has it
 
     def offline_roots(self) -> list:
         """The library folders the last index run found offline (:class:`engine.library.indexer.OfflineRoot`)."""
@@ -250,6 +249,7 @@ class SearchService:
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
         from engine.features.regional import content_words
         from engine.search import evidence
+        from engine.search.vectorindex.scoring import normalise
         from engine.search.words import WordsMatch, spread
 
         ids, index = self._zero_shot_index()
@@ -258,7 +258,7 @@ class SearchService:
         trained = self._active_trained()
         stock = self.encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
         sentence = stock.sentence[0]
-        unit = sentence / max(float(np.linalg.norm(sentence)), 1e-9)
+        unit = normalise(sentence)
         match = self._user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
         # a word the user wrote on items is theirs in proportion to how new it is to the ranking in use: "Biscuit"
         # means what its items show, not an ImageNet class; "dog" written on dog photos stays the semantics' word
@@ -512,12 +512,12 @@ class SearchService:
         """What the user wrote on this item that the ranking counts for ``query`` (the words evidence of
         :mod:`engine.search.evidence`), in words; None when it counts nothing."""
         from engine.search.evidence import REJECT, WORDS
+        from engine.search.vectorindex.scoring import normalise
 
         words = self._user_words()
         if not len(words) or "words" not in self.evidence:
             return None
-        sentence = self.encoders.minilm.encode([query]).sentence[0]
-        found = words.match(query, sentence / max(float(np.linalg.norm(sentence)), 1e-9))
+        found = words.match(query, normalise(self.encoders.minilm.encode([query]).sentence[0]))
         def quoted(rejected: bool) -> str:
             texts = [t for m, t, r in zip(words.media.tolist(), words.texts, words.rejected.tolist(), strict=True)
                      if m == media_id and r == rejected]

@@ -79,6 +79,17 @@ def retrain(service, extra: tuple[str, ...]) -> dict:
             "heldout_rsum_after": round(result.after["rsum"], 1) if result.after else None}
 
 
+def r10_among_uncaptioned(service, queries: list[tuple[str, str]], taken: set[int], by_name: dict[str, int]) -> float:
+    """R@10 (percent) of ``(photo file, query)`` pairs through the app's ranking, the captioned items (``taken``) left
+    out of each ranking."""
+    hits = []
+    for f, q in queries:
+        ids, ranking, _, _ = service.rank_text(q)
+        ranked = [m for m in (int(ids[ranking.rows[p]]) for p in ranking.order()) if m not in taken][:10]
+        hits.append(by_name[f] in ranked)
+    return round(100 * float(np.mean(hits)), 1)
+
+
 def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | None = None) -> dict:
     """The general loop with ordinary captions: 100 photos captioned once (a seeded caption of theirs), the captions
     of 300 other photos as queries, R@10 among the uncaptioned photos: the model alone, with the zero-shot
@@ -107,23 +118,13 @@ def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | 
     for row, evidence in (("model only", {"model"}), ("model + zero-shot", {"model", "zero_shot"}),
                           ("default", {"model", "zero_shot", "words"})):
         service.evidence = frozenset(evidence)
-        hits = []
-        for f, q in queries:
-            ids, ranking, _, _ = service.rank_text(q)
-            ranked = [m for m in (int(ids[ranking.rows[p]]) for p in ranking.order()) if m not in taken][:10]
-            hits.append(by_name[f] in ranked)
-        out[row] = round(100 * float(np.mean(hits)), 1)
+        out[row] = r10_among_uncaptioned(service, queries, taken, by_name)
         print("general", row, out[row], flush=True)
     kept = words.SPREAD_SHARE
     for share in shares or []:
         words.SPREAD_SHARE = share
         service.evidence = frozenset({"model", "zero_shot", "words"})
-        hits = []
-        for f, q in queries:
-            ids, ranking, _, _ = service.rank_text(q)
-            ranked = [m for m in (int(ids[ranking.rows[p]]) for p in ranking.order()) if m not in taken][:10]
-            hits.append(by_name[f] in ranked)
-        out[f"default, spread share {share}"] = round(100 * float(np.mean(hits)), 1)
+        out[f"default, spread share {share}"] = r10_among_uncaptioned(service, queries, taken, by_name)
         print("general share", share, out[f"default, spread share {share}"], flush=True)
     words.SPREAD_SHARE = kept
     service.close()
@@ -188,14 +189,9 @@ def main() -> int:
         for name in DOGS.values():
             top = [h.media_id for h in service.search_text(name, top=PER_DOG)]
             found = len(set(top) & {by_name[f] for f in captioned[name]})
-            hits10 = []
-            for f, q in queries[name]:
-                ids, ranking, _, _ = service.rank_text(q)
-                ranked = [int(ids[ranking.rows[p]]) for p in ranking.order()]
-                ranked = [m for m in ranked if m not in taken][:10]
-                hits10.append(by_name[f] in ranked)
-            record[name] = {"bare_name_in_top16": found, "others_r10": round(100 * float(np.mean(hits10)), 1),
-                            "queries": len(hits10)}
+            record[name] = {"bare_name_in_top16": found,
+                            "others_r10": r10_among_uncaptioned(service, queries[name], taken, by_name),
+                            "queries": len(queries[name])}
         record["mean_others_r10"] = round(float(np.mean([record[n]["others_r10"] for n in DOGS.values()])), 1)
         results[row] = record
         print(row, json.dumps(record), flush=True)
