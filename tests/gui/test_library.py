@@ -44,6 +44,8 @@ def test_adding_a_folder_indexes_it_and_lists_the_broken_file(qtbot, panel, tmp_
     item = panel.failures.topLevelItem(0)
     assert item.text(0) == "broken_photo.jpg" and "cannot decode" in item.text(1)
     assert panel.roots_list.item(0).text() == str(folder.resolve())
+    # the counts are re-read off the GUI thread after each commit (app/state.py): the last read lands a moment later
+    qtbot.waitUntil(lambda: "8 images" in panel.counts_label.text(), timeout=3000)
     assert "8 images" in panel.counts_label.text() and "1 failed" in panel.counts_label.text()
     assert not panel.cancel_button.isVisibleTo(panel)
 
