@@ -20,10 +20,16 @@ FT=${FT:-12}
 TEXT_LAYERS=${TEXT_LAYERS:-2}
 EPOCHS=${EPOCHS:-}
 PY=${PY:-python3}
+TRAIN_SPLIT=${TRAIN_SPLIT:-train}
+VAL_SPLIT=${VAL_SPLIT:-dev}
+DEADLINE=${DEADLINE:-}   # seconds after the start by which every run is stopped (SIGTERM: best weights kept)
+RUNS=${RUNS:-"vse-s0 vse-s1 pvse-s0 pvse-s1"}
+START=$(date +%s)
 G=${G:-.gpu}
 ROOT=$PWD
 stamp() { echo "[$(date +%T)] $*"; }
-mkdir -p "$OUT"
+LOGS=/tmp/gpu-full-logs
+mkdir -p "$OUT" && rm -rf "$LOGS" && mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 
 # the caption folder: every shard's photos in one images/ folder (hard links), the meta shard's two TSVs
@@ -33,13 +39,13 @@ if [ -d "$G/img1" ]; then  # else a call before this one on the same machine ass
     for shard in "$G"/img*; do find "$shard" -maxdepth 1 -name '*.jpg' -exec cp -l -t "$D/images" {} + ; done
 fi
 if [ -n "${SUBSET:-}" ]; then
-    $PY - "$G/meta/data" "$D" "$SUBSET" <<'PYEOF'
+    $PY - "$G/meta/data" "$D" "$SUBSET" "$TRAIN_SPLIT" "$VAL_SPLIT" <<'PYEOF'
 import sys
 from pathlib import Path
-src, dest, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+src, dest, n, train, val = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rows = [r.split("\t") for r in (src / "splits.tsv").read_text().splitlines()[1:]]
-keep = {f for f, s in rows if s == "train"}
-keep = set(sorted(keep)[:n]) | set(sorted(f for f, s in rows if s == "dev")[: max(10, n // 4)])
+keep = {f for f, s in rows if s == train}
+keep = set(sorted(keep)[:n]) | set(sorted(f for f, s in rows if s == val)[: max(10, n // 4)])
 (dest / "splits.tsv").write_text("file\tsplit\n" + "".join(f"{f}\t{s}\n" for f, s in rows if f in keep))
 lines = (src / "captions.tsv").read_text().splitlines()
 (dest / "captions.tsv").write_text("\n".join([lines[0]] + [l for l in lines[1:] if l.split("\t")[0] in keep]) + "\n")
@@ -75,37 +81,41 @@ from pathlib import Path
 from trainer.prepare import _export_backbone, _export_minilm
 _export_backbone(Path('$POLYSEEK_ASSETS/backbone'))
 _export_minilm(Path('$POLYSEEK_ASSETS/minilm'))
-" 2> "$OUT/prepare.err" || { tail -5 "$OUT/prepare.err"; exit 1; }
+" 2> "$LOGS/prepare.err" || { tail -5 "$LOGS/prepare.err"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
 stamp "assets exported; caching features (one pvse epoch: photos' local features, captions' token vectors)"
-$PY -m trainer train --method pvse --data "$D" --device "$DEVICE" --epochs 1 --out "$H/models/cache" \
-    > /dev/null 2> "$OUT/cache.err" || { tail -5 "$OUT/cache.err"; exit 1; }
+$PY -m trainer train --method pvse --data "$D" --train-split "$TRAIN_SPLIT" --val-split "$VAL_SPLIT" \
+    --device "$DEVICE" --epochs 1 --out "$H/models/cache" \
+    > /dev/null 2> "$LOGS/cache.err" || { tail -5 "$LOGS/cache.err"; exit 1; }
 stamp "cached"
 
-common=(--data "$D" --device "$DEVICE" --finetune-epochs "$FT" --text-layers "$TEXT_LAYERS")
-[ -n "$EPOCHS" ] && common+=(--epochs "$EPOCHS")
-one() {
-    local name=$1; shift
-    $PY tests/bench/bench_finetune.py --home "$H" --out "$OUT/$name.json" --run "$name" -- "$@" "${common[@]}" \
-        > /dev/null 2> "$OUT/$name.err"
-    stamp "$name rc=$? $(tail -1 "$H/models/$name.jsonl" 2>/dev/null | cut -c1-160)"
+common=(--data "$D" --train-split "$TRAIN_SPLIT" --val-split "$VAL_SPLIT" --device "$DEVICE" --json-progress)
+# Each run is the trainer itself (its JSON events to <run>.jsonl): a run's arguments by its name's prefix.
+#   vse-sN / pvse-sN   the method's recipe warm-up, then FT phase-two epochs, whole backbone + TEXT_LAYERS of MiniLM
+#   vseimg-sN          vse, phase two with the whole backbone and no text layer (a model without its own MiniLM)
+#   pcme-sN            PCME's recipe on cached features (every caption each epoch), PCME_EPOCHS epochs
+args_of() {
+    local name=$1 seed=${1##*-s}
+    case $name in
+        vseimg-*) echo --method vse --seed "$seed" --finetune-epochs "$FT" ${EPOCHS:+--epochs $EPOCHS} ;;
+        pcme-*) echo --method pcme --seed "$seed" --epochs "${PCME_EPOCHS:-8}" ${PCME_SET:-} ;;
+        *) echo --method "${name%-s*}" --seed "$seed" --finetune-epochs "$FT" --text-layers "$TEXT_LAYERS" \
+               ${EPOCHS:+--epochs $EPOCHS} ;;
+    esac
 }
-one vse-s0 --method vse --seed 0 &
-one vse-s1 --method vse --seed 1 &
-one pvse-s0 --method pvse --seed 0 &
-one pvse-s1 --method pvse --seed 1 &
+one() {
+    local name=$1 left=100000
+    [ -n "$DEADLINE" ] && left=$((START + DEADLINE - $(date +%s)))
+    # shellcheck disable=SC2046
+    timeout --signal=TERM --kill-after=60 "$left" $PY -m trainer train --out "$H/models/$name" $(args_of "$name") \
+        "${common[@]}" > "$H/models/$name.jsonl" 2> "$LOGS/$name.err"
+    stamp "$name rc=$? $(grep -c '"epoch"' "$H/models/$name.jsonl") epoch events"
+}
+for name in $RUNS; do one "$name" & done
 wait
-for name in vse-s0 vse-s1 pvse-s0 pvse-s1; do
-    cp "$H/models/$name.jsonl" "$OUT/" 2>/dev/null
-done
-(cd "$OUT" && tar czf logs.tgz ./*.jsonl ./*.err 2>/dev/null && rm -f ./*.jsonl)
-$PY - "$OUT" <<'PYEOF'
-import json, sys
-from pathlib import Path
-for path in sorted(Path(sys.argv[1]).glob("*-s?.json")):
-  for r in json.loads(path.read_text()):
-    print(r["name"], "warm-up", r["warmup_best_rsum"], "phase two", r["finetune_rsums"], "final", r["rsum"],
-          "best epoch", r["best_epoch"], "warm-up s", r["warmup_s"], "phase-two s", r["finetune_s"],
-          "GPU MiB", r.get("gpu_peak_mib"))
-PYEOF
+stamp "training done; packing"
+# What comes back (at most 8 files of 16 MiB a call): per run its head, config, metrics and log
+# (<run>.tgz, weights float16); its fine-tuned backbone and text layers (float16) stay in $H/models/<run>
+# for pack_weights.py to bring back, a call at a time.
+$PY tests/bench/gpu_pack.py --home "$H" --out "$OUT" --logs "$LOGS" --runs $RUNS
