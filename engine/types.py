@@ -91,6 +91,9 @@ class Explanation:
     word_matches: tuple[WordMatch, ...] = ()
     # PCME: the library's least and most uncertain items under the model (what the item's sigma is read against)
     library_uncertainty_range: tuple[float, float] | None = None
+    # PCME: what the item's and the query's uncertainty meant on the model's own validation split (R@1 of that
+    # uncertainty decile there, and whether sigma predicted misses), in words; empty without that record
+    uncertainty_calibration: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,6 +318,7 @@ class Inspector(QScrollArea):
         self.similarity_plot: pg.PlotWidget | None = None
         self.word_views: list[QWidget] = []  # a model without attention: each query word's match in the item
         self.sigma_label: QLabel | None = None
+        self.calibration_label: QLabel | None = None  # PCME: the uncertainty read on the model's validation split
         self.ellipse_label: QLabel | None = None
 
     def show_hit(self, query: str | Path | None, hit: SearchHit | None, rank: Any = None) -> None:
@@ -574,6 +575,12 @@ class Inspector(QScrollArea):
         self.sigma_label = _plain_label("\n".join(lines))
         self.sigma_label.setObjectName("sigmaReading")
         layout.addWidget(self.sigma_label)
+        self.calibration_label = None
+        if ex.uncertainty_calibration:
+            self.calibration_label = _plain_label("What this uncertainty meant for this model:\n"
+                                                  + "\n".join(ex.uncertainty_calibration))
+            self.calibration_label.setObjectName("uncertaintyCalibration")
+            layout.addWidget(self.calibration_label)
         if ex.item_uncertainty is not None and ex.library_uncertainty_range is not None:
             self.uncertainty_plot = self._library_strip(ex.item_uncertainty, ex.library_uncertainty_range)
             layout.addWidget(self.uncertainty_plot)

@@ -9,7 +9,9 @@
 - PCME's uncertainty is read against the library's own items under that model: a sigma is a number only beside
   the library's least and most uncertain (:func:`sigma_text`), and its place among them in words
   (:func:`uncertainty_reading`); 1- and 2-sigma ellipses are drawn magnified, by a stated factor, when at true
-  size they would be dots (:func:`ellipse_magnification`).
+  size they would be dots (:func:`ellipse_magnification`). What a sigma has meant for this model's mistakes is
+  read from its own validation split (``metrics.json``'s R@1 per uncertainty decile, PCME fig. 6), never promised:
+  where sigma did not predict a miss there, the reading says so (:func:`calibrated_reading`).
 """
 
 from __future__ import annotations
@@ -92,6 +94,39 @@ def uncertainty_reading(percentile: float, items: int) -> str:
         share = max(1, math.ceil(percentile), math.ceil(one_item))
         return f"Clear: among the {share} % most certain of the {items:,} items in this library"
     return f"Typical: more uncertain than {percentile:.0f} % of the {items:,} items in this library"
+
+
+PREDICTS = -0.6  # Spearman of R@1 over the sigma deciles at or below which sigma "predicted mistakes" (PCME fig. 6)
+DOES_NOT_PREDICT = -0.3  # above this it did not
+
+
+def calibrated_reading(value: float, curve: dict, side: str, split: str) -> str | None:
+    """What ``value`` (an item's or a query's uncertainty) meant on the model's validation split: the R@1 of the
+    decile it falls in, beside the most and least certain deciles, and whether R@1 fell as sigma rose there.
+
+    ``curve`` is one way of ``metrics.json``'s ``r1_by_uncertainty_decile`` (``bin_edges``, ``r1``, ``rho_bins``):
+    ``side`` "photo" reads the i2t curve (a photo's sigma, its captions found first), "search" the t2i curve (a
+    caption's sigma, its photo found first). None when the curve is missing or malformed."""
+    try:
+        edges, r1, rho = [float(e) for e in curve["bin_edges"]], [float(r) for r in curve["r1"]], curve["rho_bins"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(r1) < 2 or len(edges) != len(r1) + 1:
+        return None
+    tenth = int(np.clip(np.searchsorted(edges[1:-1], value, side="right"), 0, len(r1) - 1))
+    what = ("a photo this uncertain was found first by one of its captions" if side == "photo"
+            else "a search this uncertain found its photo first")
+    line = (f"On the model's validation photos ({split}, never trained on), {what} {r1[tenth]:.0f} % of the time "
+            f"(uncertainty group {tenth + 1} of {len(r1)}; the most certain group {r1[0]:.0f} %, the least "
+            f"{r1[-1]:.0f} %).")
+    if not isinstance(rho, int | float) or not math.isfinite(rho):
+        return line
+    if rho <= PREDICTS:
+        return line + f" There, more uncertainty meant more misses (Spearman {rho:+.2f})."
+    if rho > DOES_NOT_PREDICT:
+        return line + (f" There, uncertainty did not predict misses (Spearman {rho:+.2f}): read it as how "
+                       "ambiguous the model finds this, not as a chance of error.")
+    return line + f" There, more uncertainty meant somewhat more misses (Spearman {rho:+.2f})."
 
 
 def significant(value: float, digits: int = 3) -> str:

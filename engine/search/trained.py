@@ -14,6 +14,7 @@ The active model's encoders turn the cached backbone features into K embeddings 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from engine.features.text import carries_evidence
 from engine.features.vocabulary import read_caption_words
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
-from engine.search.explain import query_words
+from engine.search.explain import calibrated_reading, query_words
 from engine.search.modelrunner import (
     Encoded,
     ModelRunner,
@@ -335,7 +336,24 @@ class TrainedSearch:
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes),
-                           library_uncertainty_range=spread)
+                           library_uncertainty_range=spread,
+                           uncertainty_calibration=self._calibration(i_unc, q_unc))
+
+    def _calibration(self, item: float | None, query: float | None) -> tuple[str, ...]:
+        """The item's and the query's uncertainty read against the model's validation split (its metrics.json)."""
+        if item is None:
+            return ()
+        try:
+            metrics = json.loads((Path(self.record.path) / "metrics.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ()
+        curves, split = metrics.get("r1_by_uncertainty_decile"), str(metrics.get("split") or "its validation split")
+        if not isinstance(curves, dict):
+            return ()
+        lines = [calibrated_reading(item, curves.get("i2t"), "photo", split)]
+        if query is not None:
+            lines.append(calibrated_reading(query, curves.get("t2i"), "search", split))
+        return tuple(line for line in lines if line)
 
     def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int]:
         """Per item head, weights over a clip's frames (K, T) from how well each frame matches the query (a

@@ -4,6 +4,7 @@ for a K = 1 model without attention (the shipped starter), and PCME's uncertaint
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,3 +120,18 @@ def test_a_pcme_model_reads_sigma_against_the_library_and_draws_visible_ellipses
     assert widest / 2 >= VISIBLE_SHARE * span * 2 * 0.99  # the 2-sigma one; 1-sigma is half of it
     if inspector.ellipse_scale and inspector.ellipse_scale > 1:
         assert f"{inspector.ellipse_scale:g}× larger than they are" in inspector.ellipse_label.text()
+    assert inspector.calibration_label is None  # the model has no validation record: nothing is promised
+
+
+def test_a_pcme_model_says_what_its_uncertainty_meant_on_its_validation_split(qtbot, library, tmp_path: Path) -> None:
+    folder = _export("pcme", tmp_path / "pcme")
+    curve = {"bin_edges": [0.0, 0.5, 10.0], "r1": [30.0, 12.0], "counts": [5, 5]}
+    (folder / "metrics.json").write_text(json.dumps({"split": "held-aside", "r1_by_uncertainty_decile": {
+        "i2t": {**curve, "rho_bins": -1.0}, "t2i": {**curve, "rho_bins": 0.2}}}))
+    inspector = _explained(qtbot, library, str(folder))
+    text = inspector.calibration_label.text()
+    assert text.startswith("What this uncertainty meant for this model:")
+    assert "a photo this uncertain was found first by one of its captions" in text and "held-aside" in text
+    assert "more uncertainty meant more misses (Spearman -1.00)" in text  # the photo side
+    assert "did not predict misses (Spearman +0.20)" in text  # the search side, said as it was
+    assert inspector.calibration_label in inspector.findChildren(QLabel)
