@@ -400,7 +400,7 @@ def _retrain(args: argparse.Namespace) -> int:
 
 
 def _annotations(args: argparse.Namespace) -> int:
-    from engine.library import snapshots
+    from engine.library.catalog import snapshots
     from engine.loop.annotations import AnnotationCounts
     from engine.loop.errors import AnnotationError
 

@@ -25,6 +25,7 @@ from engine import paths
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
+from engine.library.catalog.snapshots import Restored
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
 from engine.trainercontract.exportformat import is_probabilistic
@@ -815,9 +816,9 @@ class SearchService:
         """Put the annotations of a caption folder or COCO JSON on the matching items, with the provenance the file
         gives (a third party's captions: ``imported``); returns how many captions were added
         (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs). An annotation snapshot
-        (:mod:`engine.library.snapshots`) is restored instead, with its provenance and pairs
+        (:mod:`engine.library.catalog.snapshots`) is restored instead, with its provenance and pairs
         (:meth:`restore_snapshot`)."""
-        from engine.library import snapshots
+        from engine.library.catalog import snapshots
         from engine.loop.annotations import import_annotations
 
         if snapshots.is_snapshot_file(Path(path)):
@@ -837,16 +838,14 @@ class SearchService:
             self._invalidate()
 
     def annotation_snapshots(self) -> list[Path]:
-        """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.snapshots`)."""
-        from engine.library import snapshots
+        """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.catalog.snapshots`)."""
+        from engine.library.catalog import snapshots
 
         return snapshots.snapshots(snapshots.folder_of(self.catalog.path))
 
-    def restore_snapshot(self, path: Path):
-        """Put back the captions and pairs of a snapshot (:func:`engine.library.snapshots.restore`)."""
-        from engine.library import snapshots
-
-        return snapshots.restore(self.catalog, Path(path))
+    def restore_snapshot(self, path: Path) -> Restored:
+        """Put back the captions and pairs of a snapshot (:meth:`Catalog.restore_snapshot`)."""
+        return self.catalog.restore_snapshot(Path(path))
 
     def rename_model(self, name: str, new_name: str) -> None:
         """Call a registered model ``new_name`` (its folder on disk keeps its name; its index moves along)."""

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.library import snapshots
 from engine.library.captionfolder import load_caption_folder
-from engine.library.catalog import Catalog, MediaStatus
+from engine.library.catalog import Catalog, MediaStatus, snapshots
 from engine.service import SearchService
 from tests.mediagen import make_jpeg, make_png
 
@@ -352,12 +351,12 @@ def test_a_snapshot_that_cannot_be_written_stops_the_purge(tmp_path, monkeypatch
 def test_catalog_v2_upgrades_to_v3_keeping_its_annotations(tmp_path):
     import sqlite3
 
-    from engine.library import catalog as catalog_module
+    from engine.library.catalog import schema as catalog_schema
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    for migration in catalog_module._MIGRATIONS[:2]:
+    for migration in catalog_schema.MIGRATIONS[:2]:
         migration(conn)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '2')")
     conn.execute("INSERT INTO roots (path, added_at) VALUES ('/lib', 0)")
@@ -366,7 +365,7 @@ def test_catalog_v2_upgrades_to_v3_keeping_its_annotations(tmp_path):
     conn.execute("INSERT INTO captions (media_id, text, source, created_at, updated_at) VALUES (1, 'x', 'user', 0, 0)")
     conn.close()
     with Catalog(path) as catalog:
-        assert catalog.schema_version == catalog_module.LATEST_SCHEMA_VERSION  # v3, then v4 (browse indexes)
+        assert catalog.schema_version == catalog_schema.LATEST_SCHEMA_VERSION  # v3, then v4 (browse indexes)
         assert catalog.root_device(1) is None  # not known until the folder is next seen online
         assert catalog.add_root(Path("/lib"), device=77) == 1 and catalog.root_device(1) == 77
         assert [c.text for c in catalog.iter_captions()] == ["x"]
