@@ -1,4 +1,5 @@
-"""The part of ``engine.service.SearchService`` the GUI uses, as a structural type.
+"""The part of ``engine.workspace.Workspace`` (a library's search service and its loop's jobs) the GUI uses, as a
+structural type.
 
 Widgets are typed against this protocol instead of importing the engine's service module, so the window
 can come up before the engine (and its ONNX sessions) is loaded, and tests can hand in a fake.
@@ -20,7 +21,7 @@ ANNOTATION_FORMATS = {"folder": "caption folder", "coco": "COCO captions JSON"}
 
 
 class SearchServiceLike(Protocol):
-    """What a library looks like to the GUI (see ``engine.service.SearchService`` for the semantics)."""
+    """What a library looks like to the GUI (see ``engine.workspace.Workspace`` for the semantics)."""
 
     name: str
 
@@ -66,8 +67,10 @@ class SearchServiceLike(Protocol):
     # training on the library's own annotations (issue #7)
     def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> Any: ...
     def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]: ...
-    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
-                    seed: int = 0) -> Any: ...
+    def compare_models(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
+                       seed: int = 0) -> Any: ...
+    def retrain(self, options: Any = None) -> Any: ...  # the retraining job (engine.loop.retrain.Retrain)
+    def switch_model(self, name: str, cancel: CancelToken | None = None) -> Iterator[Progress]: ...
     def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]: ...
     def suggestion_policy(self, policy: str = "auto") -> str: ...  # "uncertainty" / "disagreement" / "random"
     # the library without a query, and what the user annotated (engine.library.browse)

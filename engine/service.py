@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -27,12 +27,9 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
 from engine.library.catalog.snapshots import Restored
 from engine.library.indexer import Indexer
-from engine.progress import CancelToken, Progress
+from engine.progress import CancelToken, Progress, staged
 from engine.trainercontract.exportformat import is_probabilistic
 from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
-
-if TYPE_CHECKING:
-    from engine.loop.trainingset import TrainingSet
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +62,7 @@ class SearchService:
         self._word_cache: dict[str, np.ndarray] = {}  # MiniLM embeddings of query words (zero-shot concept term)
         self._words_checked = None  # the catalog version the user's words were last checked at
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
-        self._model_for_this_service: tuple[str | None] | None = None  # use_model's choice; None: the active one
+        self._model_for_this_service: tuple[str | None] | None = None  # search_with_model; None: the active one
         self.library_dir = cache_dir.parent
 
     @classmethod
@@ -76,9 +73,7 @@ class SearchService:
         catalog = Catalog(folder / "catalog.sqlite")
         features = FeatureStore(paths.home() / "features.sqlite")
         service = cls(library, catalog, features, Encoders(assets), folder / "thumbnails")
-        from engine.loop.starter import offer_starter
-
-        offer_starter(service)  # a new library searches with the shipped starter model (engine/loop/starter.py)
+        service._offer_starter()  # a new library searches with the shipped starter model (engine/search/starter.py)
         return service
 
     def close(self) -> None:
@@ -137,7 +132,7 @@ class SearchService:
         from engine.media import prune_thumbnails
 
         prune_thumbnails(self.cache_dir)  # the thumbnail cache stays within its budget (engine/media/thumbs.py)
-        trained = self._active_trained()  # embeds whatever its index lacks
+        trained = self.active_trained()  # embeds whatever its index lacks
         if trained is not None and changed:
             yield from trained.sync(cancel)
 
@@ -145,9 +140,9 @@ class SearchService:
         """Offer the starter model now that the pretrained assets are surely there: on a fresh home they are
         prepared by the first index run, after :meth:`open` had to skip the offer (it checks the starter against
         the backbone), so without this the starter only arrived at the next start (issue #32)."""
-        from engine.loop.starter import offer_starter
+        from engine.search.starter import offer_starter
 
-        offer_starter(self)  # returns at once in a library that has it
+        offer_starter(self.catalog, self.register_model, self.set_active_model)  # at once in a library that has it
 
     def offline_roots(self) -> list:
         """The library folders the last index run found offline (:class:`engine.library.indexer.OfflineRoot`)."""
@@ -159,7 +154,7 @@ class SearchService:
         if self.roots():
             yield from self.index_paths(None, cancel)
         else:
-            trained = self._active_trained()
+            trained = self.active_trained()
             if trained is not None:
                 yield from trained.sync(cancel)
 
@@ -232,7 +227,7 @@ class SearchService:
         if not text:
             return []
         if min_probability is not None:
-            trained = self._active_trained()
+            trained = self.active_trained()
             if trained is not None and not trained.carries_evidence(text):
                 return []  # no word the model knows: nothing to believe, whatever its weights answer (#29)
         ranked = self.rank_text(text)
@@ -256,7 +251,7 @@ class SearchService:
         ids, index = self._zero_shot_index()
         if not len(ids):
             return None
-        trained = self._active_trained()
+        trained = self.active_trained()
         stock = self.encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
         sentence = stock.sentence[0]
         unit = normalise(sentence)
@@ -400,7 +395,7 @@ class SearchService:
         backbone's global features (for spreading the user's words to look-alikes)."""
         from engine.search.words import SPREAD_NEIGHBOURS
 
-        trained = self._active_trained()
+        trained = self.active_trained()
         if trained is not None:
             index = trained.index
 
@@ -427,7 +422,7 @@ class SearchService:
         """False when the active trained model's text encoder knows none of the query's content words
         (:meth:`engine.search.trained.TrainedSearch.carries_evidence`): a search under a match-probability cutoff
         then returns nothing, and the GUI says why. Always True with zero-shot search, which has no cutoff."""
-        trained = self._active_trained()
+        trained = self.active_trained()
         return trained is None or trained.carries_evidence(text.strip())
 
     def _zero_shot_query(self, text: str, exclude: set[str] = frozenset(), sentence: np.ndarray | None = None
@@ -461,7 +456,7 @@ class SearchService:
         from engine.media import MediaError
         from engine.search import evidence
 
-        trained = self._active_trained()
+        trained = self.active_trained()
         result = (trained.encoders if trained is not None else self.encoders).extractor().extract([Path(path)])[0]
         if isinstance(result, MediaError):
             raise result
@@ -535,7 +530,7 @@ class SearchService:
 
     def _explain(self, query: str | Path, media_id: int) -> Explanation:
         record = self.media(media_id)
-        trained = self._active_trained()
+        trained = self.active_trained()
         if trained is not None:
             if isinstance(query, Path):
                 from engine.media import MediaError
@@ -579,7 +574,7 @@ class SearchService:
                             encoders.class_names, encoders.class_embeddings,
                             lambda words: encoders.minilm.encode(words).sentence)
 
-    def _active_trained(self):
+    def active_trained(self):
         """The TrainedSearch of the active model, or None while zero-shot ranking is active."""
         with self._lock:
             if self._model_for_this_service is None:
@@ -715,7 +710,16 @@ class SearchService:
         self.catalog.set_active_model(self._registered_model(name))
         self._invalidate()
 
-    def use_model(self, name: str | None) -> None:
+    def switch_model(self, name: str, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Make ``name`` the library's active model, then re-embed the library with it: a generator of progress
+        records. The one way a new model is switched to (a retrain the rule accepts; the GUI's "Use it and
+        re-index")."""
+        self.set_active_model(name)
+        yield Progress(0, 0, f"{name} is the active model")
+        for progress in self.reindex(cancel):
+            yield staged(progress, f"re-indexing with {name}")
+
+    def search_with_model(self, name: str | None) -> None:
         """Search with this model (name, model directory or zero-shot) through this service object only; the
         library's active model stays as it is (``polyseek search --model``). ``None`` goes back to it."""
         with self._lock:
@@ -753,77 +757,6 @@ class SearchService:
         if name not in existing:
             self.catalog.register_model(name, runner.method, model_dir, metrics)
         return name
-
-    # -- the library loop (engine.loop.retrain) -------------------------------------------------------------------
-
-    def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> TrainingSet:
-        """Write the retraining caption folder (default ``<library>/retrain/training-set``) and return its
-        :class:`engine.loop.trainingset.TrainingSet`: split ``train`` = the annotated items not held aside plus every
-        un-annotated item (A3VSE's D^u), split ``heldout`` = the held-aside annotated items, chosen from each
-        item's content hash and ``seed`` so an item stays on its side across retrains."""
-        from engine.loop.trainingset import build_training_set
-
-        dest = Path(dest) if dest is not None else self.library_dir / "retrain" / "training-set"
-        return build_training_set(self.catalog, dest, holdout, seed)
-
-    def evaluate_on(self, folder: Path, split: str, model: str | None = None,
-                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
-        """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
-        on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
-        (trained models): more media each caption's item is ranked among."""
-        if model in (None, ZERO_SHOT):
-            from engine.loop.evaluate import evaluate_zero_shot
-
-            return evaluate_zero_shot(Path(folder), split, self.features, self.encoders)
-        from engine.loop.evaluate import evaluate_trained
-
-        return evaluate_trained(self, Path(folder), split, model, distractors)
-
-    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
-                    seed: int = 0):
-        """A registered new model beside ``old_model`` (None: zero-shot) on the held-aside split of a retraining
-        folder and the library's pseudo pairs, with the activation rule's decision (:func:`engine.loop.judge.judge`:
-        the one rule the CLI and the GUI apply). Activates nothing."""
-        from engine.loop.judge import judge
-
-        return judge(self, new_model, old_model, Path(folder), split, seed)
-
-    def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]:
-        """``(media_id, score)`` of the un-annotated items to annotate next, best first: ``uncertainty`` (the
-        active PCME model's sigma), ``disagreement`` (the active model's K >= 2 heads), ``random``, or ``auto``
-        (the first of these that applies); see :func:`engine.loop.suggest.suggest`."""
-        from engine.loop.suggest import suggest
-
-        return suggest(self.catalog, self._active_trained(), n, policy)
-
-    def suggestion_policy(self, policy: str = "auto") -> str:
-        """The policy :meth:`suggest_annotations` applies for ``policy`` now (``auto`` resolved against the active
-        model: ``uncertainty``, ``disagreement`` or ``random``), so a list of suggestions can say why its order."""
-        from engine.loop.suggest import resolve_policy
-
-        return resolve_policy(self._active_trained(), policy)
-
-    def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
-        """Write the library's annotations (captions with their provenance, accepted and rejected pairs with their
-        queries) as a caption folder (``folder``) or a COCO JSON (``coco``); returns the number of captions written
-        (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs, and ``skipped``, the annotated items a
-        caption folder could not link because their files are missing or offline)."""
-        from engine.loop.annotations import export_annotations
-
-        return export_annotations(self.catalog, Path(dest), fmt)
-
-    def import_annotations(self, path: Path) -> int:
-        """Put the annotations of a caption folder or COCO JSON on the matching items, with the provenance the file
-        gives (a third party's captions: ``imported``); returns how many captions were added
-        (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs). An annotation snapshot
-        (:mod:`engine.library.catalog.snapshots`) is restored instead, with its provenance and pairs
-        (:meth:`restore_snapshot`)."""
-        from engine.library.catalog import snapshots
-        from engine.loop.annotations import import_annotations
-
-        if snapshots.is_snapshot_file(Path(path)):
-            return self.restore_snapshot(Path(path)).captions
-        return import_annotations(self.catalog, Path(path))
 
     def missing_summary(self) -> tuple[int, int, int]:
         """``(items, captions, pairs)`` :meth:`purge_missing` would delete (user and imported annotations)."""

@@ -170,6 +170,11 @@ class _LibraryView:
         return cls(media, annotations, pseudo, paired)
 
 
+def training_set_dir(library_dir: Path) -> Path:
+    """Where a library's retraining caption folder is written unless told otherwise."""
+    return Path(library_dir) / "retrain" / "training-set"
+
+
 def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HOLDOUT, seed: int = 0,
                        max_unannotated: int | None = MAX_UNANNOTATED_ITEMS) -> TrainingSet:
     """Write the retraining caption folder of a library at ``dest`` (replacing an earlier one there).

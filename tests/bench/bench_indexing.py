@@ -84,7 +84,7 @@ def end_to_end(folder: Path, assets: Path, profile: bool = False) -> tuple[float
         os.environ["POLYSEEK_HOME"] = home
         service = SearchService.open("bench", assets)
         service.encoders.backbone  # noqa: B018 - session opening is not indexing
-        service._active_trained()  # nor is opening the active model (the starter), which embeds the new items
+        service.active_trained()  # nor is opening the active model (the starter), which embeds the new items
         n = len(list(folder.iterdir()))
         with profiled(service) if profile else nullcontext() as figures:
             start, cpu = time.perf_counter(), time.process_time()

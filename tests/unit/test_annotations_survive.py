@@ -13,7 +13,7 @@ import pytest
 
 from engine.library.captionfolder import load_caption_folder
 from engine.library.catalog import Catalog, MediaStatus, snapshots
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg, make_png
 
 COLORS = [(220, 30, 30), (30, 200, 30), (30, 30, 220), (230, 230, 40), (200, 40, 200)]
@@ -35,7 +35,7 @@ def without_times(rows: list[tuple]) -> list[tuple]:
 
 @pytest.fixture
 def service(assets_dir: Path):
-    svc = SearchService.open("survive", assets_dir)
+    svc = Workspace.open("survive", assets_dir)
     yield svc
     svc.close()
 
@@ -53,7 +53,7 @@ def drives(tmp_path: Path) -> dict[str, Path]:
     return {"drive": drive, "home": home, "tmp": tmp_path}
 
 
-def annotate(service: SearchService, drives: dict[str, Path]) -> list[tuple]:
+def annotate(service: Workspace, drives: dict[str, Path]) -> list[tuple]:
     """Index both folders and annotate two drive photos and one home photo; returns the annotations."""
     list(service.index_paths([drives["drive"], drives["home"]]))
     by_name = {m.path.name: m.id for m in service.catalog.iter_media()}
@@ -68,7 +68,7 @@ def annotate(service: SearchService, drives: dict[str, Path]) -> list[tuple]:
     return before
 
 
-def statuses(service: SearchService) -> dict[str, str]:
+def statuses(service: Workspace) -> dict[str, str]:
     return {m.path.name: str(m.status) for m in service.catalog.iter_media()}
 
 
