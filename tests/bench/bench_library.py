@@ -608,7 +608,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = 
     zs_score, zs_total, zs_cpu = [], [], []
     for q in queries:
         start, cpu = time.perf_counter(), time.process_time()
-        words = content_words(q)  # encoded as SearchService._zero_shot_query does: sentence, then its words
+        words = content_words(q)  # encoded as LibraryIndexes.zero_shot_query does: sentence, then its words
         sentence = encoders.minilm.encode([q]).sentence[0]
         encoded = encoders.minilm.encode(words).sentence if words else np.zeros((0, len(sentence)), np.float32)
         mid = time.perf_counter()
