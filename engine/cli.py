@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.progressbar import ProgressBar, drain
 
 log = logging.getLogger("polyseek")
@@ -78,14 +79,14 @@ def _retrain_parser(sub: argparse._SubParsersAction) -> None:
                                        "compare R@K on the held-aside annotations")
     p.add_argument("--library", default="default")
     p.add_argument("--method", default=None,
-                   help="trainer method (default: the active model's, starting from its weights; a3vse, which "
-                        "also learns from the un-annotated items, when zero-shot ranking is active)")
+                   help=f"trainer method (default: the active model's, starting from its weights; {DEFAULT_METHOD}, "
+                        "which also learns from the un-annotated items, when zero-shot ranking is active)")
     p.add_argument("--from-scratch", action="store_true",
                    help="train from random weights instead of starting from the active model")
     p.add_argument("--always-activate", action="store_true",
                    help="activate the new model even when it is worse on the held-aside annotations")
-    p.add_argument("--holdout", type=float, default=0.2,
-                   help="fraction of the annotated items kept aside for evaluation (default 0.2)")
+    p.add_argument("--holdout", type=float, default=DEFAULT_HOLDOUT,
+                   help=f"fraction of the annotated items kept aside for evaluation (default {DEFAULT_HOLDOUT})")
     p.add_argument("--holdout-seed", type=int, default=0, help="seed of the held-aside choice (keep it fixed)")
     p.add_argument("--epochs", type=int, default=None, help="default: the method's recipe (the paper's schedule)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")

@@ -23,13 +23,14 @@ from typing import Any
 
 from engine.loop.annotations import AnnotationCounts, export_annotations, import_annotations
 from engine.loop.compare import compare_models
+from engine.loop.defaults import DEFAULT_HOLDOUT
 from engine.loop.errors import AnnotationError, RetrainError
 from engine.loop.evaluate import evaluate_on
 from engine.loop.gate import ModelComparison
 from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult, planned_epochs
 from engine.loop.suggest import resolve_policy, suggest
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed
-from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet, build_training_set, training_set_dir
+from engine.loop.trainingset import TrainingSet, build_training_set, training_set_dir
 from engine.service import SearchService
 from engine.trainercontract import events
 

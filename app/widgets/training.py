@@ -36,6 +36,7 @@ from app.widgets.trainingview import (
     describe_training_set,
 )
 from app.workers import Worker, serial_pool, while_alive
+from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed
 from engine.trainercontract import events
 from engine.trainercontract.runfolder import find_interrupted_run, saved_checkpoint
@@ -50,10 +51,9 @@ __all__ = ["METHODS", "METHOD_DESCRIPTIONS", "SOURCES", "SOURCE_FOLDER", "SOURCE
 
 STOP_WAIT_MS = int(STOP_WAIT_S * 1000)  # how long Cancel lets the trainer save its checkpoint before killing it
 CLOSE_WAIT_MS = 15_000  # closing the dialog (or the app) during a run blocks this long at most
-# A3VSE learns from a few annotated items plus many un-annotated ones, which is what a library holds.
-LIBRARY_METHOD = "a3vse"
+LIBRARY_METHOD = DEFAULT_METHOD  # a library's run with no trained model to continue (engine.loop.defaults)
 COLD_EPOCHS = 10  # the form's epochs for a run from random weights
-HOLDOUT = 0.2  # share of the annotated items kept aside to compare the old and the new model
+HOLDOUT = DEFAULT_HOLDOUT  # share of the annotated items kept aside to compare the old and the new model
 HOLDOUT_SEED = 0
 
 

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.loop.compare import compare_models, measure_models
+from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
 from engine.loop.evaluate import evaluate_on
 from engine.loop.gate import ModelComparison
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
-from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet, build_training_set, training_set_dir
+from engine.loop.trainingset import TrainingSet, build_training_set, training_set_dir
 from engine.progress import CancelToken, Progress, staged
 from engine.service import SearchService
 from engine.trainercontract import events
@@ -48,8 +49,6 @@ from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
 
-
-DEFAULT_METHOD = "a3vse"
 
 
 # How a retrain warm-starts from the active model (trainer ``--init-from``; the trainer adds L2-SP toward the

@@ -48,6 +48,7 @@ from engine.library.captionfolder import (
     write_caption_folder,
 )
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus
+from engine.loop.defaults import DEFAULT_HOLDOUT
 from engine.loop.errors import AnnotationError
 from engine.types import CaptionSource
 
@@ -60,7 +61,6 @@ TRAIN_SPLIT = "train"
 HELDOUT_SPLIT = "heldout"
 
 
-DEFAULT_HOLDOUT = 0.2
 
 
 MIN_ANNOTATED_ITEMS = 10  # below this, a retrained model's numbers mean little (module docstring)
