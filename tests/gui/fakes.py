@@ -556,12 +556,6 @@ class FakeService:
             yield Progress(done, len(ids), "re-embedding")
         self._changed()  # the active model's embeddings were written again
 
-    def switch_model(self, name: str, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """The engine's one switch to a new model: active, then re-embedded."""
-        self.set_active_model(name)
-        yield Progress(0, 0, f"{name} is the active model")
-        yield from self.reindex(cancel)
-
     def retrain(self, options: Any = None) -> Any:
         """The engine's retraining job (``engine.loop.retrain.Retrain``: trainer process, naming, registering,
         warm start, resume, cancel) on this fake: its training set and its comparison of the two models are the
