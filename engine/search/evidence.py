@@ -3,7 +3,7 @@
 Sources, each a small object that scores a set of library rows for one query:
 
 - ``model``: the active trained model (K x K max cosine, PVSE §3.4; PCME: cosine of the means), a GIF or a video
-  scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_rows`);
+  scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_ids`);
 - ``zero_shot``: the regional semantics (A3VSE §3.2, :mod:`engine.search.zeroshot`) for a sentence, the cosine of
   the backbone's global features for a picture;
 - ``words``: what the user wrote (:mod:`engine.search.words`): their captions and accepted queries matched
