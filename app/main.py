@@ -110,11 +110,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def open_service(library: str) -> Any:
     """Open the real engine service (on a worker; the engine is imported here to keep start-up fast)."""
     try:
-        from engine.service import SearchService
+        from engine.workspace import Workspace
     except ImportError as exc:
         raise LibraryOpenError(f"the search engine is not available ({exc})") from exc
     try:
-        return SearchService.open(library)
+        return Workspace.open(library)
     except Exception as exc:  # noqa: BLE001 - any failure to open is shown to the user with its cause
         raise LibraryOpenError(f"cannot open library {library!r}: {exc}") from exc
 

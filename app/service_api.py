@@ -1,4 +1,5 @@
-"""The part of ``engine.service.SearchService`` the GUI uses, as a structural type.
+"""The part of ``engine.workspace.Workspace`` (a library's search service and its loop's jobs) the GUI uses, as a
+structural type.
 
 Widgets are typed against this protocol instead of importing the engine's service module, so the window
 can come up before the engine (and its ONNX sessions) is loaded, and tests can hand in a fake.
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.loop.defaults import DEFAULT_HOLDOUT
 from engine.progress import CancelToken, Progress
 from engine.types import ZERO_SHOT as ZERO_SHOT  # the widgets import these from here
 from engine.types import Explanation, MediaDetails, SearchHit
@@ -20,7 +22,7 @@ ANNOTATION_FORMATS = {"folder": "caption folder", "coco": "COCO captions JSON"}
 
 
 class SearchServiceLike(Protocol):
-    """What a library looks like to the GUI (see ``engine.service.SearchService`` for the semantics)."""
+    """What a library looks like to the GUI (see ``engine.workspace.Workspace`` for the semantics)."""
 
     name: str
 
@@ -64,10 +66,11 @@ class SearchServiceLike(Protocol):
     def missing_summary(self) -> tuple[int, int, int]: ...
     def purge_missing(self) -> tuple[int, int, int, Path | None]: ...
     # training on the library's own annotations (issue #7)
-    def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> Any: ...
+    def export_training_set(self, dest: Path | None = None, holdout: float = DEFAULT_HOLDOUT, seed: int = 0) -> Any: ...
     def evaluate_on(self, folder: Path, split: str, model: str | None = None) -> dict[str, Any]: ...
-    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
-                    seed: int = 0) -> Any: ...
+    def compare_models(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
+                       seed: int = 0) -> Any: ...
+    def retrain(self, options: Any = None) -> Any: ...  # the retraining job (engine.loop.retrain.Retrain)
     def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]: ...
     def suggestion_policy(self, policy: str = "auto") -> str: ...  # "uncertainty" / "disagreement" / "random"
     # the library without a query, and what the user annotated (engine.library.browse)

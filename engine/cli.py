@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.progressbar import ProgressBar, drain
 
 log = logging.getLogger("polyseek")
@@ -78,14 +79,14 @@ def _retrain_parser(sub: argparse._SubParsersAction) -> None:
                                        "compare R@K on the held-aside annotations")
     p.add_argument("--library", default="default")
     p.add_argument("--method", default=None,
-                   help="trainer method (default: the active model's, starting from its weights; a3vse, which "
-                        "also learns from the un-annotated items, when zero-shot ranking is active)")
+                   help=f"trainer method (default: the active model's, starting from its weights; {DEFAULT_METHOD}, "
+                        "which also learns from the un-annotated items, when zero-shot ranking is active)")
     p.add_argument("--from-scratch", action="store_true",
                    help="train from random weights instead of starting from the active model")
     p.add_argument("--always-activate", action="store_true",
                    help="activate the new model even when it is worse on the held-aside annotations")
-    p.add_argument("--holdout", type=float, default=0.2,
-                   help="fraction of the annotated items kept aside for evaluation (default 0.2)")
+    p.add_argument("--holdout", type=float, default=DEFAULT_HOLDOUT,
+                   help=f"fraction of the annotated items kept aside for evaluation (default {DEFAULT_HOLDOUT})")
     p.add_argument("--holdout-seed", type=int, default=0, help="seed of the held-aside choice (keep it fixed)")
     p.add_argument("--epochs", type=int, default=None, help="default: the method's recipe (the paper's schedule)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
@@ -215,17 +216,17 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _open(library: str):
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     _prepare()  # first use of a new home: prepared here, with progress, instead of an error
-    return SearchService.open(library)
+    return Workspace.open(library)
 
 
 def _index(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
         if args.model:
-            _use_model(service, args.model)  # its embeddings are computed too; the active model stays as it is
+            _search_with_model(service, args.model)  # its embeddings are computed too; the active model stays as it is
         try:
             drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
         except FileNotFoundError as error:  # not a library folder either (a known one that is gone is offline)
@@ -284,7 +285,7 @@ def _search(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
         if args.model:
-            _use_model(service, args.model)  # this search only: the library's active model stays as it is
+            _search_with_model(service, args.model)  # this search only: the library's active model stays as it is
         if args.media:
             hits = service.search_media(args.media, top=args.top)
         else:
@@ -303,9 +304,9 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _use_model(service, name: str) -> None:
+def _search_with_model(service, name: str) -> None:
     try:
-        service.use_model(name)
+        service.search_with_model(name)
     except LookupError as error:
         raise CliError(str(error)) from None
 
@@ -356,9 +357,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _retrain(args: argparse.Namespace) -> int:
-    from engine.loop.retrain import Retrain, RetrainOptions
     from engine.loop.trainingset import check_holdout
     from engine.trainercontract import events
+    from engine.workspace import RetrainOptions
 
     try:
         check_holdout(args.holdout)
@@ -375,7 +376,7 @@ def _retrain(args: argparse.Namespace) -> int:
     emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
     service = _open(args.library)
     try:
-        job = Retrain(service, options, on_event=(lambda event: emit(events.to_json(event))) if emit else None)
+        job = service.retrain(options, on_event=(lambda event: emit(events.to_json(event))) if emit else None)
         bar, shown = ProgressBar(quiet=args.json), set()
         try:
             for p in job.run():
@@ -400,9 +401,8 @@ def _retrain(args: argparse.Namespace) -> int:
 
 
 def _annotations(args: argparse.Namespace) -> int:
-    from engine.library import snapshots
-    from engine.loop.annotations import AnnotationCounts
-    from engine.loop.errors import AnnotationError
+    from engine.library.catalog import snapshots
+    from engine.workspace import AnnotationCounts, AnnotationError
 
     service = _open(args.library)
     skipped: tuple[str, ...] = ()

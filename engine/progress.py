@@ -23,6 +23,11 @@ class Progress:
         return 0.0 if self.total <= 0 else min(1.0, self.done / self.total)
 
 
+def staged(progress: Progress, stage: str) -> Progress:
+    """``progress`` as a part of a longer job's ``stage`` (its message prefixed with the stage's)."""
+    return Progress(progress.done, progress.total, f"{stage}: {progress.message}" if progress.message else stage)
+
+
 class Cancelled(Exception):
     """Raised inside a job when its token was cancelled."""
 

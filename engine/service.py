@@ -1,4 +1,5 @@
-"""``SearchService``: the one object the CLI and the GUI talk to.
+"""``SearchService``: index, search, explain, annotate and the models of one library. The CLI and the GUI hold it
+as an :class:`engine.workspace.Workspace`, which adds the library loop's jobs; this module knows nothing of the loop.
 
 It is built from its parts (catalog, feature store, indexer, encoders: STYLE.md §4) by :meth:`SearchService.open`,
 or by a test from fakes. Everything here is synchronous and thread-safe enough for one GUI worker plus the GUI
@@ -14,10 +15,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,20 +26,19 @@ from engine import paths
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
+from engine.library.catalog.snapshots import Restored
 from engine.library.indexer import Indexer
-from engine.progress import CancelToken, Progress
+from engine.progress import CancelToken, Progress, staged
+from engine.search.libraryindexes import LibraryIndexes
 from engine.trainercontract.exportformat import is_probabilistic
 from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
-
-if TYPE_CHECKING:
-    from engine.loop.trainingset import TrainingSet
 
 log = logging.getLogger(__name__)
 
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 
-OWN_WORD = 0.5  # novelty (SearchService._novelty) from which a word the user wrote is read as theirs alone
+OWN_WORD = 0.5  # novelty (evidence.word_novelty) from which a word the user wrote is read as theirs alone
 
 
 class SearchService:
@@ -53,18 +53,12 @@ class SearchService:
         self.cache_dir = cache_dir
         self.indexer = Indexer(catalog, features, encoders.extractor)
         self._lock = threading.RLock()
-        self._zero_shot = None  # (ids, ZeroShotIndex) built lazily, dropped when the library changes
-        self._globals = None  # (ids, (N, D) normalised global features)
-        self._zero_shot_frames_cache = None  # (owner rows, ZeroShotIndex of the clips' frames)
+        self.indexes = LibraryIndexes(catalog, features, encoders)  # zero-shot, frames, globals, the user's words
         self._trained = None  # TrainedSearch of the active model, opened lazily
         # the kinds of evidence rankings weigh (engine/search/evidence.py); a test or a benchmark may narrow them
         self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
-        self._words = None  # (catalog annotation version, UserWords): the user's words, rebuilt when they change
-        self._sentence_cache: dict[str, np.ndarray] = {}
-        self._word_cache: dict[str, np.ndarray] = {}  # MiniLM embeddings of query words (zero-shot concept term)
-        self._words_checked = None  # the catalog version the user's words were last checked at
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
-        self._model_for_this_service: tuple[str | None] | None = None  # use_model's choice; None: the active one
+        self._model_for_this_service: tuple[str | None] | None = None  # search_with_model; None: the active one
         self.library_dir = cache_dir.parent
 
     @classmethod
@@ -75,9 +69,7 @@ class SearchService:
         catalog = Catalog(folder / "catalog.sqlite")
         features = FeatureStore(paths.home() / "features.sqlite")
         service = cls(library, catalog, features, Encoders(assets), folder / "thumbnails")
-        from engine.loop.starter import offer_starter
-
-        offer_starter(service)  # a new library searches with the shipped starter model (engine/loop/starter.py)
+        service._offer_starter()  # a new library searches with the shipped starter model (engine/search/starter.py)
         return service
 
     def close(self) -> None:
@@ -136,7 +128,7 @@ class SearchService:
         from engine.media import prune_thumbnails
 
         prune_thumbnails(self.cache_dir)  # the thumbnail cache stays within its budget (engine/media/thumbs.py)
-        trained = self._active_trained()  # embeds whatever its index lacks
+        trained = self.active_trained()  # embeds whatever its index lacks
         if trained is not None and changed:
             yield from trained.sync(cancel)
 
@@ -144,9 +136,9 @@ class SearchService:
         """Offer the starter model now that the pretrained assets are surely there: on a fresh home they are
         prepared by the first index run, after :meth:`open` had to skip the offer (it checks the starter against
         the backbone), so without this the starter only arrived at the next start (issue #32)."""
-        from engine.loop.starter import offer_starter
+        from engine.search.starter import offer_starter
 
-        offer_starter(self)  # returns at once in a library that has it
+        offer_starter(self.catalog, self.register_model, self.set_active_model)  # at once in a library that has it
 
     def offline_roots(self) -> list:
         """The library folders the last index run found offline (:class:`engine.library.indexer.OfflineRoot`)."""
@@ -158,7 +150,7 @@ class SearchService:
         if self.roots():
             yield from self.index_paths(None, cancel)
         else:
-            trained = self._active_trained()
+            trained = self.active_trained()
             if trained is not None:
                 yield from trained.sync(cancel)
 
@@ -231,7 +223,7 @@ class SearchService:
         if not text:
             return []
         if min_probability is not None:
-            trained = self._active_trained()
+            trained = self.active_trained()
             if trained is not None and not trained.carries_evidence(text):
                 return []  # no word the model knows: nothing to believe, whatever its weights answer (#29)
         ranked = self.rank_text(text)
@@ -252,22 +244,23 @@ class SearchService:
         from engine.search.vectorindex.scoring import normalise
         from engine.search.words import WordsMatch, spread
 
-        ids, index = self._zero_shot_index()
+        ids, index = self.indexes.zero_shot()
         if not len(ids):
             return None
-        trained = self._active_trained()
+        trained = self.active_trained()
         stock = self.encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
         sentence = stock.sentence[0]
         unit = normalise(sentence)
-        match = self._user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
+        match = self.indexes.user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
         # a word the user wrote on items is theirs in proportion to how new it is to the ranking in use: "Biscuit"
         # means what its items show, not an ImageNet class; "dog" written on dog photos stays the semantics' word
-        novelty = self._novelty(match.labels, ids, index, trained) if match.labels else {}
+        novelty = (evidence.word_novelty(match.labels, ids, index, trained, self.indexes.zero_shot_query)
+                   if match.labels else {})
         dense: dict = {}
         if "zero_shot" in self.evidence or trained is None:
             own = {word for word, new in novelty.items() if new >= OWN_WORD}
-            _, words = self._zero_shot_query(text, exclude=own, sentence=sentence)
-            dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self._zero_shot_frames())
+            _, words = self.indexes.zero_shot_query(text, exclude=own, sentence=sentence)
+            dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self.indexes.frames())
         encoded = None
         if trained is not None:
             encoded, _ = trained.encode_text([text], minilm=stock)
@@ -276,62 +269,14 @@ class SearchService:
         shared = spread(match.labels, self._neighbours, novelty) if match.labels else {}
         positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
         named = np.array([*positive, *match.rejected], np.int64)
-        rows, sample = self._rows(ids, trained, encoded, named)
-        words_arr = _on_rows(positive, ids, rows)
-        rejected = _on_rows(match.rejected, ids, rows)
+        rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
+        words_arr = evidence.on_rows(positive, ids, rows)
+        rejected = evidence.on_rows(match.rejected, ids, rows)
         content = set(content_words(text))
         share = sum(novelty.get(w, 0.0) for w in content) / len(content) if content else 0.0
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                 rejected if match.rejected else None, user_share=share)
         return ids, ranking, trained, encoded
-
-    def _novelty(self, labels: dict, ids: np.ndarray, index, trained) -> dict[str, float]:
-        """How new each word the user wrote is to the ranking in use: for a trained model that records the words of
-        its training captions, from their counts (:func:`engine.features.vocabulary.novelty`: "Biscuit" 1, "girl"
-        0.01); else :func:`engine.search.words.novelty_of`, the word alone as the query against a fixed sample of
-        the library (the zero-shot semantics, or a model without the record). Ranking a bare word is a poor test
-        of a sentence model: on photos it never saw it put everyday words ("girl", "jumps") as low as names."""
-        from engine.search import evidence
-        from engine.search.words import novelty_of
-
-        terms = list(labels)
-        if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
-            from engine.features import vocabulary
-
-            known = trained.caption_words[0]
-            # captions of other people only: after a retrain the model has read the user's own captions too, and
-            # "Shadow", their dog, must not turn into the shadows the starter read about
-            return {term: vocabulary.novelty(known.get(term, 0) - len(labels[term][1])) for term in terms}
-        sample = evidence.fixed_sample(len(ids))
-        out: dict[str, float] = {}
-        encoded = trained.encode_text(terms)[0] if trained is not None else None
-        for j, term in enumerate(terms):
-            rows = _positions(ids, np.array(labels[term][1], np.int64))[0]
-            if not len(rows):
-                continue
-            if trained is not None:
-                from engine.search.modelrunner import Encoded
-
-                query = Encoded(encoded.emb[j:j + 1])
-                mine, _, _ = trained.score_ids(query, ids[rows])
-                reference, _, _ = trained.score_ids(query, ids[sample])
-            else:
-                sentence, words = self._zero_shot_query(term)
-                source = evidence.ZeroShotEvidence(index, sentence, words)
-                source.calibrate(sample)
-                mine, reference = source.score(rows), source.score(sample)
-            out[term] = novelty_of(mine, reference)
-        return out
-
-    def _rows(self, ids: np.ndarray, trained, encoded, named: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Every row of a library up to :data:`evidence.DENSE_LIMIT` items; above it the model's candidates, every
-        clip and every item the user's words name, with a fixed sample of the library for the z-scores."""
-        from engine.search import evidence
-
-        if len(ids) <= evidence.DENSE_LIMIT or trained is None or encoded is None:
-            return np.arange(len(ids)), None
-        wanted = np.union1d(trained.candidate_ids(encoded, evidence.CANDIDATES), named)
-        return np.unique(_positions(ids, wanted)[0]), evidence.fixed_sample(len(ids))
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
                      min_probability: float | None, scope: np.ndarray | None = None) -> list[SearchHit]:
@@ -369,37 +314,12 @@ class SearchService:
                                   ranking.head_pair_of(row), ranking.frame_of(row), guess))
         return hits
 
-    def _user_words(self):
-        """The user's words of this library (:class:`engine.search.words.UserWords`), rebuilt when they change."""
-        from engine.search.words import UserWords
-
-        with self._lock:
-            version = self.catalog.version()  # cheap; the annotations' own version is read only when it moved
-            if self._words is not None and self._words_checked == version:
-                return self._words[1]
-            key = self.catalog.annotation_version()
-            self._words_checked = version
-            if self._words is None or self._words[0] != key:
-                texts = [(c.media_id, c.text, False) for c in self.catalog.iter_captions()
-                         if c.source != CaptionSource.PSEUDO]
-                texts += [(p.media_id, p.query, p.label < 0) for p in self.catalog.pairs()]
-                self._words = (key, UserWords(texts, self._encode_sentences))
-            return self._words[1]
-
-    def _encode_sentences(self, texts: list[str]) -> np.ndarray:
-        """Unit MiniLM sentence embeddings, each text encoded once per service."""
-        todo = sorted({t for t in texts if t not in self._sentence_cache})
-        if todo:
-            for t, v in zip(todo, self.encoders.minilm.encode(todo).sentence, strict=True):
-                self._sentence_cache[t] = (v / max(float(np.linalg.norm(v)), 1e-9)).astype(np.float32)
-        return np.stack([self._sentence_cache[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
-
     def _neighbours(self, media_ids: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Each item's nearest items and their cosine similarities: in the active model's space, else the
         backbone's global features (for spreading the user's words to look-alikes)."""
         from engine.search.words import SPREAD_NEIGHBOURS
 
-        trained = self._active_trained()
+        trained = self.active_trained()
         if trained is not None:
             index = trained.index
 
@@ -409,7 +329,7 @@ class SearchService:
 
             known = index.__contains__
         else:
-            ids, matrix = self._global_matrix()
+            ids, matrix = self.indexes.global_matrix()
             position = {int(m): r for r, m in enumerate(ids.tolist())}
 
             def nearest(media_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -426,31 +346,8 @@ class SearchService:
         """False when the active trained model's text encoder knows none of the query's content words
         (:meth:`engine.search.trained.TrainedSearch.carries_evidence`): a search under a match-probability cutoff
         then returns nothing, and the GUI says why. Always True with zero-shot search, which has no cutoff."""
-        trained = self._active_trained()
+        trained = self.active_trained()
         return trained is None or trained.carries_evidence(text.strip())
-
-    def _zero_shot_query(self, text: str, exclude: set[str] = frozenset(), sentence: np.ndarray | None = None
-                         ) -> tuple[np.ndarray, np.ndarray]:
-        """The MiniLM embeddings of a sentence (D,) and of its content words (W, D) for the zero-shot ranking
-        (words in ``exclude`` left out; ``sentence``: its embedding when already computed).
-
-        Two batches: in one, every word would be padded to the sentence's length and cost as much as the
-        sentence (measured: CPU per query p50 28 -> 12 ms, p95 70 -> 23 ms on Flickr8k captions); the
-        embeddings are the same, padding being masked out.
-        """
-        from engine.features.regional import content_words
-
-        if sentence is None:
-            sentence = self.encoders.minilm.encode([text]).sentence[0]
-        words = [w for w in content_words(text) if w not in exclude]
-        todo = [w for w in dict.fromkeys(words) if w not in self._word_cache]
-        if todo:
-            if len(self._word_cache) > 50_000:  # bounded: a long session's vocabulary
-                self._word_cache.clear()
-            self._word_cache.update(zip(todo, self.encoders.minilm.encode(todo).sentence, strict=True))
-        encoded = np.stack([self._word_cache[w] for w in words]) if words \
-            else np.zeros((0, len(sentence)), np.float32)
-        return sentence, encoded
 
     def search_media(self, path: Path, top: int = 60, offset: int = 0, kind: str | None = None,
                      folder: Path | None = None) -> list[SearchHit]:
@@ -460,11 +357,11 @@ class SearchService:
         from engine.media import MediaError
         from engine.search import evidence
 
-        trained = self._active_trained()
+        trained = self.active_trained()
         result = (trained.encoders if trained is not None else self.encoders).extractor().extract([Path(path)])[0]
         if isinstance(result, MediaError):
             raise result
-        ids, matrix = self._global_matrix()
+        ids, matrix = self.indexes.global_matrix()
         if not len(ids):
             return []
         dense: dict = {}
@@ -475,7 +372,7 @@ class SearchService:
             encoded = trained.encode_media_features(result.record)
             if "model" in self.evidence:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
-        rows, sample = self._rows(ids, trained, encoded, np.zeros(0, np.int64))
+        rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
         return self._ranked_hits(ids, ranking, None, None, top, offset, None, self._scope(kind, folder))
 
@@ -490,95 +387,27 @@ class SearchService:
         captions = [c for c in self.catalog.iter_captions() if c.source != CaptionSource.PSEUDO]
         if not captions:
             return []
-        ids, index = self._zero_shot_index()
+        ids, index = self.indexes.zero_shot()
         where = np.flatnonzero(ids == media_id)
         if not len(where):
             return []
         scored = []
         for caption in captions:
-            scored.append((caption.text, float(index.score(*self._zero_shot_query(caption.text))[where[0]])))
+            scored.append((caption.text, float(index.score(*self.indexes.zero_shot_query(caption.text))[where[0]])))
         return sorted(scored, key=lambda s: -s[1])[:top]
 
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match
         the query's words), and for a sentence what the user wrote on the item that the ranking counted."""
-        explained = self._explain(query, media_id)
-        if isinstance(query, Path):
+        from engine.search.explanation import explain_item, your_words_note
+
+        explained = explain_item(query, self.media(media_id), self.active_trained(), self.features, self.encoders)
+        if isinstance(query, Path) or "words" not in self.evidence:
             return explained
-        mine = self._your_words_note(str(query), media_id)
+        mine = your_words_note(str(query), media_id, self.indexes.user_words(), self.encoders)
         return replace(explained, notes=(*explained.notes, mine)) if mine else explained
 
-    def _your_words_note(self, query: str, media_id: int) -> str | None:
-        """What the user wrote on this item that the ranking counts for ``query`` (the words evidence of
-        :mod:`engine.search.evidence`), in words; None when it counts nothing."""
-        from engine.search.evidence import REJECT, WORDS
-        from engine.search.vectorindex.scoring import normalise
-
-        words = self._user_words()
-        if not len(words) or "words" not in self.evidence:
-            return None
-        found = words.match(query, normalise(self.encoders.minilm.encode([query]).sentence[0]))
-        def quoted(rejected: bool) -> str:
-            texts = [t for m, t, r in zip(words.media.tolist(), words.texts, words.rejected.tolist(), strict=True)
-                     if m == media_id and r == rejected]
-            return ", ".join(f"\u201c{t}\u201d" for t in texts[:2]) + (" ..." if len(texts) > 2 else "")
-
-        lines = []
-        if found.positive.get(media_id, 0.0) > 0:
-            lines.append(f"What you wrote counts here: {quoted(False)} matches {found.positive[media_id]:.0%} of "
-                         f"this search (up to {WORDS:.0f} points of its rank score, more than the models' guesses).")
-        if found.rejected.get(media_id, 0.0) > 0:
-            lines.append(f"You rejected this item for {quoted(True)}, a search like this one: it is pushed down "
-                         f"(up to {REJECT:.0f} points).")
-        return " ".join(lines) or None
-
-    def _explain(self, query: str | Path, media_id: int) -> Explanation:
-        record = self.media(media_id)
-        trained = self._active_trained()
-        if trained is not None:
-            if isinstance(query, Path):
-                from engine.media import MediaError
-
-                result = trained.encoders.extractor().extract([query])[0]
-                if isinstance(result, MediaError):
-                    raise result
-                encoded = trained.encode_media_features(result.record)
-                tokens = tuple(f"region {i}" for i in range(encoded.attention.shape[-1])) \
-                    if encoded.attention is not None else ("example",)
-            else:
-                encoded, token_lists = trained.encode_text([str(query)])
-                tokens = tuple(token_lists[0])
-            explained = trained.explain(encoded, tokens, record)
-            if explained.item_attention.size or isinstance(query, Path):
-                return explained
-            # no attention (VSE, K = 1): the regional semantics the ranking fuses with the model explain instead
-            method = f"{trained.runner.method}, K={trained.runner.num_embeddings}"
-            note = (f"model {trained.record.name} ({method}) makes one vector of the whole item and one of the whole "
-                    "query: it has no per-word or per-region attention to show. What can be shown: which classes "
-                    "seen in this item's regions match your words (the zero-shot semantics the search weighs beside "
-                    "the model).")
-            return replace(explained, notes=(note, *explained.notes[1:]),
-                           word_matches=self._word_matches(str(query), record))
-        feats = self.features.get(record.content_hash, self.encoders.backbone.id)
-        if feats is None:
-            raise LookupError(f"{record.path} has no features yet (index it first)")
-        return _zero_shot_explanation(str(query), record, self._word_matches(str(query), record))
-
-    def _word_matches(self, query: str, record: MediaRecord) -> tuple:
-        """Each content word of ``query`` against the item's regional semantics
-        (:func:`engine.search.explain.word_matches`); empty when the item has none stored."""
-        from engine.features.regional import content_words
-        from engine.search.explain import word_matches
-
-        feats = self.features.get(record.content_hash, self.encoders.backbone.id)
-        if feats is None or feats.region_top_ids is None or feats.region_top_probs is None:
-            return ()
-        encoders = self.encoders
-        return word_matches(content_words(query), feats.region_top_ids, feats.region_top_probs,
-                            encoders.class_names, encoders.class_embeddings,
-                            lambda words: encoders.minilm.encode(words).sentence)
-
-    def _active_trained(self):
+    def active_trained(self):
         """The TrainedSearch of the active model, or None while zero-shot ranking is active."""
         with self._lock:
             if self._model_for_this_service is None:
@@ -609,70 +438,11 @@ class SearchService:
                         pass
             return self._trained
 
-    def _ok_items(self) -> tuple[np.ndarray, list[str]]:
-        items = [(m.id, m.content_hash) for m in self.catalog.iter_media(MediaStatus.OK)]
-        return np.array([i for i, _ in items], dtype=np.int64), [h for _, h in items]
-
-    def _zero_shot_index(self):
-        with self._lock:
-            if self._zero_shot is None:
-                from engine.search.zeroshot import ZeroShotIndex
-
-                ids, hashes = self._ok_items()
-                backbone = self.encoders.backbone.id
-                class_ids = self.features.stack(hashes, backbone, "image_top_ids") if hashes else np.zeros((0, 32))
-                probs = self.features.stack(hashes, backbone, "image_top_probs") if hashes else np.zeros((0, 32))
-                self._zero_shot = (ids, ZeroShotIndex(self.encoders.class_embeddings, class_ids, probs))
-            return self._zero_shot
-
-    def _zero_shot_frames(self):
-        """``(owner rows, ZeroShotIndex)`` of every sampled frame of the library's clips (rows of
-        :meth:`_zero_shot_index`'s ids): a frame's class distribution is the per-class maximum over its regions'
-        top classes, normalised (the regional half of an item's distribution, A3VSE §3.2)."""
-        with self._lock:
-            if self._zero_shot_frames_cache is None:
-                from engine.search.zeroshot import ZeroShotIndex, frame_distributions
-
-                ids, index = self._zero_shot_index()
-                row_of = {int(m): r for r, m in enumerate(ids.tolist())}
-                clips = [m for m in self.catalog.iter_media(MediaStatus.OK)
-                         if m.kind != MediaKind.IMAGE and m.id in row_of]
-                owners: list[int] = []
-                tops: list[tuple[np.ndarray, np.ndarray]] = []
-                records = self.features.get_many([m.content_hash for m in clips], self.encoders.backbone.id,
-                                                 ("frames", "region_top_ids", "region_top_probs")) if clips else {}
-                k = index.top_k
-                for m in clips:
-                    r = records.get(m.content_hash)
-                    if r is None or r.frames is None or r.region_top_ids is None:
-                        continue
-                    for frame_ids, frame_probs in frame_distributions(r.region_top_ids, r.region_top_probs,
-                                                                      len(r.frames), k):
-                        owners.append(row_of[m.id])
-                        tops.append((frame_ids, frame_probs))
-                frame_index = ZeroShotIndex(self.encoders.class_embeddings,
-                                            np.stack([t[0] for t in tops]) if tops else np.zeros((0, k), np.int64),
-                                            np.stack([t[1] for t in tops]) if tops else np.zeros((0, k), np.float32))
-                self._zero_shot_frames_cache = (np.array(owners, np.int64), frame_index)
-            return self._zero_shot_frames_cache
-
-    def _global_matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        with self._lock:
-            if self._globals is None:
-                ids, hashes = self._ok_items()
-                matrix = (self.features.stack(hashes, self.encoders.backbone.id, "global").astype(np.float32)
-                          if hashes else np.zeros((0, 1), np.float32))
-                matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
-                self._globals = (ids, matrix)
-            return self._globals
-
     def _invalidate(self, model: bool = True) -> None:
         """Drop what is built from the library's items (zero-shot ranking, global features) and, with ``model``,
         the active model's search (reopened when next needed)."""
         with self._lock:
-            self._zero_shot = None
-            self._zero_shot_frames_cache = None
-            self._globals = None
+            self.indexes.drop()
             if model:
                 self._trained = None
 
@@ -714,7 +484,16 @@ class SearchService:
         self.catalog.set_active_model(self._registered_model(name))
         self._invalidate()
 
-    def use_model(self, name: str | None) -> None:
+    def switch_model(self, name: str, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Make ``name`` the library's active model, then re-embed the library with it: a generator of progress
+        records. The one way a new model is switched to (a retrain the rule accepts; the GUI's "Use it and
+        re-index")."""
+        self.set_active_model(name)
+        yield Progress(0, 0, f"{name} is the active model")
+        for progress in self.reindex(cancel):
+            yield staged(progress, f"re-indexing with {name}")
+
+    def search_with_model(self, name: str | None) -> None:
         """Search with this model (name, model directory or zero-shot) through this service object only; the
         library's active model stays as it is (``polyseek search --model``). ``None`` goes back to it."""
         with self._lock:
@@ -753,77 +532,6 @@ class SearchService:
             self.catalog.register_model(name, runner.method, model_dir, metrics)
         return name
 
-    # -- the library loop (engine.loop.retrain) -------------------------------------------------------------------
-
-    def export_training_set(self, dest: Path | None = None, holdout: float = 0.2, seed: int = 0) -> TrainingSet:
-        """Write the retraining caption folder (default ``<library>/retrain/training-set``) and return its
-        :class:`engine.loop.trainingset.TrainingSet`: split ``train`` = the annotated items not held aside plus every
-        un-annotated item (A3VSE's D^u), split ``heldout`` = the held-aside annotated items, chosen from each
-        item's content hash and ``seed`` so an item stays on its side across retrains."""
-        from engine.loop.trainingset import build_training_set
-
-        dest = Path(dest) if dest is not None else self.library_dir / "retrain" / "training-set"
-        return build_training_set(self.catalog, dest, holdout, seed)
-
-    def evaluate_on(self, folder: Path, split: str, model: str | None = None,
-                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
-        """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
-        on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot ranking. ``distractors``
-        (trained models): more media each caption's item is ranked among."""
-        if model in (None, ZERO_SHOT):
-            from engine.loop.evaluate import evaluate_zero_shot
-
-            return evaluate_zero_shot(Path(folder), split, self.features, self.encoders)
-        from engine.loop.evaluate import evaluate_trained
-
-        return evaluate_trained(self, Path(folder), split, model, distractors)
-
-    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
-                    seed: int = 0):
-        """A registered new model beside ``old_model`` (None: zero-shot) on the held-aside split of a retraining
-        folder and the library's pseudo pairs, with the activation rule's decision (:func:`engine.loop.judge.judge`:
-        the one rule the CLI and the GUI apply). Activates nothing."""
-        from engine.loop.judge import judge
-
-        return judge(self, new_model, old_model, Path(folder), split, seed)
-
-    def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]:
-        """``(media_id, score)`` of the un-annotated items to annotate next, best first: ``uncertainty`` (the
-        active PCME model's sigma), ``disagreement`` (the active model's K >= 2 heads), ``random``, or ``auto``
-        (the first of these that applies); see :func:`engine.loop.suggest.suggest`."""
-        from engine.loop.suggest import suggest
-
-        return suggest(self.catalog, self._active_trained(), n, policy)
-
-    def suggestion_policy(self, policy: str = "auto") -> str:
-        """The policy :meth:`suggest_annotations` applies for ``policy`` now (``auto`` resolved against the active
-        model: ``uncertainty``, ``disagreement`` or ``random``), so a list of suggestions can say why its order."""
-        from engine.loop.suggest import resolve_policy
-
-        return resolve_policy(self._active_trained(), policy)
-
-    def export_annotations(self, dest: Path, fmt: str = "folder") -> int:
-        """Write the library's annotations (captions with their provenance, accepted and rejected pairs with their
-        queries) as a caption folder (``folder``) or a COCO JSON (``coco``); returns the number of captions written
-        (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs, and ``skipped``, the annotated items a
-        caption folder could not link because their files are missing or offline)."""
-        from engine.loop.annotations import export_annotations
-
-        return export_annotations(self.catalog, Path(dest), fmt)
-
-    def import_annotations(self, path: Path) -> int:
-        """Put the annotations of a caption folder or COCO JSON on the matching items, with the provenance the file
-        gives (a third party's captions: ``imported``); returns how many captions were added
-        (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs). An annotation snapshot
-        (:mod:`engine.library.snapshots`) is restored instead, with its provenance and pairs
-        (:meth:`restore_snapshot`)."""
-        from engine.library import snapshots
-        from engine.loop.annotations import import_annotations
-
-        if snapshots.is_snapshot_file(Path(path)):
-            return self.restore_snapshot(Path(path)).captions
-        return import_annotations(self.catalog, Path(path))
-
     def missing_summary(self) -> tuple[int, int, int]:
         """``(items, captions, pairs)`` :meth:`purge_missing` would delete (user and imported annotations)."""
         return self.catalog.missing_summary()
@@ -837,16 +545,14 @@ class SearchService:
             self._invalidate()
 
     def annotation_snapshots(self) -> list[Path]:
-        """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.snapshots`)."""
-        from engine.library import snapshots
+        """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.catalog.snapshots`)."""
+        from engine.library.catalog import snapshots
 
         return snapshots.snapshots(snapshots.folder_of(self.catalog.path))
 
-    def restore_snapshot(self, path: Path):
-        """Put back the captions and pairs of a snapshot (:func:`engine.library.snapshots.restore`)."""
-        from engine.library import snapshots
-
-        return snapshots.restore(self.catalog, Path(path))
+    def restore_snapshot(self, path: Path) -> Restored:
+        """Put back the captions and pairs of a snapshot (:meth:`Catalog.restore_snapshot`)."""
+        return self.catalog.restore_snapshot(Path(path))
 
     def rename_model(self, name: str, new_name: str) -> None:
         """Call a registered model ``new_name`` (its folder on disk keeps its name; its index moves along)."""
@@ -871,39 +577,8 @@ class SearchService:
         self._invalidate()
 
 
-def _positions(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(positions, found)``: where each of ``wanted`` is in ``ids`` (any order), for those ``found``."""
-    wanted = np.asarray(wanted, np.int64)
-    if not len(ids) or not len(wanted):
-        return np.zeros(0, np.int64), np.zeros(len(wanted), bool)
-    order = np.argsort(ids)
-    at = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
-    found = ids[at] == wanted
-    return at[found], found
-
-
-def _on_rows(values: dict[int, float], ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Per-item values (media id -> value) laid on ranking rows (``ids[rows]``), 0 elsewhere."""
-    out = np.zeros(len(rows), np.float32)
-    if values:
-        at, found = _positions(ids[rows], np.fromiter(values, np.int64, len(values)))
-        out[at] = np.fromiter(values.values(), np.float32, len(values))[found]
-    return out
-
-
 def _clean(text: str) -> str:
     text = " ".join(str(text).split())
     if not text:
         raise ValueError("a caption or query cannot be empty")
     return text
-
-
-def _zero_shot_explanation(query: str, record: MediaRecord, matches: tuple) -> Explanation:
-    """The zero-shot ranking has no attention: it ranks by the classes seen in the item's regions, so it explains
-    by which of them match the query's words (``matches``, :func:`engine.search.explain.word_matches`)."""
-    empty = np.zeros((0, 0), np.float32)
-    found = [m for m in matches if m.class_name is not None]
-    note = ("zero-shot ranking: no trained model, no attention; items are ranked by the classes seen in their "
-            "regions (regional semantics)" + ("" if found else ", and none of them is close to a word of this query"))
-    return Explanation(tuple(m.word for m in matches), empty, empty, None, empty, (0, 0), notes=(note,),
-                       word_matches=matches)

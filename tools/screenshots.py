@@ -127,7 +127,7 @@ def index_all(service, folder: Path) -> None:  # noqa: ANN001
         pass
 
 
-def demo_service():  # noqa: ANN201 - engine.service.SearchService
+def demo_service():  # noqa: ANN201 - engine.workspace.Workspace
     from app.main import open_service
     from resources.demo import ensure_demo_library
 

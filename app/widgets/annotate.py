@@ -1,11 +1,11 @@
 """The annotation panel: the current item's captions, Accept / Reject for the current query, Undo, and a
-"What to annotate next" list (``SearchService.suggest_annotations``) whose items the user can pick.
+"What to annotate next" list (``Workspace.suggest_annotations``) whose items the user can pick.
 
 Labelling is keyboard-first: type a caption, Enter saves it and moves to the next result (Enter on an empty
 line just moves on); Ctrl+Right / Ctrl+Left step through results even while typing; Ctrl+Z undoes the last
 annotation action. After an item picked from the suggestions, Enter moves to the next suggestion
 instead of the next result. The suggestions are thumbnails; Enter or a double-click on one opens it large, and
-the heading says why they come in that order (the policy ``SearchService.suggestion_policy`` chose). Every
+the heading says why they come in that order (the policy ``Workspace.suggestion_policy`` chose). Every
 action is a :class:`QUndoCommand`; its service writes run, in order, on one worker thread, so a slow catalog
 never freezes the window and the writes never reorder.
 """

@@ -51,7 +51,7 @@ def comparable_groups(models: list[ModelInfo]) -> dict[str, int]:
     return groups
 
 
-STARTER = "starter"  # engine.loop.starter.STARTER_NAME: offered again to a library without it, so it stays
+STARTER = "starter"  # engine.search.starter.STARTER_NAME: offered again to a library without it, so it stays
 
 
 def revert_target(models: list[ModelInfo]) -> str | None:

@@ -1,10 +1,10 @@
 """The training dialog: choose the data and a method, run the engine's retraining job, watch its loss and
 validation rsum live, cancel and resume it, and see the new model measured beside the active one.
 
-The job is :class:`engine.loop.retrain.Retrain`, the one ``polyseek retrain`` runs: it exports the library's
-annotations (or takes a caption folder), starts the trainer as its own process (torch never enters the GUI
-process, and a crash in training never takes the window down), registers the new model, measures both models
-with the same evaluation (``evaluate_on``) and applies the activation rule. This dialog runs it in a
+The job is :class:`engine.loop.retrain.Retrain` (``Workspace.retrain``), the one ``polyseek retrain`` runs: it
+exports the library's annotations (or takes a caption folder), starts the trainer as its own process (torch never
+enters the GUI process, and a crash in training never takes the window down), registers the new model, measures
+both models with the same evaluation (``evaluate_on``) and applies the activation rule. This dialog runs it in a
 :class:`app.workers.Worker` on a one-thread pool of its own and draws the trainer's typed events
 (:mod:`engine.trainercontract.events`), which the job hands over as they arrive; other lines the trainer writes go
 to the log pane. Cancel sets the job's :class:`CancelToken`: the job asks the trainer to stop (it writes a resumable
@@ -36,12 +36,13 @@ from app.widgets.trainingview import (
     describe_training_set,
 )
 from app.workers import Worker, serial_pool, while_alive
+from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed
 from engine.trainercontract import events
 from engine.trainercontract.runfolder import find_interrupted_run, saved_checkpoint
 
 if TYPE_CHECKING:  # the job's module (catalog, training set, judge) loads on the first run, not with the window
-    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.workspace import Retrain, RetrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,9 @@ __all__ = ["METHODS", "METHOD_DESCRIPTIONS", "SOURCES", "SOURCE_FOLDER", "SOURCE
 
 STOP_WAIT_MS = int(STOP_WAIT_S * 1000)  # how long Cancel lets the trainer save its checkpoint before killing it
 CLOSE_WAIT_MS = 15_000  # closing the dialog (or the app) during a run blocks this long at most
-# A3VSE learns from a few annotated items plus many un-annotated ones, which is what a library holds.
-LIBRARY_METHOD = "a3vse"
+LIBRARY_METHOD = DEFAULT_METHOD  # a library's run with no trained model to continue (engine.loop.defaults)
 COLD_EPOCHS = 10  # the form's epochs for a run from random weights
-HOLDOUT = 0.2  # share of the annotated items kept aside to compare the old and the new model
+HOLDOUT = DEFAULT_HOLDOUT  # share of the annotated items kept aside to compare the old and the new model
 HOLDOUT_SEED = 0
 
 
@@ -179,7 +179,7 @@ class TrainingDialog(TrainingForm):
         shows is what runs (:meth:`_options` passes it)."""
         if self.busy or self.source_key() != SOURCE_LIBRARY or self._service is None:
             return
-        from engine.loop.retrain import planned_epochs
+        from engine.workspace import planned_epochs
 
         planned = planned_epochs(active_model(list(self._service.models())), self.method.currentText(),
                                  COLD_EPOCHS)
@@ -196,9 +196,9 @@ class TrainingDialog(TrainingForm):
                  val_split: str = "dev") -> RetrainOptions:
         """The job the form describes: on the library's annotations (warm-started from the active model when it
         has this method; the engine's recipe then sets the epochs) or on a caption folder (from scratch)."""
-        from engine.loop.retrain import RetrainOptions
+        from engine.workspace import RetrainOptions
 
-        common = RetrainOptions(method=method, device=self.device.currentText(), activate=False,
+        common = RetrainOptions(method=method, device=self.device.currentText(), activate_here=False,
                                 trainer_args=self.trainer_options(), models_dir=self.models_dir,
                                 trainer_command=tuple(self.command), stop_wait_s=self.stop_wait_ms / 1000)
         if library:  # the epochs the form shows, warm start or not: what it says is what runs
@@ -269,9 +269,10 @@ class TrainingDialog(TrainingForm):
             self._show_run_progress()
         self.result_box.hide()
         self.model_dir = self.resumable_dir = self.comparison = self.final_metrics = None
-        from engine.loop.retrain import Retrain
+        from engine.workspace import Retrain
 
-        job = Retrain(self._service, options)
+        # the library's job (Workspace.retrain); on a caption folder with no library open, the job alone
+        job = self._service.retrain(options) if self._service is not None else Retrain(None, options)
         worker = Worker(job.run)
         job.on_event = job.on_output = worker.emit_event  # handed to the GUI thread in order
         signals = worker.signals

@@ -8,7 +8,7 @@ second evaluation of the same folder never runs the backbone again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,23 @@ from engine.features.regional import content_words
 from engine.files import content_hash
 from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
 from engine.loop.errors import RetrainError
-from engine.loop.service_api import LoopService
 from engine.search.zeroshot import ZeroShotIndex
+from engine.service import SearchService
 from engine.trainercontract.metrics import retrieval_report
 from engine.types import ZERO_SHOT
+
+# how a model is measured: (folder, split, model or None for zero-shot, distractors) -> a retrieval report
+Evaluate = Callable[..., dict[str, Any]]
+
+
+def evaluate_on(service: SearchService, folder: Path, split: str | None, model: str | None = None,
+                distractors: Sequence[Path] = ()) -> dict[str, Any]:
+    """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
+    of the service's library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
+    ranking. ``distractors`` (trained models): more media each caption's item is ranked among."""
+    if model in (None, ZERO_SHOT):
+        return evaluate_zero_shot(Path(folder), split, service.features, service.encoders)
+    return evaluate_trained(service, Path(folder), split, model, distractors)
 
 
 def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, encoders,
@@ -82,7 +95,7 @@ def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate_trained(service: LoopService, folder: Path, split: str | None, model: str,
+def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
                      distractors: Sequence[Path] = (), fused: bool = True) -> dict[str, Any]:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.

@@ -1,5 +1,5 @@
 """The activation rule of the library loop: whether a new model, measured beside the active one, replaces it (the one
-rule the CLI's retrain and the GUI's training dialog apply). Measuring both models is :mod:`engine.loop.judge`.
+rule the CLI's retrain and the GUI's training dialog apply). Measuring both models is :mod:`engine.loop.compare`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def heldout_tolerance(report: dict[str, Any]) -> float:
     return 100.0 / max(1, int(report["n_media"])) + 100.0 / max(1, int(report["n_captions"]))
 
 
-def gate(result: Judgement) -> tuple[bool, str]:
+def gate(result: ModelComparison) -> tuple[bool, str]:
     """Whether a retrained model replaces the active one, and why, as one line.
 
     The rule: the new model is activated when its rsum (R@1+R@5+R@10, both directions) on the held-aside
@@ -66,8 +66,9 @@ def gate(result: Judgement) -> tuple[bool, str]:
 
 
 @dataclass
-class Judgement:
-    """A new model measured beside the active one, and the gate's decision (:func:`judge`)."""
+class ModelComparison:
+    """A new model measured beside the active one, and the gate's decision
+    (:func:`engine.loop.compare.compare_models`)."""
 
     model_name: str
     old_model: str | None

@@ -29,16 +29,19 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from engine.loop.compare import compare_models, measure_models
+from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
-from engine.loop.gate import Judgement
-from engine.loop.judge import measure
-from engine.loop.service_api import LoopService
+from engine.loop.evaluate import evaluate_on
+from engine.loop.gate import ModelComparison
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
-from engine.loop.trainingset import DEFAULT_HOLDOUT, TrainingSet
-from engine.progress import CancelToken, Progress
+from engine.loop.trainingset import TrainingSet, build_training_set, training_set_dir
+from engine.progress import CancelToken, Progress, staged
+from engine.service import SearchService
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
 from engine.trainercontract.runfolder import has_weights, read_metrics
@@ -46,8 +49,6 @@ from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
 
-
-DEFAULT_METHOD = "a3vse"
 
 
 # How a retrain warm-starts from the active model (trainer ``--init-from``; the trainer adds L2-SP toward the
@@ -97,7 +98,8 @@ class RetrainOptions:
     warm_start: bool = True  # start from the active model's weights when it has a warm-startable method
     init_from: Path | None = None  # start from this model folder instead (a resume repeats its run's start)
     always_activate: bool = False  # activate the new model whatever :func:`gate` says (the decision is still given)
-    activate: bool = True  # activate (and re-index) a model the rule accepts; False: the caller does it
+    activate_here: bool = True  # the job switches to a model it activates (and re-indexes); False: it only reports
+    # the decision (``result.activated``) and the caller switches (the GUI, which re-indexes in its library panel)
     holdout: float = DEFAULT_HOLDOUT
     seed: int = 0
     epochs: int | None = None  # None: WARM_START_EPOCHS for a warm start, else ``cold_epochs``
@@ -192,7 +194,7 @@ class Retrain:
     and where the model goes. Without a ``service`` (only with ``options.data``) the job trains and stops there.
     """
 
-    def __init__(self, service: LoopService | None, options: RetrainOptions | None = None,
+    def __init__(self, service: SearchService | None, options: RetrainOptions | None = None,
                  on_event: Callable[[events.TrainerEvent], None] | None = None,
                  on_output: Callable[[str], None] | None = None) -> None:
         self.service, self.options = service, options or RetrainOptions()
@@ -225,16 +227,15 @@ class Retrain:
             return
         result.model_name = service.register_model(out, name)
         yield Progress(0, 0, f"comparing {result.model_name} with {result.old_model or 'zero-shot'}")
-        verdict = self._judge(service, result)
-        result.warnings.extend(verdict.warnings)
-        result.measure_warnings = list(verdict.warnings)
+        comparison = self._compare(result)
+        result.warnings.extend(comparison.warnings)
+        result.measure_warnings = list(comparison.warnings)
         for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision"):
-            setattr(result, name_, getattr(verdict, name_))
+            setattr(result, name_, getattr(comparison, name_))
         if options.always_activate and not result.activated:
             result.activated, result.decision = True, f"activated as asked ({result.decision})"
-        if result.activated and options.activate:
-            service.set_active_model(result.model_name)
-            yield from _staged(service.reindex(cancel), f"re-indexing with {result.model_name}")
+        if result.activated and options.activate_here:
+            yield from service.switch_model(result.model_name, cancel)
         yield Progress(1, 1, "done")
 
     def _training_data(self, result: RetrainResult) -> Iterator[Progress]:
@@ -245,8 +246,7 @@ class Retrain:
             return
         if ts is None:
             yield Progress(0, 0, "writing the training set")
-            assert self.service is not None
-            ts = self.service.export_training_set(options.dest, options.holdout, options.seed)
+            ts = self._export_training_set()
         result.training_set, result.data, result.val_split = ts, Path(ts.folder), ts.val_split
         if ts.warning:
             result.warnings.append(ts.warning)
@@ -258,6 +258,14 @@ class Retrain:
         if not ts.n_heldout_items:
             result.warnings.append("no annotated item is held aside: the trainer validates on a part of the "
                                    "training items and before/after cannot be compared")
+
+    def _export_training_set(self) -> TrainingSet:
+        """The library's annotations written as a caption folder with a held-aside split (options ``dest``,
+        ``holdout``, ``seed``)."""
+        assert self.service is not None
+        options = self.options
+        dest = Path(options.dest) if options.dest is not None else training_set_dir(self.service.library_dir)
+        return build_training_set(self.service.catalog, dest, options.holdout, options.seed)
 
     def _method_and_start(self) -> tuple[str, Path | None]:
         """The method to train and the model folder to start from: the active model's own method and
@@ -313,19 +321,22 @@ class Retrain:
                 self.on_event(event)
                 progress = events.to_progress(event)
                 if progress is not None:
-                    yield _stage(progress, "training")
+                    yield staged(progress, "training")
         finally:
             stream.close()  # a consumer that stops early (GeneratorExit here) stops the trainer now
             self.trainer = None
 
-    def _judge(self, service: LoopService, result: RetrainResult) -> Judgement:
+    def _compare(self, result: RetrainResult) -> ModelComparison:
         """The library's rule on its held-aside annotations, or both models on the folder's validation split."""
+        service = self.service
+        assert service is not None
         assert result.model_name is not None and result.data is not None and result.val_split is not None
         ts = result.training_set
         if ts is None:
-            return measure(service, result.model_name, result.old_model, result.data, result.val_split)
-        return service.judge_model(result.model_name, ts.folder, ts.val_split if ts.n_heldout_items else None,
-                                   result.old_model, self.options.seed)
+            return measure_models(partial(evaluate_on, service), result.model_name, result.old_model, result.data,
+                                  result.val_split)
+        return compare_models(service, result.model_name, result.old_model, ts.folder,
+                              ts.val_split if ts.n_heldout_items else None, self.options.seed)
 
     def _active(self) -> ModelInfo | None:
         return active_model(self.service.models()) if self.service is not None else None
@@ -334,12 +345,3 @@ class Retrain:
         active = self._active()
         return active.name if active is not None and active.path is not None else None
 
-
-def _stage(progress: Progress, stage: str) -> Progress:
-    """``progress`` as a part of the job's ``stage``."""
-    return Progress(progress.done, progress.total, f"{stage}: {progress.message}" if progress.message else stage)
-
-
-def _staged(progress: Iterator[Progress], stage: str) -> Iterator[Progress]:
-    for p in progress:
-        yield _stage(p, stage)

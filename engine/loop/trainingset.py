@@ -48,6 +48,7 @@ from engine.library.captionfolder import (
     write_caption_folder,
 )
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus
+from engine.loop.defaults import DEFAULT_HOLDOUT
 from engine.loop.errors import AnnotationError
 from engine.types import CaptionSource
 
@@ -60,7 +61,6 @@ TRAIN_SPLIT = "train"
 HELDOUT_SPLIT = "heldout"
 
 
-DEFAULT_HOLDOUT = 0.2
 
 
 MIN_ANNOTATED_ITEMS = 10  # below this, a retrained model's numbers mean little (module docstring)
@@ -168,6 +168,11 @@ class _LibraryView:
         annotations = {media_id: list(dict.fromkeys(texts)) for media_id, texts in out.items()}
         media = list(catalog.iter_media(MediaStatus.OK)) if with_media else []
         return cls(media, annotations, pseudo, paired)
+
+
+def training_set_dir(library_dir: Path) -> Path:
+    """Where a library's retraining caption folder is written unless told otherwise."""
+    return Path(library_dir) / "retrain" / "training-set"
 
 
 def build_training_set(catalog: Catalog, dest: Path, holdout: float = DEFAULT_HOLDOUT, seed: int = 0,

@@ -3,7 +3,7 @@
 Sources, each a small object that scores a set of library rows for one query:
 
 - ``model``: the active trained model (K x K max cosine, PVSE §3.4; PCME: cosine of the means), a GIF or a video
-  scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_rows`);
+  scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_ids`);
 - ``zero_shot``: the regional semantics (A3VSE §3.2, :mod:`engine.search.zeroshot`) for a sentence, the cosine of
   the backbone's global features for a picture;
 - ``words``: what the user wrote (:mod:`engine.search.words`): their captions and accepted queries matched
@@ -22,7 +22,7 @@ the mean and spread of a fixed random sample of the library, so a query costs th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -210,3 +210,72 @@ class ModelEvidence:
         self.frames[rows] = frames
         self.head_pairs[rows] = pairs
         return scores
+
+
+def positions(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, found)``: where each of ``wanted`` is in ``ids`` (any order), for those ``found``."""
+    wanted = np.asarray(wanted, np.int64)
+    if not len(ids) or not len(wanted):
+        return np.zeros(0, np.int64), np.zeros(len(wanted), bool)
+    order = np.argsort(ids)
+    at = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
+    found = ids[at] == wanted
+    return at[found], found
+
+
+def on_rows(values: dict[int, float], ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per-item values (media id -> value) laid on ranking rows (``ids[rows]``), 0 elsewhere."""
+    out = np.zeros(len(rows), np.float32)
+    if values:
+        at, found = positions(ids[rows], np.fromiter(values, np.int64, len(values)))
+        out[at] = np.fromiter(values.values(), np.float32, len(values))[found]
+    return out
+
+
+def candidate_rows(ids: np.ndarray, trained, encoded, named: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Every row of a library up to :data:`DENSE_LIMIT` items; above it the model's candidates, every
+    clip and every item the user's words name, with a fixed sample of the library for the z-scores."""
+    if len(ids) <= DENSE_LIMIT or trained is None or encoded is None:
+        return np.arange(len(ids)), None
+    wanted = np.union1d(trained.candidate_ids(encoded, CANDIDATES), named)
+    return np.unique(positions(ids, wanted)[0]), fixed_sample(len(ids))
+
+
+def word_novelty(labels: dict, ids: np.ndarray, index, trained,
+                 zero_shot_query: Callable[[str], tuple[np.ndarray, np.ndarray]] | None) -> dict[str, float]:
+    """How new each word the user wrote is to the ranking in use: for a trained model that records the words of
+    its training captions, from their counts (:func:`engine.features.vocabulary.novelty`: "Biscuit" 1, "girl"
+    0.01); else :func:`engine.search.words.novelty_of`, the word alone as the query against a fixed sample of
+    the library (the zero-shot semantics, its query made by ``zero_shot_query``, or a model without the record).
+    Ranking a bare word is a poor test of a sentence model: on photos it never saw it put everyday words ("girl",
+    "jumps") as low as names."""
+    from engine.search.words import novelty_of
+
+    terms = list(labels)
+    if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
+        from engine.features import vocabulary
+
+        known = trained.caption_words[0]
+        # captions of other people only: after a retrain the model has read the user's own captions too, and
+        # "Shadow", their dog, must not turn into the shadows the starter read about
+        return {term: vocabulary.novelty(known.get(term, 0) - len(labels[term][1])) for term in terms}
+    sample = fixed_sample(len(ids))
+    out: dict[str, float] = {}
+    encoded = trained.encode_text(terms)[0] if trained is not None else None
+    for j, term in enumerate(terms):
+        rows = positions(ids, np.array(labels[term][1], np.int64))[0]
+        if not len(rows):
+            continue
+        if trained is not None:
+            from engine.search.modelrunner import Encoded
+
+            query = Encoded(encoded.emb[j:j + 1])
+            mine, _, _ = trained.score_ids(query, ids[rows])
+            reference, _, _ = trained.score_ids(query, ids[sample])
+        else:
+            sentence, words = zero_shot_query(term)
+            source = ZeroShotEvidence(index, sentence, words)
+            source.calibrate(sample)
+            mine, reference = source.score(rows), source.score(sample)
+        out[term] = novelty_of(mine, reference)
+    return out

@@ -155,7 +155,7 @@ def stall_while_indexing(n: int) -> dict:
     import app.qtcompat  # noqa: F401
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     home = tempfile.mkdtemp()
     os.environ["POLYSEEK_HOME"] = home
@@ -166,7 +166,7 @@ def stall_while_indexing(n: int) -> dict:
         ImageDraw.Draw(img).ellipse([40 + i % 50, 30, 200, 190], fill=((i * 11) % 255, 80, 160))
         img.save(folder / f"p{i:04d}.jpg")
     app = QApplication.instance() or QApplication([])
-    service = SearchService.open("bench", Path(os.environ["POLYSEEK_ASSETS"]) if "POLYSEEK_ASSETS" in os.environ
+    service = Workspace.open("bench", Path(os.environ["POLYSEEK_ASSETS"]) if "POLYSEEK_ASSETS" in os.environ
                                  else None)
     window = MainWindow(GuiSettings(), service)
     window.show()

@@ -7,7 +7,7 @@ Two libraries: ``--n`` Flickr8k photos as they are (224x224 JPEGs, from ../share
 alone on already-decoded 224x224 batches of the same size, (b) ``SearchService.index_paths`` on a fresh home
 (walk, hash, decode, backbone, regional semantics, feature store and catalog writes), (c) decoding alone: the
 indexer's own decode (``engine.features.extract.decode_for_backbone``) on a pool of two threads, as the indexer runs it.
-The ratio (b)/(a) is the figure of merit (PRODUCT.md: >= 0.8; issue #24: >= 0.9). Opening the service,
+The ratio (b)/(a) is the figure of merit (the product's >= 0.8; issue #24: >= 0.9). Opening the service,
 the backbone and the active model (the starter, which embeds the new items at the end of (b)) is session
 opening, not indexing, and happens before (b) is timed. Medians of ``--repeat`` runs; (a), (c) and (b)
 run one after the other in each repeat so a changing load on the machine hits them alike.
@@ -84,7 +84,7 @@ def end_to_end(folder: Path, assets: Path, profile: bool = False) -> tuple[float
         os.environ["POLYSEEK_HOME"] = home
         service = SearchService.open("bench", assets)
         service.encoders.backbone  # noqa: B018 - session opening is not indexing
-        service._active_trained()  # nor is opening the active model (the starter), which embeds the new items
+        service.active_trained()  # nor is opening the active model (the starter), which embeds the new items
         n = len(list(folder.iterdir()))
         with profiled(service) if profile else nullcontext() as figures:
             start, cpu = time.perf_counter(), time.process_time()

@@ -247,7 +247,7 @@ def first_index(service, library: Path, n: int, backbone_rate: float) -> dict:
 
 
 def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     cpu_used: list[float] = []
 
@@ -259,7 +259,7 @@ def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
         return time.perf_counter() - start
 
     warm = [timed(service) for _ in range(3)]
-    fresh = SearchService.open(service.name, Path(os.environ["POLYSEEK_ASSETS"]))
+    fresh = Workspace.open(service.name, Path(os.environ["POLYSEEK_ASSETS"]))
     cold = timed(fresh)
     fresh.close()
     rng = random.Random(seed)
@@ -317,7 +317,7 @@ def dev_captions(limit: int, seed: int = 0) -> list[str]:
 def query_latency(service, queries: list[str], examples: list[Path]) -> dict:
     out = {}
     for label, model in (("starter", None), ("zero-shot", "zero-shot")):
-        service.use_model(model)
+        service.search_with_model(model)
         start = time.perf_counter()
         service.search_text(queries[0], top=PAGE)  # opening the model / building the index is not a query
         opened = time.perf_counter() - start
@@ -334,7 +334,7 @@ def query_latency(service, queries: list[str], examples: list[Path]) -> dict:
             similar_cpu.append(time.process_time() - cpu)
         out[label] = {"first_query_s": round(opened, 2), "text": percentiles(text, text_cpu),
                       "find_similar": percentiles(similar, similar_cpu), "load": load()}
-    service.use_model(None)
+    service.search_with_model(None)
     return out
 
 
@@ -392,7 +392,7 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
     import app.qtcompat  # noqa: F401
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
-    from engine.service import SearchService
+    from engine.workspace import Workspace
     from tools.gui_memory import rss_mb
 
     peak = [0]
@@ -405,7 +405,7 @@ def gui_probe(library_name: str, out: Path, query: bool = True) -> int:
 
     threading.Thread(target=sample, daemon=True).start()
     qapp = QApplication.instance() or QApplication([])
-    service = SearchService.open(library_name, Path(os.environ["POLYSEEK_ASSETS"]))
+    service = Workspace.open(library_name, Path(os.environ["POLYSEEK_ASSETS"]))
     window = MainWindow(GuiSettings(), service)
     window.show()
     qapp.processEvents()
@@ -608,7 +608,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = 
     zs_score, zs_total, zs_cpu = [], [], []
     for q in queries:
         start, cpu = time.perf_counter(), time.process_time()
-        words = content_words(q)  # encoded as SearchService._zero_shot_query does: sentence, then its words
+        words = content_words(q)  # encoded as LibraryIndexes.zero_shot_query does: sentence, then its words
         sentence = encoders.minilm.encode([q]).sentence[0]
         encoded = encoders.minilm.encode(words).sentence if words else np.zeros((0, len(sentence)), np.float32)
         mid = time.perf_counter()
@@ -630,7 +630,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = 
 
 def synthetic_vector_index(n: int, rng: np.random.Generator) -> dict:
     """The starter's vector index over ``n`` random items of its shape: build, p50/p95 of a first page."""
-    from engine.loop.starter import shipped_starter
+    from engine.search.starter import shipped_starter
     from engine.search.vectorindex import MultiVectorIndex, normalise
 
     starter = shipped_starter()
@@ -842,8 +842,8 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     import resource
 
     from engine.loop.retrain import Retrain, RetrainOptions
-    from engine.service import SearchService
     from engine.trainercontract import events as trainerevents
+    from engine.workspace import Workspace
 
     home = work / "home"
     os.environ.update(POLYSEEK_HOME=str(home), POLYSEEK_ASSETS=str(assets))
@@ -852,7 +852,7 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     result["library"] = synthetic_library_with_features(n, work / "files", assets, n_real, seed)
     photos = result["library"].pop("photos")
     update(result)
-    service = SearchService.open("synthetic", assets)
+    service = Workspace.open("synthetic", assets)
     start, cpu = time.perf_counter(), time.process_time()
     for _ in service.reindex():  # a no-change re-scan, then the starter embeds every item (as after indexing)
         pass
@@ -1036,9 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         part("library", lambda: {**make_library(library, args.items, photos), "folder": str(library)})
-        from engine.service import SearchService
+        from engine.workspace import Workspace
 
-        service = SearchService.open("bench", assets)
+        service = Workspace.open("bench", assets)
         active = service.catalog.active_model()
         result["model"] = active.name if active else "zero-shot"
         part("backbone_alone", lambda: backbone_throughput(assets, photos))
@@ -1054,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
         service.close()
         if "gui" not in args.skip:
             part("gui", lambda: gui(home, "bench", assets))
-        service = SearchService.open("bench", assets)
+        service = Workspace.open("bench", assets)
         part("disk", lambda: disk(service, home, args.items))
         service.close()
         if "synthetic" not in args.skip and args.synthetic:

@@ -116,7 +116,7 @@ def main() -> int:
         service.evidence = frozenset(evidence)
         result[label] = _query_figures(service, queries)
         print(label, json.dumps(result[label]), flush=True)
-    service.use_model("zero-shot")
+    service.search_with_model("zero-shot")
     result["zero-shot"] = _query_figures(service, queries)
     result["load_end"] = load()
     service.close()

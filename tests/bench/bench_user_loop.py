@@ -19,7 +19,7 @@ what a fresh install has. Rows:
   version too when it was not activated.
 
 Each is scored on the remaining photos with all five of their captions (text->photo and photo->text R@1/5/10,
-rsum) by the engine's own evaluation (:meth:`engine.service.SearchService.evaluate_on`).
+rsum) by the engine's own evaluation (:meth:`engine.workspace.Workspace.evaluate_on`).
 
 ``--vocabulary``: the user's own word. Photos whose captions say "dog" become photos of *Biscuit* (every "dog"
 /"dogs" replaced by "Biscuit"); N of them (25, 50, 100) are captioned that way, the rest of the library with
@@ -94,9 +94,9 @@ class Library:
 
     def __init__(self, name: str, images: Path, files: list[str], starter: bool) -> None:
         os.environ["POLYSEEK_STARTER"] = "on" if starter else "off"
-        from engine.service import SearchService
+        from engine.workspace import Workspace
 
-        self.service = SearchService.open(name)
+        self.service = Workspace.open(name)
         self.root = Path(os.environ["POLYSEEK_HOME"]) / "bench-media" / "dev"
         if not self.root.is_dir():
             self.root.mkdir(parents=True)
@@ -196,7 +196,7 @@ def vocabulary(args: argparse.Namespace, files: list[str], captions: dict[str, l
                 retrain = lib.retrain(warm=True, extra=VARIANTS.get(args.vocab_variant, ()))
             else:
                 retrain = None
-            trained = lib.service._active_trained()
+            trained = lib.service.active_trained()
             ids = np.array([lib.by_file[f] for f in remaining])
             position = {int(i): k for k, i in enumerate(ids)}
             queries = [(f, t) for f in held for t in renamed[f]]

@@ -13,7 +13,7 @@ import pytest
 
 from engine.library.captionfolder import load_caption_folder
 from engine.loop.trainingset import HELDOUT_SPLIT, TRAIN_SPLIT, is_held_aside
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.synthetic import make_toy_photo_folder
 from trainer.data import FeatureNeeds, FeatureSource, load_training_data
 from trainer.sparse import SparseConfig
@@ -36,7 +36,7 @@ def annotated_library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> 
     """A library of toy photos; the first items get their captions through the service, one as an accepted
     pair and one with a rejected pair too; the rest stay un-annotated (A3VSE's D^u)."""
     toy = make_toy_photo_folder(tmp_path / "toy", N_ITEMS, seed=5)
-    service = SearchService.open(LIBRARY, assets_dir)
+    service = Workspace.open(LIBRARY, assets_dir)
     try:
         list(service.index_paths([toy.media_dir]))
         by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
@@ -68,7 +68,7 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
     assert result["activated"] and result["decision"].startswith("activated")
     assert result["init_from"] is None  # zero-shot has no weights to start from: a3vse from scratch
 
-    service = SearchService.open(LIBRARY, lib["assets"])
+    service = Workspace.open(LIBRARY, lib["assets"])
     try:
         held = {i for i in lib["annotated"] if is_held_aside(service.media(i).content_hash, HOLDOUT)}
         assert held, "the toy library must hold some annotations aside for this test to mean anything"
@@ -120,7 +120,7 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
     for library in ("mine", "theirs"):
         assert polyseek("index", str(toy.media_dir), "--library", library, home=polyseek_home,
                         assets=assets_dir).returncode == 0
-    service = SearchService.open("mine", assets_dir)
+    service = Workspace.open("mine", assets_dir)
     try:
         ids = sorted(m.id for m in service.catalog.iter_media())
         service.add_caption(ids[0], "a shape on a plain background")
@@ -141,7 +141,7 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
     again = polyseek("annotations", "import", "--library", "theirs", str(tmp_path / "out"),
                      home=polyseek_home, assets=assets_dir)
     assert again.returncode == 0 and "imported 0 captions" in again.stdout  # the same captions, not twice
-    service = SearchService.open("theirs", assets_dir)
+    service = Workspace.open("theirs", assets_dir)
     try:  # restored as they were: the user's caption as the user's, the verdicts with their queries
         restored = {service.media(c.media_id).path.name: c.text for c in service.catalog.iter_captions("user")}
         assert restored == {"toy_0000.png": "a shape on a plain background"}

@@ -1,4 +1,4 @@
-"""Nothing talks to the network (issue #8, PRODUCT.md "reliability").
+"""Nothing talks to the network (issue #8: the app works offline).
 
 Index, search (by text, by example, with a trained model), evaluate and a tiny ``polyseek train`` run in
 subprocesses whose every Python process (the trainer is a child of the CLI) first imports a

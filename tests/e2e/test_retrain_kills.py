@@ -116,7 +116,7 @@ def check_library(lib: dict) -> str | None:
         assert len(present) == N_ITEMS - 2
         if active is not None:
             assert service.catalog.embedded_ids(active.id) == present  # the missing items have no vectors
-            trained = service._active_trained()
+            trained = service.active_trained()
             assert trained is not None and set(trained.index.ids().tolist()) == present
         assert annotations(service.catalog) == lib["before"]
         return active.name if active is not None else None

@@ -556,6 +556,29 @@ class FakeService:
             yield Progress(done, len(ids), "re-embedding")
         self._changed()  # the active model's embeddings were written again
 
+    def retrain(self, options: Any = None) -> Any:
+        """The engine's retraining job (``engine.loop.retrain.Retrain``: trainer process, naming, registering,
+        warm start, resume, cancel) on this fake: its training set and its comparison of the two models are the
+        fake's (:meth:`export_training_set`, :meth:`compare_models`, :meth:`evaluate_on`)."""
+        from engine.loop.compare import measure_models
+        from engine.loop.retrain import Retrain
+
+        fake = self
+
+        class RetrainOnFake(Retrain):
+            def _export_training_set(self) -> Any:
+                return fake.export_training_set(self.options.dest, self.options.holdout, self.options.seed)
+
+            def _compare(self, result: Any) -> Any:
+                ts = result.training_set
+                if ts is None:
+                    return measure_models(lambda *a: fake.evaluate_on(*a), result.model_name, result.old_model,
+                                          result.data, result.val_split)
+                return fake.compare_models(result.model_name, ts.folder, ts.val_split if ts.n_heldout_items else None,
+                                           result.old_model, self.options.seed)
+
+        return RetrainOnFake(self, options)
+
     # --- annotation transfer
     def _annotated(self) -> list[tuple[_Entry, list[str]]]:
         out = []
@@ -656,13 +679,13 @@ class FakeService:
         return FakeTrainingSet(Path(dest), "train", "heldout", len(annotated), len(rows), n_held, len(bare),
                                warning)
 
-    def judge_model(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
-                    seed: int = 0) -> Any:
+    def compare_models(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
+                       seed: int = 0) -> Any:
         """The engine's rule (``engine.loop.gate.gate``) on this fake's evaluations (no pseudo pairs here)."""
-        from engine.loop.gate import Judgement, gate
+        from engine.loop.gate import ModelComparison, gate
 
-        self.calls.append(("judge_model", (new_model, str(folder), split, old_model)))
-        verdict = Judgement(new_model, old_model)
+        self.calls.append(("compare_models", (new_model, str(folder), split, old_model)))
+        verdict = ModelComparison(new_model, old_model)
         if split is not None:
             verdict.before = self.evaluate_on(folder, split, old_model)
             verdict.after = self.evaluate_on(folder, split, new_model)

@@ -32,9 +32,9 @@ def run(workdir: Path) -> int:
     service.add_root(make_media_folder(workdir / "media"))
     for _ in service.index_paths():
         pass
-    import engine.service
+    import engine.workspace
 
-    engine.service.SearchService.open = staticmethod(lambda _library: service)  # what open_service calls
+    engine.workspace.Workspace.open = staticmethod(lambda _library: service)  # what open_service calls
     real_hook = entry.install_excepthook
     entry.install_excepthook = lambda log_file, show=record: real_hook(log_file, show)
 

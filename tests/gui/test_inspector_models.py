@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QGraphicsEllipseItem, QLabel
 from app.widgets.inspector import Inspector
 from tests.gui.fakes import make_media_folder
 
-service_module = pytest.importorskip("engine.service")
+service_module = pytest.importorskip("engine.workspace")
 QUERY = "a red circle on the table"
 SPECIAL_TOKENS = {"[CLS]", "[SEP]", "[PAD]"}  # MiniLM's markers: no word of the query
 VISIBLE_SHARE = 0.1  # a 1-sigma half-axis at least this share of the distance between the means is visible
@@ -27,7 +27,7 @@ def library(tmp_path: Path, assets_dir: Path, monkeypatch: pytest.MonkeyPatch) -
     """The real service over six generated pictures (real features, regional semantics)."""
     monkeypatch.setenv("POLYSEEK_ASSETS", str(assets_dir))
     folder = make_media_folder(tmp_path / "media", n_images=6, n_gifs=0, video=False, broken=False)
-    service = service_module.SearchService.open("inspect", assets_dir)
+    service = service_module.Workspace.open("inspect", assets_dir)
     for _ in service.index_paths([folder]):
         pass
     yield service
@@ -64,7 +64,7 @@ def _no_markers(inspector: Inspector) -> None:
 
 
 def test_a_vse_model_shows_no_heads_and_explains_by_the_regions_classes(qtbot, library) -> None:
-    from engine.loop.starter import shipped_starter
+    from engine.search.starter import shipped_starter
 
     starter = shipped_starter()
     if starter is None:

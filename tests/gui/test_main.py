@@ -64,7 +64,7 @@ def test_setup_logging_writes_to_the_home_log_folder(isolated_home: Path) -> Non
 
 
 def test_open_service_names_the_missing_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "engine.service", None)  # makes the import fail
+    monkeypatch.setitem(sys.modules, "engine.workspace", None)  # makes the import fail
     with pytest.raises(app_main.LibraryOpenError, match="search engine is not available"):
         app_main.open_service("default")
 

@@ -11,13 +11,13 @@ from PySide6.QtWidgets import QMessageBox
 from app.mainwindow import MainWindow
 from app.settings import GuiSettings
 
-service_module = pytest.importorskip("engine.service")
+service_module = pytest.importorskip("engine.workspace")
 
 
 @pytest.fixture
 def window_and_service(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))  # never the developer's assets
-    service = service_module.SearchService.open("purge-test")
+    service = service_module.Workspace.open("purge-test")
     catalog = service.catalog
     root = catalog.add_root(tmp_path / "drive")
     gone, _ = catalog.upsert_media(tmp_path / "drive" / "gone.jpg", 10, 1, "hash-gone", root)

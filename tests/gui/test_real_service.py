@@ -1,4 +1,4 @@
-"""The window over the real ``engine.service.SearchService`` (no prepared model assets needed)."""
+"""The window over the real ``engine.workspace.Workspace`` (no prepared model assets needed)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from app.mainwindow import MainWindow
 from app.settings import GuiSettings
 from tests.gui.fakes import make_media_folder
 
-service_module = pytest.importorskip("engine.service")
+service_module = pytest.importorskip("engine.workspace")
 
 
 @pytest.fixture
 def real_window(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))  # never the developer's assets
-    service = service_module.SearchService.open("gui-test")
+    service = service_module.Workspace.open("gui-test")
     window = MainWindow(GuiSettings(), service)
     qtbot.addWidget(window)
     yield window, service
@@ -64,7 +64,7 @@ def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_pa
 
     monkeypatch.setenv("POLYSEEK_ASSETS", str(assets_dir))
     folder = make_media_folder(tmp_path / "media", n_images=3, n_gifs=0, video=False, broken=False)
-    service = service_module.SearchService.open("transfer")
+    service = service_module.Workspace.open("transfer")
     window = None
     try:
         service.add_root(folder)

@@ -65,7 +65,7 @@ def test_point1_the_starter_is_active_during_the_first_run_on_a_fresh_home(qtbot
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
     from engine.progress import Progress
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     fresh = tmp_path / "fresh-assets"
     fresh.mkdir()
@@ -83,7 +83,7 @@ def test_point1_the_starter_is_active_during_the_first_run_on_a_fresh_home(qtbot
     window = MainWindow(GuiSettings())
     qtbot.addWidget(window)
     demo = make_media_folder(tmp_path / "demo", n_images=3, n_gifs=0, video=False, broken=False)
-    startup = Startup(window, "default", offer_demo=True, opener=lambda name: SearchService.open(name, None),
+    startup = Startup(window, "default", offer_demo=True, opener=lambda name: Workspace.open(name, None),
                       demo=lambda: demo)
     startup.start()
     qtbot.waitUntil(lambda: window.service is not None, timeout=20000)

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.library import snapshots
 from engine.library.captionfolder import load_caption_folder
-from engine.library.catalog import Catalog, MediaStatus
-from engine.service import SearchService
+from engine.library.catalog import Catalog, MediaStatus, snapshots
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg, make_png
 
 COLORS = [(220, 30, 30), (30, 200, 30), (30, 30, 220), (230, 230, 40), (200, 40, 200)]
@@ -36,7 +35,7 @@ def without_times(rows: list[tuple]) -> list[tuple]:
 
 @pytest.fixture
 def service(assets_dir: Path):
-    svc = SearchService.open("survive", assets_dir)
+    svc = Workspace.open("survive", assets_dir)
     yield svc
     svc.close()
 
@@ -54,7 +53,7 @@ def drives(tmp_path: Path) -> dict[str, Path]:
     return {"drive": drive, "home": home, "tmp": tmp_path}
 
 
-def annotate(service: SearchService, drives: dict[str, Path]) -> list[tuple]:
+def annotate(service: Workspace, drives: dict[str, Path]) -> list[tuple]:
     """Index both folders and annotate two drive photos and one home photo; returns the annotations."""
     list(service.index_paths([drives["drive"], drives["home"]]))
     by_name = {m.path.name: m.id for m in service.catalog.iter_media()}
@@ -69,7 +68,7 @@ def annotate(service: SearchService, drives: dict[str, Path]) -> list[tuple]:
     return before
 
 
-def statuses(service: SearchService) -> dict[str, str]:
+def statuses(service: Workspace) -> dict[str, str]:
     return {m.path.name: str(m.status) for m in service.catalog.iter_media()}
 
 
@@ -352,12 +351,12 @@ def test_a_snapshot_that_cannot_be_written_stops_the_purge(tmp_path, monkeypatch
 def test_catalog_v2_upgrades_to_v3_keeping_its_annotations(tmp_path):
     import sqlite3
 
-    from engine.library import catalog as catalog_module
+    from engine.library.catalog import schema as catalog_schema
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    for migration in catalog_module._MIGRATIONS[:2]:
+    for migration in catalog_schema.MIGRATIONS[:2]:
         migration(conn)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '2')")
     conn.execute("INSERT INTO roots (path, added_at) VALUES ('/lib', 0)")
@@ -366,7 +365,7 @@ def test_catalog_v2_upgrades_to_v3_keeping_its_annotations(tmp_path):
     conn.execute("INSERT INTO captions (media_id, text, source, created_at, updated_at) VALUES (1, 'x', 'user', 0, 0)")
     conn.close()
     with Catalog(path) as catalog:
-        assert catalog.schema_version == catalog_module.LATEST_SCHEMA_VERSION  # v3, then v4 (browse indexes)
+        assert catalog.schema_version == catalog_schema.LATEST_SCHEMA_VERSION  # v3, then v4 (browse indexes)
         assert catalog.root_device(1) is None  # not known until the folder is next seen online
         assert catalog.add_root(Path("/lib"), device=77) == 1 and catalog.root_device(1) == 77
         assert [c.text for c in catalog.iter_captions()] == ["x"]

@@ -19,7 +19,7 @@ def test_import_contracts_hold():
 
 
 def test_search_path_runs_without_torch_or_qt():
-    code = ("import sys, engine.service, engine.cli, engine.library.indexer, engine.loop.evaluate; "
+    code = ("import sys, engine.workspace, engine.cli, engine.library.indexer, engine.loop.evaluate; "
             "bad = [m for m in ('torch', 'PySide6', 'trainer') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -32,7 +32,7 @@ def test_the_gui_process_never_imports_torch():
     code = ("import importlib, pkgutil, sys\n"
             "from PySide6.QtWidgets import QApplication\n"
             "application = QApplication([])\n"
-            "import app, app.mainwindow, engine.service, engine.loop.retrain\n"
+            "import app, app.mainwindow, engine.workspace, engine.loop.retrain\n"
             "for module in pkgutil.walk_packages(app.__path__, 'app.'):\n"
             "    if module.name != 'app.__main__':  # that one runs the app\n"
             "        importlib.import_module(module.name)\n"

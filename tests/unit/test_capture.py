@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from engine.library import catalog as catalog_module
 from engine.library.browse import browse
 from engine.library.catalog import Catalog
+from engine.library.catalog import schema as catalog_schema
 from engine.media import probe, read_capture
 from engine.media.exif import DATETIME_ORIGINAL, EXIF_IFD, MAKE, MODEL, parse_exif_date
 from engine.progress import CancelToken
@@ -134,7 +134,7 @@ def _v4_catalog(path: Path, photo: Path) -> None:
     """A catalog as schema v4 left it: one indexed photo, the user's caption and an accepted and rejected pair."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    for migration in catalog_module._MIGRATIONS[:4]:
+    for migration in catalog_schema.MIGRATIONS[:4]:
         migration(conn)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '4')")
     conn.execute("INSERT INTO roots (path, added_at) VALUES (?, 0)", (str(photo.parent),))
@@ -157,7 +157,7 @@ def test_a_v4_catalog_upgrades_keeping_its_annotations_and_the_next_scan_reads_t
     path = tmp_path / "catalog.sqlite"
     _v4_catalog(path, photo)
     with Catalog(path) as catalog:
-        assert catalog.schema_version == catalog_module.LATEST_SCHEMA_VERSION == 5
+        assert catalog.schema_version == catalog_schema.LATEST_SCHEMA_VERSION == 5
         assert [(c.text, c.source) for c in catalog.iter_captions()] == [("my sister at the lake", "user")]
         assert sorted((p.query, p.label) for p in catalog.pairs()) == [("lake", 1), ("sea", -1)]
         assert catalog.capture(1) == CaptureInfo()  # a migration never opens media files

@@ -13,13 +13,13 @@ import pytest
 
 from engine.files import content_hash
 from engine.library.catalog import (
-    _MIGRATIONS,
     LATEST_SCHEMA_VERSION,
     Catalog,
     CatalogError,
     MediaStatus,
     NotFound,
 )
+from engine.library.catalog.schema import MIGRATIONS
 from engine.library.indexer import Indexer
 from engine.types import CaptionSource, MediaKind
 
@@ -98,7 +98,7 @@ def _make_v1_catalog(path: Path) -> None:
     """A catalog as the first release wrote it, with rows that break rules v2 enforces."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    _MIGRATIONS[0](conn)
+    MIGRATIONS[0](conn)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     conn.execute("INSERT INTO roots VALUES (1, '/photos', 1.0)")
     conn.execute(

@@ -200,7 +200,7 @@ def test_imports_that_match_nothing_or_are_malformed_fail_clearly(library, tmp_p
 def service(assets_dir: Path, tmp_path: Path):
     from PIL import Image
 
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     folder = tmp_path / "media"
     folder.mkdir()
@@ -209,7 +209,7 @@ def service(assets_dir: Path, tmp_path: Path):
         image = Image.new("RGB", (40, 40), colour)
         image.paste((255 - colour[0], 128, colour[2]), (5 + 4 * i, 5, 20 + 2 * i, 30))
         image.save(folder / f"photo{i}.png")
-    svc = SearchService.open("retrain-unit", assets_dir)
+    svc = Workspace.open("retrain-unit", assets_dir)
     list(svc.index_paths([folder]))
     yield svc
     svc.close()
@@ -270,7 +270,7 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     ts = service.export_training_set(tmp_path / "set", holdout=0.5)
     service.set_active_model(str(_export_untrained("pvse", tmp_path / "pvse", num_embeds=2)))
     report = service.evaluate_on(ts.folder, TRAIN_SPLIT, "pvse")
-    trained = service._active_trained()
+    trained = service.active_trained()
     view = load_caption_folder(ts.folder).split(TRAIN_SPLIT)
     items = np.concatenate([trained.encode_media_features(service.features.get(content_hash(item.path),
                                                                                 service.encoders.backbone.id)).emb

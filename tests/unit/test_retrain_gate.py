@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.loop.gate import PSEUDO_TOLERANCE, Judgement, gate, heldout_tolerance, mean_r10
+from engine.loop.gate import PSEUDO_TOLERANCE, ModelComparison, gate, heldout_tolerance, mean_r10
 from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
 from engine.trainercontract.metrics import retrieval_report
 
@@ -27,8 +27,8 @@ def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
     return retrieval_report(scores, np.arange(n))
 
 
-def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> Judgement:
-    result = Judgement("v2", "starter", before=before, after=after)
+def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> ModelComparison:
+    result = ModelComparison("v2", "starter", before=before, after=after)
     if pseudo is not None:
         result.pseudo_before, result.pseudo_after = pseudo
     return result
@@ -84,7 +84,7 @@ def test_without_any_measure_the_model_is_kept_but_not_activated():
 def library(tmp_path: Path, assets_dir: Path):
     """A toy library (distinct shapes and colours, captions saying which), 14 of 24 items captioned, and two
     model folders: one trained on the toy captions, one untrained."""
-    from engine.service import SearchService
+    from engine.workspace import Workspace
     from tests.synthetic import make_toy_photo_folder
     from trainer.train import TrainOptions, train
 
@@ -95,7 +95,7 @@ def library(tmp_path: Path, assets_dir: Path):
     bad = tmp_path / "bad"
     shutil.copytree(good, bad)
     _scramble(bad)
-    service = SearchService.open("gate", assets_dir)
+    service = Workspace.open("gate", assets_dir)
     list(service.index_paths([toy.media_dir]))
     by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
     for item, texts in toy.item_captions()[:14]:

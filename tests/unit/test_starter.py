@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.loop.starter import STARTER_NAME, shipped_starter, starter_record
+from engine.search.starter import STARTER_NAME, shipped_starter, starter_record
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
 
 
 def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_same_weights(tmp_path, monkeypatch):
-    from engine.loop import starter
+    from engine.search import starter
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()
@@ -99,7 +99,7 @@ def test_a_new_library_searches_with_the_starter_and_keeps_a_switch_to_zero_shot
         assert active is not None and active.name == STARTER_NAME and active.method == "vse"
         list(service.index_paths([photos]))
         hits = service.search_text("a large red circle", top=3)
-        assert len(hits) == 3 and service._active_trained() is not None  # ranked by the trained model
+        assert len(hits) == 3 and service.active_trained() is not None  # ranked by the trained model
         service.set_active_model(None)  # the user picks zero-shot ranking
     finally:
         service.close()
@@ -137,7 +137,7 @@ def test_a_model_that_cannot_load_falls_back_to_zero_shot_ranking(photos, assets
         shutil.rmtree(paths.models_dir())  # the model's folder is gone (a deleted or unplugged models folder)
         service._invalidate()
         hits = service.search_text("a large red circle", top=3)
-        assert len(hits) == 3 and service._active_trained() is None
+        assert len(hits) == 3 and service.active_trained() is None
         assert service.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
     finally:
         service.close()

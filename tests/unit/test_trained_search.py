@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.search.vectorindex import kxk_scores
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_animated_gif, make_jpeg
 
 COLOURS = [(220, 30, 30), (30, 200, 30), (30, 30, 220), (240, 240, 240), (20, 20, 20), (250, 200, 0)]
@@ -28,13 +28,13 @@ def export_untrained(method: str, dest: Path, **overrides) -> Path:
 
 
 @pytest.fixture
-def service(assets_dir: Path, tmp_path: Path) -> SearchService:
+def service(assets_dir: Path, tmp_path: Path) -> Workspace:
     folder = tmp_path / "media"
     folder.mkdir()
     for i, colour in enumerate(COLOURS):
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
     make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
-    svc = SearchService.open("trained", assets_dir)
+    svc = Workspace.open("trained", assets_dir)
     svc.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
     list(svc.index_paths([folder]))
     yield svc
@@ -50,7 +50,7 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     record = service.catalog.model("pvse-model")
     ids, vectors, _ = service.catalog.get_embeddings(record.id)
     assert vectors.shape[1:] == (3, 8)
-    trained = service._active_trained()
+    trained = service.active_trained()
     query, _ = trained.encode_text(["a red square"])
     expected, _ = kxk_scores(query.emb[0], vectors)
     by_id = dict(zip(ids.tolist(), expected.tolist(), strict=True))
@@ -93,7 +93,7 @@ def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff
     assert all(0.0 <= p <= 1.0 for p in probabilities)
     # ranked by the cosine of the means (the score every kind of evidence is fused on), each hit with the
     # model's own match probability (PCME eq. 2)
-    trained = service._active_trained()
+    trained = service.active_trained()
     query, _ = trained.encode_text(["a blue picture"])
     cosines, _, _ = trained.score_ids(query, np.array([h.media_id for h in hits]))
     assert list(cosines) == sorted(cosines, reverse=True)
@@ -164,7 +164,7 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
                            patience=1000, epoch_captions=0, assets=assets_dir, device="cpu",
                            overrides={"text_encoder": "glove", "embed_dim": 16}),
               source=source, reporter=Reporter(True, enabled=False))
-    service = SearchService.open("toy", assets_dir)
+    service = Workspace.open("toy", assets_dir)
     try:
         list(service.index_paths([folder]))
         service.set_active_model(str(tmp_path / "pcme-toy"))
@@ -195,7 +195,7 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw-sq8", exact_limit=3))
     service.set_active_model(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
     service.search_text("a red square", top=7)
-    first = service._active_trained()
+    first = service.active_trained()
     query, _ = first.encode_text(["a red square"])
     before = list(first.index.search(query.emb[0], 7)[0])
     assert first.index.describe()["approximate"]["kind"] == "hnsw-sq8"
@@ -227,12 +227,12 @@ def test_a_renamed_model_keeps_its_index_and_ranks_the_same(service, tmp_path):
 
 def test_indexing_embeds_new_files_and_drops_gone_ones_in_the_open_model_without_reopening_it(service, tmp_path):
     service.set_active_model(str(export_untrained("vse", tmp_path / "vse-model")))
-    trained = service._active_trained()
+    trained = service.active_trained()
     folder = tmp_path / "media"
     make_jpeg(folder / "new.jpg", (48, 40), (120, 60, 200))
     (folder / "photo0.jpg").unlink()
     list(service.index_paths([folder]))
-    assert service._active_trained() is trained  # the same ONNX sessions and vector index
+    assert service.active_trained() is trained  # the same ONNX sessions and vector index
     paths = {Path(h.path).name for h in service.search_text("a purple square", top=20)}
     assert "new.jpg" in paths and "photo0.jpg" not in paths
     record = service.catalog.model("vse-model")
@@ -307,7 +307,7 @@ def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp
     manifest["trained_on"] = {"image": 100, "video": 0}
     manifest_file.write_text(json.dumps(manifest))
     service.set_active_model(str(model_dir))
-    trained = service._active_trained()
+    trained = service.active_trained()
     gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
     feats = service.features.get(gif.content_hash, service.encoders.backbone.id)
     runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=service.encoders.backbone.id)

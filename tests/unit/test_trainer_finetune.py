@@ -188,7 +188,7 @@ def test_the_engine_indexes_and_searches_with_a_models_own_backbone(assets_dir, 
             assert svc.features.has(m.content_hash, bid) and svc.features.has(m.content_hash, stock)
         tuned = svc.features.get(items[0].content_hash, bid).global_
         assert not np.allclose(tuned, svc.features.get(items[0].content_hash, stock).global_, atol=1e-2)
-        trained = svc._active_trained()
+        trained = svc.active_trained()
         assert trained.encoders.backbone.id == bid
         ids, vectors, _ = svc.catalog.get_embeddings(svc.catalog.model("tuned").id)
         record = svc.features.get(items[0].content_hash, bid)

@@ -132,7 +132,7 @@ def test_the_engine_searches_with_a_models_own_text_encoder(assets_dir, tmp_path
     try:
         list(svc.index_paths([media]))
         svc.set_active_model(str(model_dir))
-        trained = svc._active_trained()
+        trained = svc.active_trained()
         assert trained.encoders.minilm.id == tid
         assert trained.encoders.backbone.id == svc.encoders.backbone.id  # the image side is the stock one
         query = "a green photo"

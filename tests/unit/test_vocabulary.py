@@ -17,7 +17,7 @@ from engine.features.vocabulary import (
     read_caption_words,
     write_caption_words,
 )
-from engine.service import SearchService
+from engine.search.evidence import word_novelty
 
 
 def test_counts_are_per_caption_content_words_and_survive_a_round_trip(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_the_search_reads_a_words_novelty_from_the_models_training_captions() ->
     is kept from the zero-shot classes), an everyday word is not, whatever the ranking makes of the bare word."""
     trained = SimpleNamespace(caption_words=({"girl": 2206, "shadow": 27}, 33500))
     labels = {"biscuit": (0.5, (1, 2)), "girl": (0.3, (3,)), "shadow": (0.2, (4,))}
-    got = SearchService._novelty(None, labels, np.arange(5), None, trained)  # no ranking is asked: the counts say
+    got = word_novelty(labels, np.arange(5), None, trained, None)  # no ranking is asked: the counts say
     assert got["biscuit"] == 1.0 and got["girl"] < 0.02 and 0.4 < got["shadow"] < 0.6
 
 
@@ -51,5 +51,5 @@ def test_a_retrained_model_that_read_the_users_own_captions_still_calls_their_wo
     16: the user's word is judged on the captions of others (27), not 43."""
     trained = SimpleNamespace(caption_words=({"shadow": 27 + 16}, 33516))
     labels = {"shadow": (1.0, tuple(range(16)))}
-    got = SearchService._novelty(None, labels, np.arange(20), None, trained)
+    got = word_novelty(labels, np.arange(20), None, trained, None)
     assert got["shadow"] == pytest.approx(novelty(27)) and got["shadow"] > 0.5

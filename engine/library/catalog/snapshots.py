@@ -3,9 +3,9 @@
 Captions and accepted/rejected pairs are the one thing in a library that cannot be recomputed. Before the catalog
 deletes media rows (the user purging missing items, removing a folder) it writes every user and imported caption
 and pair here, keyed by the item's content hash and path, atomically (a temporary file, fsync, rename), and keeps
-the newest :data:`KEEP`. ``polyseek annotations import SNAPSHOT.json`` (:func:`restore`) puts them back: on the
-item with that content, else at that path, else on a new row marked missing that the next scan which finds the
-content takes over as a move.
+the newest :data:`KEEP`. ``polyseek annotations import SNAPSHOT.json``
+(:meth:`engine.library.catalog.Catalog.restore_snapshot`) puts them back: on the item with that content, else at
+that path, else on a new row marked missing that the next scan which finds the content takes over as a move.
 
 Format (``version`` 1)::
 
@@ -23,12 +23,9 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.files import atomic_write_text
-
-if TYPE_CHECKING:
-    from engine.library.catalog import Catalog
 
 FORMAT = "polyseek-annotations-snapshot"
 VERSION = 1
@@ -42,7 +39,8 @@ class SnapshotError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Restored:
-    """What :func:`restore` did: captions and pairs added, and rows created for items no longer in the library."""
+    """What :meth:`~engine.library.catalog.Catalog.restore_snapshot` did: captions and pairs added, and rows
+    created for items no longer in the library."""
 
     captions: int
     pairs: int
@@ -134,47 +132,3 @@ def is_snapshot_file(path: Path) -> bool:
     except OSError:
         return False
     return f'"{FORMAT}"' in head
-
-
-def restore(catalog: Catalog, path: Path) -> Restored:
-    """Put a snapshot's captions and pairs back (those an item already has are skipped).
-
-    Each item is found by content hash (the one at the snapshot's path first when several share it), else by
-    path; an item the library no longer has gets a new row marked missing, so its annotations wait there for
-    the file to come back."""
-    from engine.types import CaptionSource
-
-    data = read(path)
-    captions = pairs = created = 0
-    with catalog.transaction(f"restoring annotations from {path}"):
-        for entry in data["items"]:
-            media_id = _find(catalog, entry)
-            if media_id is None:
-                media_id = catalog.restore_media(Path(entry["path"]), int(entry["size"]), int(entry["mtime_ns"]),
-                                                 str(entry["content_hash"]))
-                created += 1
-            have = {(c.text, c.source.value) for c in catalog.captions(media_id)}
-            for caption in entry["captions"]:
-                key = (caption["text"], CaptionSource(caption["source"]).value)
-                if key not in have:
-                    catalog.add_caption(media_id, caption["text"], key[1])
-                    have.add(key)
-                    captions += 1
-            judged = {(p.query, p.label, p.source.value) for p in catalog.pairs(media_id)}
-            for pair in entry["pairs"]:
-                key = (pair["query"], int(pair["label"]), CaptionSource(pair["source"]).value)
-                if key not in judged:
-                    catalog.add_pair(media_id, *key)
-                    judged.add(key)
-                    pairs += 1
-    return Restored(captions, pairs, created)
-
-
-def _find(catalog: Catalog, entry: dict[str, Any]) -> int | None:
-    at_path = catalog.media_by_path(Path(entry["path"]))
-    if at_path is not None and at_path.content_hash == entry["content_hash"]:
-        return at_path.id
-    same = catalog.media_by_hash(str(entry["content_hash"]))
-    if same:
-        return same[0].id
-    return at_path.id if at_path is not None else None

@@ -17,14 +17,12 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine import paths
 from engine.files import atomic_write_bytes
-
-if TYPE_CHECKING:
-    from engine.loop.service_api import LoopService
+from engine.library.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +81,16 @@ def _top_up(shipped: Path, installed: Path) -> None:
                 log.warning("could not add %s to %s (%s)", name, installed, exc)
 
 
-def offer_starter(service: LoopService) -> str | None:
-    """Register and (when nothing is active) activate the starter model in a library that never had it;
-    returns its registered name, or None when there is none to offer. A starter that does not fit this
-    installation's pretrained assets (another backbone) is skipped with a log line, never an error."""
+def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
+                  activate: Callable[[str], None]) -> str | None:
+    """Register (``register(folder, name)``, the service's, which checks the model against the backbone) and,
+    when nothing is active, activate the starter model in a library that never had it; returns its registered
+    name, or None when there is none to offer. A starter that does not fit this installation's pretrained assets
+    (another backbone) is skipped with a log line, never an error."""
     if not starter_enabled():
         return None
     shipped = shipped_starter()
-    registered = next((m for m in service.catalog.models() if m.name == STARTER_NAME), None)
+    registered = next((m for m in catalog.models() if m.name == STARTER_NAME), None)
     if registered is not None:
         folder = Path(registered.path)
         lacking = shipped is not None and not all((folder / name).is_file() for name in ADDED_LATER)
@@ -101,12 +101,12 @@ def offer_starter(service: LoopService) -> str | None:
         return None
     try:
         folder = installed_starter(shipped)
-        name = service.register_model(folder, STARTER_NAME)
+        name = register(folder, STARTER_NAME)
     except Exception as exc:  # noqa: BLE001 - the app must open without it: zero-shot ranking is the fallback
         log.warning("the starter model could not be used (%s); zero-shot ranking stays", exc)
         return None
-    if service.catalog.active_model() is None:
-        service.set_active_model(name)
+    if catalog.active_model() is None:
+        activate(name)
     return name
 
 

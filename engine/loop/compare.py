@@ -1,30 +1,32 @@
-"""Measuring a new model beside the active one the same way, then applying the activation rule
-(:mod:`engine.loop.gate`) to the figures.
+"""Measuring a new model beside the active one the same way (:func:`measure_models`), and with the activation rule
+(:mod:`engine.loop.gate`) applied to the figures (:func:`compare_models`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from engine.library.captionfolder import load_caption_folder
-from engine.loop.gate import Judgement, gate
-from engine.loop.service_api import LoopService
+from engine.loop.evaluate import Evaluate, evaluate_on
+from engine.loop.gate import ModelComparison, gate
 from engine.loop.trainingset import pseudo_check_set
+from engine.service import SearchService
 
 log = logging.getLogger(__name__)
 
 
-def _old_evaluator(service: LoopService, old_model: str | None,
-                   out: Judgement) -> Callable[..., dict[str, Any] | None]:
-    """``evaluate_on`` for the old model: a broken old model must not block its successor (a warning, None)."""
+def _old_evaluator(evaluate: Evaluate, old_model: str | None,
+                   out: ModelComparison) -> Callable[..., dict[str, Any] | None]:
+    """``evaluate`` for the old model: a broken old model must not block its successor (a warning, None)."""
     from engine.search.modelrunner import ModelLoadError
 
     def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
         try:
-            return service.evaluate_on(on, on_split, old_model, distractors)
+            return evaluate(on, on_split, old_model, distractors)
         except (ModelLoadError, OSError, LookupError) as exc:
             out.warnings.append(f"the current model {old_model!r} could not be evaluated ({exc})")
             return None
@@ -32,22 +34,25 @@ def _old_evaluator(service: LoopService, old_model: str | None,
     return old
 
 
-def measure(service: LoopService, new_model: str, old_model: str | None, folder: Path, split: str) -> Judgement:
+def measure_models(evaluate: Evaluate, new_model: str, old_model: str | None, folder: Path,
+                   split: str) -> ModelComparison:
     """A registered new model and the old one (None: zero-shot) on one split of a caption folder, by the same
-    evaluation (``evaluate_on``); no rule applies (a run on a caption folder of the user's own: they decide)."""
-    out = Judgement(new_model, old_model)
-    out.before = _old_evaluator(service, old_model, out)(Path(folder), split)
-    out.after = service.evaluate_on(Path(folder), split, new_model)
+    ``evaluate`` (:func:`engine.loop.evaluate.evaluate_on` on the library's service); no rule applies (a run on a
+    caption folder of the user's own: they decide)."""
+    out = ModelComparison(new_model, old_model)
+    out.before = _old_evaluator(evaluate, old_model, out)(Path(folder), split)
+    out.after = evaluate(Path(folder), split, new_model)
     return out
 
 
-def judge(service: LoopService, new_model: str, old_model: str | None, folder: Path, split: str | None,
-          seed: int = 0) -> Judgement:
+def compare_models(service: SearchService, new_model: str, old_model: str | None, folder: Path, split: str | None,
+                   seed: int = 0) -> ModelComparison:
     """Measure a registered new model and the old one (None: zero-shot) on the held-aside split of a training
     folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply :func:`gate`.
     The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing."""
-    out = Judgement(new_model, old_model)
-    old = _old_evaluator(service, old_model, out)
+    out = ModelComparison(new_model, old_model)
+    evaluate = partial(evaluate_on, service)
+    old = _old_evaluator(evaluate, old_model, out)
     pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
               if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
     if split is not None:
@@ -56,10 +61,10 @@ def judge(service: LoopService, new_model: str, old_model: str | None, folder: P
         # new word for the dog was learnt; the same photos among a library's others can)
         distractors = [item.path for item in load_caption_folder(pseudo).items] if pseudo is not None else []
         out.before = old(folder, split, distractors)
-        out.after = service.evaluate_on(folder, split, new_model, distractors)
+        out.after = evaluate(folder, split, new_model, distractors)
     if pseudo is not None:
         out.pseudo_before = old(pseudo, None)
         if out.pseudo_before is not None:
-            out.pseudo_after = service.evaluate_on(pseudo, None, new_model)
+            out.pseudo_after = evaluate(pseudo, None, new_model)
     out.activated, out.decision = gate(out)
     return out

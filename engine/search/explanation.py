@@ -1,0 +1,99 @@
+"""Why an item matched a query, as the inspector shows it: the trained model's attention, or (a model without
+attention, or none) which classes seen in the item's regions match the query's words, and what the user wrote on
+the item that the ranking counted. What such an explanation can honestly say is :mod:`engine.search.explain`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from engine.features.encoders import Encoders
+from engine.features.featurestore import FeatureStore
+from engine.features.regional import content_words
+from engine.library.catalog import MediaRecord
+from engine.media import MediaError
+from engine.search.evidence import REJECT, WORDS
+from engine.search.explain import word_matches
+from engine.search.trained import TrainedSearch
+from engine.search.vectorindex.scoring import normalise
+from engine.search.words import UserWords
+from engine.types import Explanation
+
+
+def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch | None, features: FeatureStore,
+                 encoders: Encoders) -> Explanation:
+    """The explanation of ``record`` for a sentence or an example file, under the active model ``trained``
+    (None: the zero-shot ranking)."""
+    if trained is None:
+        feats = features.get(record.content_hash, encoders.backbone.id)
+        if feats is None:
+            raise LookupError(f"{record.path} has no features yet (index it first)")
+        return _zero_shot_explanation(_word_matches(str(query), record, features, encoders))
+    if isinstance(query, Path):
+        result = trained.encoders.extractor().extract([query])[0]
+        if isinstance(result, MediaError):
+            raise result
+        encoded = trained.encode_media_features(result.record)
+        tokens = tuple(f"region {i}" for i in range(encoded.attention.shape[-1])) \
+            if encoded.attention is not None else ("example",)
+    else:
+        encoded, token_lists = trained.encode_text([str(query)])
+        tokens = tuple(token_lists[0])
+    explained = trained.explain(encoded, tokens, record)
+    if explained.item_attention.size or isinstance(query, Path):
+        return explained
+    # no attention (VSE, K = 1): the regional semantics the ranking fuses with the model explain instead
+    method = f"{trained.runner.method}, K={trained.runner.num_embeddings}"
+    note = (f"model {trained.record.name} ({method}) makes one vector of the whole item and one of the whole "
+            "query: it has no per-word or per-region attention to show. What can be shown: which classes "
+            "seen in this item's regions match your words (the zero-shot semantics the search weighs beside "
+            "the model).")
+    return replace(explained, notes=(note, *explained.notes[1:]),
+                   word_matches=_word_matches(str(query), record, features, encoders))
+
+
+def your_words_note(query: str, media_id: int, words: UserWords, encoders: Encoders) -> str | None:
+    """What the user wrote on this item that the ranking counts for ``query`` (the words evidence of
+    :mod:`engine.search.evidence`), in words; None when it counts nothing."""
+    if not len(words):
+        return None
+    found = words.match(query, normalise(encoders.minilm.encode([query]).sentence[0]))
+
+    def quoted(rejected: bool) -> str:
+        texts = [t for m, t, r in zip(words.media.tolist(), words.texts, words.rejected.tolist(), strict=True)
+                 if m == media_id and r == rejected]
+        return ", ".join(f"\u201c{t}\u201d" for t in texts[:2]) + (" ..." if len(texts) > 2 else "")
+
+    lines = []
+    if found.positive.get(media_id, 0.0) > 0:
+        lines.append(f"What you wrote counts here: {quoted(False)} matches {found.positive[media_id]:.0%} of "
+                     f"this search (up to {WORDS:.0f} points of its rank score, more than the models' guesses).")
+    if found.rejected.get(media_id, 0.0) > 0:
+        lines.append(f"You rejected this item for {quoted(True)}, a search like this one: it is pushed down "
+                     f"(up to {REJECT:.0f} points).")
+    return " ".join(lines) or None
+
+
+def _word_matches(query: str, record: MediaRecord, features: FeatureStore, encoders: Encoders) -> tuple:
+    """Each content word of ``query`` against the item's regional semantics
+    (:func:`engine.search.explain.word_matches`); empty when the item has none stored."""
+    feats = features.get(record.content_hash, encoders.backbone.id)
+    if feats is None or feats.region_top_ids is None or feats.region_top_probs is None:
+        return ()
+    return word_matches(content_words(query), feats.region_top_ids, feats.region_top_probs,
+                        encoders.class_names, encoders.class_embeddings,
+                        lambda words: encoders.minilm.encode(words).sentence)
+
+
+def _zero_shot_explanation(matches: tuple) -> Explanation:
+    """The zero-shot ranking has no attention: it ranks by the classes seen in the item's regions, so it explains
+    by which of them match the query's words (``matches``, :func:`engine.search.explain.word_matches`)."""
+    empty = np.zeros((0, 0), np.float32)
+    found = [m for m in matches if m.class_name is not None]
+    note = ("zero-shot ranking: no trained model, no attention; items are ranked by the classes seen in their "
+            "regions (regional semantics)" + ("" if found else ", and none of them is close to a word of this query"))
+    return Explanation(tuple(m.word for m in matches), empty, empty, None, empty, (0, 0), notes=(note,),
+                       word_matches=matches)
