@@ -33,12 +33,14 @@ from app.state import LibrarySnapshot, LibraryState
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.browsebar import BrowseBar
 from app.widgets.dialogs import PreferencesDialog, ShortcutsDialog
+from app.widgets.images import ThumbnailCache
 from app.widgets.inspector import Inspector
 from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, plural, show_message
-from app.widgets.results import RELEVANCE_ROLE, STATE_ROLE, ResultsModel, ResultsView, ThumbnailCache
+from app.widgets.results import ResultsView
+from app.widgets.resultsmodel import RELEVANCE_ROLE, STATE_ROLE, ResultsModel
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
@@ -353,7 +355,7 @@ class MainWindow(QMainWindow):
             return
 
         def load() -> Any:
-            from app.widgets.results import read_image
+            from app.widgets.images import read_image
 
             return read_image(service.file_thumbnail(path, 128))
 

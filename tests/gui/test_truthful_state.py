@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
-from app.widgets.results import RELEVANCE_ROLE
+from app.widgets.resultsmodel import RELEVANCE_ROLE
 from engine.types import CaptionSource, MediaKind
 from tests.gui.fakes import FakeService, make_media_folder
 
@@ -259,7 +259,8 @@ def test_point7_counts_are_plural_only_when_many(window, service: FakeService, m
 
 
 def test_point7_verdict_and_caption_badges_fit_a_120px_thumbnail() -> None:
-    from app.widgets.results import BADGE_GAP, BADGE_PADDING, ResultDelegate, fit_badges
+    from app.widgets.hittext import BADGE_GAP, BADGE_PADDING, fit_badges
+    from app.widgets.results import ResultDelegate
 
     metrics = QFontMetrics(ResultDelegate.badge_font(QFont(QApplication.font())))
     width = 120 - 6 - 8  # the thumbnail's rect inside a 120 px cell, less the badges' margins

@@ -11,8 +11,9 @@ from PySide6.QtCore import QPoint, QPointF, Qt, QThreadPool, QUrl
 from PySide6.QtGui import QDrag, QMovie, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from app.widgets.results import ThumbnailCache
-from app.widgets.viewer import FULL_SIZE, Viewer, matched_frame
+from app.widgets.clips import FULL_SIZE, matched_frame
+from app.widgets.images import ThumbnailCache
+from app.widgets.viewer import Viewer
 from app.widgets.zoomview import ZOOM_STEP
 from engine.types import MediaKind, SearchHit
 from tests import mediagen as mg
