@@ -196,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
+    from app.tasks import run_application
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Polyseek")
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from PySide6.QtCore import QTimer
 
         QTimer.singleShot(int(args.quit_after * 1000), app.quit)
-    code = int(app.exec())
+    code = run_application()  # Qt's event loop, asyncio's running loop too (app/tasks.py)
     window.shutdown()  # app.quit() without a close event must still stop and wait for the workers
     close = getattr(window.service, "close", None)
     if callable(close):  # the workers are done (closeEvent waited): release the catalog cleanly

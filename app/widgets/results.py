@@ -270,6 +270,12 @@ class ResultsView(QListView):
         if current.isValid() and first <= current.row() <= last:  # the current row's hit has just arrived
             self.current_hit_changed.emit(current.data(HIT_ROLE))
 
+    def cell_width(self) -> int:
+        """The width one result takes in the grid, spacing included (:meth:`ResultDelegate.sizeHint`'s)."""
+        delegate = self.itemDelegate()
+        icon = delegate.icon_size if isinstance(delegate, ResultDelegate) else self.iconSize().width()
+        return icon + 12 + 2 * self.spacing()
+
     def set_icon_size(self, size: int) -> None:
         """Draw the results' pictures ``size`` pixels big (Preferences)."""
         delegate = self.itemDelegate()

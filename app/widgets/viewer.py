@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QSize, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QHideEvent,
@@ -45,6 +45,7 @@ from app.widgets.hittext import verdict_lines
 from app.widgets.images import ThumbnailCache, read_picture
 from app.widgets.mediadetails import DetailsPanel, clock_text
 from app.widgets.plaintext import plain_label
+from app.widgets.resultsmodel import STATE_ROLE, ResultsModel
 from app.widgets.zoomview import PictureView
 from app.workers import run_in_background, while_alive
 from engine.types import MediaDetails, MediaKind, SearchHit
@@ -74,6 +75,7 @@ class Viewer(QDialog):
         self.setWindowTitle("Polyseek — viewer")
         self._cache, self._pool = cache, pool
         self.hit: SearchHit | None = None
+        self._results: ResultsModel | None = None  # the results whose annotation states the viewer follows
         self.state: object = None  # the hit's AnnotationState, when known
         self.details_data: MediaDetails | None = None  # the shown item's catalog details, once read
         self._generation = 0
@@ -244,6 +246,19 @@ class Viewer(QDialog):
 
         run_in_background(read_picture, path, box, pool=self._pool, priority=10,
                           on_result=while_alive(self, shown), on_error=while_alive(self, failed))
+
+    def follow_states(self, results: ResultsModel) -> None:
+        """Say what the user wrote about the item on show as it arrives or changes among ``results``."""
+        self._results = results
+        results.dataChanged.connect(self._states_changed)
+
+    def _states_changed(self, first: QModelIndex, last: QModelIndex, roles: list[int]) -> None:
+        results, hit = self._results, self.hit
+        if results is None or hit is None or not self.isVisible() or (roles and STATE_ROLE not in roles):
+            return
+        row = results.row_of(hit.media_id)
+        if row is not None and first.row() <= row <= last.row():
+            self.set_state(results.state(hit.media_id))
 
     def set_state(self, state: object) -> None:
         """Say under the picture what is known about the shown item: the part of a clip that matched, the
