@@ -94,7 +94,8 @@ def off_thread(owner: QObject, fn: Callable[..., T], *args: Any, pool: QThreadPo
     def run() -> None:  # on a pool thread
         try:
             ok, value = True, fn(*args)
-        except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine, which reports it
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine, which says it to the user
+            log.error("background call %s failed", getattr(fn, "__qualname__", fn), exc_info=exc)
             ok, value = False, exc
         loop.call_soon_threadsafe(settle, ok, value)
 
