@@ -9,6 +9,7 @@ and indexes it in the background. It never imports torch: training runs in its o
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import logging.handlers
@@ -23,7 +24,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
-from app.workers import run_in_background
+from app.tasks import off_thread, run_application, start
 from engine import paths
 
 log = logging.getLogger("app")
@@ -134,8 +135,8 @@ DEMO_ACTIVITY = "Preparing the demo library (sample photos, GIFs and a video), t
 class Startup(QObject):
     """Opens the library off the GUI thread, hands it to the window, and sets up the demo on first start.
 
-    It is a child of the window, so it lives as long as the window does (the replies it waits for are
-    connected to its methods).
+    It is a child of the window, so it lives as long as the window does; a reply that arrives after that is
+    dropped (:func:`app.tasks.off_thread` cancels the waiting coroutine instead of resuming it).
     """
 
     opened = Signal()  # the window has its library
@@ -146,29 +147,34 @@ class Startup(QObject):
         self.window, self.library, self.offer_demo = window, library, offer_demo
         self._opener, self._demo = opener, demo
 
-    def start(self) -> None:
-        run_in_background(self._opener, self.library, on_result=self._opened, on_error=self._failed,
-                          pool=self.window.pool)
+    def start(self) -> asyncio.Task[None]:
+        """Open the library off the GUI thread and show it; then, on a first start, the demo (:mod:`app.tasks`)."""
+        return start(self._open())
 
-    def _opened(self, service: Any) -> None:
+    async def _open(self) -> None:
+        try:
+            service = await off_thread(self, self._opener, self.library, pool=self.window.pool)
+        except Exception as exc:  # noqa: BLE001 - shown to the user with its cause
+            log.error("opening library %s failed: %s", self.library, exc)
+            self.window.show_error("Cannot open the library", str(exc))
+            return
         log.info("library %s opened", self.library)
         self.window.set_service(service)
         self.opened.emit()
         self.window.settings.library = self.library
         if self.offer_demo and not self.window.settings.demo_offered:
-            # the grid says what is happening, not that the library is empty (issue #32)
-            self.window.state.set_activity(DEMO_ACTIVITY)
-            run_in_background(self._add_demo, service, on_result=self._demo_ready, on_error=self._demo_failed,
-                              pool=self.window.pool)
+            await self._offer_demo(service)
 
-    def _add_demo(self, service: Any) -> Path | None:
-        if service.roots():  # the user already has folders: the demo would only get in the way
-            return None
-        folder = self._demo()
-        service.add_root(folder)
-        return folder
-
-    def _demo_ready(self, folder: Path | None) -> None:
+    async def _offer_demo(self, service: Any) -> None:
+        # the grid says what is happening, not that the library is empty (issue #32)
+        self.window.state.set_activity(DEMO_ACTIVITY)
+        try:
+            folder = await off_thread(self, self._add_demo, service, pool=self.window.pool)
+        except Exception as exc:  # noqa: BLE001 - said to the user; the demo is offered again next start
+            log.error("demo library: %s", exc)
+            self.window.state.set_activity("")
+            self.window.statusBar().showMessage(f"Demo library unavailable: {exc}", 15000)
+            return
         self.window.settings.demo_offered = True
         if self.window.state.activity == DEMO_ACTIVITY:
             self.window.state.set_activity("")
@@ -177,14 +183,12 @@ class Startup(QObject):
             self.window.library.index([folder])
             self.window.statusBar().showMessage(f"Indexing the demo library in {folder}…", 8000)
 
-    def _demo_failed(self, exc: BaseException) -> None:
-        log.error("demo library: %s", exc)
-        self.window.state.set_activity("")
-        self.window.statusBar().showMessage(f"Demo library unavailable: {exc}", 15000)
-
-    def _failed(self, exc: BaseException) -> None:
-        log.error("opening library %s failed: %s", self.library, exc)
-        self.window.show_error("Cannot open the library", str(exc))
+    def _add_demo(self, service: Any) -> Path | None:
+        if service.roots():  # the user already has folders: the demo would only get in the way
+            return None
+        folder = self._demo()
+        service.add_root(folder)
+        return folder
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from PySide6.QtCore import QTimer
 
         QTimer.singleShot(int(args.quit_after * 1000), app.quit)
-    code = int(app.exec())
+    code = run_application()  # Qt's event loop, asyncio's running loop too (app/tasks.py)
     window.shutdown()  # app.quit() without a close event must still stop and wait for the workers
     close = getattr(window.service, "close", None)
     if callable(close):  # the workers are done (closeEvent waited): release the catalog cleanly

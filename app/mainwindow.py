@@ -1,82 +1,61 @@
 """The main window: composes the library sidebar, search bar, results grid, inspector and annotation panel.
 
-It holds no search or annotation logic (annotation import / export and switching to a newly trained model
-are service calls it starts in the background); it passes the service to its widgets and connects their signals.
-Work that can be slow runs on thread pools owned here (so closing the window can wait for them): ``pool``
-for reads (search pages, thumbnails, explanations), ``index_pool`` for indexing jobs, ``write_pool`` (one
-thread) for annotation writes, which must keep their order.
+It holds no search or annotation logic: it passes the service to its widgets and connects their signals. Its
+menus are :mod:`app.menus`, its panels' arrangement :mod:`app.layout`; annotation transfers are
+:mod:`app.transfer`, model changes :mod:`app.modelchanges`; one-off service calls it waits for are coroutines
+awaited off the GUI thread (:mod:`app.tasks`). Work that can be slow runs on thread pools owned here (so closing
+the window can wait for them): ``pool`` for reads (search pages, thumbnails, explanations), ``index_pool`` for
+indexing jobs, ``write_pool`` (one thread) for annotation writes, which must keep their order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
-    QAction,
     QCloseEvent,
     QDesktopServices,
     QDragEnterEvent,
     QDropEvent,
+    QImage,
     QKeyEvent,
-    QKeySequence,
     QResizeEvent,
 )
-from PySide6.QtWidgets import QFileDialog, QLineEdit, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLineEdit, QMainWindow, QMessageBox, QWidget
 
+from app.layout import WindowLayout, column
+from app.menus import WindowMenus
+from app.modelchanges import ModelChanges
 from app.search import BrowseOptions, SearchSession
-from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
+from app.service_api import SearchServiceLike
 from app.settings import GuiSettings
 from app.state import LibrarySnapshot, LibraryState
+from app.tasks import off_thread, start
+from app.transfer import AnnotationTransfer
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.browsebar import BrowseBar
 from app.widgets.dialogs import PreferencesDialog, ShortcutsDialog
+from app.widgets.images import ThumbnailCache, read_image
 from app.widgets.inspector import Inspector
-from app.widgets.keys import key_sequence
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
-from app.widgets.plaintext import plain_label, plural, show_message
-from app.widgets.results import RELEVANCE_ROLE, STATE_ROLE, ResultsModel, ResultsView, ThumbnailCache
+from app.widgets.plaintext import plain_label, show_message
+from app.widgets.results import ResultsView
+from app.widgets.resultsmodel import RELEVANCE_ROLE, ResultsModel
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
-from app.workers import Worker, run_in_background, serial_pool, while_alive
+from app.workers import serial_pool
 from engine import paths
 from engine.types import SearchHit
 
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_MS = 5000
-GRID_COLUMNS = 2  # a narrow window makes room for at least this many result columns
-
-
-def _counted(n: object) -> str:
-    """What an annotation transfer moved, in words: the engine's counts say every kind; a plain count is captions."""
-    summary = getattr(n, "summary", None)
-    return summary() if callable(summary) else f"{n} captions"
-
-
-def example_filters() -> str:
-    """The example picker's filters: every medium, photos, GIFs and animations, videos (what indexing reads)."""
-    from engine.media.discover import ANIMATION_SUFFIXES, MEDIA_SUFFIXES, PHOTO_SUFFIXES, VIDEO_SUFFIXES
-
-    def names(suffixes: frozenset[str]) -> str:
-        return " ".join(f"*{suffix}" for suffix in sorted(suffixes))
-
-    return ";;".join((f"Photos, GIFs and videos ({names(MEDIA_SUFFIXES)})", f"Photos ({names(PHOTO_SUFFIXES)})",
-                      f"GIFs and animations ({names(ANIMATION_SUFFIXES)})", f"Videos ({names(VIDEO_SUFFIXES)})",
-                      "All files (*)"))
-
-
-def _item_hit(service: SearchServiceLike, media_id: int) -> SearchHit:
-    """An item of the library as a hit of no search (score 0): its path, kind and captions."""
-    from engine.library.browse import split_captions
-
-    record = service.media(media_id)
-    captions, guess = split_captions(service.captions(media_id))
-    return SearchHit(media_id, str(record.path), record.kind, 0.0, captions, guess=guess)
 
 
 class MainWindow(QMainWindow):
@@ -103,13 +82,12 @@ class MainWindow(QMainWindow):
         self.models_dialog: ModelsDialog | None = None
         self.viewer: Viewer | None = None
         self._models: list[Any] = []
-        self._window_actions: list[QAction] = []  # their shortcuts win over the line edits' own keys
         self._searched = False  # example queries are offered until the first search
-        self._library_collapsed = False  # the folders panel was folded away to make room for the grid
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
-        self._menus()
+        self.menus = WindowMenus(self)
+        self.undo_action, self.redo_action = self.menus.undo_action, self.menus.redo_action
         self._restore()
         self.set_service(service)
 
@@ -122,32 +100,15 @@ class MainWindow(QMainWindow):
         self.results = ResultsView(self.results_model, self.thumbnails, self.settings.thumbnail_size)
         self.inspector = Inspector(self.pool)
         self.annotate = AnnotationPanel(self.write_pool, thumbnails=self.thumbnails)
+        self.transfer = AnnotationTransfer(self, self.write_pool, self.pool)
+        self.model_changes = ModelChanges(self.pool, self.library, self)
         self.empty_label = plain_label("", wrap=True)
         self.browse_bar = BrowseBar()
         self.browse_bar.follow(self.state)
-        centre = QWidget()
-        centre_layout = QVBoxLayout(centre)
-        centre_layout.setContentsMargins(0, 0, 0, 0)
-        centre_layout.addWidget(self.empty_label)
-        centre_layout.addWidget(self.browse_bar)
-        centre_layout.addWidget(self.results, 1)
-        self.right_splitter = QSplitter(Qt.Orientation.Vertical)
-        self.right_splitter.addWidget(self.inspector)
-        self.right_splitter.addWidget(self.annotate)
-        self.right_splitter.setStretchFactor(0, 3)
-        self.right_splitter.setStretchFactor(1, 1)
-        self.right_splitter.setSizes([470, 410])
-        self.splitter = QSplitter()
-        for widget, stretch in ((self.library, 0), (centre, 1), (self.right_splitter, 0)):
-            self.splitter.addWidget(widget)
-            self.splitter.setStretchFactor(self.splitter.count() - 1, stretch)
-        self.splitter.setSizes([240, 720, 440])
-        body = QWidget()
-        layout = QVBoxLayout(body)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.search_bar)
-        layout.addWidget(self.splitter, 1)
-        self.setCentralWidget(body)
+        centre = column(self.empty_label, self.browse_bar, self.results)
+        self.panels = WindowLayout(self.search_bar, self.library, centre, self.inspector, self.annotate)
+        self.splitter, self.right_splitter = self.panels.splitter, self.panels.right_splitter
+        self.setCentralWidget(self.panels.body)
         self._connect()
 
     def _connect(self) -> None:
@@ -177,8 +138,16 @@ class MainWindow(QMainWindow):
         self.annotate.suggestion_chosen.connect(self.select_media)
         self.annotate.suggestion_open_requested.connect(self.open_media)
         self.library.status_message.connect(self._status)
+        self.transfer.status.connect(self._status)
+        self.model_changes.status.connect(self._status)
+        self.model_changes.activated.connect(self.annotate.refresh_suggestions)
+        self.model_changes.switched.connect(self.model_switched)
+        self.transfer.transferred.connect(self.annotations_transferred)
+        self.transfer.imported.connect(self.annotate.refresh)
+        self.transfer.imported.connect(self.annotate.refresh_suggestions)
+        self.transfer.purged.connect(self.annotate.refresh_suggestions)
         self.library.indexing_finished.connect(self._indexing_finished)
-        bar.edit.down_pressed.connect(self._focus_results)
+        bar.edit.down_pressed.connect(self.focus_results)
         self.results.up_from_top.connect(self.search_bar.edit.setFocus)
         for edit in (bar.edit, self.annotate.caption_edit):
             edit.leave_keys_to(self._window_claims)
@@ -187,82 +156,15 @@ class MainWindow(QMainWindow):
         QWidget.setTabOrder(self.results, self.annotate.caption_edit)
 
     def _window_claims(self, edit: QLineEdit, event: QKeyEvent) -> bool:
-        """Whether a key pressed in ``edit`` belongs to one of the window's actions (see ``app.widgets.keys``).
-
-        Ctrl+Z undoes the last annotation (what the Edit menu offers) unless a caption is being typed, whose
-        text keeps its own undo.
-        """
-        pressed = key_sequence(event)
-        for action in self._window_actions:
-            if not any(s.matches(pressed) == QKeySequence.SequenceMatch.ExactMatch for s in action.shortcuts()):
-                continue
-            if action in (self.undo_action, self.redo_action) and edit is self.annotate.caption_edit:
-                return action.isEnabled() and not edit.text()
-            return action.isEnabled()
-        return False
-
-    def _menus(self) -> None:
-        menu = self.menuBar()
-        file_menu = menu.addMenu("&File")
-        self._action(file_menu, "&Add folder…", lambda: self.library.add_folder(), "Ctrl+O")
-        self._action(file_menu, "Search by &example file…", self._choose_example)
-        self._action(file_menu, "&Re-index library", self.library.reindex)
-        self._action(file_menu, "&Purge missing items…", self._confirm_purge_missing)
-        file_menu.addSeparator()
-        self._action(file_menu, "&Export annotations as a caption folder…", lambda: self._choose_export("folder"))
-        self._action(file_menu, "Export annotations as &COCO captions JSON…", lambda: self._choose_export("coco"))
-        self._action(file_menu, "&Import annotations from a caption folder…", lambda: self._choose_import("folder"))
-        self._action(file_menu, "Import annotations from a COCO captions &JSON…",
-                     lambda: self._choose_import("coco"))
-        file_menu.addSeparator()
-        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
-        edit = menu.addMenu("&Edit")
-        self.undo_action = self.annotate.undo_stack.createUndoAction(self, "&Undo")
-        self.undo_action.setShortcuts(QKeySequence.StandardKey.Undo)
-        self.redo_action = self.annotate.undo_stack.createRedoAction(self, "&Redo")
-        self.redo_action.setShortcuts(QKeySequence.StandardKey.Redo)
-        edit.addActions([self.undo_action, self.redo_action])
-        self._window_actions += [self.undo_action, self.redo_action]
-        edit.addSeparator()
-        # Judging never moves the selection on by itself, so the next key acts on the item on show (issue #32)
-        accept = self._action(edit, "&Accept match", lambda: self.judge(+1), "Alt+A")
-        accept.setStatusTip("Accept the selected result(s) for the query; the selection stays where it is "
-                            "(Ctrl+Right moves on)")
-        reject = self._action(edit, "&Reject match", lambda: self.judge(-1), "Alt+R")
-        reject.setStatusTip("Reject the selected result(s) for the query: they leave its results, and the next "
-                            "result takes their place, selected")
-        edit.addSeparator()
-        self._action(edit, "Find &similar", self.find_similar, "Ctrl+Shift+F")
-        edit.addSeparator()
-        self._action(edit, "&Preferences…", self.open_preferences, "Ctrl+,")
-        nav = menu.addMenu("&Navigate")
-        self._action(nav, "&Next item", self.results.select_next, "Ctrl+Right")
-        self._action(nav, "&Previous item", self.results.select_previous, "Ctrl+Left")
-        self._action(nav, "&Search box", self._focus_search, "Ctrl+L")
-        self._action(nav, "&Caption box", self._focus_caption, "Ctrl+E")
-        self._action(nav, "&Results grid", self._focus_results, "Ctrl+G")
-        self._action(nav, "&Open large (Enter on a result)", self.open_viewer)
-        models = menu.addMenu("&Models")
-        self._action(models, "&Train…", self.open_training, "Ctrl+T")
-        self._action(models, "&Manage models…", self.open_models)
-        help_menu = menu.addMenu("&Help")
-        self._action(help_menu, "&Keyboard shortcuts", self.open_shortcuts, "F1")
-        self._action(help_menu, "Open &log folder", self._open_logs)
-
-    def _action(self, menu: Any, text: str, slot: Any, shortcut: Any = None) -> QAction:
-        action = QAction(text, self)
-        if shortcut is not None:
-            action.setShortcut(QKeySequence(shortcut))
-            self._window_actions.append(action)
-        action.triggered.connect(lambda _checked=False: slot())
-        menu.addAction(action)
-        return action
+        return self.menus.claims(edit, event)
 
     # --- service
     def set_service(self, service: SearchServiceLike | None) -> None:
         """Show ``service``'s library in every widget (None: the window waits for one)."""
         self.service = service
         self.session.service = service
+        self.transfer.service = service
+        self.model_changes.service = service
         self.state.set_service(service)
         for widget in (self.library, self.thumbnails, self.inspector, self.annotate):
             widget.set_service(service)
@@ -349,17 +251,18 @@ class MainWindow(QMainWindow):
     def _load_example_picture(self, path: Path) -> None:
         """Show the example a search is made by (its thumbnail, made off the GUI thread like the results')."""
         service = self.service
-        if service is None:
-            return
+        if service is not None:
+            start(self._show_example_picture(service, path))
 
-        def load() -> Any:
-            from app.widgets.results import read_image
-
+    async def _show_example_picture(self, service: SearchServiceLike, path: Path) -> None:
+        def load() -> QImage:
             return read_image(service.file_thumbnail(path, 128))
 
-        run_in_background(load, pool=self.pool, priority=9,
-                          on_result=while_alive(self, lambda image: self.search_bar.set_example_picture(path, image)),
-                          on_error=while_alive(self, lambda _exc: self.search_bar.set_example_picture(path, None)))
+        try:
+            image: QImage | None = await off_thread(self, load, pool=self.pool, priority=9)
+        except Exception:  # noqa: BLE001 - the search goes on without the picture
+            image = None
+        self.search_bar.set_example_picture(path, image)
 
     def _browse_options_changed(self, options: BrowseOptions) -> None:
         old, self.session.browse = self.session.browse, options
@@ -383,7 +286,7 @@ class MainWindow(QMainWindow):
 
     def _page_loaded(self, added: int) -> None:
         total = self.results_model.rowCount()
-        self.empty_label.setText(self._results_summary(total))
+        self.empty_label.setText(self._summary(total))
         if self.results_model.pages_loaded != 1:
             return
         keep, self._keep_media = self._keep_media, None
@@ -428,33 +331,10 @@ class MainWindow(QMainWindow):
 
     def _rows_changed(self) -> None:
         if not self.results_model.is_loading:
-            self.empty_label.setText(self._results_summary(self.results_model.rowCount()))
+            self.empty_label.setText(self._summary(self.results_model.rowCount()))
 
-    def _results_summary(self, total: int) -> str:
-        described = self.session.describe()
-        more = "+" if self.results_model.canFetchMore() else ""
-        busy = self.state.activity
-        if self.session.browsing:
-            if total:
-                return f"{total:,}{more} items {described}; type a description above to search"
-            if busy:  # not empty: on its way (the demo being made, the first folder being indexed)
-                return f"{busy} The items appear here as they are indexed."
-            if self.session.browse != BrowseOptions():
-                return "Nothing in the library matches these filters."
-            return "The library is empty: add a folder (File ▸ Add folder…) or drop files here."
-        if total:
-            return f"{total:,}{more} results {described}"
-        if busy:
-            return f"No results {described} yet: {busy[0].lower()}{busy[1:]}"
-        cutoff = self.session.min_probability
-        if cutoff is not None and isinstance(self.session.query, str):
-            service = self.session.service
-            if service is not None and not service.query_carries_evidence(self.session.query):
-                return (f"No results {described}: the model knows none of its words, so it has no evidence "
-                        "for any item at any cutoff. Try other words.")
-            return (f"No result {described} reaches a match probability of {cutoff:.2f}: "
-                    "lower the p ≥ cutoff (right of the search box) to see weaker matches.")
-        return f"No results {described}"
+    def _summary(self, total: int) -> str:
+        return self.session.summary(total, more=self.results_model.canFetchMore(), busy=self.state.activity)
 
     def _show_hit(self, hit: SearchHit | None) -> None:
         index = self.results.currentIndex()
@@ -463,15 +343,6 @@ class MainWindow(QMainWindow):
         self.annotate.set_item(self.session.query, hit)
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
             self.viewer.show_hit(hit, self.results_model.state(hit.media_id))
-
-    def _viewer_state_changed(self, first: QModelIndex, last: QModelIndex, roles: list[int]) -> None:
-        """What the user wrote about the item the viewer shows has arrived or changed: say it there too."""
-        viewer = self.viewer
-        if viewer is None or viewer.hit is None or not viewer.isVisible() or (roles and STATE_ROLE not in roles):
-            return
-        row = self.results_model.row_of(viewer.hit.media_id)
-        if row is not None and first.row() <= row <= last.row():
-            viewer.set_state(self.results_model.state(viewer.hit.media_id))
 
     def open_viewer(self, hit: SearchHit | None = None, state: Any = None) -> Viewer | None:
         """Show the current (or given) result large; the viewer follows the selection while it is open.
@@ -484,7 +355,7 @@ class MainWindow(QMainWindow):
             self.viewer.step_requested.connect(
                 lambda step: self.results.select_next() if step > 0 else self.results.select_previous())
             self.viewer.judge_requested.connect(self.judge)
-            self.results_model.dataChanged.connect(self._viewer_state_changed)
+            self.viewer.follow_states(self.results_model)
         self.viewer.show_hit(hit, self.results_model.state(hit.media_id) if state is None else state)
         self.viewer.show()
         self.viewer.raise_()
@@ -493,17 +364,8 @@ class MainWindow(QMainWindow):
         return self.viewer
 
     def activate_model(self, name: str | None) -> None:
-        """Make ``name`` (None: zero-shot) the active model, then refresh models and results."""
-        service = self.service
-        if service is None:
-            return
-
-        def done(_: object) -> None:  # the state hears of the switch: the model list and the results follow
-            self._status(f"Active model: {name or 'zero-shot'}")
-            self.annotate.refresh_suggestions()  # another model, another order (and reason)
-
-        run_in_background(service.set_active_model, name, on_result=done, pool=self.pool, priority=9,
-                          on_error=lambda exc: self._status(f"Cannot switch model: {exc}"))
+        """Make ``name`` (None: zero-shot) the active model; models and results follow the state."""
+        self.model_changes.activate(name)
 
     def select_media(self, media_id: int) -> None:
         """Show ``media_id`` in the inspector and annotation panel (picked from "What to annotate next"):
@@ -516,17 +378,17 @@ class MainWindow(QMainWindow):
             self.results.select_row(row)
             self.annotate.set_item(self.session.query, self.results_model.hit(row), from_suggestion=True)
             return
+        start(self._select_item(service, media_id))
 
-        def load() -> SearchHit:
-            return _item_hit(service, media_id)
-
-        def show(hit: SearchHit) -> None:
-            self.results.setCurrentIndex(QModelIndex())  # the item is not one of the results
-            self.inspector.show_hit(self.session.query, hit)
-            self.annotate.set_item(self.session.query, hit, from_suggestion=True)
-
-        run_in_background(load, on_result=while_alive(self, show), pool=self.pool, priority=9,
-                          on_error=while_alive(self, lambda exc: self._status(f"Cannot show item {media_id}: {exc}")))
+    async def _select_item(self, service: SearchServiceLike, media_id: int) -> None:
+        try:
+            hit = await off_thread(self, service.item, media_id, pool=self.pool, priority=9)
+        except Exception as exc:  # noqa: BLE001 - said to the user
+            self._status(f"Cannot show item {media_id}: {exc}")
+            return
+        self.results.setCurrentIndex(QModelIndex())  # the item is not one of the results
+        self.inspector.show_hit(self.session.query, hit)
+        self.annotate.set_item(self.session.query, hit, from_suggestion=True)
 
     def open_media(self, media_id: int) -> None:
         """Show ``media_id`` large (Enter / double-click on "What to annotate next"): as a result when the
@@ -538,102 +400,30 @@ class MainWindow(QMainWindow):
         if row is not None and self.results_model.hit(row) is not None:
             self.open_viewer(self.results_model.hit(row))
             return
+        start(self._open_item(service, media_id))
 
+    async def _open_item(self, service: SearchServiceLike, media_id: int) -> None:
         def load() -> tuple[SearchHit, Any]:
-            return _item_hit(service, media_id), service.annotation_states([media_id]).get(media_id)
+            return service.item(media_id), service.annotation_states([media_id]).get(media_id)
 
-        run_in_background(load, on_result=while_alive(self, lambda loaded: self.open_viewer(*loaded)),
-                          pool=self.pool, priority=9,
-                          on_error=while_alive(self, lambda exc: self._status(f"Cannot open item {media_id}: {exc}")))
+        try:
+            hit, state = await off_thread(self, load, pool=self.pool, priority=9)
+        except Exception as exc:  # noqa: BLE001 - said to the user
+            self._status(f"Cannot open item {media_id}: {exc}")
+            return
+        self.open_viewer(hit, state)
 
-    # --- annotation import / export
-    def export_annotations(self, dest: Path, fmt: str = "folder") -> Worker:
-        """Write the library's annotations to ``dest`` (``fmt`` "folder" or "coco") in the background.
+    # --- annotation import / export (app/transfer.py), here for the menus and the tests
+    def export_annotations(self, dest: Path, fmt: str = "folder") -> asyncio.Task[None]:
+        """Write the library's annotations to ``dest`` (``fmt`` "folder" or "coco") in the background."""
+        return self.transfer.export(dest, fmt)
 
-        It runs on the annotation write thread, so every caption typed before it is in the export.
-        """
-        service = self.service
-        if service is None:
-            raise RuntimeError("no library is open to export annotations from")
-        if fmt not in ANNOTATION_FORMATS:
-            raise ValueError(f"unknown annotation format {fmt!r} (use one of {sorted(ANNOTATION_FORMATS)})")
-        self._status(f"Exporting annotations to {dest}…")
-        return run_in_background(
-            service.export_annotations, Path(dest), fmt, pool=self.write_pool,
-            on_result=while_alive(
-                self, lambda n: self._transferred("export", int(n), f"Exported {_counted(n)} to {dest}")),
-            on_error=while_alive(self, lambda exc: self._status(f"Export failed: {exc}")))
-
-    def import_annotations(self, path: Path) -> Worker:
+    def import_annotations(self, path: Path) -> asyncio.Task[None]:
         """Add the captions of a caption folder or COCO captions JSON at ``path`` to the library."""
-        service = self.service
-        if service is None:
-            raise RuntimeError("no library is open to import annotations into")
-        self._status(f"Importing annotations from {path}…")
+        return self.transfer.import_(path)
 
-        def imported(n: object) -> None:
-            self._transferred("import", int(n), f"Imported {_counted(n)} from {path}")
-            self.annotate.refresh()
-            self.annotate.refresh_suggestions()
-
-        return run_in_background(service.import_annotations, Path(path), pool=self.write_pool,
-                                 on_result=while_alive(self, imported),
-                                 on_error=while_alive(self, lambda exc: self._status(f"Import failed: {exc}")))
-
-    def _confirm_purge_missing(self) -> None:
-        """Delete the items whose files are missing or offline, with their annotations, once the user has seen
-        the counts and agreed; a snapshot of every annotation is written first (issue #21)."""
-        service = self.service
-        if service is None:
-            return
-        items, captions, pairs = service.missing_summary()
-        if not items:
-            self._status("No missing or offline items to purge.")
-            return
-        answer = QMessageBox.question(
-            self, "Purge missing items",
-            f"Delete {plural(items, 'item')} whose files are missing or on an unplugged drive, with their "
-            f"{plural(captions, 'caption')} and {plural(pairs, 'accepted/rejected pair')}?\n\n"
-            "Kept items get their annotations back when their "
-            "files return. A snapshot of every annotation is saved first; importing it restores them.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-        if answer != QMessageBox.StandardButton.Yes:
-            return
-
-        def purged(result: Any) -> None:
-            n, c, p, snapshot = result
-            saved = f"; their annotations are saved in {snapshot}" if snapshot else ""
-            self._status(f"Deleted {plural(n, 'missing item')} with {plural(c, 'caption')} and "
-                         f"{plural(p, 'pair')}{saved}")
-            self.annotate.refresh_suggestions()
-
-        run_in_background(service.purge_missing, pool=self.write_pool, on_result=while_alive(self, purged),
-                          on_error=while_alive(self, lambda exc: self._status(f"Purge failed: {exc}")))
-
-    def _transferred(self, what: str, count: int, message: str) -> None:
-        self._status(message)
-        self.annotations_transferred.emit(what, count)
-
-    def _choose_export(self, fmt: str) -> None:
-        if self.service is None:
-            return
-        if fmt == "folder":
-            chosen = QFileDialog.getExistingDirectory(self, "Folder to export the annotations into")
-        else:
-            chosen, _ = QFileDialog.getSaveFileName(self, "Export annotations as COCO captions JSON",
-                                                    "captions.json", "JSON (*.json)")
-        if chosen:
-            self.export_annotations(Path(chosen), fmt)
-
-    def _choose_import(self, fmt: str) -> None:
-        if self.service is None:
-            return
-        if fmt == "folder":
-            chosen = QFileDialog.getExistingDirectory(self, "Caption folder to import")
-        else:
-            chosen, _ = QFileDialog.getOpenFileName(self, "COCO captions JSON to import", "", "JSON (*.json)")
-        if chosen:
-            self.import_annotations(Path(chosen))
+    def _confirm_purge_missing(self) -> asyncio.Task[None] | None:
+        return self.transfer.confirm_purge_missing()
 
     def _indexing_finished(self, outcome: str) -> None:
         """What changed during the job reaches the results now (see :meth:`_library_changed`)."""
@@ -650,7 +440,7 @@ class MainWindow(QMainWindow):
                                                   self.settings.last_data_folder, self, service=self.service)
             self.training_dialog.model_trained.connect(self._model_trained)
             self.training_dialog.model_registered.connect(self._model_registered)
-            self.training_dialog.use_model_requested.connect(self.use_model)
+            self.training_dialog.use_model_requested.connect(self.activate_and_reindex)
         elif not self.training_dialog.isVisible():
             self.training_dialog.reset()  # a closed dialog opens clean, not on the last run's numbers
         if not self.training_dialog.busy:
@@ -668,64 +458,27 @@ class MainWindow(QMainWindow):
     def _model_registered(self, name: str) -> None:
         self._status(f"New model {name} registered; “Use it and re-index” in the training dialog switches to it.")
 
-    def use_model(self, name: str) -> None:
-        """Make ``name`` the active model, then re-embed the library with it in the background."""
-        service = self.service
-        if service is None:
-            return
-
-        def switched(_: object) -> None:  # the model list and the results follow the state
-            if self.library.is_indexing:  # one job at a time: the user re-indexes once this one is done
-                self._status(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
-            else:
-                self._status(f"Active model: {name}; re-indexing the library in the background…")
-                self.library.reindex()
-            self.annotate.refresh_suggestions()
-            self.model_switched.emit(name)
-
-        failed = while_alive(self, lambda exc: self._status(f"Cannot switch to {name}: {exc}"))
-        run_in_background(service.set_active_model, name, on_result=while_alive(self, switched), pool=self.pool,
-                          priority=9, on_error=failed)
+    def activate_and_reindex(self, name: str) -> None:
+        """Make ``name`` the active model, then re-embed the library with it (the training dialog's "Use it and
+        re-index"); ``model_switched`` follows."""
+        self.model_changes.activate_and_reindex(name)
 
     def open_models(self) -> ModelsDialog:
         if self.models_dialog is None:
             self.models_dialog = ModelsDialog(self)
             self.models_dialog.activate_requested.connect(self.activate_model)
-            self.models_dialog.rename_requested.connect(self.rename_model)
-            self.models_dialog.delete_requested.connect(self.delete_model)
+            self.models_dialog.rename_requested.connect(self.model_changes.rename)
+            self.models_dialog.delete_requested.connect(self.model_changes.delete)
+            self.model_changes.models_said.connect(self.models_dialog.show_status)
             self.models_dialog.reindex_requested.connect(self.library.reindex)
             self.models_dialog.train_requested.connect(self.open_training)
         self.models_dialog.set_models(self._models)
         self.models_dialog.show()
         return self.models_dialog
 
-    def rename_model(self, name: str, new_name: str) -> None:
-        self._change_models(f"Renamed {name} to {new_name}", f"Cannot rename {name}", "rename_model", name, new_name)
-
-    def delete_model(self, name: str) -> None:
-        self._change_models(f"Deleted the model {name}", f"Cannot delete {name}", "delete_model", name)
-
-    def _change_models(self, done_text: str, failed_text: str, method: str, *args: str) -> None:
-        """Call a service method that changes the registered models, then show the new list (and say so)."""
-        service = self.service
-        if service is None:
-            return
-
-        def say(text: str) -> None:
-            self._status(text)
-            if self.models_dialog is not None:
-                self.models_dialog.show_status(text)
-
-        def done(_: object) -> None:  # the model list (and the results, naming the model) follow the state
-            say(done_text)
-
-        run_in_background(getattr(service, method), *args, pool=self.pool, priority=9,
-                          on_result=while_alive(self, done),
-                          on_error=while_alive(self, lambda exc: say(f"{failed_text}: {exc}")))
-
     def open_shortcuts(self) -> ShortcutsDialog:
         """Help > Keyboard shortcuts (built from the menus' actions)."""
-        dialog = ShortcutsDialog(self._window_actions, self)
+        dialog = ShortcutsDialog(self.menus.actions, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog
@@ -749,28 +502,23 @@ class MainWindow(QMainWindow):
         if self.training_dialog is not None and not self.training_dialog.busy:
             self.training_dialog.device.setCurrentText(self.settings.training_device)
 
-    def _choose_example(self) -> None:
-        chosen, _ = QFileDialog.getOpenFileName(self, "Search by an example file", "", example_filters())
-        if chosen:
-            self.search_bar.search_example(Path(chosen))
-
-    def _focus_search(self) -> None:
+    def focus_search(self) -> None:
         self.search_bar.edit.setFocus()
         self.search_bar.edit.selectAll()
 
-    def _focus_caption(self) -> None:
+    def focus_caption(self) -> None:
         if self.annotate.caption_edit.isEnabled():
             self.annotate.caption_edit.setFocus()
         else:
             self._status("Select a result first: its captions are edited in the caption box.")
 
-    def _focus_results(self) -> None:
+    def focus_results(self) -> None:
         """Move the keyboard into the grid (Down from the search box), on the current result or the first."""
         self.results.setFocus()
         if not self.results.currentIndex().isValid():
             self.results.select_row(0)
 
-    def _open_logs(self) -> None:
+    def open_logs(self) -> None:
         folder = paths.log_dir()
         folder.mkdir(parents=True, exist_ok=True)
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
@@ -800,20 +548,14 @@ class MainWindow(QMainWindow):
             self.resize(1320, 820)
         if (state := self.settings.window_state) is not None:
             self.restoreState(state)
-        for name, splitter in (("main", self.splitter), ("right", self.right_splitter)):
-            if (saved := self.settings.splitter_state(name)) is not None:
-                splitter.restoreState(saved)
-        self.search_bar.cutoff.blockSignals(True)
-        self.search_bar.cutoff.setValue(self.settings.cutoff_percent)
-        self.search_bar.cutoff.blockSignals(False)
-        self.search_bar._show_cutoff(self.settings.cutoff_percent)
+        self.panels.restore(self.settings)
+        self.search_bar.restore_cutoff(self.settings.cutoff_percent)
 
     def save_state(self) -> None:
         """Write geometry, dock and splitter layout to the settings file."""
         self.settings.geometry = self.saveGeometry()
         self.settings.window_state = self.saveState()
-        self.settings.set_splitter_state("main", self.splitter.saveState())
-        self.settings.set_splitter_state("right", self.right_splitter.saveState())
+        self.panels.save(self.settings)
         self.settings.cutoff_percent = self.search_bar.cutoff.value()
         self.settings.sync()
 
@@ -837,27 +579,8 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self.keep_grid_usable)  # once the splitter has laid out the new width
 
     def keep_grid_usable(self) -> None:
-        """Give the grid room for ``GRID_COLUMNS`` columns: the folders panel collapses first (its splitter
-        handle brings it back), then the inspector side shrinks to its minimum."""
-        sizes = self.splitter.sizes()
-        if len(sizes) != 3 or sum(sizes) == 0:
-            return
-        cell = self.settings.thumbnail_size + 12 + 2 * self.results.spacing()  # ResultDelegate.sizeHint's width
-        need = GRID_COLUMNS * cell + 24  # + the scroll bar and frame
-        if sizes[1] >= need:
-            library = self.library.sizeHint().width()
-            if self._library_collapsed and sizes[0] == 0 and sizes[1] - library >= need:  # wide again
-                self._library_collapsed = False
-                self.splitter.setSizes([library, sizes[1] - library, sizes[2]])
-            return
-        total = sum(sizes)
-        self._library_collapsed = self._library_collapsed or sizes[0] > 0
-        sizes[0] = 0
-        deficit = need - (total - sizes[2])
-        right_min = self.right_splitter.minimumSizeHint().width()
-        sizes[2] -= max(0, min(sizes[2] - right_min, deficit))
-        sizes[1] = total - sizes[0] - sizes[2]
-        self.splitter.setSizes(sizes)
+        """Give the grid room for at least two result columns (:meth:`app.layout.WindowLayout.keep_grid_usable`)."""
+        self.panels.keep_grid_usable(self.results.cell_width())
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.save_state()

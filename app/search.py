@@ -88,3 +88,28 @@ class SearchSession:
         kind = f" among {kinds.get(self.browse.kind or '', self.browse.kind)}" if self.browse.kind else ""
         folder = f" in {self.browse.folder.name or self.browse.folder}" if self.browse.folder else ""
         return kind + folder
+
+    def summary(self, total: int, more: bool, busy: str) -> str:
+        """The line above the grid: how many results (``more``: pages still to come), or why there are none;
+        ``busy``: what the library is doing now ("" when idle)."""
+        described, plus = self.describe(), "+" if more else ""
+        if self.browsing:
+            if total:
+                return f"{total:,}{plus} items {described}; type a description above to search"
+            if busy:  # not empty: on its way (the demo being made, the first folder being indexed)
+                return f"{busy} The items appear here as they are indexed."
+            if self.browse != BrowseOptions():
+                return "Nothing in the library matches these filters."
+            return "The library is empty: add a folder (File ▸ Add folder…) or drop files here."
+        if total:
+            return f"{total:,}{plus} results {described}"
+        if busy:
+            return f"No results {described} yet: {busy[0].lower()}{busy[1:]}"
+        cutoff = self.min_probability
+        if cutoff is not None and isinstance(self.query, str):
+            if self.service is not None and not self.service.query_carries_evidence(self.query):
+                return (f"No results {described}: the model knows none of its words, so it has no evidence "
+                        "for any item at any cutoff. Try other words.")
+            return (f"No result {described} reaches a match probability of {cutoff:.2f}: "
+                    "lower the p ≥ cutoff (right of the search box) to see weaker matches.")
+        return f"No results {described}"

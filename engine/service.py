@@ -176,6 +176,14 @@ class SearchService:
 
         return browse.media_details(self.catalog, media_id)
 
+    def item(self, media_id: int) -> SearchHit:
+        """One item as a hit of no search (score 0): its path, kind, captions and the model's guess."""
+        from engine.library.browse import split_captions
+
+        record = self.catalog.media(media_id)
+        captions, guess = split_captions(self.catalog.captions(media_id))
+        return SearchHit(media_id, str(record.path), record.kind, 0.0, captions, guess=guess)
+
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
         """The library without a query, a page at a time, sorted and filtered (:func:`engine.library.browse.browse`)."""

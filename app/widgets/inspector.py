@@ -21,25 +21,34 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QSize, Qt, QThreadPool
-from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtCore import QSize, Qt, QThreadPool
+from PySide6.QtGui import QColor, QImage, QPen, QPixmap
 from PySide6.QtWidgets import (
-    QGraphicsEllipseItem,
     QGraphicsRectItem,
     QGridLayout,
     QGroupBox,
     QLabel,
     QProgressBar,
     QScrollArea,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 
 from app.service_api import SearchServiceLike
-from app.widgets.plaintext import plain_label, plain_tooltip
-from app.widgets.results import read_image
-from app.widgets.viewer import matched_frame, read_scaled
+from app.widgets.attention import (
+    FrameStrip,
+    TokenStrip,
+    add_head_row,
+    draw_gaussian,
+    head_colour,
+    image_label,
+    overlay,
+    plot_widget,
+    selectable_label,
+)
+from app.widgets.clips import matched_frame
+from app.widgets.images import read_image, read_scaled
+from app.widgets.plaintext import plain_tooltip
 from app.workers import run_in_background
 from engine.search.explain import (
     ellipse_axes,
@@ -51,211 +60,14 @@ from engine.search.explain import (
 )
 from engine.types import Explanation, MediaKind, SearchHit, WordMatch
 
-__all__ = ["Inspector", "TokenStrip", "FrameStrip", "bin_weights", "ellipse_axes", "heatmap_image", "overlay",
-           "uncertainty_reading"]  # the reading and the ellipse axes are the engine's, re-exported for the widgets
+__all__ = ["Inspector", "ellipse_axes", "uncertainty_reading"]  # the engine's reading and ellipse axes, re-exported
 
 log = logging.getLogger(__name__)
 
-HEAD_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 MAX_FRAMES = 12
 QUERY_BOX = 512  # a query picture is drawn under its attention no larger than this
-_HEATMAP = pg.colormap.get("inferno")
 
 
-def head_colour(head: int) -> QColor:
-    return QColor(HEAD_COLOURS[head % len(HEAD_COLOURS)])
-
-
-# ---------------------------------------------------------------------------------------------- drawing
-def heatmap_image(weights: np.ndarray) -> QImage:
-    """A (rows, cols) weight map as an RGBA image, normalised to its own max, alpha rising with weight."""
-    w = np.asarray(weights, dtype=np.float32)
-    w = w / w.max() if w.size and w.max() > 0 else np.zeros_like(w)
-    rgba = _HEATMAP.map(w.ravel(), mode="byte").reshape(w.shape[0], w.shape[1], 4).copy()
-    rgba[..., 3] = (20 + 190 * w**1.5).astype(np.uint8)  # clear where the head does not look
-    rgba = np.ascontiguousarray(rgba)
-    image = QImage(rgba.data, w.shape[1], w.shape[0], 4 * w.shape[1], QImage.Format.Format_RGBA8888)
-    return image.copy()  # detach from the numpy buffer
-
-
-def overlay(base: QImage, weights: np.ndarray) -> QPixmap:
-    """``base`` with ``weights`` (a coarse grid) stretched smoothly over it."""
-    heat = heatmap_image(weights).scaled(base.size(), Qt.AspectRatioMode.IgnoreAspectRatio,
-                                         Qt.TransformationMode.SmoothTransformation)
-    canvas = QPixmap.fromImage(base.convertToFormat(QImage.Format.Format_ARGB32_Premultiplied))
-    painter = QPainter(canvas)
-    painter.drawImage(0, 0, heat)
-    painter.end()
-    return canvas
-
-
-def bin_weights(weights: np.ndarray, n_bins: int) -> np.ndarray:
-    """Sum a 1-D weight vector over a clip's sampled frames into the ``n_bins`` frames shown (frames shown <
-    frames attended: a clip shorter than the sample repeats its frames): each sampled frame goes to the shown frame
-    it is (:func:`app.widgets.viewer.matched_frame`, the rule indexing samples by)."""
-    w = np.asarray(weights, dtype=np.float32).ravel()
-    if n_bins <= 0 or w.size == 0:
-        return np.zeros(0, dtype=np.float32)
-    if n_bins >= w.size:
-        return w
-    shown = [matched_frame(k, n_bins, w.size) for k in range(w.size)]
-    return np.bincount(shown, weights=w, minlength=n_bins).astype(np.float32)
-
-
-class TokenStrip(QWidget):
-    """Query words laid out in lines, each tinted by one head's attention weight (plain painted text)."""
-
-    def __init__(self, tokens: tuple[str, ...], weights: np.ndarray, colour: QColor,
-                 parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.tokens = tokens
-        w = np.asarray(weights, dtype=np.float32).ravel()[: len(tokens)]
-        self.weights = w / w.max() if w.size and w.max() > 0 else np.zeros(len(tokens), dtype=np.float32)
-        self.colour = colour
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
-
-    def _boxes(self, width: int) -> list[QRectF]:
-        metrics = QFontMetrics(self.font())
-        x = y = 0
-        line = metrics.height() + 6
-        boxes = []
-        for token in self.tokens:
-            w = metrics.horizontalAdvance(token) + 10
-            if x > 0 and x + w > width:
-                x, y = 0, y + line + 2
-            boxes.append(QRectF(x, y, w, line))
-            x += w + 3
-        return boxes
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        boxes = self._boxes(max(40, width))
-        return int(boxes[-1].bottom()) + 2 if boxes else 0
-
-    def sizeHint(self) -> QSize:
-        return QSize(260, self.heightForWidth(260))
-
-    def paintEvent(self, _event: object) -> None:
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        text_colour = self.palette().color(QPalette.ColorRole.Text)
-        for box, token, weight in zip(self._boxes(self.width()), self.tokens, self.weights, strict=False):
-            fill = QColor(self.colour)
-            fill.setAlphaF(0.08 + 0.85 * float(weight))
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(fill)
-            painter.drawRoundedRect(box, 4, 4)
-            painter.setPen(QColor("white") if weight > 0.55 else text_colour)
-            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, token)
-        painter.end()
-
-
-class FrameStrip(QWidget):
-    """Frames side by side, each with a bar under it as tall as one head's attention on that frame; the frame
-    that matched the query best (``matched``, an index into ``frames``) is outlined."""
-
-    BAR = 24
-    GAP = 3
-    MATCH_INK = QColor("#ff3b30")  # as the matched head pair's outline
-
-    def __init__(self, frames: list[QImage], weights: np.ndarray, colour: QColor,
-                 parent: QWidget | None = None, matched: int | None = None) -> None:
-        super().__init__(parent)
-        self.frames = frames
-        self.matched = matched if matched is not None and 0 <= matched < len(frames) else None
-        w = bin_weights(weights, len(frames))
-        self.weights = w / w.max() if w.size and w.max() > 0 else w
-        self.colour = colour
-        first = frames[0] if frames else None
-        self._aspect = first.height() / first.width() if first is not None and first.width() else 1.0
-        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-
-    def _frame_height(self, width: int) -> int:
-        return int(width / max(1, len(self.frames)) * self._aspect)
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        return self._frame_height(width) + self.GAP + self.BAR
-
-    def sizeHint(self) -> QSize:
-        return QSize(320, self.heightForWidth(320))
-
-    def paintEvent(self, _event: object) -> None:
-        if not self.frames:
-            return
-        painter = QPainter(self)
-        cell = self.width() / len(self.frames)
-        frame_h = min(self._frame_height(self.width()), self.height() - self.GAP - self.BAR)
-        bar_bottom = frame_h + self.GAP + self.BAR
-        for i, (frame, weight) in enumerate(zip(self.frames, self.weights, strict=False)):
-            target = QRectF(i * cell + 1, 0, cell - 2, frame_h)
-            scaled = frame.scaled(target.size().toSize(), Qt.AspectRatioMode.KeepAspectRatio,
-                                  Qt.TransformationMode.SmoothTransformation)
-            painter.setOpacity(0.35 + 0.65 * float(weight))  # frames the head ignores fade out
-            painter.drawImage(int(target.center().x() - scaled.width() / 2), 0, scaled)
-            painter.setOpacity(1.0)
-            bar_h = max(1.0, self.BAR * float(weight))
-            painter.fillRect(QRectF(target.left() + 2, bar_bottom - bar_h, target.width() - 4, bar_h),
-                             self.colour)
-            if i == self.matched:
-                pen = QPen(self.MATCH_INK, 3)
-                pen.setJoinStyle(Qt.PenJoinStyle.MiterJoin)
-                painter.setPen(pen)
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-                painter.drawRect(QRectF(target.left() + 1.5, 1.5, target.width() - 3, bar_bottom - 3))
-        painter.end()
-
-
-def _image_label(pixmap: QPixmap, caption: str, colour: QColor, matched: bool, size: int) -> QWidget:
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(2, 2, 2, 2)
-    picture = QLabel()
-    picture.setPixmap(pixmap.scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio,
-                                    Qt.TransformationMode.SmoothTransformation))
-    picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
-    border = 3 if matched else 1
-    picture.setStyleSheet(f"border: {border}px solid {colour.name()}; padding: 1px;")
-    text = QLabel(caption + ("  (matched)" if matched else ""))
-    text.setTextFormat(Qt.TextFormat.PlainText)
-    text.setAlignment(Qt.AlignmentFlag.AlignCenter)
-    text.setStyleSheet(f"color: {colour.name()}; font-weight: bold;")
-    layout.addWidget(picture)
-    layout.addWidget(text)
-    return box
-
-
-def _plain_label(text: str = "", wrap: bool = True) -> QLabel:
-    label = plain_label(text, wrap)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    return label
-
-
-def _add_head_row(layout: QVBoxLayout, head: int, matched: bool, view: QWidget) -> None:
-    """A head's name in its colour ("(matched)" for the best pair's head), then its view."""
-    title = _plain_label(f"head {head}" + ("  (matched)" if matched else ""))
-    title.setStyleSheet(f"color: {head_colour(head).name()}; font-weight: bold;")
-    layout.addWidget(title)
-    layout.addWidget(view)
-
-
-def _plot(height: int) -> pg.PlotWidget:
-    plot = pg.PlotWidget(background=None)
-    plot.setMinimumHeight(height)
-    plot.setMaximumHeight(height + 40)
-    plot.setMenuEnabled(False)
-    plot.setMouseEnabled(x=False, y=False)
-    plot.hideButtons()
-    return plot
-
-
-# ---------------------------------------------------------------------------------------------- inspector
 @dataclass
 class _Loaded:
     """What the background job fetched for one (query, hit)."""
@@ -286,7 +98,7 @@ class Inspector(QScrollArea):
         self._layout = QVBoxLayout(self._body)
         self._layout.setAlignment(Qt.AlignmentFlag.AlignTop)
         self.setWidget(self._body)
-        self.title = _plain_label("Select a result to see why it matched.")
+        self.title = selectable_label("Select a result to see why it matched.")
         self.title.setObjectName("inspectorTitle")
         self._reset()
 
@@ -386,7 +198,7 @@ class Inspector(QScrollArea):
         return layout
 
     def _add_notes(self, notes: tuple[str, ...]) -> None:
-        self.notes_label = _plain_label("\n".join(notes))
+        self.notes_label = selectable_label("\n".join(notes))
         self.notes_label.setObjectName("inspectorNotes")
         self._group("Notes").addWidget(self.notes_label)
 
@@ -399,15 +211,15 @@ class Inspector(QScrollArea):
             layout.addWidget(self.probability_bar)
         if ex.similarity.size > 1:
             q, i = ex.head_pair
-            layout.addWidget(_plain_label(f"Best head pair: query head {q} ↔ item head {i} "
+            layout.addWidget(selectable_label(f"Best head pair: query head {q} ↔ item head {i} "
                                           f"(similarity {float(ex.similarity[q, i]):.3f})"))
         if self.hit is not None:
             rank = self.rank
             if rank is not None:
-                self.relevance_label = _plain_label(f"{rank.label} — {rank.explanation}")
+                self.relevance_label = selectable_label(f"{rank.label} — {rank.explanation}")
                 layout.addWidget(self.relevance_label)
             else:
-                layout.addWidget(_plain_label(f"Rank score {self.hit.score:.4f}"))
+                layout.addWidget(selectable_label(f"Rank score {self.hit.score:.4f}"))
 
     def _add_preview(self, image: QImage) -> None:
         picture = QLabel()
@@ -430,17 +242,17 @@ class Inspector(QScrollArea):
         found = [m for m in matches if m.class_name is not None]
         for n, match in enumerate(found):
             if photo:
-                view = _image_label(overlay(image, match.regions.reshape(7, 7)), word_match_text(match, regions, unit),
+                view = image_label(overlay(image, match.regions.reshape(7, 7)), word_match_text(match, regions, unit),
                                     head_colour(n), False, self._cell_size())
                 view.findChildren(QLabel)[-1].setWordWrap(True)
                 grid.addWidget(view, n // 2, n % 2)
             else:
-                view = _plain_label(word_match_text(match, regions, unit))
+                view = selectable_label(word_match_text(match, regions, unit))
                 grid.addWidget(view, n, 0)
             self.word_views.append(view)
         missing = [m.word for m in matches if m.class_name is None]
         if missing:
-            view = _plain_label(f"Nothing in this item is close to: {', '.join(missing)} (no class of its regions "
+            view = selectable_label(f"Nothing in this item is close to: {', '.join(missing)} (no class of its regions "
                                 "comes near these words, so they add nothing here)")
             layout.addWidget(view)
             self.word_views.append(view)
@@ -455,7 +267,7 @@ class Inspector(QScrollArea):
             for head in range(k):
                 maps = ex.item_attention[head].reshape(ex.item_grid)
                 caption = f"head {head}" if k > 1 else "its attention over the picture"  # one map: no head to pick
-                view = _image_label(overlay(loaded.image, maps), caption, head_colour(head),
+                view = image_label(overlay(loaded.image, maps), caption, head_colour(head),
                                     k > 1 and head == matched_item_head, self._cell_size())
                 grid.addWidget(view, head // 2, head % 2)
                 self.head_views.append(view)
@@ -466,7 +278,7 @@ class Inspector(QScrollArea):
             best = self.matched_sample(ex)
             self.matched_shown = None if best is None else matched_frame(best, len(loaded.frames), sampled)
             if best is not None:
-                self.match_label = _plain_label(f"Best match: frame {best + 1} of {sampled} sampled (outlined in "
+                self.match_label = selectable_label(f"Best match: frame {best + 1} of {sampled} sampled (outlined in "
                                                 "red); the viewer (Enter) opens the clip there")
                 self.match_label.setObjectName("inspectorMatchedFrame")
                 layout.addWidget(self.match_label)
@@ -474,7 +286,7 @@ class Inspector(QScrollArea):
                 strip = FrameStrip(loaded.frames, ex.item_attention[head], head_colour(head),
                                    matched=self.matched_shown)
                 if k > 1:
-                    _add_head_row(layout, head, head == matched_item_head, strip)
+                    add_head_row(layout, head, head == matched_item_head, strip)
                 else:  # one vector per frame: no head to name
                     layout.addWidget(strip)
                 self.head_views.append(strip)
@@ -501,7 +313,7 @@ class Inspector(QScrollArea):
             for head in range(heads):
                 strip = TokenStrip(ex.query_tokens, ex.query_attention[head], head_colour(head))
                 if heads > 1:
-                    _add_head_row(layout, head, head == matched, strip)
+                    add_head_row(layout, head, head == matched, strip)
                 else:
                     layout.addWidget(strip)
                 self.token_strips.append(strip)
@@ -511,12 +323,12 @@ class Inspector(QScrollArea):
             layout.addLayout(grid)
             for head in range(ex.query_attention.shape[0]):
                 maps = ex.query_attention[head].reshape(7, 7)
-                grid.addWidget(_image_label(overlay(query_image, maps), f"head {head}", head_colour(head),
+                grid.addWidget(image_label(overlay(query_image, maps), f"head {head}", head_colour(head),
                                             head == matched, self._cell_size() * 3 // 4), head // 2, head % 2)
 
     def _add_similarity(self, ex: Explanation) -> None:
         layout = self._group("Head-to-head similarity (rows: query heads, columns: item heads)")
-        plot = _plot(150)
+        plot = plot_widget(150)
         sim = np.asarray(ex.similarity, dtype=np.float32)
         image = pg.ImageItem(sim.T)  # ImageItem is x-major: transpose so rows are query heads
         image.setColorMap(pg.colormap.get("viridis"))
@@ -552,7 +364,7 @@ class Inspector(QScrollArea):
         layout = self._group("Uncertainty")
         if ex.item_uncertainty_percentile is not None and ex.library_items:
             pct = ex.item_uncertainty_percentile
-            self.uncertainty_label = _plain_label(uncertainty_reading(pct, ex.library_items))
+            self.uncertainty_label = selectable_label(uncertainty_reading(pct, ex.library_items))
             self.uncertainty_label.setObjectName("uncertaintyReading")
             font = self.uncertainty_label.font()
             font.setBold(True)
@@ -572,13 +384,13 @@ class Inspector(QScrollArea):
         if ex.query_uncertainty is not None:
             lines.append(f"Query: σ {significant(ex.query_uncertainty)} (a sentence's own uncertainty, "
                          "not ranked against the library's items)")
-        self.sigma_label = _plain_label("\n".join(lines))
+        self.sigma_label = selectable_label("\n".join(lines))
         self.sigma_label.setObjectName("sigmaReading")
         layout.addWidget(self.sigma_label)
         self.calibration_label = None
         if ex.uncertainty_calibration:
-            self.calibration_label = _plain_label("What this uncertainty meant for this model:\n"
-                                                  + "\n".join(ex.uncertainty_calibration))
+            self.calibration_label = selectable_label("What this uncertainty meant for this model:\n"
+                                                      + "\n".join(ex.uncertainty_calibration))
             self.calibration_label.setObjectName("uncertaintyCalibration")
             layout.addWidget(self.calibration_label)
         if ex.item_uncertainty is not None and ex.library_uncertainty_range is not None:
@@ -589,7 +401,7 @@ class Inspector(QScrollArea):
         """The library's sigma range as a bar from its most to its least certain item, the item marked on it:
         the axis spans the library, so a difference of 0.001 between items reads as far as it is among them."""
         low, high = spread
-        plot = _plot(70)
+        plot = plot_widget(70)
         pad = (high - low) * 0.05 or abs(low) * 0.05 or 1e-3
         plot.addItem(pg.BarGraphItem(x0=[low], y=[0], width=[max(high - low, pad / 10)], height=0.5,
                                      brush=QColor(127, 127, 127, 70), pen=pg.mkPen("#7f7f7f")))
@@ -613,35 +425,15 @@ class Inspector(QScrollArea):
         else:
             scale = "Means with 1σ / 2σ ellipses, at true size."
         layout = self._group("Embeddings in 2-D")
-        self.ellipse_label = _plain_label(scale)
+        self.ellipse_label = selectable_label(scale)
         layout.addWidget(self.ellipse_label)
-        plot = _plot(200)
+        plot = plot_widget(200)
         plot.setAspectLocked(True)
         plot.addLegend(offset=(5, 5))
         for name, centre, axes, colour in shapes:
-            _draw_gaussian(plot, name, centre, axes, QColor(colour), factor)
+            draw_gaussian(plot, name, centre, axes, QColor(colour), factor)
         self.ellipse_plot = plot
         layout.addWidget(plot)
-
-
-def _draw_gaussian(plot: pg.PlotWidget, name: str, mu: np.ndarray, axes: tuple[float, float] | None,
-                   colour: QColor, factor: float | None) -> None:
-    """A mean as a dot and, unless ``factor`` is None, its 1- and 2-sigma ellipses ``factor`` times their size."""
-    centres = mu.reshape(-1, 2)
-    plot.plot(centres[:, 0], centres[:, 1], pen=None, symbol="o", symbolBrush=colour, name=name)
-    if axes is None or factor is None:
-        return
-    for cx, cy in centres:
-        for n_sigma, alpha in ((1, 0.35), (2, 0.12)):
-            ax, ay = axes[0] * n_sigma * factor, axes[1] * n_sigma * factor
-            ellipse = QGraphicsEllipseItem(cx - ax, cy - ay, 2 * ax, 2 * ay)
-            fill = QColor(colour)
-            fill.setAlphaF(alpha)
-            ellipse.setBrush(fill)
-            pen = QPen(colour)
-            pen.setCosmetic(True)
-            ellipse.setPen(pen)
-            plot.addItem(ellipse)
 
 
 def _load_explanation(service: SearchServiceLike, query: str | Path, hit: SearchHit) -> _Loaded:

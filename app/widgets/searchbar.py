@@ -10,6 +10,7 @@ from PySide6.QtCore import QMimeData, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QImage, QKeyEvent, QKeySequence, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -24,6 +25,18 @@ from app.widgets.plaintext import plain_tooltip
 from engine import paths
 
 EXAMPLE_PICTURE = 44  # pixels: the example a search is made by, shown beside the query box
+
+
+def example_filters() -> str:
+    """The example picker's filters: every medium, photos, GIFs and animations, videos (what indexing reads)."""
+    from engine.media.discover import ANIMATION_SUFFIXES, MEDIA_SUFFIXES, PHOTO_SUFFIXES, VIDEO_SUFFIXES
+
+    def names(suffixes: frozenset[str]) -> str:
+        return " ".join(f"*{suffix}" for suffix in sorted(suffixes))
+
+    return ";;".join((f"Photos, GIFs and videos ({names(MEDIA_SUFFIXES)})", f"Photos ({names(PHOTO_SUFFIXES)})",
+                      f"GIFs and animations ({names(ANIMATION_SUFFIXES)})", f"Videos ({names(VIDEO_SUFFIXES)})",
+                      "All files (*)"))
 
 
 def pasted_dir() -> Path:
@@ -270,6 +283,19 @@ class SearchBar(QWidget):
     def _cutoff_moved(self, value: int) -> None:
         self._show_cutoff(value)
         self._cutoff_timer.start()  # searching on every slider step would flood the engine
+
+    def choose_example(self) -> None:
+        """File ▸ Search by example file: pick a file, then search by it."""
+        chosen, _ = QFileDialog.getOpenFileName(self.window(), "Search by an example file", "", example_filters())
+        if chosen:
+            self.search_example(Path(chosen))
+
+    def restore_cutoff(self, value: int) -> None:
+        """Set the cutoff slider to ``value`` (percent) without searching: a saved setting coming back."""
+        self.cutoff.blockSignals(True)
+        self.cutoff.setValue(value)
+        self.cutoff.blockSignals(False)
+        self._show_cutoff(value)
 
     def _show_cutoff(self, value: int) -> None:
         self.cutoff_label.setText(f"p ≥ {value / 100:.2f}" if value else "p ≥ off")

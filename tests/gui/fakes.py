@@ -209,7 +209,7 @@ class FakeService:
         self._annotation_version = 0  # moves with every caption or pair change
 
     @classmethod
-    def open(cls, library: str = "default") -> FakeService:
+    def open(cls, library: str = "default", assets: Path | None = None) -> FakeService:
         """Not meaningful for the fake: build it with a working folder instead."""
         raise FakeServiceError(f"FakeService cannot open library {library!r}; construct it with a folder")
 
@@ -424,6 +424,14 @@ class FakeService:
     # --- media
     def media(self, media_id: int) -> FakeMedia:
         return self._entry(media_id).media
+
+    def item(self, media_id: int) -> SearchHit:
+        """One item as a hit of no search (score 0), as the engine makes it (``split_captions``)."""
+        from engine.library.browse import split_captions
+
+        media = self._entry(media_id).media
+        captions, guess = split_captions(self.captions(media_id))
+        return SearchHit(media_id, str(media.path), media.kind, 0.0, captions, guess=guess)
 
     def media_details(self, media_id: int) -> MediaDetails:
         """The engine's record of an item: the file's size and date, what indexing read (kind, pixels, EXIF)."""
@@ -803,6 +811,29 @@ class FakeService:
 
         states = self.annotation_states(list(self._entries))
         return AnnotationProgress(sum(s.captioned for s in states.values()), len(states))
+
+    # --- items whose files are gone (SearchService.missing_summary / purge_missing, issue #21)
+    def _missing(self) -> tuple[set[int], list[int], list[int]]:
+        gone = {m for m, e in self._entries.items() if not e.media.path.exists()}
+        captions = [c.id for c in self._captions.values() if c.media_id in gone and c.source != CaptionSource.PSEUDO]
+        pairs = [p for p, (_, m, _) in self._pairs.items() if m in gone]
+        return gone, captions, pairs
+
+    def missing_summary(self) -> tuple[int, int, int]:
+        """``(items, captions, pairs)`` whose files are gone (the fake has no offline drives)."""
+        gone, captions, pairs = self._missing()
+        return len(gone), len(captions), len(pairs)
+
+    def purge_missing(self) -> tuple[int, int, int, Path | None]:
+        """Delete the items whose files are gone with their annotations; the fake writes no snapshot (None)."""
+        with self._lock:
+            gone, captions, pairs = self._missing()
+            for media_id in gone:
+                self._by_path.pop(self._entries.pop(media_id).media.path, None)
+            self._captions = {i: c for i, c in self._captions.items() if c.media_id not in gone}
+            self._pairs = {i: p for i, p in self._pairs.items() if p[1] not in gone}
+        self._changed(annotations=True)
+        return len(gone), len(captions), len(pairs), None
 
     def add_caption_from(self, media_id: int, text: str, source: CaptionSource) -> int:
         """Test helper: a caption of another provenance (imported, pseudo)."""

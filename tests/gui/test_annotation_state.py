@@ -8,7 +8,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app.widgets.results import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE, relevance
+from app.widgets.hittext import relevance
+from app.widgets.resultsmodel import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE
 from engine.types import CaptionSource, MediaKind, SearchHit
 from tests.gui.fakes import FakeService
 from tests.gui.test_keyboard import ALT, CTRL, focused, press, settle, start_typing_a_query

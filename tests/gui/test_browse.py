@@ -193,7 +193,7 @@ class StatedLibrary(BigLibrary):
 def test_a_long_scroll_keeps_only_the_pages_painted_last(qtbot, tmp_path, monkeypatch) -> None:
     """Scrolling a whole 100,000-item library once left every row's hit and state alive: 300,000 objects that
     each full garbage collection walked (a stall of 70-170 ms). A listing keeps the pages painted last."""
-    from app.widgets.results import ResultsModel
+    from app.widgets.resultsmodel import ResultsModel
 
     monkeypatch.setattr(ResultsModel, "KEPT_PAGES", 4)
     service = StatedLibrary(tmp_path / "big", 3_000)

@@ -12,7 +12,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFontMetrics, QImage
 
-from app.widgets.inspector import TokenStrip, bin_weights, ellipse_axes, heatmap_image, overlay
+from app.widgets.attention import TokenStrip, bin_weights, heatmap_image, overlay
+from app.widgets.inspector import ellipse_axes
 from tests.gui.fakes import FakeService
 from tests.gui.test_search import search
 

@@ -10,9 +10,9 @@ import pytest
 from PySide6.QtCore import QSize, QThreadPool
 from PySide6.QtGui import QColor, QImageReader
 
+from app.widgets.images import ThumbnailCache, read_scaled
 from app.widgets.inspector import _load_explanation
-from app.widgets.results import ThumbnailCache
-from app.widgets.viewer import Viewer, read_scaled
+from app.widgets.viewer import Viewer
 from engine.types import Explanation, MediaKind, SearchHit
 from tests import mediagen as mg
 from tests.mediagen import BLUE, RED

@@ -37,7 +37,8 @@ def test_purge_asks_with_the_counts_and_no_keeps_everything(qtbot, window_and_se
     window, service = window_and_service
     asked = []
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a[2]) or QMessageBox.StandardButton.No)
-    window._confirm_purge_missing()
+    task = window._confirm_purge_missing()
+    qtbot.waitUntil(task.done, timeout=10000)  # the counts are read off the GUI thread, then the question asked
     assert len(asked) == 1 and "Delete 1 item " in asked[0] and "1 caption and 1 accepted/rejected pair?" in asked[0]
     assert service.missing_summary() == (1, 1, 1) and service.annotation_snapshots() == []
 

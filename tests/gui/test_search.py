@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.widgets.inspector import uncertainty_reading
-from app.widgets.results import HIT_ROLE
+from app.widgets.resultsmodel import HIT_ROLE
 from tests.gui.fakes import FakeService
 
 

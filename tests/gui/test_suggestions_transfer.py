@@ -126,8 +126,8 @@ def test_import_refreshes_the_current_items_captions(qtbot, window, service, tmp
 def test_failed_transfers_are_reported(qtbot, window, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="xml"):
         window.export_annotations(tmp_path / "x", "xml")
-    worker = window.import_annotations(tmp_path / "nothing-here.txt")
-    qtbot.waitSignal(worker.signals.finished, timeout=5000).wait()
+    task = window.import_annotations(tmp_path / "nothing-here.txt")
+    qtbot.waitUntil(task.done, timeout=5000)
     qtbot.waitUntil(lambda: "Import failed" in window.statusBar().currentMessage(), timeout=3000)
 
 
@@ -141,7 +141,7 @@ def test_the_file_menu_offers_the_transfers(window) -> None:
 
 def test_use_model_activates_it_and_reindexes(qtbot, window, service) -> None:
     with qtbot.waitSignal(window.model_switched, timeout=5000) as switched:
-        window.use_model("fake-pvse")
+        window.activate_and_reindex("fake-pvse")
     assert switched.args == ["fake-pvse"] and service._active == "fake-pvse"
     assert window.library.is_indexing or any(name == "set_active_model" for name, _ in service.calls)
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
-from app.widgets.results import RELEVANCE_ROLE
+from app.widgets.resultsmodel import RELEVANCE_ROLE
 from engine.types import CaptionSource, MediaKind
 from tests.gui.fakes import FakeService, make_media_folder
 
@@ -145,7 +145,7 @@ def test_point4_switching_the_model_anywhere_reruns_the_query(qtbot, window, ser
     searched(qtbot, window, "red")
     assert window.results_model.hit(0).match_probability is None
     current = window.results.current_hit()
-    window.use_model("fake-pcme")  # the training dialog's "Use it and re-index": a switch, then a re-index
+    window.activate_and_reindex("fake-pcme")  # the training dialog's "Use it and re-index": a switch, then a re-index
     qtbot.waitUntil(lambda: window.results_model.rowCount() > 0
                     and window.results_model.hit(0).match_probability is not None, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
@@ -222,7 +222,7 @@ def test_point6_the_example_picker_filters_by_medium(window, monkeypatch) -> Non
         return "", ""
 
     monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(pick))
-    window._choose_example()
+    window.search_bar.choose_example()
     filters = asked[0].split(";;")
     assert filters[0].startswith("Photos, GIFs and videos (") and "*.mp4" in filters[0]
     assert any(f.startswith("Photos (") and "*.heic" in f for f in filters)
@@ -249,17 +249,18 @@ def test_point6_the_example_is_shown_and_kind_and_folder_narrow_the_search(qtbot
 
 
 # --- point 7: cosmetics --------------------------------------------------------------------------------------
-def test_point7_counts_are_plural_only_when_many(window, service: FakeService, monkeypatch) -> None:
+def test_point7_counts_are_plural_only_when_many(qtbot, window, service: FakeService, monkeypatch) -> None:
     asked: list[str] = []
-    monkeypatch.setattr(service, "missing_summary", lambda: (1, 1, 2), raising=False)
+    monkeypatch.setattr(service, "missing_summary", lambda: (1, 1, 2))
     monkeypatch.setattr(QMessageBox, "question", staticmethod(
         lambda _parent, _title, text, *_a: asked.append(text) or QMessageBox.StandardButton.No))
-    window._confirm_purge_missing()
+    qtbot.waitUntil(window._confirm_purge_missing().done, timeout=5000)
     assert asked[0].startswith("Delete 1 item whose files") and "1 caption and 2 accepted/rejected pairs" in asked[0]
 
 
 def test_point7_verdict_and_caption_badges_fit_a_120px_thumbnail() -> None:
-    from app.widgets.results import BADGE_GAP, BADGE_PADDING, ResultDelegate, fit_badges
+    from app.widgets.hittext import BADGE_GAP, BADGE_PADDING, fit_badges
+    from app.widgets.results import ResultDelegate
 
     metrics = QFontMetrics(ResultDelegate.badge_font(QFont(QApplication.font())))
     width = 120 - 6 - 8  # the thumbnail's rect inside a 120 px cell, less the badges' margins

@@ -93,7 +93,7 @@ def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, ser
 def test_judge_from_the_viewer_and_show_in_folder(qtbot, window, service: FakeService,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[QUrl] = []
-    monkeypatch.setattr("app.widgets.results.QDesktopServices.openUrl", lambda url: opened.append(url) or True)
+    monkeypatch.setattr("app.widgets.desktop.QDesktopServices.openUrl", lambda url: opened.append(url) or True)
     start_typing_a_query(qtbot, window, "red")
     first = window.results.current_hit()
     open_from_the_grid(qtbot, window)

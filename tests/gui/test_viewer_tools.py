@@ -11,8 +11,9 @@ from PySide6.QtCore import QPoint, QPointF, Qt, QThreadPool, QUrl
 from PySide6.QtGui import QDrag, QMovie, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from app.widgets.results import ThumbnailCache
-from app.widgets.viewer import FULL_SIZE, Viewer, matched_frame
+from app.widgets.clips import FULL_SIZE, matched_frame
+from app.widgets.images import ThumbnailCache
+from app.widgets.viewer import Viewer
 from app.widgets.zoomview import ZOOM_STEP
 from engine.types import MediaKind, SearchHit
 from tests import mediagen as mg
@@ -226,6 +227,7 @@ def test_space_pauses_a_video_the_slider_seeks_and_the_text_says_where(qtbot, vi
 def test_a_video_still_opens_at_its_matched_frame_and_space_keeps_it_there(qtbot, viewer, tmp_path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("app.widgets.viewer.MATCH_HOLD_MS", 200)
+    monkeypatch.setattr("app.widgets.clips.MATCH_HOLD_MS", 200)  # the video decoding thread holds it too
     path = mg.make_video(tmp_path / "clip.mp4", 40, size=(64, 48), fps=10.0)
     viewer.show_hit(SearchHit(999, str(path), MediaKind.VIDEO, 0.0, frame=5))
     key(qtbot, viewer, Qt.Key.Key_Space)  # paused at once: the matched frame still comes, and it stays there

@@ -1,0 +1,79 @@
+"""Changing the library's models from the window (the search bar's picker, Preferences, the models dialog, the
+training dialog's "Use it and re-index"): each change is one service call awaited off the GUI thread
+(:mod:`app.tasks`); the library state hears of it and the model lists follow, this says it in words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QThreadPool, Signal
+
+from app.service_api import SearchServiceLike
+from app.tasks import off_thread, start
+from app.widgets.library import LibraryPanel
+
+
+class ModelChanges(QObject):
+    """Activate, activate and re-index, rename and delete the models of the library on show (``service``)."""
+
+    status = Signal(str)  # what happened, for the status line
+    models_said = Signal(str)  # what a rename or a delete did, for the models dialog too
+    activated = Signal()  # another model ranks: the suggestions' order (and reason) changes
+    switched = Signal(str)  # a model became active through activate_and_reindex (its re-index has started)
+
+    def __init__(self, pool: QThreadPool, library: LibraryPanel, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pool, self._library = pool, library
+        self.service: SearchServiceLike | None = None
+
+    def activate(self, name: str | None) -> None:
+        """Make ``name`` (None: zero-shot) the active model."""
+        if self.service is not None:
+            start(self._activate(self.service, name))
+
+    async def _activate(self, service: SearchServiceLike, name: str | None) -> None:
+        try:
+            await off_thread(self, service.set_active_model, name, pool=self._pool, priority=9)
+        except Exception as exc:  # noqa: BLE001 - said to the user
+            self.status.emit(f"Cannot switch model: {exc}")
+            return
+        self.status.emit(f"Active model: {name or 'zero-shot'}")
+        self.activated.emit()
+
+    def activate_and_reindex(self, name: str) -> None:
+        """Make ``name`` the active model, then re-embed the library with it in the background."""
+        if self.service is not None:
+            start(self._activate_and_reindex(self.service, name))
+
+    async def _activate_and_reindex(self, service: SearchServiceLike, name: str) -> None:
+        try:
+            await off_thread(self, service.set_active_model, name, pool=self._pool, priority=9)
+        except Exception as exc:  # noqa: BLE001 - said to the user
+            self.status.emit(f"Cannot switch to {name}: {exc}")
+            return
+        if self._library.is_indexing:  # one job at a time: the user re-indexes once this one is done
+            self.status.emit(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
+        else:
+            self.status.emit(f"Active model: {name}; re-indexing the library in the background…")
+            self._library.reindex()
+        self.activated.emit()
+        self.switched.emit(name)
+
+    def rename(self, name: str, new_name: str) -> None:
+        if self.service is not None:
+            start(self._change(f"Renamed {name} to {new_name}", f"Cannot rename {name}", self.service.rename_model,
+                               name, new_name))
+
+    def delete(self, name: str) -> None:
+        if self.service is not None:
+            start(self._change(f"Deleted the model {name}", f"Cannot delete {name}", self.service.delete_model, name))
+
+    async def _change(self, done_text: str, failed_text: str, change: Callable[..., object], *args: str) -> None:
+        """Make a change to the registered models, then say so (the model list follows the state)."""
+        try:
+            await off_thread(self, change, *args, pool=self._pool, priority=9)
+            text = done_text
+        except Exception as exc:  # noqa: BLE001 - said to the user
+            text = f"{failed_text}: {exc}"
+        self.status.emit(text)
+        self.models_said.emit(text)

@@ -1,0 +1,166 @@
+"""What a result says about itself in words and badges: its relevance (a match probability, or its rank and
+standing), its hover text, and what the user wrote about it (verdicts, where its captions came from).
+
+Shared by the results grid, the viewer and the tests; plain functions of a ``SearchHit`` and an
+``AnnotationState`` (``engine.library.browse``), no widgets.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtGui import QColor
+
+from engine.types import SearchHit
+
+# Relevance bands, on the search's own score range (see relevance()): at least this share of the way up
+BANDS = ((0.75, 3, "strong match"), (0.4, 2, "good match"), (0.0, 1, "weak match"))
+
+
+@dataclass(frozen=True, slots=True)
+class Relevance:
+    """How well a result matches, in words a person reads: a label, 1-3 dots, and what it is based on."""
+
+    label: str  # "73% match", "strong match"
+    dots: int  # 1..3
+    explanation: str  # the tooltip's sentence, with the raw number
+
+
+# How far an item's fused score (a sum of z-scores over the library, engine/search/evidence.py) puts it from the
+# library's typical item, in words: at least this many standard deviations above it.
+STANDING = ((3.0, "it stands far out from the library's typical item"),
+            (1.5, "it stands clearly above the library's typical item"),
+            (0.5, "it is somewhat closer than the library's typical item"))
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st, ..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n:,}{suffix}"
+
+
+def standing(score: float) -> str:
+    """Where a fused score puts an item among the library, in words (no raw number: it is a sum of z-scores)."""
+    return next((words for floor, words in STANDING if score >= floor),
+                "it is about as close as the library's typical item: a weak match")
+
+
+def relevance(hit: SearchHit, scale: tuple[float, float] | None, rank: int | None = None,
+              searched: int | None = None) -> Relevance:
+    """A probabilistic model's match probability as a percentage; otherwise a band on this search's range, said
+    as the item's place: its rank (of ``searched`` items when known) and how far it stands from the library's
+    typical item.
+
+    Raw scores are not comparable across models and mean nothing to a reader (a fused sum of z-scores), so the
+    band places a score between the lowest and the highest of the search's first page (``scale``) and the words
+    say the rank and the standing, never the number.
+    """
+    place = ""
+    if rank is not None:
+        place = f"ranked {ordinal(rank)}" + (f" of {searched:,} items" if searched else "") + " for this search"
+    if hit.match_probability is not None:
+        p = hit.match_probability
+        dots = 3 if p >= 0.75 else 2 if p >= 0.4 else 1
+        return Relevance(f"{p:.0%} match", dots, f"{place + ': ' if place else ''}the model estimates a {p:.0%} "
+                                                 "probability that this item fits the query")
+    lo, hi = scale if scale is not None else (hit.score, hit.score)
+    share = 1.0 if hi <= lo else max(0.0, min(1.0, (hit.score - lo) / (hi - lo)))
+    _, dots, label = next(band for band in BANDS if share >= band[0])
+    return Relevance(label, dots, f"{place + '; ' if place else ''}{standing(hit.score)}")
+
+
+
+def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None) -> str:
+    """The hover text of a result; every user string is escaped (captions are never markup)."""
+    name = html.escape(Path(hit.path).name)
+    lines = [f"<b>{name}</b>", html.escape(str(hit.path)), html.escape(hit.kind.value)]
+    if rank is not None:
+        lines.append(f"<b>{html.escape(rank.label)}</b>: {html.escape(rank.explanation)}")
+    if hit.uncertainty is not None:
+        lines.append(f"uncertainty σ = {hit.uncertainty:.3f} (higher: the model finds this item more ambiguous)")
+    if state is not None:
+        lines += [html.escape(text) for text, _ in annotation_badges(state)]
+        lines += [html.escape(text) for text in verdict_lines(state)]
+    lines += [f"“{html.escape(c)}”" for c in hit.captions[:5]]
+    if hit.guess:  # the model's own words about the item: said as such, never quoted like a caption
+        lines.append(f"<i>model's guess (not a caption): {html.escape(hit.guess)}</i>")
+    return "<p style='white-space:pre-wrap'>" + "<br>".join(lines) + "</p>"
+
+
+VERDICT_INK = {True: QColor(20, 110, 45), False: QColor(170, 30, 30)}  # accepted / rejected, as text
+BADGE_COLOURS = {"accepted": QColor(30, 140, 60, 220), "rejected": QColor(190, 40, 40, 220),
+                 "captioned": QColor(40, 90, 170, 220), "imported": QColor(110, 80, 160, 220),
+                 "guess": QColor(120, 120, 120, 200)}
+
+
+def verdict_text(query: str, label: int) -> str:
+    """One verdict in words: "✓ accepted for “a dog on a beach”"."""
+    return f"{'✓ accepted' if label > 0 else '✗ rejected'} for “{query}”"
+
+
+def verdict_lines(state: Any) -> list[str]:
+    """Every query the item was accepted or rejected for (its latest verdict each), the most recent first."""
+    return [verdict_text(query, label) for query, label in getattr(state, "verdicts", ())]
+
+
+def browse_line(state: Any) -> str:
+    """A browsed item's second line: the query it was last accepted or rejected for ("+2 more" when there are
+    others), else whether a person captioned it (the model's guesses do not count)."""
+    if state is None:
+        return ""
+    verdicts = getattr(state, "verdicts", ())
+    if verdicts:
+        more = f"  +{len(verdicts) - 1} more" if len(verdicts) > 1 else ""
+        return verdict_text(*verdicts[0]) + more
+    return "captioned" if state.captioned else "not captioned yet"
+
+
+def compact_verdict(verdicts: Any, elide: Callable[[str, int], str], advance: Callable[[str], int],
+                    width: int) -> str:
+    """The latest verdict in ``width`` pixels: "✓ “a dog on a be…”  +1", the query shortened, the mark (its colour
+    says accepted or rejected) and the count of the others kept."""
+    query, label = verdicts[0]
+    mark, more = ("✓ " if label > 0 else "✗ "), (f"  +{len(verdicts) - 1}" if len(verdicts) > 1 else "")
+    room = width - advance(mark) - advance(more) - advance("”")
+    quoted = elide(f"“{query}", room)
+    return f"{mark}{quoted}”{more}"
+
+
+# A badge's short form, for thumbnails too narrow for the words (the tooltip says them in full)
+BADGE_SHORT = {"✓ accepted": "✓", "✗ rejected": "✗", "✎ captioned": "✎", "⇩ imported": "⇩", "model's guess": "guess"}
+BADGE_PADDING, BADGE_GAP = 10, 4  # pixels around a badge's text, and between two badges
+
+
+def fit_badges(labels: list[str], advance: Callable[[str], int], width: int) -> list[str]:
+    """The badge texts that fit side by side in ``width`` pixels: in full when they all fit, else their short
+    forms, else as many short ones as fit (a 120 px thumbnail cannot hold "✓ accepted" and "✎ captioned")."""
+    def room(texts: list[str]) -> int:
+        return sum(advance(t) + BADGE_PADDING + BADGE_GAP for t in texts)
+
+    if room(labels) <= width:
+        return labels
+    short = [BADGE_SHORT.get(t, t) for t in labels]
+    while short and room(short) > width:
+        short.pop()
+    return short
+
+
+def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
+    """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then its captions' origin."""
+    badges = []
+    if state.judgement > 0:
+        badges.append(("✓ accepted", BADGE_COLOURS["accepted"]))
+    elif state.judgement < 0:
+        badges.append(("✗ rejected", BADGE_COLOURS["rejected"]))
+    if "user" in state.sources:
+        badges.append(("✎ captioned", BADGE_COLOURS["captioned"]))
+    elif "imported" in state.sources:
+        badges.append(("⇩ imported", BADGE_COLOURS["imported"]))
+    elif "pseudo" in state.sources:
+        badges.append(("model's guess", BADGE_COLOURS["guess"]))
+    return badges
+
