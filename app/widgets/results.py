@@ -159,7 +159,8 @@ class ResultDelegate(QStyledItemDelegate):
             # Red grows with sigma; the badge is a cue to open the inspector, not a calibrated scale.
             level = max(0.0, min(1.0, hit.uncertainty))
             colour = QColor.fromHsvF((1 - level) * 0.33, 0.8, 0.75, 0.9)
-            self._badge(painter, rect, f"σ {hit.uncertainty:.2f}", colour, right=False)
+            # three significant digits: sigmas of one model differ in the third (0.0191-0.0287), never "0.02" on all
+            self._badge(painter, rect, f"σ {hit.uncertainty:.3g}", colour, right=False)
 
     @staticmethod
     def _paint_text(painter: QPainter, rect: QRect, icon_rect: QRect, hit: SearchHit, rank: Relevance | None,
