@@ -72,7 +72,8 @@ class SearchServiceLike(Protocol):
                     distractors: Sequence[Path] = ()) -> dict[str, Any]: ...
     def compare_models(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                        seed: int = 0) -> Any: ...
-    def retrain(self, options: Any = None) -> Any: ...  # the retraining job (engine.loop.retrain.Retrain)
+    def retrain(self, options: Any = None, on_event: Callable[[Any], None] | None = None,
+                on_output: Callable[[str], None] | None = None) -> Any: ...  # engine.loop.retrain.Retrain
     def suggest_annotations(self, n: int = 20, policy: str = "auto") -> list[tuple[int, float]]: ...
     def suggestion_policy(self, policy: str = "auto") -> str: ...  # "uncertainty" / "disagreement" / "random"
     # the library without a query, and what the user annotated (engine.library.browse)

@@ -564,7 +564,7 @@ class FakeService:
             yield Progress(done, len(ids), "re-embedding")
         self._changed()  # the active model's embeddings were written again
 
-    def retrain(self, options: Any = None) -> Any:
+    def retrain(self, options: Any = None, on_event: Any = None, on_output: Any = None) -> Any:
         """The engine's retraining job (``engine.loop.retrain.Retrain``: trainer process, naming, registering,
         warm start, resume, cancel) on this fake: its training set and its comparison of the two models are the
         fake's (:meth:`export_training_set`, :meth:`compare_models`, :meth:`evaluate_on`)."""
@@ -585,7 +585,7 @@ class FakeService:
                 return fake.compare_models(result.model_name, ts.folder, ts.val_split if ts.n_heldout_items else None,
                                            result.old_model, self.options.seed)
 
-        return RetrainOnFake(self, options)
+        return RetrainOnFake(self, options, on_event, on_output)
 
     # --- annotation transfer
     def _annotated(self) -> list[tuple[_Entry, list[str]]]:

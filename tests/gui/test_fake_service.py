@@ -14,15 +14,17 @@ import pytest
 from app.service_api import SearchServiceLike
 from tests.gui.fakes import FakeService
 
-service_module = pytest.importorskip("engine.service")
-SearchService = service_module.SearchService
+# What the GUI opens: the Workspace (engine.workspace), the SearchService with the library loop's jobs above it
+workspace_module = pytest.importorskip("engine.workspace")
+SearchService = workspace_module.Workspace
 
 # The fake's own test helpers: not part of the service (a test reaches into the fake's state through them).
 FAKE_ONLY = {"add_caption_from", "matched_frame", "pairs"}
 
 
 def public_methods(cls: type) -> set[str]:
-    return {name for name, value in vars(cls).items()
+    """The public methods of ``cls`` and of the classes it inherits from (the Workspace's come from SearchService)."""
+    return {name for klass in cls.__mro__ if klass is not object for name, value in vars(klass).items()
             if not name.startswith("_") and (inspect.isfunction(value) or isinstance(value, classmethod))}
 
 
