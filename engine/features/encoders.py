@@ -29,15 +29,13 @@ class Encoders:
         their word table (:mod:`engine.features.wordtable`; once, also for an asset set prepared before it
         existed); an assets folder given explicitly is used as it is."""
         if self._assets is None:
-            from engine import paths
             from engine.features import wordtable
             from engine.features.assets import ensure_assets
 
             yield from ensure_assets(cancel)
-            root = paths.assets_dir()
-            if not wordtable.table_path(root).is_file():
-                yield from wordtable.build_table(root, lambda words: self.minilm.encode(words).sentence,
-                                                 cancel=cancel)
+            own = wordtable.own_assets()
+            if own is not None:
+                yield from wordtable.ensure_table(own, lambda words: self.minilm.encode(words).sentence, cancel)
 
     def _get(self, key: str, make: Callable[[], Any]) -> Any:
         with self._lock:

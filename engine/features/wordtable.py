@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import threading
 import zipfile
 from collections.abc import Callable, Iterator
@@ -86,6 +87,29 @@ def build_table(root: Path, encode: Encode, words: list[str] | None = None,
              minilm=np.array(minilm_fingerprint(root)))
     atomic_write_bytes(table_path(root), buffer.getvalue())
     yield Progress(len(vocabulary), len(vocabulary), MESSAGE)
+
+
+def own_assets() -> Path | None:
+    """The app's own assets folder, where the table is built when missing (the first indexing, the CLI's first
+    use); None when ``POLYSEEK_HOME`` or ``POLYSEEK_ASSETS`` names a folder (tests, benchmarks and shared sets are
+    used as they are: ``polyseek prepare`` or :func:`ensure_table` builds theirs)."""
+    from engine import paths
+
+    if os.environ.get("POLYSEEK_ASSETS") or os.environ.get("POLYSEEK_HOME"):
+        return None
+    return paths.assets_dir()
+
+
+def ensure_table(root: Path, encode: Encode | None = None, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """:func:`build_table` when ``root`` has no table yet (``encode`` default: the stock MiniLM of ``root``)."""
+    if table_path(root).is_file():
+        return
+    if encode is None:
+        from engine.features.text import MiniLMEncoder
+
+        minilm = MiniLMEncoder(root)
+        encode = lambda words: minilm.encode(words).sentence  # noqa: E731
+    yield from build_table(root, encode, cancel=cancel)
 
 
 class WordEmbeddings:

@@ -107,7 +107,7 @@ def _rankings(service: SearchService) -> list[tuple[list[int], np.ndarray, np.nd
 
 def _assets_without_table(assets_dir: Path, dest: Path) -> Path:
     """The test's assets seen through links, with a ``zeroshot`` folder of their own (no word table)."""
-    dest.mkdir()
+    dest.mkdir(parents=True)
     for entry in assets_dir.iterdir():
         if entry.name != "zeroshot":
             (dest / entry.name).symlink_to(entry)
@@ -162,12 +162,34 @@ def test_the_vocabulary_holds_everyday_visual_words_of_the_starters_captions(ass
     assert "the" not in words and len(words) == len(set(words))
 
 
-def test_the_default_assets_get_their_word_table_once_at_preparation(assets_dir: Path, tmp_path: Path, monkeypatch):
+def test_the_apps_own_assets_get_their_word_table_once_at_preparation(assets_dir: Path, polyseek_home: Path,
+                                                                       monkeypatch):
+    from types import SimpleNamespace
+
+    from engine import paths
     from engine.features.encoders import Encoders
 
-    monkeypatch.setenv("POLYSEEK_ASSETS", str(_assets_without_table(assets_dir, tmp_path / "default")))
+    monkeypatch.delenv("POLYSEEK_ASSETS")  # the app's own folder: no override, the platform's data folder
+    monkeypatch.delenv("POLYSEEK_HOME")
+    data = polyseek_home / "platform-data"
+    monkeypatch.setattr(paths, "_platform", lambda: SimpleNamespace(user_data_path=data))
+    own = _assets_without_table(assets_dir, paths.assets_dir())
+    assert own == data / "assets"
     monkeypatch.setattr(wordtable, "common_words", lambda root: ["dog", "beach"])  # the real one: ~22,600 words
     first = list(Encoders().prepare())
     assert first and first[-1].message == wordtable.MESSAGE and first[-1].fraction == 1.0
-    assert WordEmbeddings(SpyEncode(), tmp_path / "default").table_size == 2
+    assert WordEmbeddings(SpyEncode(), own).table_size == 2
     assert list(Encoders().prepare()) == []  # once
+
+
+def test_an_assets_folder_named_by_the_environment_is_used_as_it_is(assets_dir: Path, polyseek_home: Path,
+                                                                     monkeypatch):
+    from engine.features.encoders import Encoders
+
+    named = _assets_without_table(assets_dir, polyseek_home / "named")
+    monkeypatch.setenv("POLYSEEK_ASSETS", str(named))  # a shared or test set: never written to
+    assert list(Encoders().prepare()) == []
+    monkeypatch.delenv("POLYSEEK_ASSETS")  # a home named by the environment (tests, benchmarks): its assets too
+    _assets_without_table(assets_dir, polyseek_home / "assets")
+    assert list(Encoders().prepare()) == []
+    assert not table_path(named).exists() and not table_path(polyseek_home / "assets").exists()
