@@ -145,7 +145,7 @@ def test_the_ranking_with_the_word_table_is_the_ranking_without_it(assets_dir: P
     monkeypatch.setattr(stock, "encode", lambda texts, *a, **k: (encoded.extend(texts), real(texts, *a, **k))[1])
     assert service.encoders.word_embeddings.table_size == len(vocabulary)
     after = _rankings(service)
-    assert (service._active_trained() is not None) == (starter == "on")
+    assert (service.active_trained() is not None) == (starter == "on")
     service.close()
 
     assert not set(encoded) & set(vocabulary)  # the table's words never went through MiniLM again
