@@ -184,9 +184,12 @@ def _prepare(force: bool = False) -> None:
     """The pretrained assets, prepared in the trainer process with a progress bar when missing (or forced)."""
     from engine.features.assets import ensure_assets
     from engine.features.backbone import AssetsMissing
+    from engine.features.wordtable import ensure_table, own_assets
 
     try:
         drain(ensure_assets(force=force))
+        if own_assets() is not None:  # the zero-shot query words' table (once; under a minute)
+            drain(ensure_table(own_assets()))
     except AssetsMissing as error:
         raise CliError(str(error)) from None
 
@@ -196,6 +199,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine import paths
 
         _prepare(args.force)
+        from engine.features.wordtable import ensure_table
+
+        drain(ensure_table(paths.assets_dir()))  # asked for: also where the environment names the folder
         print(f"assets ready in {paths.assets_dir()}")
         return 0
     if args.command == "index":

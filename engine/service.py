@@ -30,6 +30,7 @@ from engine.library.catalog.snapshots import Restored
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress, staged
 from engine.search.libraryindexes import LibraryIndexes
+from engine.search.threads import single_threaded
 from engine.trainercontract.exportformat import is_probabilistic
 from engine.types import ZERO_SHOT, CaptionSource, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
 
@@ -222,6 +223,7 @@ class SearchService:
 
     # -- search ----------------------------------------------------------------------------------------------
 
+    @single_threaded  # a query's small products on its own thread (engine/search/threads.py)
     def search_text(self, text: str, top: int = 60, offset: int = 0, min_probability: float | None = None,
                     kind: str | None = None, folder: Path | None = None) -> list[SearchHit]:
         """The items that best match a sentence, best first: the active model, the zero-shot semantics and the
@@ -245,6 +247,7 @@ class SearchService:
             return None
         return self.catalog.media_ids(Path(folder) if folder is not None else None, kind)
 
+    @single_threaded
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
         from engine.features.regional import content_words

@@ -25,12 +25,17 @@ class Encoders:
         self._cache: dict[str, Any] = {}
 
     def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Prepare the default pretrained assets when they are missing (first use; progress records); an
-        assets folder given explicitly is used as it is."""
+        """Prepare the default pretrained assets when they are missing (first use; progress records), and
+        their word table (:mod:`engine.features.wordtable`; once, also for an asset set prepared before it
+        existed); an assets folder given explicitly is used as it is."""
         if self._assets is None:
+            from engine.features import wordtable
             from engine.features.assets import ensure_assets
 
             yield from ensure_assets(cancel)
+            own = wordtable.own_assets()
+            if own is not None:
+                yield from wordtable.ensure_table(own, lambda words: self.minilm.encode(words).sentence, cancel)
 
     def _get(self, key: str, make: Callable[[], Any]) -> Any:
         with self._lock:
@@ -75,6 +80,17 @@ class Encoders:
 
         return self._get("class_embeddings", make)
 
+    @property
+    def word_embeddings(self):
+        """The stock MiniLM's embeddings of single words (:class:`engine.features.wordtable.WordEmbeddings`:
+        the assets' word table, else encoded once per session), for the zero-shot concept term."""
+        from engine.features.backbone import require_assets
+        from engine.features.wordtable import WordEmbeddings
+
+        return self._get("word_embeddings",
+                         lambda: WordEmbeddings(lambda words: self.minilm.encode(words).sentence,
+                                                require_assets(self._assets)))
+
     def extractor(self):
         from engine.features.extract import FeatureExtractor
 
@@ -107,6 +123,10 @@ class _ModelEncoders(Encoders):
     @property
     def class_embeddings(self) -> np.ndarray:
         return self._base.class_embeddings  # zero-shot ranking stays the stock MiniLM's
+
+    @property
+    def word_embeddings(self):
+        return self._base.word_embeddings  # the stock MiniLM's too
 
     def for_model(self, runner) -> Encoders:
         return self._base.for_model(runner)

@@ -163,7 +163,8 @@ class ZeroShotEvidence:
 
         if rows is self._sample and self._reference_scores is not None:
             return self._reference_scores
-        terms = self.terms(rows)
+        sample = rows is self._sample and self._reference is not None  # calibrate's terms: not computed again
+        terms = self._reference if sample else self.terms(rows)
         reference = self._reference if self._reference is not None else terms
         scores = combine_terms(terms, reference)
         if self.frames is not None and len(self.frames[0]):

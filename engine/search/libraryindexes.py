@@ -21,8 +21,6 @@ from engine.search.words import UserWords
 from engine.search.zeroshot import ZeroShotIndex, frame_distributions
 from engine.types import CaptionSource, MediaKind
 
-WORD_CACHE_LIMIT = 50_000  # query words kept encoded: a long session's vocabulary
-
 
 class LibraryIndexes:
     """The lazily built, cached indexes of one library (see the module docstring); thread-safe."""
@@ -36,7 +34,6 @@ class LibraryIndexes:
         self._words: tuple[tuple, UserWords] | None = None  # (annotation version, the user's words)
         self._words_checked: tuple | None = None  # the catalog version the user's words were last checked at
         self._sentence_cache: dict[str, np.ndarray] = {}
-        self._word_cache: dict[str, np.ndarray] = {}  # MiniLM embeddings of query words (zero-shot concept term)
 
     def drop(self) -> None:
         """Forget what was built from the items (the next search rebuilds it); the encodings stay."""
@@ -134,11 +131,4 @@ class LibraryIndexes:
         if sentence is None:
             sentence = self.encoders.minilm.encode([text]).sentence[0]
         words = [w for w in content_words(text) if w not in exclude]
-        todo = [w for w in dict.fromkeys(words) if w not in self._word_cache]
-        if todo:
-            if len(self._word_cache) > WORD_CACHE_LIMIT:
-                self._word_cache.clear()
-            self._word_cache.update(zip(todo, self.encoders.minilm.encode(todo).sentence, strict=True))
-        encoded = np.stack([self._word_cache[w] for w in words]) if words \
-            else np.zeros((0, len(sentence)), np.float32)
-        return sentence, encoded
+        return sentence, self.encoders.word_embeddings.embed(words, len(sentence))  # the assets' word table

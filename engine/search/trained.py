@@ -264,11 +264,9 @@ class TrainedSearch:
         frames = np.full(len(ids), -1, np.int64)
         head_pairs = np.zeros((len(ids), 2), np.int64)
         q = query.emb[0]
-        inside = self.index.known(ids)
-        if inside.any():
-            _, found, pairs = self.index.scores(q, ids[inside])
-            scores[inside] = found
-            head_pairs[inside] = pairs
+        inside, found, pairs = self.index.scores_where_known(q, ids)
+        scores[inside] = found
+        head_pairs[inside] = pairs
         clip_ids, vectors = self.frame_vectors()
         if len(clip_ids):
             order = np.argsort(clip_ids)

@@ -13,6 +13,11 @@ through the same path, and the zero-shot semantics alone. Labelled ``synthetic``
 the fused ranking), each in its own process, in turns (``--rounds``), so a loaded machine weighs on each alike: the
 app's text query (``search_text``, first page) as each version ranks it, wall and CPU percentiles. A version whose
 catalog schema is older needs its own copy of the work folder (``:WORK2``; the schema version set back in the copy).
+
+``--assets`` is used as it is: the app builds the zero-shot query words' table (:mod:`engine.features.wordtable`) in
+its own assets folder at the first indexing, but not in a folder named explicitly, so build it there first
+(``python -c "from pathlib import Path; from engine.features.wordtable import ensure_table;
+list(ensure_table(Path('ASSETS')))"``); the result records whether it was there (``word_table``).
 """
 
 from __future__ import annotations
@@ -67,10 +72,15 @@ def versions(args: argparse.Namespace) -> int:
             print(label, runs[label][-1], flush=True)
     summary = {label: {k: float(np.median([r[k] for r in rs])) for k in rs[0] if isinstance(rs[0][k], float)}
                for label, rs in runs.items()}
+    first = args.versions[0].split(":")[1]  # each round's ratio to the first version's run of the same round
+    paired = {label: {k: round(float(np.median([r[k] / b[k] for r, b in zip(rs, runs[first], strict=True)])), 3)
+                      for k in ("p50_ms", "p95_ms", "cpu_p50_ms", "cpu_p95_ms")}
+              for label, rs in runs.items() if label != first}
     result = {"synthetic": True, "reused": str(args.reuse), "queries": args.queries, "rounds": args.rounds,
-              "runs": runs, "median_of_rounds": summary}
+              "assets": str(args.assets), "word_table": (args.assets / "zeroshot" / "word_embeddings.npz").is_file(),
+              "runs": runs, "median_of_rounds": summary, f"median_ratio_to_{first}_same_round": paired}
     args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(summary, indent=1))
+    print(json.dumps({"median_of_rounds": summary, "paired": paired}, indent=1))
     return 0
 
 

@@ -119,3 +119,29 @@ def test_the_users_words_built_on_one_thread_are_read_on_another() -> None:
     reader.start()
     reader.join()
     assert got and got[0].positive.get(1, 0.0) > 0 and 2 not in got[0].positive
+
+
+def test_a_large_librarys_zero_shot_sample_is_scored_once_and_as_any_rows_are():
+    """Above DENSE_LIMIT the candidates are standardised with a fixed sample's terms: the sample's own scores are
+    those of any row set with the same terms, and its terms are computed once per query."""
+    from engine.search.zeroshot import ZeroShotIndex, combine_terms
+
+    rng = np.random.default_rng(0)
+    classes = rng.standard_normal((30, 16)).astype(np.float32)
+    classes /= np.linalg.norm(classes, axis=1, keepdims=True)
+    ids = np.stack([rng.choice(30, 4, replace=False) for _ in range(200)])
+    probs = rng.dirichlet(np.ones(4), 200).astype(np.float32)
+    index = ZeroShotIndex(classes, ids, probs)
+    source = evidence.ZeroShotEvidence(index, classes[3], classes[[3, 7]])
+    calls: list[int] = []
+    real = index.terms
+    index.terms = lambda *a, **k: (calls.append(len(a[2])), real(*a, **k))[1]
+    sample = evidence.fixed_sample(200, 50)
+    source.calibrate(sample)
+    got = source.score(sample)
+    assert calls == [50]  # the sample's terms once, whatever reads its scores
+    reference = real(None, None, sample, query=source.query)
+    np.testing.assert_allclose(got, combine_terms(reference), rtol=1e-6, atol=1e-6)
+    rows = np.arange(0, 200, 3)  # candidates: standardised with the sample's terms
+    expected = combine_terms(real(None, None, rows, query=source.query), reference)
+    np.testing.assert_allclose(source.score(rows), expected, rtol=1e-6, atol=1e-6)

@@ -144,6 +144,11 @@ def test_candidates_hold_the_exact_top_items_and_known_says_which_ids_are_in(lib
     assert index.known(probe).tolist() == [False] * 5 + [True] * 5 + [False, False]
     with pytest.raises(KeyError, match="not in the index"):
         index.get(probe)
+    known, scores, pairs = index.scores_where_known(queries[0], probe[::-1])  # one lookup: what scores() says
+    assert known.tolist() == ([False] * 5 + [True] * 5 + [False, False])[::-1]
+    _, expected, expected_pairs = index.scores(queries[0], probe[::-1][known])
+    np.testing.assert_array_equal(scores, expected)
+    np.testing.assert_array_equal(pairs, expected_pairs)
 
 
 @pytest.mark.parametrize("kind", ["ivf-flat", "hnsw-sq8", "hnsw+ivf"])  # IVF deletes, HNSW tombstones

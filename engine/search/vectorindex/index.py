@@ -214,6 +214,18 @@ class MultiVectorIndex:
             scores, pairs = self._score_rows(data, rows, queries)
             return data.ids[rows].copy(), scores[0], pairs[0]
 
+    def scores_where_known(self, query: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`scores` of those of ``ids`` the index holds, with one id lookup (a query's ranking reads a few
+        hundred candidates and a fixed sample of 1,000; each lookup is a dictionary probe per id):
+        ``(known (N,) bool, scores (n,), head_pairs (n, 2))``, the last two for ``ids[known]`` in order."""
+        queries = self._check_queries(np.asarray(query)[None])
+        with self._lock:
+            data = self._data
+            rows = self._lookup(ids)
+            known = rows >= 0
+            scores, pairs = self._score_rows(data, rows[known], queries)
+            return known, scores[0], pairs[0]
+
     def candidates(self, query: np.ndarray, n: int) -> np.ndarray:
         """Ids of about the ``n`` items nearest a query (Kq, D), unscored and unordered: for a ranking that scores
         them itself beside other evidence. Approximate: the union of each query head's ``n`` nearest vectors
