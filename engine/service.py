@@ -326,32 +326,8 @@ class SearchService:
         return hits
 
     def _neighbours(self, media_ids: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Each item's nearest items and their cosine similarities: in the active model's space, else the
-        backbone's global features (for spreading the user's words to look-alikes)."""
-        from engine.search.words import SPREAD_NEIGHBOURS
-
-        trained = self.active_trained()
-        if trained is not None:
-            index = trained.index
-
-            def nearest(media_id: int) -> tuple[np.ndarray, np.ndarray]:
-                found, scores, _ = index.search(index.get([media_id])[0], top=SPREAD_NEIGHBOURS)
-                return found, scores
-
-            known = index.__contains__
-        else:
-            ids, matrix = self.indexes.global_matrix()
-            position = {int(m): r for r, m in enumerate(ids.tolist())}
-
-            def nearest(media_id: int) -> tuple[np.ndarray, np.ndarray]:
-                scores = matrix @ matrix[position[media_id]]
-                top = np.argsort(-scores)[:SPREAD_NEIGHBOURS]
-                return ids[top], scores[top]
-
-            known = position.__contains__
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        pairs = [nearest(m) if known(m) else empty for m in media_ids]
-        return [p[0] for p in pairs], [p[1] for p in pairs]
+        """Each item's look-alikes (:class:`engine.search.words.LookAlikes`) for spreading the user's words."""
+        return self.indexes.look_alikes().nearest(media_ids)
 
     def query_carries_evidence(self, text: str) -> bool:
         """False when the active trained model's text encoder knows none of the query's content words

@@ -17,7 +17,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.features.regional import content_words
 from engine.library.catalog import Catalog, MediaStatus
-from engine.search.words import UserWords
+from engine.search.words import LookAlikes, UserWords
 from engine.search.zeroshot import ZeroShotIndex, frame_distributions
 from engine.types import CaptionSource, MediaKind
 
@@ -31,6 +31,7 @@ class LibraryIndexes:
         self.zero_shot_built: tuple[np.ndarray, ZeroShotIndex] | None = None  # (ids, index); None: built next use
         self._frames: tuple[np.ndarray, ZeroShotIndex] | None = None  # (owner rows, index of the clips' frames)
         self._globals: tuple[np.ndarray, np.ndarray] | None = None  # (ids, (N, D) normalised global features)
+        self._look_alikes: LookAlikes | None = None  # the globals centred: where the user's words spread
         self._words: tuple[tuple, UserWords] | None = None  # (annotation version, the user's words)
         self._words_checked: tuple | None = None  # the catalog version the user's words were last checked at
         self._sentence_cache: dict[str, np.ndarray] = {}
@@ -38,7 +39,7 @@ class LibraryIndexes:
     def drop(self) -> None:
         """Forget what was built from the items (the next search rebuilds it); the encodings stay."""
         with self._lock:
-            self.zero_shot_built = self._frames = self._globals = None
+            self.zero_shot_built = self._frames = self._globals = self._look_alikes = None
 
     def ok_items(self) -> tuple[np.ndarray, list[str]]:
         """``(ids, content hashes)`` of the indexed items."""
@@ -95,6 +96,14 @@ class LibraryIndexes:
                 matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
                 self._globals = (ids, matrix)
             return self._globals
+
+    def look_alikes(self) -> LookAlikes:
+        """The items' look-alikes (:class:`engine.search.words.LookAlikes`: the global features centred on the
+        library's mean), where the user's words spread."""
+        with self._lock:
+            if self._look_alikes is None:
+                self._look_alikes = LookAlikes(*self.global_matrix())
+            return self._look_alikes
 
     def user_words(self) -> UserWords:
         """The user's words of this library (:class:`engine.search.words.UserWords`), rebuilt when they change."""

@@ -13,9 +13,10 @@ never count); the queries they rejected it for, apart. For one query:
 - an item's evidence is the larger of the two, in 0..1; *rejected* evidence is the same measure against the
   queries the item was rejected for.
 
-Spread (:func:`spread`): an item that looks like one that carries evidence gets a share of it, decaying with the
-distance between them in the model's (or the backbone's) space, so the 17th photo of the dog named on 16 comes up
-before any retrain. The constants were chosen on a train-side scenario (docs/benchmarks.md, "The user's words").
+Spread (:func:`spread`): an item that looks like one that carries evidence gets a share of it, decaying with its
+rank among the look-alikes of that item (:class:`LookAlikes`: the backbone's global features, centred on the
+library's mean), so the 17th photo of the dog named on 16 comes up before any retrain. The space and the constants
+were chosen on train-side scenarios (docs/benchmarks.md, "The user's words").
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ import numpy as np
 
 SEM_FLOOR = 0.55
 SEM_FULL = 0.85
-SPREAD_FLOOR = 0.3  # similarity (cosine in the neighbour space) below which an item gets no share
+SPREAD_FLOOR = 0.0  # similarity (centred cosine, :class:`LookAlikes`) below which an item gets no share
 SPREAD_SHARE = 1.0  # scale of a word's spread (an item next to every item of a word new to the model: 1 x its weight)
 SPREAD_PRIOR = 3  # pseudo-count: a word written on one item spreads a quarter of what a word on many does
-SPREAD_NEIGHBOURS = 100
+SPREAD_NEIGHBOURS = 200
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset("""a an the and or of in on at to for with by from is are was were be been being it its this that
@@ -161,6 +162,52 @@ def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
         for item, value in total.items():
             out[item] = out.get(item, 0.0) + scale * value
     return out
+
+
+class LookAlikes:
+    """Nearest items in the backbone's global features centred on the library's mean: what one photo shares with
+    every photo of the library (the pooled features are all positive, their cosines 0.5 to 0.9 for anything) is
+    taken out, and what is left tells one brown dog on a lawn from brown dogs on lawns. Chosen on the train side
+    over the model's space, the raw globals, pooled local features and mixes (docs/benchmarks.md).
+
+    The centred cosine is read from the uncentred matrix (no copy of it): for unit rows x, y and the mean m,
+    ``(x - m).(y - m) = x.y - x.m - y.m + m.m``, with ``|x - m|^2 = 1 - 2 x.m + m.m``."""
+
+    def __init__(self, ids: np.ndarray, matrix: np.ndarray) -> None:
+        """``matrix``: unit rows (N, D) of the items ``ids`` (N,)."""
+        self.ids, self.matrix = ids, matrix
+        self._row = {int(m): r for r, m in enumerate(ids.tolist())}
+        mean = matrix.mean(axis=0) if len(matrix) else np.zeros(matrix.shape[1], np.float32)
+        self._dot_mean = (matrix @ mean).astype(np.float32)
+        self._mean_sq = float(mean @ mean)
+        self._norm = np.sqrt(np.maximum(1.0 - 2.0 * self._dot_mean + self._mean_sq, 1e-12)).astype(np.float32)
+
+    def __contains__(self, media_id: object) -> bool:
+        return isinstance(media_id, (int, np.integer)) and int(media_id) in self._row
+
+    def similarities(self, media_id: int) -> np.ndarray:
+        """Centred cosine (N,) of the item with every item of the library."""
+        r = self._row[int(media_id)]
+        dots = self.matrix @ self.matrix[r] - self._dot_mean[r] - self._dot_mean + self._mean_sq
+        return dots / (self._norm[r] * self._norm)
+
+    def nearest(self, media_ids: list[int], top: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per id, its ``top`` (default :data:`SPREAD_NEIGHBOURS`) nearest items, best first (itself among them),
+        and their centred cosines; an unknown id has none. The ``neighbours`` of :func:`spread`."""
+        top = SPREAD_NEIGHBOURS if top is None else top
+        near, sims = [], []
+        for media_id in media_ids:
+            if media_id not in self:
+                near.append(np.zeros(0, np.int64))
+                sims.append(np.zeros(0, np.float32))
+                continue
+            s = self.similarities(media_id)
+            k = min(top, len(s))
+            best = np.argpartition(-s, k - 1)[:k]
+            best = best[np.lexsort((self.ids[best], -s[best]))]
+            near.append(self.ids[best])
+            sims.append(s[best].astype(np.float32))
+        return near, sims
 
 
 def novelty_of(scores_of_items: np.ndarray, scores_of_sample: np.ndarray) -> float:

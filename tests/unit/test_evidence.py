@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine.search import evidence
-from engine.search.words import UserWords, query_terms, spread
+from engine.search.words import LookAlikes, UserWords, query_terms, spread
 from engine.service import SearchService
 from tests.mediagen import make_jpeg
 
@@ -63,7 +63,7 @@ def test_a_name_written_on_items_finds_exactly_them_and_stems_words():
 
 def test_spread_gives_look_alikes_of_many_named_items_more_than_of_one():
     def neighbours(ids):  # item 11 resembles both items named "biscuit", item 12 only one; 13 is too far
-        table = {20: ([20, 11, 12], [1.0, 0.9, 0.8]), 21: ([21, 11, 13], [1.0, 0.9, 0.1])}
+        table = {20: ([20, 11, 12], [1.0, 0.9, 0.8]), 21: ([21, 11, 13], [1.0, 0.9, -0.1])}
         return [np.array(table[i][0]) for i in ids], [np.array(table[i][1]) for i in ids]
 
     shares = spread({"biscuit": (1.0, (20, 21))}, neighbours)
@@ -71,6 +71,25 @@ def test_spread_gives_look_alikes_of_many_named_items_more_than_of_one():
     assert shares[11] > shares[12] > 0
     alone = spread({"grass": (1.0, (20,))}, neighbours)
     assert alone[11] < shares[11]  # a word written on one item spreads less
+
+
+def test_look_alikes_tell_the_same_dog_from_a_photo_with_more_of_what_every_photo_has():
+    """All-positive pooled features share a large part: by the raw cosine, item 102 (that common part and little
+    else) looks most like item 100; centred on the library's mean, item 101, which shares what 100 has of its own."""
+    matrix = np.array([(3, 1, 0), (1, 1, 0), (5, 0, 0), (3, -2, 0), (3, 0, 1), (3, 0, -1)], np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    ids = np.arange(100, 106)
+    raw = matrix @ matrix[0]
+    assert raw[2] > raw[1] > raw[3]  # uncentred: 102 first
+    alike = LookAlikes(ids, matrix)
+    near, sims = alike.nearest([100, 999], top=2)
+    assert near[0].tolist() == [100, 101] and sims[0][0] == pytest.approx(1.0, abs=1e-5)
+    centred = matrix - matrix.mean(axis=0)
+    centred /= np.linalg.norm(centred, axis=1, keepdims=True)
+    assert np.allclose(alike.similarities(100), centred @ centred[0], atol=1e-5)  # the identity it relies on
+    assert len(near[1]) == 0 and 999 not in alike  # an item without features has no look-alikes
+    shares = spread({"biscuit": (1.0, (100,))}, alike.nearest)
+    assert set(shares) == {101}  # the only look-alike above the floor (centred cosine 0)
 
 
 @pytest.fixture
