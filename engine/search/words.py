@@ -165,10 +165,11 @@ def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
 
 
 class LookAlikes:
-    """Nearest items in the backbone's global features centred on the library's mean: what one photo shares with
-    every photo of the library (the pooled features are all positive, their cosines 0.5 to 0.9 for anything) is
-    taken out, and what is left tells one brown dog on a lawn from brown dogs on lawns. Chosen on the train side
-    over the model's space, the raw globals, pooled local features and mixes (docs/benchmarks.md).
+    """Nearest items in the backbone's global features centred on the library's mean: what every photo of the
+    library shares (the pooled features are all positive) is taken out, and what is left tells a black dog on a lawn
+    from other dogs on lawns better. Chosen on the train side over the model's space, the raw globals, pooled local
+    features, mixes and a per-name prototype (docs/benchmarks.md); it does not move with a retrain and is there
+    before any model.
 
     The centred cosine is read from the uncentred matrix (no copy of it): for unit rows x, y and the mean m,
     ``(x - m).(y - m) = x.y - x.m - y.m + m.m``, with ``|x - m|^2 = 1 - 2 x.m + m.m``."""
