@@ -164,3 +164,19 @@ def test_a_large_librarys_zero_shot_sample_is_scored_once_and_as_any_rows_are():
     rows = np.arange(0, 200, 3)  # candidates: standardised with the sample's terms
     expected = combine_terms(real(None, None, rows, query=source.query), reference)
     np.testing.assert_allclose(source.score(rows), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_photo_added_after_the_names_shares_them_when_it_looks_like_a_named_one(library: SearchService,
+                                                                                 tmp_path: Path):
+    """The spread reads the library as it is now: a photo indexed after the user named two (the same picture as
+    one of them) comes next for the name, before any retrain."""
+    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    library.add_caption(media[5].id, "Biscuit sleeping on the sofa")
+    library.add_caption(media[2].id, "Biscuit in the garden")
+    library.search_text("Biscuit")  # the look-alikes are built here, before the new photo
+    later = tmp_path / "later"
+    later.mkdir()
+    make_jpeg(later / "again.jpg", (48, 40), (250, 200, 0))  # photo5's colour
+    list(library.index_paths([later]))
+    again = next(m.id for m in library.catalog.iter_media() if Path(m.path).name == "again.jpg")
+    assert [h.media_id for h in library.search_text("Biscuit", top=3)][2] == again
