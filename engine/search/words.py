@@ -182,33 +182,33 @@ class LookAlikes:
         self._dot_mean = (matrix @ mean).astype(np.float32)
         self._mean_sq = float(mean @ mean)
         self._norm = np.sqrt(np.maximum(1.0 - 2.0 * self._dot_mean + self._mean_sq, 1e-12)).astype(np.float32)
+        self._nearest: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def __contains__(self, media_id: object) -> bool:
         return isinstance(media_id, (int, np.integer)) and int(media_id) in self._row
 
-    def similarities(self, media_id: int) -> np.ndarray:
-        """Centred cosine (N,) of the item with every item of the library."""
-        r = self._row[int(media_id)]
-        dots = self.matrix @ self.matrix[r] - self._dot_mean[r] - self._dot_mean + self._mean_sq
-        return dots / (self._norm[r] * self._norm)
+    def similarities(self, media_ids: list[int]) -> np.ndarray:
+        """Centred cosines (len(media_ids), N) of the items with every item of the library (one pass over it)."""
+        rows = np.array([self._row[int(m)] for m in media_ids], np.int64)
+        dots = (self.matrix[rows] @ self.matrix.T - self._dot_mean[rows, None] - self._dot_mean[None, :]
+                + self._mean_sq)
+        return dots / (self._norm[rows, None] * self._norm[None, :])
 
     def nearest(self, media_ids: list[int], top: int | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per id, its ``top`` (default :data:`SPREAD_NEIGHBOURS`) nearest items, best first (itself among them),
-        and their centred cosines; an unknown id has none. The ``neighbours`` of :func:`spread`."""
-        top = SPREAD_NEIGHBOURS if top is None else top
-        near, sims = [], []
-        for media_id in media_ids:
-            if media_id not in self:
-                near.append(np.zeros(0, np.int64))
-                sims.append(np.zeros(0, np.float32))
-                continue
-            s = self.similarities(media_id)
-            k = min(top, len(s))
-            best = np.argpartition(-s, k - 1)[:k]
-            best = best[np.lexsort((self.ids[best], -s[best]))]
-            near.append(self.ids[best])
-            sims.append(s[best].astype(np.float32))
-        return near, sims
+        and their centred cosines; an unknown id has none. The ``neighbours`` of :func:`spread`. Kept per item:
+        the items the user wrote on come back query after query, and a library's pass costs O(N D)."""
+        top = min(SPREAD_NEIGHBOURS if top is None else top, len(self.ids))
+        todo = [m for m in dict.fromkeys(int(m) for m in media_ids) if m in self and (m, top) not in self._nearest]
+        for start in range(0, len(todo), 64):  # a block of items per pass over the library
+            chunk = todo[start:start + 64]
+            for media_id, s in zip(chunk, self.similarities(chunk), strict=True):
+                best = np.argpartition(-s, top - 1)[:top]
+                best = best[np.lexsort((self.ids[best], -s[best]))]
+                self._nearest[media_id, top] = (self.ids[best], s[best].astype(np.float32))
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        found = [self._nearest.get((int(m), top), empty) for m in media_ids]
+        return [f[0] for f in found], [f[1] for f in found]
 
 
 def novelty_of(scores_of_items: np.ndarray, scores_of_sample: np.ndarray) -> float:

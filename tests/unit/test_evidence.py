@@ -86,7 +86,7 @@ def test_look_alikes_tell_the_same_dog_from_a_photo_with_more_of_what_every_phot
     assert near[0].tolist() == [100, 101] and sims[0][0] == pytest.approx(1.0, abs=1e-5)
     centred = matrix - matrix.mean(axis=0)
     centred /= np.linalg.norm(centred, axis=1, keepdims=True)
-    assert np.allclose(alike.similarities(100), centred @ centred[0], atol=1e-5)  # the identity it relies on
+    assert np.allclose(alike.similarities([100])[0], centred @ centred[0], atol=1e-5)  # the identity it relies on
     assert len(near[1]) == 0 and 999 not in alike  # an item without features has no look-alikes
     shares = spread({"biscuit": (1.0, (100,))}, alike.nearest)
     assert set(shares) == {101}  # the only look-alike above the floor (centred cosine 0)
