@@ -58,9 +58,9 @@ def centred(x: np.ndarray) -> np.ndarray:
 
 def spaces(service, ids: np.ndarray) -> dict[str, np.ndarray]:
     """Unit rows (N, D) per candidate neighbour space, in ``ids`` order."""
-    model = unit(service._active_trained().index.get(ids).mean(axis=1))
-    _, globals_ = service._global_matrix()
-    _, hashes = service._ok_items()
+    model = unit(service.active_trained().index.get(ids).mean(axis=1))
+    _, globals_ = service.indexes.global_matrix()
+    _, hashes = service.indexes.ok_items()
     local = service.features.stack(hashes, service.encoders.backbone.id, "local").astype(np.float32)
     gem3 = unit(((np.maximum(local, 0) + 1e-6) ** 3).mean(axis=1) ** (1 / 3))  # GeM pooling, p = 3
     both = unit(np.concatenate([centred(model), centred(globals_)], axis=1))
@@ -172,7 +172,7 @@ def main() -> int:
     service.set_active_model(args.model)
     service.evidence = frozenset({"model", "zero_shot", "words"})
     records = capture(service, [(n, f, q) for n, qs in queries.items() for f, q in qs], by_name)
-    ids = service._zero_shot_index()[0]
+    ids = service.indexes.zero_shot()[0]
     tests["dogs"] = (records, ids, taken, spaces(service, ids))
     service.close()
     if args.model == "starter":  # the general loop, as bench_words.general
@@ -187,7 +187,7 @@ def main() -> int:
             service.add_caption(by_name[f], random.Random(f).choice(caps[f]))
         service.evidence = frozenset({"model", "zero_shot", "words"})
         records = capture(service, [("general", f, q) for f in order[100:400] for q in caps[f]], by_name)
-        ids = service._zero_shot_index()[0]
+        ids = service.indexes.zero_shot()[0]
         tests["general"] = (records, ids, {by_name[f] for f in order[:100]}, spaces(service, ids))
         service.close()
     for space, cfg in VARIANTS:
