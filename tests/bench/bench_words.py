@@ -139,6 +139,21 @@ def r10_among_uncaptioned(service, queries: list[tuple[str, str]], taken: set[in
     return round(100 * float(np.mean(hits)), 1)
 
 
+def caption_hundred(service, files: list[str], caps: dict[str, list[str]]) -> tuple[dict[str, int], list[str]]:
+    """The general loop's library state: the starter active, the user's captions cleared, then 100 photos (the
+    first of a seeded shuffle of ``files``) captioned once with a seeded caption of theirs. Returns the items' ids
+    by file name and the shuffled order (its first 100 captioned, the next 300 the queries' photos)."""
+    service.set_active_model("starter")
+    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    for caption in list(service.catalog.iter_captions("user")):
+        service.delete_caption(caption.id)
+    order = files[:]
+    random.Random(0).shuffle(order)
+    for f in order[:100]:
+        service.add_caption(by_name[f], random.Random(f).choice(caps[f]))
+    return by_name, order
+
+
 def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | None = None) -> dict:
     """The general loop with ordinary captions: 100 photos captioned once (a seeded caption of theirs), the captions
     of 300 other photos as queries, R@10 among the uncaptioned photos: the model alone, with the zero-shot
@@ -153,14 +168,7 @@ def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | 
     else:
         files, caps = read(data, split)
     service = open_library(home, f"words-{split}-general{tag}", data / "images", files)
-    service.set_active_model("starter")
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
-    for caption in list(service.catalog.iter_captions("user")):
-        service.delete_caption(caption.id)
-    order = files[:]
-    random.Random(0).shuffle(order)
-    for f in order[:100]:
-        service.add_caption(by_name[f], random.Random(f).choice(caps[f]))
+    by_name, order = caption_hundred(service, files, caps)
     taken = {by_name[f] for f in order[:100]}
     queries = [(f, q) for f in order[100:400] for q in caps[f]]
     out: dict = {"captioned": 100, "queries": len(queries)}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 from pathlib import Path
 
@@ -160,7 +159,7 @@ def main() -> int:
     os.environ["POLYSEEK_HOME"] = str(args.home)
     os.environ["POLYSEEK_STARTER"] = "on"
     from tests.bench.bench_domains import open_library
-    from tests.bench.bench_words import dog_photos, name_dogs
+    from tests.bench.bench_words import caption_hundred, dog_photos, name_dogs
 
     files, caps, dogs = dog_photos(args.data, "train-slice")
     results: dict = {"model": args.model, "variants": []}
@@ -177,14 +176,7 @@ def main() -> int:
     service.close()
     if args.model == "starter":  # the general loop, as bench_words.general
         service = open_library(args.home, f"words-train-slice-general{args.tag}", args.data / "images", files)
-        service.set_active_model("starter")
-        by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
-        for caption in list(service.catalog.iter_captions("user")):
-            service.delete_caption(caption.id)
-        order = files[:]
-        random.Random(0).shuffle(order)
-        for f in order[:100]:
-            service.add_caption(by_name[f], random.Random(f).choice(caps[f]))
+        by_name, order = caption_hundred(service, files, caps)
         service.evidence = frozenset({"model", "zero_shot", "words"})
         records = capture(service, [("general", f, q) for f in order[100:400] for q in caps[f]], by_name)
         ids = service.indexes.zero_shot()[0]

@@ -12,7 +12,6 @@ from typing import Any
 from engine.library.catalog import snapshots
 from engine.library.catalog.media import MediaRoom
 from engine.library.catalog.records import (
-    PAGE,
     CaptionRecord,
     NotFound,
     PairRecord,
@@ -234,18 +233,8 @@ class AnnotationRoom(MediaRoom):
         """Every caption (optionally of one source) in id order, read a page at a time."""
         where = "" if source is None else "AND source = ?"
         extra = () if source is None else (CaptionSource(source).value,)
-        last = 0
-        while True:
-            rows = self._read(
-                "listing captions",
-                "SELECT id, media_id, text, source, created_at, updated_at FROM captions "
-                f"WHERE id > ? {where} ORDER BY id LIMIT {PAGE}",
-                (last, *extra),
-            )
-            yield from map(caption_record, rows)
-            if len(rows) < PAGE:
-                return
-            last = rows[-1][0]
+        select = "SELECT id, media_id, text, source, created_at, updated_at FROM captions"
+        yield from map(caption_record, self._pages("listing captions", select, where, extra))
 
     def captions_of(self, media_ids: Iterable[int]) -> dict[int, list[CaptionRecord]]:
         """The captions of several items at once (oldest first each); items without any are left out."""

@@ -325,14 +325,15 @@ class MediaRoom(SQLiteStore):
         """Every media row (optionally of one status) in id order, read a page at a time."""
         where = "" if status is None else "AND status = ?"
         extra = () if status is None else (MediaStatus(status).value,)
+        yield from map(media_record, self._pages("listing media", f"SELECT {MEDIA_COLUMNS} FROM media", where, extra))
+
+    def _pages(self, what: str, select: str, where: str, params: tuple) -> Iterator[tuple]:
+        """The rows of ``select WHERE id > ? where`` in id order, read a page at a time (a long listing never holds
+        the database or the whole table); the rows' first column is the id."""
         last = 0
         while True:
-            rows = self._read(
-                "listing media",
-                f"SELECT {MEDIA_COLUMNS} FROM media WHERE id > ? {where} ORDER BY id LIMIT {PAGE}",
-                (last, *extra),
-            )
-            yield from map(media_record, rows)
+            rows = self._read(what, f"{select} WHERE id > ? {where} ORDER BY id LIMIT {PAGE}", (last, *params))
+            yield from rows
             if len(rows) < PAGE:
                 return
             last = rows[-1][0]
