@@ -197,6 +197,8 @@ class MainWindow(QMainWindow):
         one just judged stays the next one)."""
         if aspects & {"models", "opened"}:
             self._show_models(list(snapshot.models))
+        if not self.session.scope():  # the count a search's places read ("ranked 2nd of 11 items")
+            self.results_model.set_searched(snapshot.indexed or None)
         if "opened" in aspects:
             return  # set_service has just listed the library
         if "annotations" in aspects:

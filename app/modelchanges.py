@@ -41,21 +41,40 @@ class ModelChanges(QObject):
         self.activated.emit()
 
     def activate_and_reindex(self, name: str) -> None:
-        """Make ``name`` the active model, then re-embed the library with it in the background."""
-        if self.service is not None:
-            start(self._activate_and_reindex(self.service, name))
+        """Make ``name`` the active model, then re-embed the library with it in the background: the engine's one
+        switch (:meth:`engine.service.SearchService.switch_model`) run as the library panel's job, so its bar and
+        Cancel show the re-index. While the panel is busy, only the switch (the user re-indexes after)."""
+        service = self.service
+        if service is None:
+            return
+        if self._library.is_indexing:  # one job at a time
+            start(self._activate_only(service, name))
+            return
+        worker = self._library.run_job(lambda cancel: service.switch_model(name, cancel), f"Switching to {name}")
+        switched = False
 
-    async def _activate_and_reindex(self, service: SearchServiceLike, name: str) -> None:
+        def once_active(_record: object = None) -> None:  # the switch's first record comes once the model is active
+            nonlocal switched
+            if not switched:
+                switched = True
+                self.status.emit(f"Active model: {name}; re-indexing the library in the background…")
+                self._switched(name)
+
+        worker.signals.progress.connect(once_active)
+        worker.signals.returned.connect(once_active)
+        worker.signals.errored.connect(lambda exc: None if switched else self.status.emit(
+            f"Cannot switch to {name}: {exc}"))
+
+    async def _activate_only(self, service: SearchServiceLike, name: str) -> None:
         try:
             await off_thread(self, service.set_active_model, name, pool=self._pool, priority=9)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Cannot switch to {name}: {exc}")
             return
-        if self._library.is_indexing:  # one job at a time: the user re-indexes once this one is done
-            self.status.emit(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
-        else:
-            self.status.emit(f"Active model: {name}; re-indexing the library in the background…")
-            self._library.reindex()
+        self.status.emit(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
+        self._switched(name)
+
+    def _switched(self, name: str) -> None:
         self.activated.emit()
         self.switched.emit(name)
 

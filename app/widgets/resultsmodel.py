@@ -278,6 +278,15 @@ class ResultsModel(QAbstractListModel):
             else:
                 self._media_changed(media_id, [STATE_ROLE, Qt.ItemDataRole.ToolTipRole])
 
+    def set_searched(self, searched: int | None) -> None:
+        """How many items the search ranks, learnt after its pages (the library's count is read off the GUI
+        thread): every shown place then says "of N"."""
+        if searched == self.searched:
+            return
+        self.searched = searched
+        if self.rowCount():
+            self.dataChanged.emit(self.index(0), self.index(self.rowCount() - 1), [RELEVANCE_ROLE])
+
     def refresh_loaded_states(self) -> None:
         """Read again what the user wrote about every item the results hold (the annotations changed)."""
         self.refresh_states([hit.media_id for hit in self._hits if hit is not None])

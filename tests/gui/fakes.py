@@ -554,6 +554,13 @@ class FakeService:
             self._active = None
         self._changed()
 
+    def switch_model(self, name: str, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """As the real one: active, then re-embedded."""
+        self.calls.append(("switch_model", (name,)))
+        self.set_active_model(name)
+        yield Progress(0, 0, f"{name} is the active model")
+        yield from self.reindex(cancel)
+
     def reindex(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         ids = list(self._entries)
         for done, _ in enumerate(ids, start=1):

@@ -146,6 +146,8 @@ def test_use_model_activates_it_and_reindexes(qtbot, window, service) -> None:
     assert window.library.is_indexing or any(name == "set_active_model" for name, _ in service.calls)
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pvse", timeout=5000)
+    # the engine's one switch (SearchService.switch_model), not a second spelling of it in the window
+    assert ("switch_model", ("fake-pvse",)) in service.calls
 
 
 def test_the_window_training_dialog_registers_and_switches(qtbot, window, service, tmp_path: Path) -> None:

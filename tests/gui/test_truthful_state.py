@@ -286,6 +286,9 @@ def test_point7_the_models_guess_is_never_quoted_as_a_caption(qtbot, window, ser
 def test_point7_a_results_place_is_said_in_words_not_raw_scores(qtbot, window) -> None:
     searched(qtbot, window, "red circle")
     model = window.results_model
+    # the library's item count is read off the GUI thread: until it arrives the place reads "ranked 2nd for this
+    # search" (true, without the count); then "of 11 items" joins it
+    qtbot.waitUntil(lambda: "of 11 items" in model.data(model.index(1), RELEVANCE_ROLE).explanation, timeout=3000)
     second = model.data(model.index(1), RELEVANCE_ROLE)
     assert second.explanation.startswith("ranked 2nd of 11 items for this search; ")
     assert "between" not in second.explanation and "score" not in second.explanation
