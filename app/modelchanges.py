@@ -32,13 +32,18 @@ class ModelChanges(QObject):
             start(self._activate(self.service, name))
 
     async def _activate(self, service: SearchServiceLike, name: str | None) -> None:
+        if await self._set_active(service, name, "Cannot switch model"):
+            self.status.emit(f"Active model: {name or 'zero-shot'}")
+            self.activated.emit()
+
+    async def _set_active(self, service: SearchServiceLike, name: str | None, failure: str) -> bool:
+        """``service.set_active_model(name)`` off the GUI thread; False (and ``failure`` said) when it fails."""
         try:
             await off_thread(self, service.set_active_model, name, pool=self._pool, priority=9)
         except Exception as exc:  # noqa: BLE001 - said to the user
-            self.status.emit(f"Cannot switch model: {exc}")
-            return
-        self.status.emit(f"Active model: {name or 'zero-shot'}")
-        self.activated.emit()
+            self.status.emit(f"{failure}: {exc}")
+            return False
+        return True
 
     def activate_and_reindex(self, name: str) -> None:
         """Make ``name`` the active model, then re-embed the library with it in the background: the engine's one
@@ -66,13 +71,9 @@ class ModelChanges(QObject):
             f"Cannot switch to {name}: {exc}"))
 
     async def _activate_only(self, service: SearchServiceLike, name: str) -> None:
-        try:
-            await off_thread(self, service.set_active_model, name, pool=self._pool, priority=9)
-        except Exception as exc:  # noqa: BLE001 - said to the user
-            self.status.emit(f"Cannot switch to {name}: {exc}")
-            return
-        self.status.emit(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
-        self._switched(name)
+        if await self._set_active(service, name, f"Cannot switch to {name}"):
+            self.status.emit(f"Active model: {name}; re-index (File menu) once the current indexing ends.")
+            self._switched(name)
 
     def _switched(self, name: str) -> None:
         self.activated.emit()

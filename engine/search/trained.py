@@ -56,6 +56,9 @@ class TrainedSearch:
         self._frames: tuple[np.ndarray, np.ndarray] | None = None  # frame_vectors(), until the library changes
         # the words of its training captions, counted (engine.features.vocabulary); None: the model has no record
         self.caption_words: tuple[dict[str, int], int] | None = None
+        # PCME: metrics.json's R@1 per uncertainty decile on the model's validation split, and that split's name
+        # (read once, with the model; what the inspector reads a sigma against); None: no such record
+        self._validation_curves: tuple[dict, str] | None = None
 
     @classmethod
     def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
@@ -64,6 +67,7 @@ class TrainedSearch:
         runner = ModelRunner.load(folder, backbone_id=encoders.backbone.id)
         search = cls(record, runner, catalog, features, encoders.for_model(runner), library_dir / "index" / record.name)
         search.caption_words = read_caption_words(Path(record.path))
+        search._validation_curves = _validation_curves(Path(record.path)) if runner.probabilistic else None
         return search
 
     # -- embeddings and index -----------------------------------------------------------------------------
@@ -339,15 +343,9 @@ class TrainedSearch:
 
     def _calibration(self, item: float | None, query: float | None) -> tuple[str, ...]:
         """The item's and the query's uncertainty read against the model's validation split (its metrics.json)."""
-        if item is None:
+        if item is None or self._validation_curves is None:
             return ()
-        try:
-            metrics = json.loads((Path(self.record.path) / "metrics.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return ()
-        curves, split = metrics.get("r1_by_uncertainty_decile"), str(metrics.get("split") or "its validation split")
-        if not isinstance(curves, dict):
-            return ()
+        curves, split = self._validation_curves
         lines = [calibrated_reading(item, curves.get("i2t"), "photo", split)]
         if query is not None:
             lines.append(calibrated_reading(query, curves.get("t2i"), "search", split))
@@ -403,3 +401,15 @@ def _project_pair(mu_q, logsig_q, mu_i, logsig_i):
     spread = lambda s: np.sqrt((basis ** 2) @ (s ** 2))  # noqa: E731 - per-axis std of the projection
     return (basis @ mu_q).astype(np.float32), (basis @ mu_i).astype(np.float32), \
         spread(sig_q).astype(np.float32), spread(sig_i).astype(np.float32)
+
+
+def _validation_curves(model_dir: Path) -> tuple[dict, str] | None:
+    """``metrics.json``'s ``r1_by_uncertainty_decile`` of a model folder and the split it was measured on."""
+    try:
+        metrics = json.loads((model_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    curves = metrics.get("r1_by_uncertainty_decile") if isinstance(metrics, dict) else None
+    if not isinstance(curves, dict):
+        return None
+    return curves, str(metrics.get("split") or "its validation split")

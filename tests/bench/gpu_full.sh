@@ -11,7 +11,8 @@
 #   run(carry=[".gpu/meta"], command="mv /tmp/stash/img* .gpu/ && FT=8 bash tests/bench/gpu_full.sh",
 #       timeout_s=540)
 #
-# Rows go to $OUT/<run>.json and .md (tests/bench/bench_finetune.py), a summary to stdout.
+# Each run is the trainer itself (stopped at DEADLINE with its best epoch kept); tests/bench/gpu_pack.py packs
+# their heads and logs into $OUT and prints each run's validation rsum per epoch.
 # DEVICE=cpu SUBSET=40 FT=1 EPOCHS=1 bash tests/bench/gpu_full.sh   rehearses it on a CPU with 40 photos.
 set -u
 OUT=${OUT:-/tmp/gpu-full-out}

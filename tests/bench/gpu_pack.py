@@ -135,8 +135,7 @@ def unpack(files: Path, into: Path) -> None:
         for weights in files.glob(f"{run}--*.safetensors"):
             with safe_open(str(weights), "pt") as f:
                 meta = f.metadata() or {}
-                tensors = {k: f.get_tensor(k).float() if f.get_tensor(k).is_floating_point() else f.get_tensor(k)
-                           for k in f.keys()}
+                tensors = {k: (t.float() if t.is_floating_point() else t) for k in f.keys() for t in [f.get_tensor(k)]}
             save_file(tensors, str(folder / weights.name.split("--", 1)[1]), metadata=meta)
         print(folder, "metadata", metadata, "filled", len(missing), "untrained keys", torch.__version__)
 
