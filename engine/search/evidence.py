@@ -22,6 +22,7 @@ the mean and spread of a fixed random sample of the library, so a query costs th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -122,11 +123,13 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     return Ranking(rows, total, parts, **seen)
 
 
+@functools.lru_cache(maxsize=8)
 def fixed_sample(n: int, size: int = SAMPLE, seed: int = 0) -> np.ndarray:
-    """Rows whose scores stand for the library's when only candidates are scored (same rows every query)."""
-    if n <= size:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+    """Rows whose scores stand for the library's when only candidates are scored (same rows every query: the
+    same read-only array, drawn once per library size)."""
+    rows = np.arange(n) if n <= size else np.sort(np.random.default_rng(seed).choice(n, size, replace=False))
+    rows.flags.writeable = False
+    return rows
 
 
 @dataclass
@@ -205,9 +208,15 @@ class ModelEvidence:
         self.trained, self.encoded, self.ids = trained, encoded, ids
         self.frames = np.full(len(ids), -1, np.int64)  # per library row: the clip's best frame (-1: none)
         self.head_pairs = np.zeros((len(ids), 2), np.int64)  # per library row: (query head, item head)
+        self._sample: np.ndarray | None = None
+
+    def calibrate(self, sample: np.ndarray) -> None:
+        """``sample`` (:func:`fixed_sample`) is scored every query of a large library: the index keeps its
+        vectors between queries."""
+        self._sample = sample
 
     def score(self, rows: np.ndarray) -> np.ndarray:
-        scores, frames, pairs = self.trained.score_ids(self.encoded, self.ids[rows])
+        scores, frames, pairs = self.trained.score_ids(self.encoded, self.ids[rows], keep=rows is self._sample)
         self.frames[rows] = frames
         self.head_pairs[rows] = pairs
         return scores
@@ -218,8 +227,11 @@ def positions(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarr
     wanted = np.asarray(wanted, np.int64)
     if not len(ids) or not len(wanted):
         return np.zeros(0, np.int64), np.zeros(len(wanted), bool)
-    order = np.argsort(ids)
-    at = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
+    if bool((ids[1:] > ids[:-1]).all()):  # the library's ids come in id order: no sort (0.4 ms at 100,000)
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+    else:
+        order = np.argsort(ids)
+        at = order[np.minimum(np.searchsorted(ids, wanted, sorter=order), len(ids) - 1)]
     found = ids[at] == wanted
     return at[found], found
 

@@ -258,17 +258,19 @@ class TrainedSearch:
         """A clip's frames embedded one by one (T, K, D) (see :meth:`frame_vectors`)."""
         return self._encode_pooled(record.frames.astype(np.float32)).emb
 
-    def score_ids(self, query: Encoded, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def score_ids(self, query: Encoded, ids: np.ndarray, keep: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(scores, frames, head_pairs)`` of library items ``ids`` for one encoded query: the K x K max cosine of
         the stored vectors (PCME: of the means), a clip's the best of those and of each of its frames; ``frames`` is
         the frame that matched best (-1: a photo, or the clip as a whole). Items the model has not embedded
-        score -1."""
+        score -1. ``keep``: these ids are asked every query (a ranking's fixed sample): the index keeps their
+        vectors (:meth:`MultiVectorIndex.scores_where_known`)."""
         ids = np.asarray(ids, np.int64)
         scores = np.full(len(ids), -1.0, np.float32)
         frames = np.full(len(ids), -1, np.int64)
         head_pairs = np.zeros((len(ids), 2), np.int64)
         q = query.emb[0]
-        inside, found, pairs = self.index.scores_where_known(q, ids)
+        inside, found, pairs = self.index.scores_where_known(q, ids, keep=keep)
         scores[inside] = found
         head_pairs[inside] = pairs
         clip_ids, vectors = self.frame_vectors()

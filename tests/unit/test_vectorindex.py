@@ -151,6 +151,50 @@ def test_candidates_hold_the_exact_top_items_and_known_says_which_ids_are_in(lib
     np.testing.assert_array_equal(pairs, expected_pairs)
 
 
+def test_the_id_table_and_a_kept_id_set_follow_every_change_of_the_index() -> None:
+    """The id -> row table and a kept id set's rows and vectors (a ranking's fixed sample, asked every query) are
+    made for one state of the index: after a replacement, a removal, a re-addition and a compaction that moves
+    rows, the kept set scores what the index holds now, as a brute-force loop over the vectors added says."""
+    rng = np.random.default_rng(3)
+    ids = rng.permutation(ids_for(60))  # ids out of row order
+    vectors = clustered(60, seed=4)
+    index = MultiVectorIndex(DIM, HEADS)
+    index.add(ids, vectors)
+    truth = dict(zip(ids.tolist(), vectors, strict=True))
+    query = clustered(1, seed=5)[0]
+    kept = np.concatenate([ids[::3], [-5]])  # and an id the index never held
+
+    def check(asked: np.ndarray = kept) -> None:
+        known, scores, pairs = index.scores_where_known(query, asked, keep=True)
+        assert known.tolist() == [int(i) in truth for i in asked]
+        assert index.known(asked).tolist() == known.tolist()
+        expected, expected_pairs = loop_kxk(query, np.stack([truth[int(i)] for i in asked[known]]))
+        np.testing.assert_allclose(scores, expected, atol=1e-5)
+        np.testing.assert_array_equal(pairs, expected_pairs)
+
+    check()
+    check()  # from what was kept
+    replacement = clustered(1, seed=7)
+    index.add([kept[0]], replacement)  # its vectors replaced
+    truth[int(kept[0])] = replacement[0]
+    check()
+    index.remove([kept[1]])
+    del truth[int(kept[1])]
+    check()
+    again = clustered(1, seed=6)
+    index.add([kept[1]], again)
+    truth[int(kept[1])] = again[0]
+    check()
+    gone = [int(i) for i in ids[1::3]]  # rows before most kept ones: the compaction moves every kept row
+    index.remove(gone)
+    for i in gone:
+        del truth[i]
+    index.rebuild()
+    check()
+    check(ids[2::3])  # another set kept in its place
+    check()
+
+
 @pytest.mark.parametrize("kind", ["ivf-flat", "hnsw-sq8", "hnsw+ivf"])  # IVF deletes, HNSW tombstones
 def test_remove_and_replace_in_both_modes(library: tuple, kind: str) -> None:
     vectors, ids, queries, _ = library
