@@ -190,6 +190,8 @@ def test_a_query_prepared_once_scores_any_rows_as_a_fresh_one_and_kept_row_sets_
         assert np.allclose(index.terms(None, None, sample, query=query), everything[sample], atol=1e-5)
         others = np.sort(rng.choice(n, 700, replace=False))
         assert np.allclose(index.terms(sentence, words, others), everything[others], atol=1e-5)
+    mixed = rng.choice(n, 50)  # any order, repeats: each row's own classes
+    assert np.allclose(index.terms(None, None, mixed, query=query), everything[mixed], atol=1e-5)
     assert len(index._views) <= 4
 
 
