@@ -30,8 +30,8 @@ def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
     record = starter_record(folder)
     tool = _build_tool()
     # method, seed and train split of the recipe; a validation slice held aside from each folder's train split
-    assert {k: record[k] for k in ("method", "seed", "train_split")} == \
-        {k: tool.RECIPE[k] for k in ("method", "seed", "train_split")}
+    assert {k: record[k] for k in ("method", "seed", "train_split", "epoch_captions")} == \
+        {k: tool.RECIPE[k] for k in ("method", "seed", "train_split", "epoch_captions")}
     assert record["val_items"] == [500, 1000] and record["val_photos"] == 1500
     assert record["data"] == "flickr8k + webcaps" and "research use" in record["terms"]
     assert record["command"].startswith("python tools/build_starter.py --data")
