@@ -20,6 +20,9 @@ DEVICE=${DEVICE:-cuda}
 FT=${FT:-12}
 TEXT_LAYERS=${TEXT_LAYERS:-2}
 EPOCHS=${EPOCHS:-}
+# captions of each photo an epoch for vse / PVSE (the starter's recipe since #30: one a photo left most of
+# Flickr8k's five unread on the Flickr8k + webcaps mix; the runs of session 14 used one)
+EPOCH_CAPTIONS=${EPOCH_CAPTIONS:-2}
 PY=${PY:-python3}
 TRAIN_SPLIT=${TRAIN_SPLIT:-train}
 VAL_SPLIT=${VAL_SPLIT:-dev}
@@ -99,10 +102,11 @@ common=(--data "$D" --train-split "$TRAIN_SPLIT" --val-split "$VAL_SPLIT" --devi
 args_of() {
     local name=$1 seed=${1##*-s}
     case $name in
-        vseimg-*) echo --method vse --seed "$seed" --finetune-epochs "$FT" ${EPOCHS:+--epochs $EPOCHS} ;;
+        vseimg-*) echo --method vse --seed "$seed" --finetune-epochs "$FT" ${EPOCHS:+--epochs $EPOCHS} \
+               --epoch-captions "$EPOCH_CAPTIONS" ;;
         pcme-*) echo --method pcme --seed "$seed" --epochs "${PCME_EPOCHS:-8}" ${PCME_SET:-} ;;
         *) echo --method "${name%-s*}" --seed "$seed" --finetune-epochs "$FT" --text-layers "$TEXT_LAYERS" \
-               ${EPOCHS:+--epochs $EPOCHS} ;;
+               ${EPOCHS:+--epochs $EPOCHS} --epoch-captions "$EPOCH_CAPTIONS" ;;
     esac
 }
 one() {
