@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine import paths
+from engine.features.backbone import AssetsMissing
 from engine.files import atomic_write_bytes
 from engine.library.catalog import Catalog
 
@@ -102,6 +103,9 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
     try:
         folder = installed_starter(shipped)
         name = register(folder, STARTER_NAME)
+    except AssetsMissing:  # a first start prepares them, then offers the starter again: not worth a warning
+        log.info("the starter model waits for the pretrained assets")
+        return None
     except Exception as exc:  # noqa: BLE001 - the app must open without it: zero-shot ranking is the fallback
         log.warning("the starter model could not be used (%s); zero-shot ranking stays", exc)
         return None

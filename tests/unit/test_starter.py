@@ -159,3 +159,43 @@ def test_the_build_tool_merges_folders_each_with_its_own_held_aside_slice(tmp_pa
     val = [f for f, s in rows if s == "starter-val"]
     assert sum(f.startswith("a") for f in val) == 3 and sum(f.startswith("b") for f in val) == 2
     assert (tmp_path / "work" / "images" / "b5.jpg").resolve() == (folders[1] / "images" / "b5.jpg").resolve()
+
+
+def test_a_first_start_offers_the_starter_again_once_the_assets_are_ready(tmp_path, monkeypatch, caplog):
+    """Before a first start has prepared the pretrained assets the starter cannot be registered; that is not a
+    warning (the app offers it again once they are ready), and the second offer activates it."""
+    import logging
+
+    from engine.features.backbone import AssetsMissing
+    from engine.search import starter
+
+    class Catalog:
+        def __init__(self) -> None:
+            self.active = None
+
+        def models(self) -> list:
+            return []
+
+        def active_model(self):  # noqa: ANN202
+            return self.active
+
+    monkeypatch.setattr(starter, "starter_enabled", lambda: True)
+    monkeypatch.setattr(starter, "shipped_starter", lambda: tmp_path / "shipped")
+    monkeypatch.setattr(starter, "installed_starter", lambda shipped: tmp_path / "installed")
+    catalog, ready = Catalog(), {"assets": False}
+
+    def register(folder, name):  # noqa: ANN001, ANN202
+        if not ready["assets"]:
+            raise AssetsMissing("pretrained assets are missing")
+        return name
+
+    def activate(name):  # noqa: ANN001, ANN202
+        catalog.active = name
+
+    with caplog.at_level(logging.INFO, logger=starter.log.name):
+        assert starter.offer_starter(catalog, register, activate) is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert catalog.active is None
+    ready["assets"] = True
+    assert starter.offer_starter(catalog, register, activate) == starter.STARTER_NAME
+    assert catalog.active == starter.STARTER_NAME
