@@ -97,7 +97,8 @@ class Library:
         from engine.workspace import Workspace
 
         self.service = Workspace.open(name)
-        self.root = Path(os.environ["POLYSEEK_HOME"]) / "bench-media" / "dev"
+        # one media folder per caption folder (its dev photos): the same home serves Flickr8k and webcaps runs
+        self.root = Path(os.environ["POLYSEEK_HOME"]) / "bench-media" / f"{images.parent.name}-dev"
         if not self.root.is_dir():
             self.root.mkdir(parents=True)
             for f in files:
