@@ -41,7 +41,7 @@ import threading
 import time
 import typing
 import weakref
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,70 +64,25 @@ from engine.search.vectorindex.scoring import (
     normalise,
     top_rows,
 )
+from engine.search.vectorindex.stored import (
+    FORMAT,
+    FORMAT_VERSION,
+    Data,
+    IdRows,
+    Kept,
+    load_array,
+    read_header,
+    tail_start,
+)
 
 log = logging.getLogger(__name__)
 
-FORMAT = "polyseek-multivector-index"
-FORMAT_VERSION = 1
 INDEX_FILE = "index.json"
 Storage = Literal["auto", "float32", "float16"]
 FLOAT16_FROM = 2048  # storage="auto": float16 from this many floats per item (K * D), see "Memory"
 _SCORE_BLOCK = 1 << 23  # floats per block of exact scores: bounds temporary memory to ~32 MB
 EXACT_FLOATS = 1 << 24  # stored floats up to which exact search is the default (64 MB read per query)
 _GROW_ROWS = 1 << 17  # most spare rows one growth of the stored arrays adds (0.8 GB at K=3, D=1024, float16)
-
-
-def _tail_start(data: _Data, ann: Ann) -> int:
-    """First row whose slot the approximate index has not been given yet."""
-    return int(np.searchsorted(data.slots[:data.size], ann.indexed_upto))
-
-
-@dataclass(frozen=True)
-class _Data:
-    """The stored items, swapped as a whole so searches always see a consistent view.
-
-    Rows ``[0, size)`` of the buffers are in use; ``alive`` marks the rows not removed. ``row_of_slot``
-    maps every slot ever given out to its row, or -1 once removed. Slots increase with the row (appends
-    take new slots, compaction keeps the order), so the rows not yet in the faiss index are a tail.
-    """
-
-    ids: np.ndarray  # (capacity,) int64
-    slots: np.ndarray  # (capacity,) int64
-    vectors: np.ndarray  # (capacity, K, D) float32 or float16 (the index's storage), unit rows
-    alive: np.ndarray  # (capacity,) bool
-    row_of_slot: np.ndarray  # (next_slot,) int64
-    size: int
-    count: int  # alive rows
-
-
-@dataclass(frozen=True)
-class _IdRows:
-    """One view's alive ids sorted, with their rows: an id's row by binary search, vectorised. Made for one view
-    (every change of the index makes a new one) and used only with it: ``view`` is a weak reference, so a table
-    never keeps an old view's arrays alive."""
-
-    view: weakref.ref
-    ids: np.ndarray  # (count,) int64, ascending
-    rows: np.ndarray  # (count,) int64
-
-    @classmethod
-    def of(cls, data: _Data) -> _IdRows:
-        alive = np.flatnonzero(data.alive[:data.size])
-        ids = data.ids[alive]
-        order = np.argsort(ids, kind="stable")
-        return cls(weakref.ref(data), ids[order], alive[order])
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """A set of ids scored again and again (a ranking's fixed calibration sample): its rows and float32 vectors
-    gathered once, for one view (a weak reference, as :class:`_IdRows`)."""
-
-    view: weakref.ref
-    ids: np.ndarray
-    known: np.ndarray  # (N,) bool
-    rows: np.ndarray  # rows of ids[known]
-    vectors: np.ndarray  # (n, K, D) float32
 
 
 class MultiVectorIndex:
@@ -159,8 +114,8 @@ class MultiVectorIndex:
         self._data = self._empty_data()
         self._ann: Ann | None = None
         self._row_of_id: dict[int, int] = {}
-        self._id_rows: _IdRows | None = None  # the current view's lookup table, made on first use
-        self._kept: _Kept | None = None  # the last id set a caller asked to keep (scores_where_known)
+        self._id_rows: IdRows | None = None  # the current view's lookup table, made on first use
+        self._kept: Kept | None = None  # the last id set a caller asked to keep (scores_where_known)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -195,15 +150,15 @@ class MultiVectorIndex:
         """Whether each of ``ids`` is in the index, (N,) bool (vectorised, :meth:`_lookup`)."""
         return self._lookup(ids) >= 0
 
-    def _lookup(self, ids: np.ndarray | list[int], data: _Data | None = None) -> np.ndarray:
+    def _lookup(self, ids: np.ndarray | list[int], data: Data | None = None) -> np.ndarray:
         """Rows of ``ids`` in ``data`` (default: the current view), -1 for an unknown id: a binary search in the
-        view's sorted ids (:class:`_IdRows`; a dictionary probe per id cost ~0.4 ms per 1,000 ids, and a ranking
+        view's sorted ids (:class:`IdRows`; a dictionary probe per id cost ~0.4 ms per 1,000 ids, and a ranking
         looks up ~1,500 a query)."""
         with self._lock:
             data = self._data if data is None else data
             table = self._id_rows
             if table is None or table.view() is not data:
-                table = self._id_rows = _IdRows.of(data)
+                table = self._id_rows = IdRows.of(data)
         wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not len(table.ids):
             return np.full(len(wanted), -1, np.int64)
@@ -277,7 +232,7 @@ class MultiVectorIndex:
                 if not keep:
                     scores, pairs = self._score_rows(data, rows[known], queries)
                     return known, scores[0], pairs[0]
-                kept = self._kept = _Kept(weakref.ref(data), ids.copy(), known, rows[known],
+                kept = self._kept = Kept(weakref.ref(data), ids.copy(), known, rows[known],
                                           data.vectors[rows[known]].astype(np.float32))
             scores, pairs = self._score_rows(data, kept.rows, queries, kept.vectors)
             return kept.known.copy(), scores[0], pairs[0]
@@ -294,7 +249,7 @@ class MultiVectorIndex:
         with self._lock:
             data, ann = self._data, self._ann
             labels = ann.search(queries[0], max(1, min(ann.size, n)), self.params)
-            tail = np.arange(_tail_start(data, ann), data.size)
+            tail = np.arange(tail_start(data, ann), data.size)
             rows = np.union1d(self._candidate_rows(labels), tail[data.alive[tail]])
             return data.ids[rows].copy()
 
@@ -329,10 +284,10 @@ class MultiVectorIndex:
         scores, pairs = self._score_rows(data, rows, queries)
         return [top_rows(data.ids[rows], scores[b], pairs[b], top, offset) for b in range(len(queries))]
 
-    def _score_rows(self, data: _Data, rows: np.ndarray, queries: np.ndarray, vectors: np.ndarray | None = None
+    def _score_rows(self, data: Data, rows: np.ndarray, queries: np.ndarray, vectors: np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact K x K scores (B, n) and head pairs (B, n, 2) of ``rows`` for every query, in blocks; ``vectors``:
-        the rows' float32 vectors when already gathered (:class:`_Kept`)."""
+        the rows' float32 vectors when already gathered (:class:`Kept`)."""
         batch, kq, _ = queries.shape
         flat = queries.reshape(batch * kq, self.dim)
         scores = np.empty((batch, len(rows)), np.float32)
@@ -364,7 +319,7 @@ class MultiVectorIndex:
         fetch = max(1, min(self._ann.size, max(need, 10) * self.heads * self.params.oversample))
         labels = self._ann.search(queries.reshape(batch * kq, self.dim), fetch, self.params)
         data = self._data
-        tail = np.arange(_tail_start(data, self._ann), data.size)
+        tail = np.arange(tail_start(data, self._ann), data.size)
         tail = tail[data.alive[tail]]  # added but not yet in the faiss index: scored exactly
         out = []
         for b in range(batch):
@@ -433,7 +388,7 @@ class MultiVectorIndex:
         if ann is None:
             return
         chunk = ann.add_chunk
-        for start in range(_tail_start(data, ann), data.size, chunk):
+        for start in range(tail_start(data, ann), data.size, chunk):
             stop = min(start + chunk, data.size)
             rows = np.arange(start, stop)[data.alive[start:stop]]
             vectors, slots = data.vectors[rows].astype(np.float32), data.slots[rows]
@@ -494,12 +449,12 @@ class MultiVectorIndex:
             if self._ann is not None:
                 self._ann.remove(slots, self.heads)
 
-    def _empty_data(self, capacity: int = 0) -> _Data:
-        return _Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
+    def _empty_data(self, capacity: int = 0) -> Data:
+        return Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
                      np.zeros((capacity, self.heads, self.dim), self.storage), np.zeros(capacity, bool),
                      np.zeros(0, np.int64), 0, 0)
 
-    def _grown(self, data: _Data, extra: int) -> _Data:
+    def _grown(self, data: Data, extra: int) -> Data:
         """``data`` with room for ``extra`` more rows; a bigger copy is made outside the search lock."""
         if data.size + extra <= len(data.ids):
             return data
@@ -509,7 +464,7 @@ class MultiVectorIndex:
             getattr(bigger, name)[:data.size] = getattr(data, name)[:data.size]
         return replace(bigger, row_of_slot=data.row_of_slot, size=data.size, count=data.count)
 
-    def _append(self, data: _Data, ids: np.ndarray, vectors: np.ndarray) -> _Data:
+    def _append(self, data: Data, ids: np.ndarray, vectors: np.ndarray) -> Data:
         start, stop = data.size, data.size + len(ids)
         first_slot = len(data.row_of_slot)
         slots = np.arange(first_slot, first_slot + len(ids), dtype=np.int64)
@@ -586,14 +541,14 @@ class MultiVectorIndex:
                 shutil.rmtree(old, ignore_errors=True)
 
     @staticmethod
-    def _write_data(staging: Path, data: _Data, ann: Ann | None) -> None:
+    def _write_data(staging: Path, data: Data, ann: Ann | None) -> None:
         np.save(staging / "ids.npy", data.ids[:data.size])
         np.save(staging / "slots.npy", data.slots[:data.size])
         np.save(staging / "vectors.npy", data.vectors[:data.size])
         if ann is not None:
             ann.write(staging)
 
-    def _header(self, name: str, data: _Data, ann: Ann | None) -> dict[str, Any]:
+    def _header(self, name: str, data: Data, ann: Ann | None) -> dict[str, Any]:
         return {"format": FORMAT, "version": FORMAT_VERSION, "model_id": self.model_id, "dim": self.dim,
                 "heads": self.heads, "metric": self.metric,
                 "storage": self.storage,
@@ -611,7 +566,7 @@ class MultiVectorIndex:
         search parameters (the saved faiss index is kept).
         """
         folder = Path(path)
-        header = _read_header(folder / INDEX_FILE)
+        header = read_header(folder / INDEX_FILE)
         if model_id is not None and header["model_id"] != model_id:
             raise ModelMismatchError(f"{folder / INDEX_FILE}: index built for model {header['model_id']!r}, "
                                      f"not {model_id!r}; rebuild it")
@@ -625,44 +580,16 @@ class MultiVectorIndex:
         return index
 
     def _restore(self, data_dir: Path, header: dict[str, Any]) -> None:
-        ids = _load_array(data_dir / "ids.npy", np.int64, (header["count"],))
-        slots = _load_array(data_dir / "slots.npy", np.int64, (header["count"],))
-        vectors = _load_array(data_dir / "vectors.npy", np.dtype(self.storage).type,
+        ids = load_array(data_dir / "ids.npy", np.int64, (header["count"],))
+        slots = load_array(data_dir / "slots.npy", np.int64, (header["count"],))
+        vectors = load_array(data_dir / "vectors.npy", np.dtype(self.storage).type,
                               (header["count"], self.heads, self.dim))
         if len(slots) and (slots.min() < 0 or slots.max() >= header["next_slot"]):
             raise IndexFileError(f"{data_dir / 'slots.npy'}: slot numbers outside 0..{header['next_slot']}")
         row_of_slot = np.full(header["next_slot"], -1, np.int64)
         row_of_slot[slots] = np.arange(len(slots))
         count = len(ids)
-        self._data = _Data(ids, slots, vectors, np.ones(count, bool), row_of_slot, count, count)
+        self._data = Data(ids, slots, vectors, np.ones(count, bool), row_of_slot, count, count)
         self._row_of_id = dict(zip(ids.tolist(), range(len(ids)), strict=True))
         if header["ann"] is not None:
             self._ann = read_ann(data_dir, header["ann"], self.dim)
-
-
-def _read_header(path: Path) -> dict[str, Any]:
-    try:
-        header = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise IndexFileError(f"{path}: cannot read the index header: {exc}") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise IndexFileError(f"{path}: not a {FORMAT} file")
-    if header.get("version") != FORMAT_VERSION:
-        raise IndexFileError(f"{path}: format version {header.get('version')!r}, expected {FORMAT_VERSION}")
-    required = ("model_id", "dim", "heads", "metric", "count", "data", "next_slot", "params",
-                "ann")
-    missing = [k for k in required if k not in header]
-    if missing or "/" in str(header.get("data")) or ".." in str(header.get("data")):
-        raise IndexFileError(f"{path}: missing or invalid entries {missing or ['data']}")
-    return header
-
-
-def _load_array(path: Path, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise IndexFileError(f"{path}: cannot read: {exc}") from exc
-    if array.dtype != dtype or array.shape != shape:
-        raise IndexFileError(f"{path}: expected {np.dtype(dtype).name} {shape}, "
-                             f"got {array.dtype} {array.shape}")
-    return array
