@@ -4,8 +4,8 @@ Four rooms: :mod:`~engine.search.vectorindex.scoring` (the K x K rule in numpy, 
 :mod:`~engine.search.vectorindex.ann` (the approximate faiss backends: HNSW, IVF, both),
 :mod:`~engine.search.vectorindex.stored` (one consistent view of the stored rows, the lookups made for it, the
 files' header and arrays read back) and :mod:`~engine.search.vectorindex.index` (:class:`MultiVectorIndex`: exact
-and approximate search over the stored vectors, adding, removing, saving and loading). The measurements behind the defaults are in docs/benchmarks.md
-("The vector index's approximate search").
+and approximate search over the stored vectors, adding, removing, saving and loading). The measurements behind
+the defaults are in docs/benchmarks.md ("The vector index's approximate search").
 """
 
 from engine.search.vectorindex.ann import AnnParams, principal_projection, search_ef, set_faiss_threads
