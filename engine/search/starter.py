@@ -3,14 +3,17 @@ user writes a single caption.
 
 A new library is given it once: :func:`offer_starter` copies the shipped folder into the models folder (where
 retrains read it with ``--init-from``), registers it as :data:`STARTER_NAME` and activates it when no model is
-active. A library that already has it registered is left alone, so a user who switched to zero-shot ranking
-stays there. ``POLYSEEK_STARTER=off`` turns the offer off (the test suite does, to test zero-shot ranking).
+active. A library that already has it registered keeps it (its retrains started from it, and a user who switched to
+zero-shot ranking stays there); when a later release ships other weights, those are registered beside it under
+their installed folder's name (``starter-<digest>``), listed but not activated: the user moves to them.
+``POLYSEEK_STARTER=off`` turns the offer off (the test suite does, to test zero-shot ranking).
 
 How it was made and how to rebuild it: ``tools/build_starter.py`` and its ``starter.json``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -48,7 +51,15 @@ ADDED_LATER = ("caption_words.json",)  # shipped after a starter with the same w
 
 def installed_name(shipped: Path) -> str:
     """The installed copy's folder name: the starter's name and its weights' digest."""
-    digest = hashlib.blake2b((shipped / "model.safetensors").read_bytes(), digest_size=6).hexdigest()
+    weights = shipped / "model.safetensors"
+    stat = weights.stat()
+    return _installed_name(weights, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _installed_name(weights: Path, size: int, mtime_ns: int) -> str:
+    """Digest of the weights, once per file version and process (every library open asks)."""
+    digest = hashlib.blake2b(weights.read_bytes(), digest_size=6).hexdigest()
     return f"{STARTER_NAME}-{digest}"
 
 
@@ -94,9 +105,12 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
     registered = next((m for m in catalog.models() if m.name == STARTER_NAME), None)
     if registered is not None:
         folder = Path(registered.path)
-        lacking = shipped is not None and not all((folder / name).is_file() for name in ADDED_LATER)
-        if lacking and folder.name == installed_name(shipped):  # the same weights: hashed only when a file lacks
+        if shipped is None:
+            return STARTER_NAME
+        if folder.name == installed_name(shipped):  # the same weights
             _top_up(shipped, folder)
+        else:
+            _list_newer(catalog, shipped, register)
         return STARTER_NAME
     if shipped is None:
         return None
@@ -112,6 +126,22 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
     if catalog.active_model() is None:
         activate(name)
     return name
+
+
+def _list_newer(catalog: Catalog, shipped: Path, register: Callable[[Path, str], str]) -> None:
+    """A release's starter with other weights than the library's own: installed and registered under its folder's
+    name, not activated (once; nothing happens when it is already listed or cannot be used here)."""
+    name = installed_name(shipped)
+    if any(m.name == name for m in catalog.models()):
+        return
+    try:
+        register(installed_starter(shipped), name)
+    except AssetsMissing:
+        return
+    except Exception as exc:  # noqa: BLE001 - the library keeps its own starter
+        log.warning("the newer starter model could not be listed (%s)", exc)
+        return
+    log.info("a newer starter model is listed as %s (the library's active model is unchanged)", name)
 
 
 def starter_record(folder: Path) -> dict:

@@ -199,3 +199,39 @@ def test_a_first_start_offers_the_starter_again_once_the_assets_are_ready(tmp_pa
     ready["assets"] = True
     assert starter.offer_starter(catalog, register, activate) == starter.STARTER_NAME
     assert catalog.active == starter.STARTER_NAME
+
+
+def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(assets_dir, monkeypatch, tmp_path):
+    """A library keeps the starter it began with (its retrains started there); a release shipping other weights
+    gets its starter registered beside it, not activated, once."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from engine.search import starter
+    from engine.service import SearchService
+
+    monkeypatch.setenv("POLYSEEK_STARTER", "on")
+    service = SearchService.open("upgraded", assets_dir)
+    service.close()
+    newer = tmp_path / "release-2" / "starter"
+    shutil.copytree(shipped_starter(), newer)
+    weights = load_file(newer / "model.safetensors")
+    first = sorted(weights)[0]
+    weights[first] = weights[first] + 1
+    save_file(weights, newer / "model.safetensors")
+    monkeypatch.setattr(starter, "shipped_starter", lambda: newer)
+    for _ in range(2):  # the second open finds it listed already
+        service = SearchService.open("upgraded", assets_dir)
+        try:
+            names = [m.name for m in service.models()]
+            assert service.catalog.active_model().name == STARTER_NAME  # unchanged
+            assert names.count(starter.installed_name(newer)) == 1 and STARTER_NAME in names
+        finally:
+            service.close()
+    service = SearchService.open("another", assets_dir)  # a new library begins with the release's starter
+    try:
+        assert service.catalog.active_model().name == STARTER_NAME
+        assert Path(service.catalog.active_model().path).name == starter.installed_name(newer)
+    finally:
+        service.close()
