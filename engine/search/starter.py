@@ -132,7 +132,8 @@ def _list_newer(catalog: Catalog, shipped: Path, register: Callable[[Path, str],
     """A release's starter with other weights than the library's own: installed and registered under its folder's
     name, not activated (once; nothing happens when it is already listed or cannot be used here)."""
     name = installed_name(shipped)
-    if any(m.name == name for m in catalog.models()):
+    folder = (paths.models_dir() / name).resolve()
+    if any(m.name == name or Path(m.path).resolve() == folder for m in catalog.models()):  # listed (or renamed)
         return
     try:
         register(installed_starter(shipped), name)

@@ -229,6 +229,16 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
             assert names.count(starter.installed_name(newer)) == 1 and STARTER_NAME in names
         finally:
             service.close()
+    service = SearchService.open("upgraded", assets_dir)
+    try:
+        service.rename_model(starter.installed_name(newer), "the new starter")  # a renamed one is not listed again
+    finally:
+        service.close()
+    service = SearchService.open("upgraded", assets_dir)
+    try:
+        assert len(service.models()) == len(names)
+    finally:
+        service.close()
     service = SearchService.open("another", assets_dir)  # a new library begins with the release's starter
     try:
         assert service.catalog.active_model().name == STARTER_NAME
