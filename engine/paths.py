@@ -87,6 +87,13 @@ def models_dir() -> Path:
     return home() / "models"
 
 
+def shipped_starter_dir() -> Path:
+    """Where this installation's starter model ships (``resources/models/starter``; it may be absent)."""
+    import resources
+
+    return Path(resources.__file__).resolve().parent / "models" / "starter"
+
+
 def settings_path() -> Path:
     """The engine's own settings (JSON)."""
     return settings_file("settings.json")

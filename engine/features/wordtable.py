@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import paths
 from engine.files import atomic_write_bytes, content_hash
 from engine.progress import CancelToken, Progress
 
@@ -58,16 +59,10 @@ def common_words(root: Path, n: int = VOCABULARY) -> list[str]:
     from engine.features.vocabulary import read_caption_words
 
     words = (root / "glove" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:n]
-    captions = read_caption_words(_shipped_starter()) if _shipped_starter() is not None else None
+    starter = paths.shipped_starter_dir()
+    captions = read_caption_words(starter) if starter.is_dir() else None
     words += sorted(captions[0]) if captions is not None else []
     return list(dict.fromkeys(w for w in words if content_words(w) == [w]))
-
-
-def _shipped_starter() -> Path | None:
-    import resources
-
-    folder = Path(resources.__file__).resolve().parent / "models" / "starter"
-    return folder if folder.is_dir() else None
 
 
 def build_table(root: Path, encode: Encode, words: list[str] | None = None,
@@ -93,8 +88,6 @@ def own_assets() -> Path | None:
     """The app's own assets folder, where the table is built when missing (the first indexing, the CLI's first
     use); None when ``POLYSEEK_HOME`` or ``POLYSEEK_ASSETS`` names a folder (tests, benchmarks and shared sets are
     used as they are: ``polyseek prepare`` or :func:`ensure_table` builds theirs)."""
-    from engine import paths
-
     if os.environ.get("POLYSEEK_ASSETS") or os.environ.get("POLYSEEK_HOME"):
         return None
     return paths.assets_dir()

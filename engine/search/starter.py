@@ -36,9 +36,7 @@ RECORD_FILE = "starter.json"
 
 def shipped_starter() -> Path | None:
     """The starter model folder that ships with the app, or None when this installation has none."""
-    import resources
-
-    folder = Path(resources.__file__).resolve().parent / "models" / "starter"
+    folder = paths.shipped_starter_dir()
     return folder if (folder / "onnx" / "manifest.json").is_file() else None
 
 
@@ -107,7 +105,7 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
         folder = Path(registered.path)
         if shipped is None:
             return STARTER_NAME
-        if folder.name == installed_name(shipped):  # the same weights
+        if _copied_from(folder, shipped) or folder.name == installed_name(shipped):  # the same weights
             _top_up(shipped, folder)
         else:
             _list_newer(catalog, shipped, register)
@@ -126,6 +124,16 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
     if catalog.active_model() is None:
         activate(name)
     return name
+
+
+def _copied_from(installed: Path, shipped: Path) -> bool:
+    """True when ``installed`` holds a copy of ``shipped``'s weights as :func:`installed_starter` made it (same size
+    and modification time: the copy keeps it), so a library's open need not hash 14 MB to know."""
+    try:
+        a, b = (installed / "model.safetensors").stat(), (shipped / "model.safetensors").stat()
+    except OSError:
+        return False
+    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)
 
 
 def _list_newer(catalog: Catalog, shipped: Path, register: Callable[[Path, str], str]) -> None:

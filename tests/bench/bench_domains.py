@@ -68,6 +68,19 @@ def domains(data: Path) -> dict[str, tuple[Path, list[str], dict[str, list[str]]
     return out
 
 
+def use_home(home: Path, data: Path, starter: bool = False) -> bool:
+    """Point the engine at the benchmark's ``POLYSEEK_HOME`` (``starter``: new libraries get the shipped starter);
+    False, with a line saying so, when the datasets folder ``data`` is absent."""
+    if not data.is_dir():
+        print(f"skipped: {data} is absent (the benchmark needs ../shared/datasets)")
+        return False
+    os.environ["POLYSEEK_HOME"] = str(home)
+    if starter:
+        os.environ["POLYSEEK_STARTER"] = "on"
+    home.mkdir(parents=True, exist_ok=True)
+    return True
+
+
 MODEL_DIR: Path | None = None  # --model: a model folder searched with instead of the shipped starter
 
 
@@ -212,11 +225,8 @@ def main() -> int:
     args = parser.parse_args()
     global MODEL_DIR
     MODEL_DIR = args.model.resolve() if args.model else None
-    if not args.data.is_dir():
-        print(f"skipped: {args.data} is absent (the benchmark needs ../shared/datasets)")
+    if not use_home(args.home, args.data):
         return 0
-    os.environ["POLYSEEK_HOME"] = str(args.home)
-    args.home.mkdir(parents=True, exist_ok=True)
     sets = domains(args.data)
     names = list(args.domains)
     if args.sweep:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -84,7 +83,7 @@ def variants(confidence: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
 
 
 def main() -> int:
-    from tests.bench.bench_domains import domains
+    from tests.bench.bench_domains import domains, use_home
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True)
@@ -92,10 +91,8 @@ def main() -> int:
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "fusion-variants.md")
     args = parser.parse_args()
-    if not args.data.is_dir():
-        print(f"skipped: {args.data} is absent (the benchmark needs ../shared/datasets)")
+    if not use_home(args.home, args.data):
         return 0
-    os.environ["POLYSEEK_HOME"] = str(args.home)
     sets = domains(args.data)
     columns = {name: score_columns(args.home, name, args.tag, sets) for name in (*TRAIN, *DEV)}
     names = list(variants(np.zeros(1)))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import shlex
@@ -203,12 +202,10 @@ def main() -> int:
     parser.add_argument("--trainer-args", default="", help="extra trainer options of that retrain, one string, e.g. "
                         "'--finetune-epochs 4 --finetune-blocks 0 --text-layers 2' (default: the app's recipe)")
     args = parser.parse_args()
-    if not args.data.is_dir():
-        print(f"skipped: {args.data} is absent")
+    from tests.bench.bench_domains import open_library, use_home
+
+    if not use_home(args.home, args.data, starter=True):
         return 0
-    os.environ["POLYSEEK_HOME"] = str(args.home)
-    os.environ["POLYSEEK_STARTER"] = "on"
-    from tests.bench.bench_domains import open_library
 
     if args.general:
         record = general(args.home, args.data, args.split, args.tag, args.spread_shares)

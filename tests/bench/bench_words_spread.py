@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -153,12 +152,10 @@ def main() -> int:
     parser.add_argument("--model", default="starter", help="the dogs' library's model (default the starter)")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "words-spread-train-slice.json")
     args = parser.parse_args()
-    if not args.data.is_dir():
-        print(f"skipped: {args.data} is absent")
+    from tests.bench.bench_domains import open_library, use_home
+
+    if not use_home(args.home, args.data, starter=True):
         return 0
-    os.environ["POLYSEEK_HOME"] = str(args.home)
-    os.environ["POLYSEEK_STARTER"] = "on"
-    from tests.bench.bench_domains import open_library
     from tests.bench.bench_words import caption_hundred, dog_photos, name_dogs
 
     files, caps, dogs = dog_photos(args.data, "train-slice")
