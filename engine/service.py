@@ -229,10 +229,12 @@ class SearchService:
         """The items that best match a sentence, best first: the active model, the zero-shot semantics and the
         user's own words in one ranking (:mod:`engine.search.evidence`); ``kind`` / ``folder`` keep only the
         items of that kind / under that library folder (ranked among the whole library)."""
+        from engine.search import calibration
+
         text = text.strip()
         if not text:
             return []
-        if min_probability is not None:
+        if min_probability is not None and calibration.load("model") is None:
             trained = self.active_trained()
             if trained is not None and not trained.carries_evidence(text):
                 return []  # no word the model knows: nothing to believe, whatever its weights answer (#29)
@@ -251,7 +253,7 @@ class SearchService:
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
         from engine.features.regional import content_words
-        from engine.search import evidence
+        from engine.search import calibration, evidence
         from engine.search.vectorindex.scoring import normalise
         from engine.search.words import WordsMatch, spread
 
@@ -278,16 +280,28 @@ class SearchService:
             if "model" in self.evidence:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
         shared = spread(match.labels, self._neighbours, novelty) if match.labels else {}
-        positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
-        named = np.array([*positive, *match.rejected], np.int64)
+        named = np.array([*shared, *match.positive, *match.rejected], np.int64)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
-        words_arr = evidence.on_rows(positive, ids, rows)
-        rejected = evidence.on_rows(match.rejected, ids, rows)
-        content = set(content_words(text))
-        share = sum(novelty.get(w, 0.0) for w in content) / len(content) if content else 0.0
-        ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
-                                rejected if match.rejected else None, user_share=share)
+        user = evidence.UserEvidence(*(evidence.on_rows(v, ids, rows) for v in
+                                       (match.lexical, match.semantic, shared, match.rejected)))
+        content = content_words(text)
+        share = sum(novelty.get(w, 0.0) for w in set(content)) / len(set(content)) if content else 0.0
+        calibrated = calibration.load("model" if "model" in dense else "zero_shot")
+        if calibrated is None:  # no fitted parameters: the hand-set sum of z-scores (before #40)
+            positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
+            words_arr = evidence.on_rows(positive, ids, rows)
+            ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
+                                    user.rejected if match.rejected else None, user_share=share)
+            return ids, ranking, trained, encoded
+        counts = trained.caption_words if "model" in dense and trained.caption_words is not None else None
+        familiar = calibration.familiarity(content, counts[0] if counts else None, self._knows)
+        ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
+                                familiar=familiar, n_items=len(ids))
         return ids, ranking, trained, encoded
+
+    def _knows(self, word: str) -> bool:
+        """Whether ``word`` is English (the GloVe vocabulary): the zero-shot ranking's familiarity."""
+        return self.encoders.glove.knows(word)
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
                      min_probability: float | None, scope: np.ndarray | None = None) -> list[SearchHit]:
@@ -299,8 +313,17 @@ class SearchService:
         if scope is not None:
             order = order[np.isin(ids[ranking.rows[order]], scope)]
         probabilistic = trained is not None and encoded is not None and trained.runner.probabilistic
+        calibrated = ranking.parts.get("probability")
         picked: list[tuple[int, float, float | None, float | None]] = []  # (position, score, prob, uncertainty)
-        if not probabilistic:
+        if calibrated is not None:  # one calibrated probability for every model (#40); PCME adds its sigma
+            if min_probability is not None:
+                order = order[calibrated[order] >= min_probability]
+            chosen = order[offset:offset + top]
+            unc = (trained.match_probability(encoded, ids[ranking.rows[chosen]])[1].tolist()
+                   if probabilistic and len(chosen) else [None] * len(chosen))
+            picked = [(int(p), float(ranking.total[p]), float(calibrated[p]), u)
+                      for p, u in zip(chosen.tolist(), unc, strict=True)]
+        elif not probabilistic:
             picked = [(int(p), float(ranking.total[p]), None, None) for p in order[offset:offset + top]]
         else:
             want, start, kept = offset + top, 0, []
@@ -321,8 +344,9 @@ class SearchService:
             if media is None or media.status == MediaStatus.MISSING:  # gone since the index was loaded
                 continue
             captions, guess = split_captions(texts.get(media.id, ()))
+            word = ranking.calibrated.word(prob) if ranking.calibrated is not None and prob is not None else None
             hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
-                                  ranking.head_pair_of(row), ranking.frame_of(row), guess))
+                                  ranking.head_pair_of(row), ranking.frame_of(row), guess, word))
         return hits
 
     def _neighbours(self, media_ids: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:

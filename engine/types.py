@@ -37,11 +37,12 @@ class SearchHit:
     kind: MediaKind
     score: float
     captions: tuple[str, ...] = ()  # what people wrote (the user's and imported captions)
-    match_probability: float | None = None  # PCME models only
+    match_probability: float | None = None  # calibrated probability that the item is what the query asks (#40)
     uncertainty: float | None = None  # PCME: geometric mean of sigma of the item
     head_pair: tuple[int, int] | None = None  # PVSE: (query head, item head) that matched best
     frame: int | None = None  # a GIF or video: the sampled frame (0..T-1) that matched best
     guess: str | None = None  # the model's own caption (regional semantics), never one of ``captions``
+    match: str | None = None  # the calibrated words for ``match_probability``: "strong", "good" or "weak" (#40)
 
 
 @dataclass(frozen=True, slots=True)

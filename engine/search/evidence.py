@@ -56,6 +56,8 @@ class Ranking:
     parts: dict[str, np.ndarray] = field(default_factory=dict)
     frames: np.ndarray | None = None  # per library row: the frame of a clip that matched best (-1: none)
     head_pairs: np.ndarray | None = None  # per library row: (query head, item head) of the model's best match
+    query: dict[str, float] = field(default_factory=dict)  # the calibration's per-query features (familiar, ...)
+    calibrated: object = None  # the :class:`engine.search.calibration.Calibration` that made ``total`` (or None)
 
     def frame_of(self, row: int) -> int | None:
         if self.frames is None or self.frames[row] < 0:
@@ -64,6 +66,11 @@ class Ranking:
 
     def head_pair_of(self, row: int) -> tuple[int, int] | None:
         return None if self.head_pairs is None else (int(self.head_pairs[row, 0]), int(self.head_pairs[row, 1]))
+
+    def probability_of(self, position: int) -> float | None:
+        """The calibrated match probability at ``position`` of ``rows`` (None: an uncalibrated ranking)."""
+        p = self.parts.get("probability")
+        return None if p is None else float(p[position])
 
     def order(self) -> np.ndarray:
         """Positions into ``rows`` best first (ties by row, so a query always ranks the same way)."""
@@ -91,18 +98,40 @@ def weights(sources: Sequence[str], user_share: float = 0.0) -> dict[str, float]
     return {name: 1.0 for name in sources}
 
 
+@dataclass
+class UserEvidence:
+    """What the user wrote, per ranking row (0..1 each; :mod:`engine.search.words`): lexical cover of the query,
+    closeness of meaning, the share passed on by look-alikes, and rejections for this query."""
+
+    lexical: np.ndarray
+    semantic: np.ndarray
+    spread: np.ndarray
+    rejected: np.ndarray
+
+    def any_positive(self) -> bool:
+        return bool(np.any(self.lexical > 0) or np.any(self.semantic > 0) or np.any(self.spread > 0))
+
+
 def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
-         words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0) -> Ranking:
+         words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0,
+         calibrated=None, user: UserEvidence | None = None, familiar: float = 1.0,
+         n_items: int | None = None) -> Ranking:
     """The fused ranking of ``rows`` (a single source alone keeps its own scores): each dense source z-scored
-    (over ``rows``, or over ``sample`` when the rows
-    are candidates of a large library) and summed with :func:`weights`; ``words`` (0..1 per row) adds up to
-    :data:`WORDS`, ``rejected`` (0..1 per row: how close this query is to one the user rejected the item for)
-    removes up to :data:`REJECT`; ``user_share``: see :func:`weights`."""
+    (over ``rows``, or over ``sample`` when the rows are candidates of a large library) and summed with
+    :func:`weights` (``user_share``: see there).
+
+    ``calibrated`` (:class:`engine.search.calibration.Calibration`): the total is the log-odds that the item is what
+    the query asks for, from the dense sum, the model's raw cosine, the query's ``familiar`` share, the library's
+    size ``n_items`` and the ``user`` evidence; ``Ranking.parts["probability"]`` holds it as a probability. Without
+    one (the dense sources alone, or no fitted parameters), ``words`` (0..1 per row) adds up to :data:`WORDS`
+    z-units and ``rejected`` removes up to :data:`REJECT`."""
+    from engine.search import calibration
+
     w = weights(list(dense), user_share)
     model = dense.get("model")
     seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(model, "head_pairs", None)}
-    if len(dense) == 1 and words is None and rejected is None:  # one source: its own scores (e.g. a cosine)
-        (name, source), = dense.items()
+    if len(dense) == 1 and words is None and rejected is None and calibrated is None:
+        (name, source), = dense.items()  # one source: its own scores (e.g. a cosine)
         raw = source.score(rows).astype(np.float32)
         return Ranking(rows, raw, {name: raw}, **seen)
     total = np.zeros(len(rows), np.float32)
@@ -114,6 +143,25 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         reference = source.score(sample) if sample is not None else None
         parts[name] = raw
         total += w[name] * standardise(raw, reference)
+    if calibrated is not None:
+        parts["dense"] = total
+        known = total * np.float32(familiar)
+        features = {"dense": total, "dense_known": known, "dense_high": np.maximum(known - calibration.HIGH, 0.0),
+                    "familiar": calibration.familiar_feature(familiar),
+                    "log_items": calibration.log_items(n_items if n_items is not None else len(rows))}
+        if "model" in parts:
+            features["model_cos"] = parts["model"]
+        if user is not None:
+            features.update(lexical=user.lexical, semantic=user.semantic, spread=user.spread)
+            parts.update(lexical=user.lexical, semantic=user.semantic, spread=user.spread)
+        logit = calibrated.logit(features, len(rows))
+        if user is not None and np.any(user.rejected > 0):
+            parts["rejected"] = user.rejected
+            logit = calibration.with_rejection(logit, user.rejected)
+        parts["probability"] = calibration.sigmoid(logit)
+        return Ranking(rows, logit, parts, **seen,
+                       query={"familiar": float(features["familiar"]), "share": float(familiar),
+                              "log_items": float(features["log_items"])}, calibrated=calibrated)
     if words is not None:
         parts["words"] = words
         total += WORDS * words.astype(np.float32)

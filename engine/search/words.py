@@ -4,14 +4,15 @@ Texts per item: the user's and imported captions and the queries they accepted t
 never count); the queries they rejected it for, apart. For one query:
 
 - *lexical*: SQLite FTS5 (porter stemming over unicode61 tokens, through sqlite-utils) finds the items whose
-  texts contain each content word of the query; an item's lexical evidence is the share of the query's
-  informative words it contains, each word weighted by its inverse document frequency among the items that have
-  texts (a name written on 16 photos weighs more than "the dog" written on 300), over the words that occur in
-  any text at all (a word nobody wrote is left to the other sources);
+  texts contain each content word of the query; an item's lexical evidence is the share of the *whole* query it
+  covers: the query's informative words, each weighted by its inverse document frequency among the items that
+  have texts (a name written on 16 photos weighs more than "the dog" written on 300), a word nobody wrote
+  weighing as much as one written on a single item. One shared word of four is a quarter, not a match (#40);
 - *semantic*: MiniLM cosine between the query and each text, mapped linearly from ``SEM_FLOOR`` (nothing) to
   ``SEM_FULL`` (a paraphrase: full evidence);
-- an item's evidence is the larger of the two, in 0..1; *rejected* evidence is the same measure against the
-  queries the item was rejected for.
+- both stay apart (:class:`WordsMatch`): the calibrated ranking (:mod:`engine.search.calibration`) weighs each
+  by what it was worth on train-side scenarios; ``positive`` keeps the larger of the two, in 0..1, for the
+  inspector; *rejected* evidence is the larger of the two against the queries the item was rejected for.
 
 Spread (:func:`spread`): an item that looks like one that carries evidence gets a share of it, decaying with its
 rank among the look-alikes of that item (:class:`LookAlikes`: the backbone's global features, centred on the
@@ -55,11 +56,14 @@ def query_terms(text: str) -> list[str]:
 @dataclass(frozen=True)
 class WordsMatch:
     """Evidence per item (media id -> 0..1) for one query; ``labels``: each query word the user wrote somewhere,
-    with its share of the query's informative words and the items it is written on (what :func:`spread` reads)."""
+    with its share of the query's informative words and the items it is written on (what :func:`spread` reads);
+    ``lexical`` / ``semantic``: the two measures apart (``positive`` is the larger, per item)."""
 
     positive: dict[int, float]
     rejected: dict[int, float]
     labels: dict[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
+    lexical: dict[int, float] = field(default_factory=dict)
+    semantic: dict[int, float] = field(default_factory=dict)
 
 
 class UserWords:
@@ -97,34 +101,42 @@ class UserWords:
         """Evidence of every item with texts for a query (its MiniLM embedding ``sentence``, unit length)."""
         if not len(self):
             return WordsMatch({}, {})
-        evidence = np.zeros(len(self.texts), np.float32)
+        lexical = np.zeros(len(self.texts), np.float32)
         labels: dict[str, tuple[float, tuple[int, ...]]] = {}
         terms = query_terms(text)
         if terms:
             hits = {t: self._rows_with(t) for t in terms}
+            unwritten = math.log(1.0 + self._items)  # a word nobody wrote weighs as one written on a single item
             weights = {}
             for term, rows in hits.items():
                 items = len(set(self.media[rows].tolist())) if len(rows) else 0
-                if items:
-                    weights[term] = math.log(1.0 + self._items / items)
+                weights[term] = math.log(1.0 + self._items / items) if items else unwritten
             total = sum(weights.values())
-            if total > 0:
-                for term, weight in weights.items():
-                    evidence[hits[term]] += weight / total
-                    rows = hits[term][~self.rejected[hits[term]]]
-                    labels[term] = (weight / total, tuple(sorted(set(self.media[rows].tolist()))))
+            for term, weight in weights.items():
+                if not len(hits[term]):
+                    continue
+                lexical[hits[term]] += weight / total
+                rows = hits[term][~self.rejected[hits[term]]]
+                labels[term] = (weight / total, tuple(sorted(set(self.media[rows].tolist()))))
         semantic = self._embeddings @ sentence.astype(np.float32)
         semantic = np.clip((semantic - SEM_FLOOR) / (SEM_FULL - SEM_FLOOR), 0.0, 1.0)
-        evidence = np.maximum(np.minimum(evidence, 1.0), semantic)
+        lexical = np.minimum(lexical, 1.0)
+        evidence = np.maximum(lexical, semantic)
         positive: dict[int, float] = {}
         rejected: dict[int, float] = {}
-        for media_id, value, is_rejection in zip(self.media.tolist(), evidence.tolist(), self.rejected.tolist(),
-                                                 strict=True):
+        apart: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        for media_id, value, lex, sem, is_rejection in zip(self.media.tolist(), evidence.tolist(), lexical.tolist(),
+                                                           semantic.tolist(), self.rejected.tolist(), strict=True):
             if value <= 0:
                 continue
-            target = rejected if is_rejection else positive
-            target[media_id] = max(target.get(media_id, 0.0), value)
-        return WordsMatch(positive, rejected, labels)
+            if is_rejection:
+                rejected[media_id] = max(rejected.get(media_id, 0.0), value)
+                continue
+            positive[media_id] = max(positive.get(media_id, 0.0), value)
+            for kept, v in zip(apart, (lex, sem), strict=True):
+                if v > 0:
+                    kept[media_id] = max(kept.get(media_id, 0.0), v)
+        return WordsMatch(positive, rejected, labels, *apart)
 
 
 def spread(labels: dict[str, tuple[float, tuple[int, ...]]],

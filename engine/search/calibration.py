@@ -1,0 +1,148 @@
+"""One calibrated scale for every kind of evidence (issue #40): the probability that an item is what a query asks for.
+
+The ranking's evidence (:mod:`engine.search.evidence`) becomes a handful of features per (query, item):
+
+- ``dense``: the model and the zero-shot semantics, z-scored over the library and summed with their weights (the
+  order of today's fused ranking, unchanged where the user wrote nothing); ``dense_known``: the same times the
+  query's familiar share (an item's z-score for words the model never read is noise, whatever its size), and
+  ``dense_high``: its hinge above :data:`HIGH` (the very top of a ranking is less sure than a line says);
+- ``model_cos``: the trained model's raw cosine (an absolute scale: a query whose best item is far is unlikely to
+  have a match, whatever its z-scores say);
+- ``familiar``: how much of the query the model has read words of (1 - :func:`engine.features.vocabulary.novelty`
+  of each content word in the model's training captions; without a model, whether the word is English at all),
+  on a log scale (:func:`familiar_feature`): made-up words carry no evidence, and an item's z-score for them is
+  noise;
+- ``log_items``: the library's size (the chance that any one item is *the* item falls with it);
+- ``lexical``, ``semantic``, ``spread``: the user's words (:mod:`engine.search.words`): how much of the whole query
+  an item's captions cover, how close they are in meaning, and the share its look-alikes pass on.
+
+A logistic model over them (coefficients fitted on held-aside *train-side* libraries, never dev:
+``tools/fit_calibration.py``, with the situations users create: ordinary captions on other items, names,
+nonsense queries) gives a log-odds per item; a rejection for this very query multiplies the probability by
+``1 - rejected``. Both the ranking and the words a result is described by (strong / good / weak, a percentage) are
+that probability, so a search where nothing is likely to match says so.
+
+The fitted parameters ship in ``resources/calibration.json``, one set for a trained model and one for zero-shot
+ranking, each saying what it was fitted on.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FEATURES = ("dense", "dense_known", "dense_high", "model_cos", "familiar", "log_items", "lexical", "semantic",
+            "spread")
+HIGH = 2.0  # where the hinge feature dense_high starts (z-units of the known dense sum)
+FILE = "calibration.json"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted logistic model: log-odds = ``intercept + sum(coef[f] * feature f)``; ``strong`` / ``good``: the
+    probabilities at which a match is called strong / good (chosen on the same train-side data)."""
+
+    coef: dict[str, float]
+    intercept: float
+    strong: float
+    good: float
+    fitted_on: str = ""
+
+    def logit(self, features: dict[str, np.ndarray | float], n: int) -> np.ndarray:
+        """Log-odds (n,) from per-item arrays or per-query numbers; a feature not given counts 0."""
+        out = np.full(n, self.intercept, np.float64)
+        for name, weight in self.coef.items():
+            value = features.get(name)
+            if value is not None and weight:
+                out += weight * np.asarray(value, np.float64)
+        return out.astype(np.float32)
+
+    def word(self, p: float) -> str:
+        """"strong", "good" or "weak" for a match probability."""
+        return "strong" if p >= self.strong else "good" if p >= self.good else "weak"
+
+    def to_dict(self) -> dict:
+        return {"coef": {k: round(float(v), 6) for k, v in self.coef.items()}, "intercept": round(self.intercept, 6),
+                "strong": self.strong, "good": self.good, "fitted_on": self.fitted_on}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Calibration:
+        coef = {str(k): float(v) for k, v in data["coef"].items()}
+        unknown = set(coef) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"calibration names unknown features {sorted(unknown)}")
+        return cls(coef, float(data["intercept"]), float(data["strong"]), float(data["good"]),
+                   str(data.get("fitted_on", "")))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-np.clip(np.asarray(x, np.float64), -60, 60)))).astype(np.float32)
+
+
+def with_rejection(logit: np.ndarray, rejected: np.ndarray | None) -> np.ndarray:
+    """Log-odds of ``p * (1 - rejected)``: a result rejected for this very query (1) has no chance left, one
+    rejected for a paraphrase keeps what the paraphrase leaves."""
+    if rejected is None or not np.any(rejected > 0):
+        return logit
+    p = sigmoid(logit).astype(np.float64) * (1.0 - np.clip(rejected.astype(np.float64), 0.0, 1.0))
+    p = np.clip(p, 1e-12, 1 - 1e-7)
+    return np.log(p / (1 - p)).astype(np.float32)
+
+
+def shipped_path() -> Path:
+    import resources
+
+    return Path(resources.__file__).resolve().parent / FILE
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def load(kind: str, path: Path | None = None) -> Calibration | None:
+    """The shipped calibration for ``kind`` ("model": any trained model; "zero_shot": no model), or None where
+    the file or the entry is missing or unreadable (the ranking then sums z-scores as before #40)."""
+    try:
+        data = _read(str(path or shipped_path()))
+        return Calibration.from_dict(data[kind])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def familiarity(words: list[str], counts: dict[str, int] | None, knows) -> float:
+    """How much of a query's content ``words`` a ranking has read (0..1, their mean): with a model's training
+    caption counts, ``1 - novelty`` of each; without, whether ``knows(word)`` (an English word)."""
+    if not words:
+        return 0.0
+    if counts is not None:
+        from engine.features.vocabulary import novelty
+
+        return float(np.mean([1.0 - novelty(counts.get(w, 0)) for w in words]))
+    return float(np.mean([1.0 if knows(w) else 0.0 for w in words]))
+
+
+FAMILIAR_FLOOR = 0.05  # the familiar feature is log(floor + share): made-up words stand far below a rare real word
+
+
+def familiar_feature(share: float) -> float:
+    """The ``familiar`` feature of a query whose content words the ranking has read ``share`` of
+    (:func:`familiarity`): its log, so that a query of made-up words (0) stands apart from one with a rare word
+    among common ones (0.8), which is as likely as any to have a match."""
+    return math.log(FAMILIAR_FLOOR + max(0.0, min(1.0, share)))
+
+
+FITTED_ITEMS = (50, 1000)  # the library sizes the size term holds between (the fit's libraries: 500 and 1,000)
+
+
+def log_items(n: int) -> float:
+    """The size feature: log N, held to :data:`FITTED_ITEMS`. The fit's probability is that an item is the one
+    photo a caption was written for (one in N); in a larger library more items fit a description, so beyond the
+    fitted sizes the probability stays that of a 1,000-item library instead of falling as 1 / N."""
+    lo, hi = FITTED_ITEMS
+    return math.log(min(max(int(n), lo), hi))
