@@ -293,15 +293,15 @@ class SearchService:
             ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                     user.rejected if match.rejected else None, user_share=share)
             return ids, ranking, trained, encoded
-        counts = trained.caption_words if "model" in dense and trained.caption_words is not None else None
-        familiar = calibration.familiarity(content, counts[0] if counts else None, self._knows)
+        familiar = calibration.familiarity(content, self._knows)
         ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
                                 familiar=familiar, n_items=len(ids))
         return ids, ranking, trained, encoded
 
     def _knows(self, word: str) -> bool:
-        """Whether ``word`` is English (the GloVe vocabulary): the zero-shot ranking's familiarity."""
-        return self.encoders.glove.knows(word)
+        """Whether ``word`` is a word to the text side (a whole MiniLM token or a GloVe word): the calibration's
+        familiarity (:func:`engine.search.calibration.familiarity`)."""
+        return self.encoders.minilm.knows(word) or self.encoders.glove.knows(word)
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
                      min_probability: float | None, scope: np.ndarray | None = None) -> list[SearchHit]:

@@ -6,15 +6,16 @@ The ranking's evidence (:mod:`engine.search.evidence`) becomes a handful of feat
   order of today's fused ranking, unchanged where the user wrote nothing); ``dense_known``: the same times the
   query's familiar share (an item's z-score for words the model never read is noise, whatever its size), and
   ``dense_high``: its hinge above :data:`HIGH` (the very top of a ranking is less sure than a line says);
-- ``model_cos``: the trained model's raw cosine (an absolute scale: a query whose best item is far is unlikely to
-  have a match, whatever its z-scores say);
-- ``familiar``: how much of the query the model has read words of (1 - :func:`engine.features.vocabulary.novelty`
-  of each content word in the model's training captions; without a model, whether the word is English at all),
-  on a log scale (:func:`familiar_feature`): made-up words carry no evidence, and an item's z-score for them is
-  noise;
+- ``model_cos``: the trained model's raw cosine times the familiar share (an absolute scale: a query whose best
+  item is far is unlikely to have a match, whatever its z-scores say);
+- ``familiar``: the share of the query's content words that are words at all (:func:`familiarity`), on a log
+  scale (:func:`familiar_feature`): made-up words carry no evidence, and an item's z-score for them is noise;
 - ``log_items``: the library's size (the chance that any one item is *the* item falls with it);
 - ``lexical``, ``semantic``, ``spread``: the user's words (:mod:`engine.search.words`): how much of the whole query
-  an item's captions cover, how close they are in meaning, and the share its look-alikes pass on.
+  an item's captions cover, how close they are in meaning, and the share its look-alikes pass on; ``lexical_full``
+  and ``semantic_full``, their hinges above :data:`FULL`: a caption that says what the query says is evidence, one
+  that shares a word or two with it hardly any (on the train side a partial cover of an ordinary caption was no
+  match).
 
 A logistic model over them (coefficients fitted on held-aside *train-side* libraries, never dev:
 ``tools/fit_calibration.py``, with the situations users create: ordinary captions on other items, names,
@@ -36,9 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-FEATURES = ("dense", "dense_known", "dense_high", "model_cos", "familiar", "log_items", "lexical", "semantic",
-            "spread")
+FEATURES = ("dense", "dense_known", "dense_high", "model_cos", "familiar", "log_items", "lexical", "lexical_full",
+            "semantic", "semantic_full", "spread")
 HIGH = 2.0  # where the hinge feature dense_high starts (z-units of the known dense sum)
+FULL = 0.6  # where lexical_full / semantic_full start: a caption that says most of what the query says
 FILE = "calibration.json"
 
 
@@ -80,6 +82,26 @@ class Calibration:
                    str(data.get("fitted_on", "")))
 
 
+def features(dense: np.ndarray, share: float, n_items: int, model_cos: np.ndarray | None = None,
+             lexical: np.ndarray | None = None, semantic: np.ndarray | None = None,
+             spread: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
+    """The features of :data:`FEATURES` from the ranking's evidence (the one place they are made: the search and
+    ``tools/fit_calibration.py`` both call it). ``share``: the query's familiar share (:func:`familiarity`)."""
+    known = np.asarray(dense, np.float32) * np.float32(share)
+    out: dict[str, np.ndarray | float] = {
+        "dense": dense, "dense_known": known, "dense_high": np.maximum(known - HIGH, 0.0),
+        "familiar": familiar_feature(share), "log_items": log_items(n_items)}
+    if model_cos is not None:
+        out["model_cos"] = np.asarray(model_cos, np.float32) * np.float32(share)
+    for name, value in (("lexical", lexical), ("semantic", semantic)):
+        if value is not None:
+            out[name] = value
+            out[name + "_full"] = np.maximum(np.asarray(value, np.float32) - FULL, 0.0) / (1.0 - FULL)
+    if spread is not None:
+        out["spread"] = spread
+    return out
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-np.clip(np.asarray(x, np.float64), -60, 60)))).astype(np.float32)
 
@@ -115,15 +137,12 @@ def load(kind: str, path: Path | None = None) -> Calibration | None:
         return None
 
 
-def familiarity(words: list[str], counts: dict[str, int] | None, knows) -> float:
-    """How much of a query's content ``words`` a ranking has read (0..1, their mean): with a model's training
-    caption counts, ``1 - novelty`` of each; without, whether ``knows(word)`` (an English word)."""
+def familiarity(words: list[str], knows) -> float:
+    """The share of a query's content ``words`` that are words at all to the text side (``knows``: a whole MiniLM
+    token or a GloVe word, :func:`engine.features.text.carries_evidence`): 0 for made-up words. (A model's own
+    training-caption counts were tried first: they made the rare words of web captions look made up.)"""
     if not words:
         return 0.0
-    if counts is not None:
-        from engine.features.vocabulary import novelty
-
-        return float(np.mean([1.0 - novelty(counts.get(w, 0)) for w in words]))
     return float(np.mean([1.0 if knows(w) else 0.0 for w in words]))
 
 
@@ -137,7 +156,7 @@ def familiar_feature(share: float) -> float:
     return math.log(FAMILIAR_FLOOR + max(0.0, min(1.0, share)))
 
 
-FITTED_ITEMS = (50, 1000)  # the library sizes the size term holds between (the fit's libraries: 500 and 1,000)
+FITTED_ITEMS = (100, 1000)  # the library sizes the size term holds between (the fit's libraries: 500 and 1,000)
 
 
 def log_items(n: int) -> float:

@@ -145,15 +145,10 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         total += w[name] * standardise(raw, reference)
     if calibrated is not None:
         parts["dense"] = total
-        known = total * np.float32(familiar)
-        features = {"dense": total, "dense_known": known, "dense_high": np.maximum(known - calibration.HIGH, 0.0),
-                    "familiar": calibration.familiar_feature(familiar),
-                    "log_items": calibration.log_items(n_items if n_items is not None else len(rows))}
-        if "model" in parts:
-            features["model_cos"] = parts["model"]
-        if user is not None:
-            features.update(lexical=user.lexical, semantic=user.semantic, spread=user.spread)
-            parts.update(lexical=user.lexical, semantic=user.semantic, spread=user.spread)
+        words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread}
+        features = calibration.features(total, familiar, n_items if n_items is not None else len(rows),
+                                        parts.get("model"), **words)
+        parts.update(words)
         logit = calibrated.logit(features, len(rows))
         if user is not None and np.any(user.rejected > 0):
             parts["rejected"] = user.rejected
