@@ -68,7 +68,8 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     assert service.catalog.get_embeddings(vse_id)[1].shape[1] == 1
     assert service.catalog.get_embeddings(record.id)[1].shape == vectors.shape  # untouched by the switch
     service.set_active_model("zero-shot")
-    assert service.search_text("a red square")[0].match_probability is None
+    first = service.search_text("a red square")[0]  # zero-shot ranking is calibrated too (#40)
+    assert 0.0 <= first.match_probability <= 1.0 and first.match in ("strong", "good", "weak")
 
 
 def test_explain_with_a_trained_model_gives_normalised_maps_of_the_right_shapes(service, tmp_path):
@@ -92,13 +93,15 @@ def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff
     probabilities = [h.match_probability for h in hits]
     assert all(0.0 <= p <= 1.0 for p in probabilities)
     # ranked by the cosine of the means (the score every kind of evidence is fused on), each hit with the
-    # model's own match probability (PCME eq. 2)
+    # calibrated probability of the ranking (#40: the same scale for every model, falling with the rank); the
+    # model's own match probability (PCME eq. 2) is the explanation's
     trained = service.active_trained()
     query, _ = trained.encode_text(["a blue picture"])
     cosines, _, _ = trained.score_ids(query, np.array([h.media_id for h in hits]))
     assert list(cosines) == sorted(cosines, reverse=True)
-    expected, _ = trained.match_probability(query, np.array([h.media_id for h in hits]))
-    assert np.allclose(probabilities, expected)
+    assert probabilities == sorted(probabilities, reverse=True)
+    expected, _ = trained.match_probability(query, np.array([hits[0].media_id]))
+    assert service.explain("a blue picture", hits[0].media_id).match_probability == pytest.approx(expected[0])
     assert all(h.uncertainty is not None and h.uncertainty > 0 for h in hits)
     cut = sorted(probabilities)[len(probabilities) // 2]
     kept = service.search_text("a blue picture", top=10, min_probability=cut)
@@ -169,10 +172,14 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
         list(service.index_paths([folder]))
         service.set_active_model(str(tmp_path / "pcme-toy"))
         own, others = [], []
+        trained = service.active_trained()
         for line in (folder / "captions.tsv").read_text().splitlines()[1:]:
             file, caption = line.split("\t")
-            for hit in service.search_text(caption, top=24):
-                (own if Path(hit.path).name == Path(file).name else others).append(hit.match_probability)
+            hits = service.search_text(caption, top=24)
+            query, _ = trained.encode_text([caption])
+            model_p, _ = trained.match_probability(query, np.array([h.media_id for h in hits]))  # PCME eq. 2
+            for hit, p in zip(hits, model_p.tolist(), strict=True):
+                (own if Path(hit.path).name == Path(file).name else others).append(p)
         assert len(own) == 48 and float(np.median(own)) >= 0.5, own
         assert float(np.median(others)) <= 0.05
         believed = service.search_text("a large green triangle on a white background", top=5, min_probability=0.0)
@@ -181,7 +188,7 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
         for nonsense in ("zxqv blorf", "Zxqv, blorf!", "the zxqv of a blorf"):
             assert not service.query_carries_evidence(nonsense)
             assert service.search_text(nonsense, top=5, min_probability=0.5) == []
-            assert service.search_text(nonsense, top=5, min_probability=0.0) == []  # no cutoff lets it through
+            assert all(h.match == "weak" for h in service.search_text(nonsense, top=5))  # the calibrated words
         assert len(service.search_text("zxqv blorf", top=5)) == 5  # without a cutoff: a ranking, as asked
     finally:
         service.close()
@@ -281,13 +288,19 @@ def test_a_query_carries_evidence_when_the_models_text_encoder_knows_one_of_its_
     assert not carries_evidence("wug", minilm)  # wu ##g
 
 
-def test_a_cutoff_search_with_no_known_word_returns_nothing_for_any_probabilistic_model(service, tmp_path):
-    """Exact, whatever the weights: an untrained PCME (GloVe) model under any cutoff, even 0."""
-    service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme")))
-    assert service.search_text("a blue picture", top=10, min_probability=0.0)
-    assert not service.query_carries_evidence("zxqv blorf")
-    assert service.search_text("zxqv blorf", top=10, min_probability=0.0) == []
-    assert len(service.search_text("zxqv blorf", top=10)) == 7  # no cutoff: the ranking asked for
+def test_a_search_with_no_known_word_finds_no_good_match_under_any_model(service, tmp_path):
+    """Whatever the weights (#40): words the text side does not know carry no evidence, so every hit of a
+    made-up query is weak and a cutoff at "good" returns nothing, for a PCME model as for any other."""
+    from engine.search import calibration
+
+    good = calibration.load("model").good
+    for model in (export_untrained("pcme", tmp_path / "pcme"), export_untrained("vse", tmp_path / "vse")):
+        service.set_active_model(str(model))
+        assert service.search_text("a blue picture", top=10, min_probability=0.0)
+        assert not service.query_carries_evidence("zxqv blorf")
+        assert service.search_text("zxqv blorf", top=10, min_probability=good) == []
+        hits = service.search_text("zxqv blorf", top=10)
+        assert len(hits) == 7 and all(h.match == "weak" for h in hits)  # no cutoff: the ranking asked for
     service.set_active_model("zero-shot")
     assert service.query_carries_evidence("zxqv blorf")  # zero-shot search has no cutoff to apply it to
 

@@ -1,0 +1,120 @@
+"""The calibrated ranking's rules (issue #40, engine/search/calibration.py), on the shipped parameters.
+
+What is pinned: a caption that shares one word of a four-word query does not outrank the model's clear best
+match, while a caption that says what the query says does; a rejection removes; made-up words find no good match;
+a name the user wrote still finds its items; the lexical cover counts the whole query.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.search import calibration, evidence
+from engine.search.words import UserWords
+from engine.service import SearchService
+from tests.mediagen import make_jpeg
+
+N = 40
+
+
+def _ranking(lexical: dict[int, float], semantic: dict[int, float] | None = None,
+             rejected: dict[int, float] | None = None, familiar: float = 1.0) -> evidence.Ranking:
+    """A 40-item library whose model clearly prefers item 0 (cosine 0.45 against 0.10 +- 0.03)."""
+    rng = np.random.default_rng(0)
+    cos = rng.normal(0.10, 0.03, N).astype(np.float32)
+    cos[0] = 0.45
+
+    def column(values: dict[int, float] | None) -> np.ndarray:
+        out = np.zeros(N, np.float32)
+        for row, value in (values or {}).items():
+            out[row] = value
+        return out
+
+    user = evidence.UserEvidence(column(lexical), column(semantic), np.zeros(N, np.float32), column(rejected))
+    return evidence.fuse({"model": evidence.ArrayEvidence("model", cos)}, np.arange(N),
+                         calibrated=calibration.load("model"), user=user, familiar=familiar, n_items=N)
+
+
+def _first(ranking: evidence.Ranking) -> int:
+    return int(ranking.rows[ranking.order()[0]])
+
+
+def test_the_shipped_calibration_says_what_it_was_fitted_on_and_reads_known_features_only():
+    for kind in ("model", "zero_shot"):
+        fitted = calibration.load(kind)
+        assert fitted is not None and set(fitted.coef) <= set(calibration.FEATURES)
+        assert "train" in fitted.fitted_on and "dev" not in fitted.fitted_on.replace("never", "")
+        assert 0 < fitted.good < fitted.strong < 1
+
+
+def test_a_caption_sharing_one_word_of_four_does_not_outrank_the_models_clear_best():
+    assert _first(_ranking({7: 0.25}, {7: 0.2})) == 0
+    # a caption that says what the query says does
+    assert _first(_ranking({7: 1.0}, {7: 1.0})) == 7
+
+
+def test_a_rejection_removes_and_the_probabilities_say_how_likely():
+    plain = _ranking({})
+    assert plain.parts["probability"][0] == plain.parts["probability"].max()
+    rejected = _ranking({}, rejected={0: 1.0})
+    assert int(rejected.rows[rejected.order()[-1]]) == 0 and rejected.parts["probability"][0] < 1e-9
+
+
+def test_made_up_words_give_no_item_a_good_match_whatever_its_z_score():
+    fitted = calibration.load("model")
+    nonsense = _ranking({}, familiar=0.0)
+    assert nonsense.parts["probability"].max() < fitted.good
+    known = _ranking({}, familiar=1.0)
+    assert fitted.word(float(known.parts["probability"][0])) != "weak"
+
+
+def test_the_lexical_cover_counts_every_word_of_the_query():
+    def no_semantics(texts: list[str]) -> np.ndarray:
+        return np.zeros((len(texts), 4), np.float32)
+
+    words = UserWords([(1, "a small terrier in the grass under a red ball", False),
+                       (2, "brown leather card wallet", False), (3, "a red car on the street", False)], no_semantics)
+    match = words.match("a red car parked on the street", np.zeros(4, np.float32))
+    assert match.lexical[1] <= 0.3  # "red" alone: one word of four
+    assert match.lexical[3] > 0.6 > match.lexical[1]
+    assert words.match("Biscuit", np.zeros(4, np.float32)).lexical == {}  # nobody wrote it
+
+
+def test_familiarity_is_the_share_of_words_the_text_side_knows():
+    known = {"red", "car", "street"}.__contains__
+    assert calibration.familiarity(["red", "car", "blorf", "street"], known) == pytest.approx(0.75)
+    assert calibration.familiarity([], known) == 0.0
+    assert calibration.familiar_feature(0.0) < calibration.familiar_feature(0.5) < calibration.familiar_feature(1.0)
+    assert calibration.log_items(10) == calibration.log_items(calibration.FITTED_ITEMS[0])
+    assert calibration.log_items(10**6) == calibration.log_items(calibration.FITTED_ITEMS[1])
+
+
+@pytest.fixture
+def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> SearchService:
+    monkeypatch.setenv("POLYSEEK_STARTER", "off")  # zero-shot ranking: its own calibration
+    folder = tmp_path / "media"
+    folder.mkdir()
+    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 220), (20, 20, 20), (250, 200, 0)]
+    for i, colour in enumerate(colours):
+        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
+    service = SearchService.open("calibrated", assets_dir)
+    list(service.index_paths([folder]))
+    yield service
+    service.close()
+
+
+def test_a_search_says_how_well_each_hit_matches_in_calibrated_words(library: SearchService):
+    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    library.add_caption(media[4].id, "Biscuit asleep on the sofa")
+    library.add_caption(media[1].id, "Biscuit in the garden")
+    named = library.search_text("Biscuit", top=6)
+    assert {h.media_id for h in named[:2]} == {media[4].id, media[1].id}
+    assert all(h.match in ("good", "strong") for h in named[:2])
+    assert all(0.0 <= h.match_probability <= 1.0 for h in named)
+    made_up = library.search_text("blorfquiz zanglewop", top=6)
+    assert len(made_up) == 6 and all(h.match == "weak" for h in made_up)
+    cutoff = calibration.load("zero_shot").good
+    assert library.search_text("blorfquiz zanglewop", min_probability=cutoff) == []
