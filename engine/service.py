@@ -410,13 +410,22 @@ class SearchService:
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match
         the query's words), and for a sentence what the user wrote on the item that the ranking counted."""
-        from engine.search.explanation import explain_item, your_words_note
+        from engine.search.evidence import positions
+        from engine.search.explanation import explain_item, ranking_note, your_words_note
 
         explained = explain_item(query, self.media(media_id), self.active_trained(), self.features, self.encoders)
-        if isinstance(query, Path) or "words" not in self.evidence:
+        if isinstance(query, Path):
             return explained
-        mine = your_words_note(str(query), media_id, self.indexes.user_words(), self.encoders)
-        return replace(explained, notes=(*explained.notes, mine)) if mine else explained
+        notes = []
+        ranked = self.rank_text(str(query))
+        if ranked is not None:  # the same numbers that ranked it (#40)
+            ids, ranking = ranked[0], ranked[1]
+            at, found = positions(ids[ranking.rows], np.array([media_id]))
+            notes.append(ranking_note(ranking, int(at[0])) if found.all() else None)
+        if "words" in self.evidence:
+            notes.append(your_words_note(str(query), media_id, self.indexes.user_words(), self.encoders))
+        notes = [n for n in notes if n]
+        return replace(explained, notes=(*explained.notes, *notes)) if notes else explained
 
     def active_trained(self):
         """The TrainedSearch of the active model, or None while zero-shot ranking is active."""

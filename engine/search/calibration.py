@@ -68,6 +68,22 @@ class Calibration:
         """"strong", "good" or "weak" for a match probability."""
         return "strong" if p >= self.strong else "good" if p >= self.good else "weak"
 
+    def contributions(self, features: dict[str, np.ndarray | float], at: int) -> dict[str, float]:
+        """What each kind of evidence adds to the log-odds of the item at position ``at`` (the inspector's
+        reading of the same numbers that ranked it): ``models`` (the model, the zero-shot semantics and how
+        familiar the query's words are), ``captions`` (lexical and semantic cover), ``look_alikes`` (spread) and
+        ``start`` (the intercept and the library's size)."""
+        def value(name: str) -> float:
+            v = features.get(name)
+            return 0.0 if v is None else float(v if np.ndim(v) == 0 else np.asarray(v)[at])
+
+        groups = {"models": ("dense", "dense_known", "dense_high", "model_cos", "familiar"),
+                  "captions": ("lexical", "lexical_full", "semantic", "semantic_full"), "look_alikes": ("spread",),
+                  "start": ("log_items",)}
+        out = {g: sum(self.coef.get(f, 0.0) * value(f) for f in names) for g, names in groups.items()}
+        out["start"] += self.intercept
+        return out
+
     def to_dict(self) -> dict:
         return {"coef": {k: round(float(v), 6) for k, v in self.coef.items()}, "intercept": round(self.intercept, 6),
                 "strong": self.strong, "good": self.good, "fitted_on": self.fitted_on}

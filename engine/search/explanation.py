@@ -15,7 +15,6 @@ from engine.features.featurestore import FeatureStore
 from engine.features.regional import content_words
 from engine.library.catalog import MediaRecord
 from engine.media import MediaError
-from engine.search.evidence import REJECT, WORDS
 from engine.search.explain import word_matches
 from engine.search.trained import TrainedSearch
 from engine.search.vectorindex.scoring import normalise
@@ -69,12 +68,42 @@ def your_words_note(query: str, media_id: int, words: UserWords, encoders: Encod
 
     lines = []
     if found.positive.get(media_id, 0.0) > 0:
-        lines.append(f"What you wrote counts here: {quoted(False)} matches {found.positive[media_id]:.0%} of "
-                     f"this search (up to {WORDS:.0f} points of its rank score, more than the models' guesses).")
+        cover, near = found.lexical.get(media_id, 0.0), found.semantic.get(media_id, 0.0)
+        meaning = "says what the search says" if near >= 0.8 else "is close in meaning" if near > 0.3 else \
+            "is far from the search in meaning"
+        lines.append(f"What you wrote counts here: {quoted(False)} covers {cover:.0%} of this search's words and "
+                     f"{meaning}.")
     if found.rejected.get(media_id, 0.0) > 0:
-        lines.append(f"You rejected this item for {quoted(True)}, a search like this one: it is pushed down "
-                     f"(up to {REJECT:.0f} points).")
+        lines.append(f"You rejected this item for {quoted(True)}, a search like this one: its chance of matching "
+                     f"is cut by {found.rejected[media_id]:.0%}.")
     return " ".join(lines) or None
+
+
+def ranking_note(ranking, position: int) -> str | None:
+    """How the calibrated ranking (:mod:`engine.search.calibration`) placed the item at ``position`` of
+    ``ranking.rows``, from the same numbers: its probability and what each kind of evidence added, in log-odds
+    points; None for an uncalibrated ranking."""
+    from engine.search import calibration
+
+    fitted = ranking.calibrated
+    if fitted is None:
+        return None
+    parts = ranking.parts
+    made = calibration.features(parts["dense"], ranking.query.get("share", 1.0),
+                                int(round(np.exp(ranking.query.get("log_items", 0.0)))), parts.get("model"),
+                                parts.get("lexical"), parts.get("semantic"), parts.get("spread"))
+    adds = fitted.contributions(made, position)
+    p = float(parts["probability"][position])
+    said = [f"the models' reading of the picture {adds['models']:+.1f}"]
+    if adds["captions"]:
+        said.append(f"what you wrote on it {adds['captions']:+.1f}")
+    if adds["look_alikes"]:
+        said.append(f"its look-alikes among the items you named {adds['look_alikes']:+.1f}")
+    rejected = parts.get("rejected")
+    tail = " It was rejected for a search like this one." if rejected is not None and rejected[position] > 0 else ""
+    return (f"{fitted.word(p).capitalize()} match, {p:.1%}: the chance that this is what the search asks for, "
+            f"calibrated on photos no model here trained on. Log-odds: start {adds['start']:+.1f} (one item among "
+            f"the library's), " + ", ".join(said) + "." + tail)
 
 
 def _word_matches(query: str, record: MediaRecord, features: FeatureStore, encoders: Encoders) -> tuple:

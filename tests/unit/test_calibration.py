@@ -118,3 +118,14 @@ def test_a_search_says_how_well_each_hit_matches_in_calibrated_words(library: Se
     assert len(made_up) == 6 and all(h.match == "weak" for h in made_up)
     cutoff = calibration.load("zero_shot").good
     assert library.search_text("blorfquiz zanglewop", min_probability=cutoff) == []
+
+
+def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: SearchService):
+    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    library.add_caption(media[3].id, "a small terrier in the grass under a red ball")
+    hit = library.search_text("a red car parked on the street", top=6)
+    terrier = next(h for h in hit if h.media_id == media[3].id)
+    notes = " ".join(library.explain("a red car parked on the street", terrier.media_id).notes)
+    assert f"{terrier.match_probability:.1%}" in notes and "Log-odds" in notes
+    assert "covers 2" in notes or "covers 1" in notes  # "red" alone: a quarter of the words or less
+    assert "far from the search in meaning" in notes
