@@ -282,8 +282,9 @@ class SearchService:
         shared = spread(match.labels, self._neighbours, novelty) if match.labels else {}
         named = np.array([*shared, *match.positive, *match.rejected], np.int64)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
+        novel = evidence.novel_cover(match.labels, match.shares, novelty)
         user = evidence.UserEvidence(*(evidence.on_rows(v, ids, rows) for v in
-                                       (match.lexical, match.semantic, shared, match.rejected)))
+                                       (match.lexical, match.semantic, shared, match.rejected, novel)))
         content = content_words(text)
         share = sum(novelty.get(w, 0.0) for w in set(content)) / len(set(content)) if content else 0.0
         calibrated = calibration.load("model" if "model" in dense else "zero_shot")

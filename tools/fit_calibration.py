@@ -15,8 +15,9 @@ item of the library a row (label 1: the photo the query's caption was written fo
   weighed as the captioned share of the library (a user asks about them that often);
 - ``names``: on the Flickr8k slice, three dogs named by the user (tests/bench/bench_words.py's train-slice dogs:
   half of each dog's photos captioned with a caption saying its name), queried by bare name (every photo of the
-  dog a match) and by the renamed captions of its other photos; on both slices, 30 photos each given a made-up
-  name in their caption, queried by the name alone and by the name with the rest of a caption;
+  dog a match); on both slices, 30 photos each given a made-up name in their caption, queried by the name alone
+  and by the name with the rest of a caption;
+- ``look-alikes``: the renamed captions of the named dogs' *other* photos (their captioned photos unjudged);
 - ``nonsense``: 80 queries of made-up words (no item matches).
 
 Two fits: ``model`` (the starter's ranking: model, zero-shot semantics, the user's words) and ``zero_shot`` (no
@@ -64,7 +65,7 @@ def collect(service, queries: list[tuple[str, set[int]]], situation: str, out: l
         order = np.argsort(ranking.rows)
         assert len(ranking.rows) == n
         feats = {}
-        for name in ("dense", "model", "lexical", "semantic", "spread"):
+        for name in ("dense", "model", "lexical", "semantic", "spread", "novel"):
             part = ranking.parts.get(name)
             feats[name] = np.zeros(n, np.float32) if part is None else np.asarray(part, np.float32)[order]
         label = np.isin(ids, np.fromiter(positives, np.int64, len(positives)))
@@ -113,7 +114,7 @@ def situations(service, domain: str, files, caps, data: Path, rng: random.Random
         for colour, name in DOGS.items():
             named.append((name, {by_name[f] for f in dogs[colour]}))
             others = [(q, {by_name[f]}) for f, q in rng.sample(dog_queries[name], min(25, len(dog_queries[name])))]
-            collect(service, others, "names", out, unjudged=taken)
+            collect(service, others, "look-alikes", out, unjudged=taken)
     # made-up names: a photo's caption with a name in front, queried by the name and by the name with a caption
     for f in rng.sample(files, 30):
         name = made_up(rng).capitalize()
@@ -126,22 +127,29 @@ def situations(service, domain: str, files, caps, data: Path, rng: random.Random
     clear(service)
 
 
-def design(records: list, features: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def design(records: list, features: list[str], equal: bool = False, weigh: dict[str, float] | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rows of a fit, features as :func:`engine.search.evidence.fuse` makes them: ``(X, y, offset, weight)``,
-    every item of every query a row (an unjudged item weighs 0, a query its situation's weight)."""
+    every item of every query a row (an unjudged item weighs 0, a query its situation's weight; ``equal``: each
+    situation as much as any other; ``weigh``: a situation's queries times this)."""
     from engine.search import calibration
 
+    counts: dict[str, float] = {}
+    for r in records:
+        counts[r["situation"]] = counts.get(r["situation"], 0.0) + r.get("weight", 1.0)
+    each = sum(counts.values()) / len(counts)  # every situation weighs the same in all (--equal-situations)
     xs, ys, offs, ws = [], [], [], []
     for r in records:
         n = len(r["label"])
         made = calibration.features(r["dense"], r["share"], 1000, r["model"], r["lexical"], r["semantic"],
-                                    r["spread"])
+                                    r["spread"], r["novel"])
         cols = [np.full(n, float(made[f])) if np.ndim(made[f]) == 0 else np.asarray(made[f], np.float64)
                 for f in features]
         xs.append(np.stack(cols, axis=1))
         ys.append(r["label"].astype(np.float64))
         offs.append(np.full(n, -r["log_items"]))
-        ws.append(r["judged"].astype(np.float64) * r.get("weight", 1.0))
+        extra = (each / counts[r["situation"]] if equal else 1.0) * (weigh or {}).get(r["situation"], 1.0)
+        ws.append(r["judged"].astype(np.float64) * r.get("weight", 1.0) * extra)
     return np.concatenate(xs), np.concatenate(ys), np.concatenate(offs), np.concatenate(ws)
 
 
@@ -241,6 +249,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "resources" / "calibration.json")
     parser.add_argument("--rows", type=Path, help="cache of the collected rows (npz-free pickle); reused if present")
     parser.add_argument("--report", type=Path, default=REPO / "bench-results" / "calibration-fit.json")
+    parser.add_argument("--equal-situations", action="store_true", help="each situation weighs the same (tried: "
+                        "names gain, ordinary captions harm more)")
+    parser.add_argument("--weigh", nargs="*", default=[], metavar="SITUATION=W",
+                        help="a situation's queries weigh W each (e.g. look-alikes=4)")
     parser.add_argument("--drop", nargs="*", default=["dense"], help="features left out of the fit (default: the "
                         "dense sum unscaled by the familiar share, which gave made-up words good matches in a small "
                         "library)")
@@ -273,7 +285,8 @@ def main() -> int:
     for kind, records in collected.items():
         features = [f for f in calibration.FEATURES if f != "log_items" and f not in args.drop
                     and (kind == "model" or f != "model_cos")]
-        x, y, off, w = design(records, features)
+        weigh = {k: float(v) for k, v in (item.split("=") for item in args.weigh)}
+        x, y, off, w = design(records, features, args.equal_situations, weigh)
         coef, intercept = fit_logistic(x, y, off, w)
         coefs = dict(zip(features, coef.tolist(), strict=True))
         coefs["log_items"] = -1.0

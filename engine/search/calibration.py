@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 FEATURES = ("dense", "dense_known", "dense_high", "model_cos", "familiar", "log_items", "lexical", "lexical_full",
-            "semantic", "semantic_full", "spread")
+            "semantic", "semantic_full", "spread", "novel")
 HIGH = 2.0  # where the hinge feature dense_high starts (z-units of the known dense sum)
 FULL = 0.6  # where lexical_full / semantic_full start: a caption that says most of what the query says
 FILE = "calibration.json"
@@ -78,7 +78,8 @@ class Calibration:
             return 0.0 if v is None else float(v if np.ndim(v) == 0 else np.asarray(v)[at])
 
         groups = {"models": ("dense", "dense_known", "dense_high", "model_cos", "familiar"),
-                  "captions": ("lexical", "lexical_full", "semantic", "semantic_full"), "look_alikes": ("spread",),
+                  "captions": ("lexical", "lexical_full", "semantic", "semantic_full", "novel"),
+                  "look_alikes": ("spread",),
                   "start": ("log_items",)}
         out = {g: sum(self.coef.get(f, 0.0) * value(f) for f in names) for g, names in groups.items()}
         out["start"] += self.intercept
@@ -100,7 +101,7 @@ class Calibration:
 
 def features(dense: np.ndarray, share: float, n_items: int, model_cos: np.ndarray | None = None,
              lexical: np.ndarray | None = None, semantic: np.ndarray | None = None,
-             spread: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
+             spread: np.ndarray | None = None, novel: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
     """The features of :data:`FEATURES` from the ranking's evidence (the one place they are made: the search and
     ``tools/fit_calibration.py`` both call it). ``share``: the query's familiar share (:func:`familiarity`)."""
     known = np.asarray(dense, np.float32) * np.float32(share)
@@ -115,6 +116,8 @@ def features(dense: np.ndarray, share: float, n_items: int, model_cos: np.ndarra
             out[name + "_full"] = np.maximum(np.asarray(value, np.float32) - FULL, 0.0) / (1.0 - FULL)
     if spread is not None:
         out["spread"] = spread
+    if novel is not None:
+        out["novel"] = novel
     return out
 
 

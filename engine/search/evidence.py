@@ -101,12 +101,14 @@ def weights(sources: Sequence[str], user_share: float = 0.0) -> dict[str, float]
 @dataclass
 class UserEvidence:
     """What the user wrote, per ranking row (0..1 each; :mod:`engine.search.words`): lexical cover of the query,
-    closeness of meaning, the share passed on by look-alikes, and rejections for this query."""
+    closeness of meaning, the share passed on by look-alikes, rejections for this query, and the cover by words new
+    to the ranking."""
 
     lexical: np.ndarray
     semantic: np.ndarray
     spread: np.ndarray
     rejected: np.ndarray
+    novel: np.ndarray | None = None  # the lexical cover by words new to the ranking (names), :func:`novel_cover`
 
     def any_positive(self) -> bool:
         return bool(np.any(self.lexical > 0) or np.any(self.semantic > 0) or np.any(self.spread > 0))
@@ -145,7 +147,8 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         total += w[name] * standardise(raw, reference)
     if calibrated is not None:
         parts["dense"] = total
-        words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread}
+        words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread,
+                                         "novel": user.novel}
         features = calibration.features(total, familiar, n_items if n_items is not None else len(rows),
                                         parts.get("model"), **words)
         parts.update(words)
@@ -164,6 +167,20 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         parts["rejected"] = rejected
         total -= REJECT * rejected.astype(np.float32)
     return Ranking(rows, total, parts, **seen)
+
+
+def novel_cover(labels: dict[str, tuple[float, tuple[int, ...]]], shares: dict[str, float],
+                novelty: dict[str, float]) -> dict[int, float]:
+    """Per item, the share of the whole query its captions cover with words new to the ranking in use (each
+    written word's share times its novelty, :func:`word_novelty`): a name the user gave ("Biscuit": novelty 1)
+    counts in full, an everyday word the model already reads ("dog": ~0) hardly at all. What the user wrote
+    tells the ranking most where it says what no model here can read."""
+    out: dict[int, float] = {}
+    for term, (_, items) in labels.items():
+        add = shares.get(term, 0.0) * novelty.get(term, 1.0)
+        for m in items:
+            out[m] = min(1.0, out.get(m, 0.0) + add)
+    return out
 
 
 @functools.lru_cache(maxsize=8)

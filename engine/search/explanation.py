@@ -91,7 +91,7 @@ def ranking_note(ranking, position: int) -> str | None:
     parts = ranking.parts
     made = calibration.features(parts["dense"], ranking.query.get("share", 1.0),
                                 int(round(np.exp(ranking.query.get("log_items", 0.0)))), parts.get("model"),
-                                parts.get("lexical"), parts.get("semantic"), parts.get("spread"))
+                                parts.get("lexical"), parts.get("semantic"), parts.get("spread"), parts.get("novel"))
     adds = fitted.contributions(made, position)
     p = float(parts["probability"][position])
     said = [f"the models' reading of the picture {adds['models']:+.1f}"]

@@ -56,7 +56,8 @@ def query_terms(text: str) -> list[str]:
 @dataclass(frozen=True)
 class WordsMatch:
     """Evidence per item (media id -> 0..1) for one query; ``labels``: each query word the user wrote somewhere,
-    with its share of the query's informative words and the items it is written on (what :func:`spread` reads);
+    with its share of what the words the user wrote say of the query and the items it is written on (what
+    :func:`spread` reads);
     ``lexical`` / ``semantic``: the two measures apart (``positive`` is the larger, per item)."""
 
     positive: dict[int, float]
@@ -64,6 +65,7 @@ class WordsMatch:
     labels: dict[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
     lexical: dict[int, float] = field(default_factory=dict)
     semantic: dict[int, float] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)  # each written word's share of the whole query
 
 
 class UserWords:
@@ -103,6 +105,7 @@ class UserWords:
             return WordsMatch({}, {})
         lexical = np.zeros(len(self.texts), np.float32)
         labels: dict[str, tuple[float, tuple[int, ...]]] = {}
+        shares: dict[str, float] = {}
         terms = query_terms(text)
         if terms:
             hits = {t: self._rows_with(t) for t in terms}
@@ -112,12 +115,16 @@ class UserWords:
                 items = len(set(self.media[rows].tolist())) if len(rows) else 0
                 weights[term] = math.log(1.0 + self._items / items) if items else unwritten
             total = sum(weights.values())
+            written = sum(w for t, w in weights.items() if len(hits[t]))
             for term, weight in weights.items():
                 if not len(hits[term]):
                     continue
                 lexical[hits[term]] += weight / total
+                shares[term] = weight / total
                 rows = hits[term][~self.rejected[hits[term]]]
-                labels[term] = (weight / total, tuple(sorted(set(self.media[rows].tolist()))))
+                # a label's weight is its share of what the user's words say of the query: "Biscuit" in "Biscuit
+                # on the beach" is the whole of it (the look-alikes of Biscuit's photos get it all)
+                labels[term] = (weight / written, tuple(sorted(set(self.media[rows].tolist()))))
         semantic = self._embeddings @ sentence.astype(np.float32)
         semantic = np.clip((semantic - SEM_FLOOR) / (SEM_FULL - SEM_FLOOR), 0.0, 1.0)
         lexical = np.minimum(lexical, 1.0)
@@ -136,7 +143,7 @@ class UserWords:
             for kept, v in zip(apart, (lex, sem), strict=True):
                 if v > 0:
                     kept[media_id] = max(kept.get(media_id, 0.0), v)
-        return WordsMatch(positive, rejected, labels, *apart)
+        return WordsMatch(positive, rejected, labels, *apart, shares)
 
 
 def spread(labels: dict[str, tuple[float, tuple[int, ...]]],
