@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self.viewer: Viewer | None = None
         self._models: list[Any] = []
         self._searched = False  # example queries are offered until the first search
+        self._no_good_match = ""  # the status bar's last "No good match" (taken back by a search with a good one)
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
@@ -291,6 +292,7 @@ class MainWindow(QMainWindow):
         self.empty_label.setText(self._summary(total))
         if self.results_model.pages_loaded != 1:
             return
+        self._say_no_good_match(total)
         keep, self._keep_media = self._keep_media, None
         kept = self.results_model.row_of(keep) if keep is not None else None
         if kept is not None:
@@ -336,7 +338,17 @@ class MainWindow(QMainWindow):
             self.empty_label.setText(self._summary(self.results_model.rowCount()))
 
     def _summary(self, total: int) -> str:
-        return self.session.summary(total, more=self.results_model.canFetchMore(), busy=self.state.activity)
+        best = self.results_model.hit(0) if total else None
+        return self.session.summary(total, more=self.results_model.canFetchMore(), busy=self.state.activity,
+                                    best=best)
+
+    def _say_no_good_match(self, total: int) -> None:
+        """The status bar repeats a search's "No good match" (a search with a good one takes it back)."""
+        if self.session.no_good_match(self.results_model.hit(0) if total else None):
+            self._no_good_match = self._summary(total)
+            self._status(self._no_good_match)
+        elif self._no_good_match and self.statusBar().currentMessage() == self._no_good_match:
+            self.statusBar().clearMessage()
 
     def _show_hit(self, hit: SearchHit | None) -> None:
         index = self.results.currentIndex()

@@ -89,9 +89,14 @@ class SearchSession:
         folder = f" in {self.browse.folder.name or self.browse.folder}" if self.browse.folder else ""
         return kind + folder
 
-    def summary(self, total: int, more: bool, busy: str) -> str:
+    def no_good_match(self, best: SearchHit | None) -> bool:
+        """Whether this is a text search whose best result is only a weak match (:attr:`SearchHit.match`)."""
+        return isinstance(self.query, str) and best is not None and best.match == "weak"
+
+    def summary(self, total: int, more: bool, busy: str, best: SearchHit | None = None) -> str:
         """The line above the grid: how many results (``more``: pages still to come), or why there are none;
-        ``busy``: what the library is doing now ("" when idle)."""
+        ``busy``: what the library is doing now ("" when idle); ``best``: the first result, whose calibrated word
+        says when a search found no good match at all (the ranking is by that probability: the rest are weaker)."""
         described, plus = self.describe(), "+" if more else ""
         if self.browsing:
             if total:
@@ -101,6 +106,8 @@ class SearchSession:
             if self.browse != BrowseOptions():
                 return "Nothing in the library matches these filters."
             return "The library is empty: add a folder (File ▸ Add folder…) or drop files here."
+        if total and self.no_good_match(best):
+            return f"No good match {described} — the closest items are shown, all weak"
         if total:
             return f"{total:,}{plus} results {described}"
         if busy:

@@ -14,9 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.progressbar import ProgressBar, drain
+
+if TYPE_CHECKING:
+    from engine.types import SearchHit
 
 log = logging.getLogger("polyseek")
 
@@ -39,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search a library with a sentence or a media file")
     p.add_argument("text", nargs="?", help="the sentence to search for")
     p.add_argument("--media", type=Path, help="search by example: an image, GIF or video file")
+    p.add_argument("--queries", type=Path, metavar="FILE",
+                   help="answer every sentence of FILE (one a line, blank lines skipped) in one run; with --json, "
+                        "one JSON line per query")
     p.add_argument("--top", type=int, default=10)
     _common(p)
     p = sub.add_parser("evaluate", help="retrieval metrics of a model on a caption folder")
@@ -282,32 +289,67 @@ def _purge_missing(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    if bool(args.text) == bool(args.media):
-        raise CliError("give either a sentence or --media FILE")
+    if args.queries is not None and (args.text or args.media):
+        raise CliError("--queries FILE searches for the file's sentences: give it without a sentence or --media")
+    if args.queries is None and bool(args.text) == bool(args.media):
+        raise CliError("give either a sentence or --media FILE (or --queries FILE)")
     if args.top < 1:
         raise CliError("--top must be at least 1")
     if args.media is not None and not args.media.is_file():
         raise CliError(f"no such file: {args.media}")
+    queries = _queries(args.queries) if args.queries is not None else None
     service = _open(args.library)
     try:
         if args.model:
             _search_with_model(service, args.model)  # this search only: the library's active model stays as it is
-        if args.media:
-            hits = service.search_media(args.media, top=args.top)
+        if queries is not None:
+            for query in queries:  # one open library answers them all; each query's answer as soon as it is known
+                _print_hits(service.search_text(query, top=args.top), args.json, query)
+        elif args.media:
+            _print_hits(service.search_media(args.media, top=args.top), args.json)
         else:
-            hits = service.search_text(args.text, top=args.top)
+            _print_hits(service.search_text(args.text, top=args.top), args.json)
     finally:
         service.close()
-    if args.json:
-        # "captions" keeps its documented content: every caption of the item, the model's guess included
-        print(json.dumps([{"path": h.path, "score": round(h.score, 4), "kind": str(h.kind),
-                           "captions": [*h.captions, *([h.guess] if h.guess else [])],
-                           "match_probability": h.match_probability,
-                           "uncertainty": h.uncertainty} for h in hits], indent=2))
-    else:
-        for rank, h in enumerate(hits, 1):
-            print(f"{rank:3d}. {h.score:7.3f}  {h.path}")
     return 0
+
+
+def _queries(path: Path) -> list[str]:
+    """The sentences of a ``--queries`` file: one a line, blank lines skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"no such file: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"cannot read {path}: {error}") from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _hit_json(hit: SearchHit) -> dict:
+    """A hit as ``search --json`` writes it (README.md, "--json output")."""
+    # "captions" keeps its documented content: every caption of the item, the model's guess included
+    return {"path": hit.path, "score": round(hit.score, 4), "kind": str(hit.kind),
+            "captions": [*hit.captions, *([hit.guess] if hit.guess else [])],
+            "match_probability": hit.match_probability, "probability": hit.match_probability, "match": hit.match,
+            "uncertainty": hit.uncertainty}
+
+
+def _print_hits(hits: list[SearchHit], as_json: bool, query: str | None = None) -> None:
+    """A search's hits on stdout: JSON (one line ``{"query", "hits"}`` when answering a ``--queries`` file), or a
+    ranked list with each hit's match in words and its probability."""
+    from engine.types import percent
+
+    if as_json:
+        found = [_hit_json(h) for h in hits]
+        print(json.dumps(found, indent=2) if query is None else json.dumps({"query": query, "hits": found}),
+              flush=True)
+        return
+    if query is not None:
+        print(f"“{query}”")
+    for rank, h in enumerate(hits, 1):
+        p = h.match_probability
+        match = "" if p is None else f"{h.match + ' ' if h.match else ''}{percent(p)}".ljust(12)
+        print(f"{rank:3d}. {h.score:7.3f}  {match}{h.path}")
 
 
 def _search_with_model(service, name: str) -> None:

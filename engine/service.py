@@ -493,11 +493,18 @@ class SearchService:
     # -- models ----------------------------------------------------------------------------------------------
 
     def models(self) -> list[ModelInfo]:
+        """Zero-shot ranking first, then the registered models; each says whether its text searches give a match
+        probability (the calibration :meth:`rank_text` uses with it, else a probabilistic model's own)."""
+        from engine.search import calibration
+
         records = self.catalog.models()
         active = any(r.is_active for r in records)
-        infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active)]
-        infos += [ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active, is_probabilistic(r.path))
-                  for r in records]
+        zero_shot = calibration.load("zero_shot") is not None
+        trained = calibration.load("model" if "model" in self.evidence else "zero_shot") is not None
+        infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active, gives_probability=zero_shot)]
+        for r in records:
+            pcme = is_probabilistic(r.path)
+            infos.append(ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active, pcme, trained or pcme))
         return infos
 
     def set_active_model(self, name: str | None) -> None:

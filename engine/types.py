@@ -45,6 +45,16 @@ class SearchHit:
     match: str | None = None  # the calibrated words for ``match_probability``: "strong", "good" or "weak" (#40)
 
 
+def percent(p: float) -> str:
+    """A probability as a person reads it: "62%", "4%", and under 1 % one decimal ("0.3%"), under 0.1 % "<0.1%";
+    from 99.5 % ">99%" (a calibrated probability is never certain, and "100%" would say it is)."""
+    if p >= 0.995:
+        return ">99%"
+    if p >= 0.0095:
+        return f"{p:.0%}"
+    return f"{p:.1%}" if p >= 0.001 else "<0.1%"
+
+
 @dataclass(frozen=True, slots=True)
 class WordMatch:
     """One word of a query read against an item's regional semantics (A3VSE §3.2): the ImageNet class among the
@@ -101,8 +111,10 @@ class Explanation:
 class ModelInfo:
     """A model the user can pick (``SearchService.models``); the zero-shot ranking is always one of them.
 
-    ``probabilistic``: its scores are match probabilities (PCME), so a ``p >= cutoff`` means something; it comes
-    from the model's export manifest, never from its method's name.
+    ``probabilistic``: it is a probabilistic model (PCME, with an uncertainty per item); it comes from the model's
+    export manifest, never from its method's name. ``gives_probability``: text searches with it give each hit a
+    match probability (the calibrated one of #40; without a calibration file, only a probabilistic model's own), so
+    a ``p >= cutoff`` means something.
     """
 
     name: str
@@ -111,6 +123,7 @@ class ModelInfo:
     metrics: dict[str, Any] = field(default_factory=dict)
     active: bool = False
     probabilistic: bool = False
+    gives_probability: bool = False
 
 
 def active_model(models: list[ModelInfo]) -> ModelInfo | None:

@@ -127,8 +127,9 @@ class PreferencesDialog(QDialog):
         self.device.setToolTip("Where the trainer runs (its --device); searching always runs here, on the CPU")
         self.cutoff = QDoubleSpinBox(minimum=0.0, maximum=0.99, singleStep=0.05, decimals=2, prefix="p ≥ ",
                                      specialValueText="off", value=settings.cutoff_percent / 100)
-        self.cutoff.setToolTip("Hide results whose match probability is below this (models that give one, e.g. "
-                               "PCME); the slider right of the search box changes it too, and is remembered")
+        self.cutoff.setToolTip("Hide results of a text search whose match probability (the percentage under each "
+                               "result) is below this; the slider right of the search box changes it too, and is "
+                               "remembered")
         self.page_size = QSpinBox(minimum=12, maximum=500, singleStep=12, value=settings.page_size)
         self.page_size.setToolTip("How many results one page asks for; more load as you scroll")
         self.thumbnail_size = QSpinBox(minimum=MIN_THUMBNAIL, maximum=MAX_THUMBNAIL, singleStep=16,

@@ -1,5 +1,6 @@
-"""What a result says about itself in words and badges: its relevance (a match probability, or its rank and
-standing), its hover text, and what the user wrote about it (verdicts, where its captions came from).
+"""What a result says about itself in words and badges: its relevance (its calibrated match in words and a
+percentage, or its rank and standing), its hover text, and what the user wrote about it (verdicts, where its
+captions came from).
 
 Shared by the results grid, the viewer and the tests; plain functions of a ``SearchHit`` and an
 ``AnnotationState`` (``engine.library.browse``), no widgets.
@@ -15,17 +16,18 @@ from typing import Any
 
 from PySide6.QtGui import QColor
 
-from engine.types import SearchHit
+from engine.types import SearchHit, percent
 
 # Relevance bands, on the search's own score range (see relevance()): at least this share of the way up
 BANDS = ((0.75, 3, "strong match"), (0.4, 2, "good match"), (0.0, 1, "weak match"))
+MATCH_DOTS = {"strong": 3, "good": 2, "weak": 1}  # a calibrated match's word (SearchHit.match) as dots
 
 
 @dataclass(frozen=True, slots=True)
 class Relevance:
     """How well a result matches, in words a person reads: a label, 1-3 dots, and what it is based on."""
 
-    label: str  # "73% match", "strong match"
+    label: str  # "strong match · 62%", "73% match", "strong match"
     dots: int  # 1..3
     explanation: str  # the tooltip's sentence, with the raw number
 
@@ -51,9 +53,10 @@ def standing(score: float) -> str:
 
 def relevance(hit: SearchHit, scale: tuple[float, float] | None, rank: int | None = None,
               searched: int | None = None) -> Relevance:
-    """A probabilistic model's match probability as a percentage; otherwise a band on this search's range, said
-    as the item's place: its rank (of ``searched`` items when known) and how far it stands from the library's
-    typical item.
+    """A text search's calibrated match (issue #40: "strong match · 62%"); without a calibration file a
+    probabilistic model's own match probability ("62% match"); otherwise (find similar) a band on this search's
+    range, said as the item's place: its rank (of ``searched`` items when known) and how far it stands from the
+    library's typical item.
 
     Raw scores are not comparable across models and mean nothing to a reader (a fused sum of z-scores), so the
     band places a score between the lowest and the highest of the search's first page (``scale``) and the words
@@ -62,16 +65,28 @@ def relevance(hit: SearchHit, scale: tuple[float, float] | None, rank: int | Non
     place = ""
     if rank is not None:
         place = f"ranked {ordinal(rank)}" + (f" of {searched:,} items" if searched else "") + " for this search"
-    if hit.match_probability is not None:
-        p = hit.match_probability
+    lead = f"{place}: " if place else ""
+    p = hit.match_probability
+    if p is not None and hit.match in MATCH_DOTS:
+        return Relevance(f"{hit.match} match · {percent(p)}", MATCH_DOTS[hit.match],
+                         f"{lead}an estimated {percent(p)} probability that this item is what the search asks for "
+                         "(calibrated on held-aside photos)")
+    if p is not None:  # no calibration file: a probabilistic model's own estimate
         dots = 3 if p >= 0.75 else 2 if p >= 0.4 else 1
-        return Relevance(f"{p:.0%} match", dots, f"{place + ': ' if place else ''}the model estimates a {p:.0%} "
-                                                 "probability that this item fits the query")
+        return Relevance(f"{percent(p)} match", dots,
+                         f"{lead}the model estimates a {percent(p)} probability that this item fits the query")
     lo, hi = scale if scale is not None else (hit.score, hit.score)
     share = 1.0 if hi <= lo else max(0.0, min(1.0, (hit.score - lo) / (hi - lo)))
     _, dots, label = next(band for band in BANDS if share >= band[0])
     return Relevance(label, dots, f"{place + '; ' if place else ''}{standing(hit.score)}")
 
+
+def relevance_line(rank: Relevance, advance: Callable[[str], int], width: int) -> str:
+    """A result's relevance under its thumbnail in ``width`` pixels: its dots and label, else without the word
+    "match" ("●●○ good · 4%"), so that a narrow thumbnail still shows the percentage (the tooltip says it all)."""
+    dots = "●" * rank.dots + "○" * (3 - rank.dots)
+    full = f"{dots}  {rank.label}"
+    return full if advance(full) <= width else f"{dots} {rank.label.replace(' match', '')}"
 
 
 def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None) -> str:

@@ -207,7 +207,11 @@ class Inspector(QScrollArea):
         if ex.match_probability is not None:
             self.probability_bar = QProgressBar(minimum=0, maximum=1000)
             self.probability_bar.setValue(round(1000 * ex.match_probability))
-            self.probability_bar.setFormat(f"p(match) = {significant(ex.match_probability, 2)}")
+            self.probability_bar.setFormat(f"model's own p(match) = {significant(ex.match_probability, 2)}")
+            self.probability_bar.setToolTip("The probabilistic model's own match probability, from its two "
+                                            "distributions alone. A result's “strong / good / weak match” "
+                                            "percentage is the calibrated estimate the search ranks by, which also "
+                                            "weighs the zero-shot semantics and your own words.")
             layout.addWidget(self.probability_bar)
         if ex.similarity.size > 1:
             q, i = ex.head_pair

@@ -52,6 +52,7 @@ from app.widgets.hittext import (
     browse_line,
     compact_verdict,
     fit_badges,
+    relevance_line,
 )
 from app.widgets.images import ThumbnailCache
 from app.widgets.resultsmodel import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE, ResultsModel
@@ -174,7 +175,7 @@ class ResultDelegate(QStyledItemDelegate):
         centred = Qt.AlignmentFlag.AlignHCenter
         painter.drawText(QRect(rect.left() + 4, top, rect.width() - 8, line), centred, name)
         if rank is not None:
-            second = "●" * rank.dots + "○" * (3 - rank.dots) + "  " + rank.label
+            second = relevance_line(rank, metrics.horizontalAdvance, rect.width() - 8)
         else:  # browsing: what the user wrote matters more than a score there is none of
             second = browse_line(state)
             verdicts = getattr(state, "verdicts", ())

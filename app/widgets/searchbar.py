@@ -136,7 +136,6 @@ class SearchBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._example: Path | None = None
-        self._probabilistic = False
         self.edit = QueryEdit()
         self.edit.returnPressed.connect(self.submit)
         self.edit.textEdited.connect(self._edited)
@@ -247,7 +246,8 @@ class SearchBar(QWidget):
 
     # --- models
     def set_models(self, models: list[ModelInfo]) -> None:
-        """Fill the picker from ``service.models()``; the cutoff is enabled for a probabilistic model."""
+        """Fill the picker from ``service.models()``; the cutoff is enabled for a model whose text searches give a
+        match probability (every model where the calibration ships, issue #40)."""
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
         active_index = 0
@@ -255,7 +255,7 @@ class SearchBar(QWidget):
             label = model.name if model.name != ZERO_SHOT else "zero-shot (untrained)"
             self.model_combo.addItem(f"{label}  [{model.method}]" if model.name != ZERO_SHOT else label,
                                      model.name)
-            self.model_combo.setItemData(i, model.probabilistic, Qt.ItemDataRole.UserRole + 1)
+            self.model_combo.setItemData(i, model.gives_probability, Qt.ItemDataRole.UserRole + 1)
             if model.active:
                 active_index = i
         self.model_combo.setCurrentIndex(active_index)
@@ -269,16 +269,16 @@ class SearchBar(QWidget):
         self.edit.setFocus()  # back to typing: arrow keys on the picker would switch the model again
 
     @property
-    def probabilistic(self) -> bool:
-        """Whether the picked model ranks by match probability."""
+    def gives_probability(self) -> bool:
+        """Whether the picked model's text searches give each result a match probability."""
         return bool(self.model_combo.currentData(Qt.ItemDataRole.UserRole + 1))
 
     # --- cutoff
     @property
     def min_probability(self) -> float | None:
-        """The cutoff to pass to ``search_text``: None when off or when the model is not probabilistic."""
+        """The cutoff to pass to ``search_text``: None when off or when the model gives no match probability."""
         value = self.cutoff.value()
-        return value / 100 if value > 0 and self.probabilistic else None
+        return value / 100 if value > 0 and self.gives_probability else None
 
     def _cutoff_moved(self, value: int) -> None:
         self._show_cutoff(value)
@@ -301,10 +301,10 @@ class SearchBar(QWidget):
         self.cutoff_label.setText(f"p ≥ {value / 100:.2f}" if value else "p ≥ off")
 
     def _update_cutoff_enabled(self) -> None:
-        enabled = self.probabilistic
+        enabled = self.gives_probability
         self.cutoff.setEnabled(enabled)
         self.cutoff_label.setEnabled(enabled)
-        tip = ("Hide results whose match probability is below this" if enabled
-               else "Only probabilistic models (PCME) give match probabilities")
+        tip = ("Hide results whose match probability (the percentage under each result) is below this" if enabled
+               else "This model's results carry no match probability (its calibration file is missing)")
         self.cutoff.setToolTip(tip)
         self.cutoff_label.setToolTip(tip)

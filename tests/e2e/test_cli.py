@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,10 +45,16 @@ def test_index_then_search_json(media, polyseek_home, assets_dir):
     assert found.returncode == 0, found.stderr
     hits = json.loads(found.stdout)
     assert [Path(h["path"]).name for h in hits][0] == "coffee.png"
-    assert set(hits[0]) == {"path", "score", "kind", "captions", "match_probability", "uncertainty"}
+    assert set(hits[0]) == {"path", "score", "kind", "captions", "match_probability", "probability", "match",
+                            "uncertainty"}
+    # a text search's hits carry the calibrated probability and its word (issue #40), the older name kept
+    assert all(0 < h["probability"] < 1 and h["match"] in ("strong", "good", "weak") for h in hits)
+    assert all(h["probability"] == h["match_probability"] for h in hits)
     by_example = polyseek("search", "--media", str(media / "cat.jpg"), "--json", home=polyseek_home,
                           assets=assets_dir)
-    assert Path(json.loads(by_example.stdout)[0]["path"]).name == "cat.jpg"
+    similar = json.loads(by_example.stdout)
+    assert Path(similar[0]["path"]).name == "cat.jpg"
+    assert {(h["probability"], h["match"]) for h in similar} == {(None, None)}  # a picture query has none
 
 
 def test_a_file_with_an_image_name_but_broken_content_is_reported(tmp_path, polyseek_home, assets_dir):
@@ -66,6 +73,9 @@ def test_a_file_with_an_image_name_but_broken_content_is_reported(tmp_path, poly
     (("search",), "give either a sentence or --media"),
     (("search", "x", "--top", "0"), "--top must be at least 1"),
     (("search", "--media", "/no/such.gif"), "no such file"),
+    (("search", "x", "--queries", "/no/such.txt"), "without a sentence or --media"),
+    (("search", "--media", "/no/such.gif", "--queries", "/no/such.txt"), "without a sentence or --media"),
+    (("search", "--queries", "/no/such.txt"), "no such file"),
 ])
 def test_bad_arguments_are_one_clear_line_and_a_failure_exit(args, message, polyseek_home, assets_dir):
     done = polyseek(*args, home=polyseek_home, assets=assets_dir)
@@ -125,8 +135,8 @@ def test_evaluate_zero_shot_on_a_caption_folder(tmp_path, polyseek_home, assets_
     assert report["rsum"] == pytest.approx(sum(recalls))
 
 
-def _search_json(*args: str, home: Path, assets: Path) -> list[dict]:
-    done = polyseek("search", "a cup of coffee", "--json", *args, home=home, assets=assets)
+def _search_json(*args: str, home: Path, assets: Path, query: str = "a cup of coffee") -> list[dict]:
+    done = polyseek("search", query, "--json", *args, home=home, assets=assets)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -156,6 +166,37 @@ def test_search_with_model_uses_it_for_that_call_only_and_models_activate_switch
     assert _search_json("--model", "zero-shot", home=polyseek_home, assets=assets_dir) == zero_shot
     assert _active(polyseek_home, assets_dir) == "tiny-vse"
     assert _active(polyseek_home, assets_dir, "--activate", "zero-shot") == "zero-shot"
+
+
+def test_search_queries_answers_every_line_in_one_run(media, tmp_path, polyseek_home, assets_dir):
+    from tests.unit.test_trained_search import export_untrained
+
+    assert polyseek("index", str(media), home=polyseek_home, assets=assets_dir).returncode == 0
+    queries = tmp_path / "queries.txt"
+    queries.write_text("a cup of coffee\n\n  a tabby cat  \n\nblorf quizzle\n", encoding="utf-8")
+    done = polyseek("search", "--queries", str(queries), "--json", "--top", "2", home=polyseek_home,
+                    assets=assets_dir)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["query"] for a in answers] == ["a cup of coffee", "a tabby cat", "blorf quizzle"]  # blanks skipped
+    for answer in answers:  # the same hits, field for field, as one search of that sentence
+        assert answer["hits"] == _search_json("--top", "2", query=answer["query"], home=polyseek_home,
+                                              assets=assets_dir)
+    assert Path(answers[0]["hits"][0]["path"]).name == "coffee.png"
+    assert answers[2]["hits"][0]["match"] == "weak"  # made-up words: nothing is a good match
+
+    model_dir = export_untrained("vse", tmp_path / "tiny-vse")  # not a probabilistic model: a probability all the same
+    done = polyseek("search", "--queries", str(queries), "--json", "--model", str(model_dir), home=polyseek_home,
+                    assets=assets_dir)
+    assert done.returncode == 0, done.stderr
+    hits = [h for line in done.stdout.splitlines() for h in json.loads(line)["hits"]]
+    assert len(hits) == 3 * 3 and all(h["probability"] is not None and h["match"] for h in hits)
+
+    done = polyseek("search", "--queries", str(queries), "--top", "1", home=polyseek_home, assets=assets_dir)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "“a cup of coffee”" and "coffee.png" in lines[1]
+    assert re.search(r"\b(strong|good|weak) (<0\.1|>99|\d+(\.\d)?)%\s", lines[1]), lines[1]  # its match in words
 
 
 @pytest.mark.parametrize("command", [("models", "--activate"), ("search", "a cat", "--model")])

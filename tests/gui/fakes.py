@@ -4,7 +4,10 @@ It implements the same public API over a few media files it generates with Pillo
 GIFs, one tiny "video" and one broken file). It really reads those files while indexing (so a broken one
 really fails), scores deterministically (query words against the words of the file name and the captions),
 and invents K=2 attention maps and Gaussian embeddings shaped like a real model's, so the widgets can be
-driven without any model assets.
+driven without any model assets. Like the real service (issue #40), a text search's hits carry a calibrated
+match probability and its word for every model, from the fake's own score through a real ``Calibration``
+(:data:`FAKE_CALIBRATION`); a picture search's do not. ``FakeService(..., calibrated=False)`` is a library
+without a calibration file: only the PCME model then gives a (its own) probability.
 
 Annotation transfer (caption folder / COCO captions JSON), the library-annotations training set, evaluation
 of a caption folder and "what to annotate next" are real too, with one crude stand-in for a model: an item's
@@ -28,6 +31,7 @@ from PIL import Image, ImageDraw
 
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
 from engine.progress import CancelToken, Progress
+from engine.search.calibration import Calibration, sigmoid
 from engine.trainercontract.metrics import retrieval_report
 from engine.types import CaptionSource, CaptureInfo, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
 
@@ -47,6 +51,9 @@ COLOURS = {
 SHAPES = ("circle", "square", "triangle")
 MIN_ANNOTATED = 10  # fewer annotated items than this gets the "too few annotations" warning
 SUGGEST_POLICIES = ("auto", "diversity")
+# The fake's calibration: its score (the share of the query's words an item's name and captions hold) as the one
+# feature; every word: ~98 % (strong), half of them: ~27 % (good), none: ~0.2 % (weak). Thresholds as shipped.
+FAKE_CALIBRATION = Calibration({"lexical": 10.0}, -6.0, strong=0.5, good=0.024, fitted_on="the fake's word overlap")
 
 
 class FakeServiceError(Exception):
@@ -186,8 +193,9 @@ def _blob(grid: tuple[int, int], centre: tuple[float, float], width: float = 1.5
 class FakeService:
     """In-memory ``SearchService`` with the same public API (see the module docstring)."""
 
-    def __init__(self, workdir: Path, index_delay_s: float = 0.0, name: str = "fake") -> None:
+    def __init__(self, workdir: Path, index_delay_s: float = 0.0, name: str = "fake", calibrated: bool = True) -> None:
         self.name = name
+        self.calibration = FAKE_CALIBRATION if calibrated else None  # None: as without resources/calibration.json
         self.workdir = Path(workdir)
         self.thumb_dir = self.workdir / "thumbs"
         self.thumb_dir.mkdir(parents=True, exist_ok=True)
@@ -328,14 +336,13 @@ class FakeService:
     def _is_probabilistic(self) -> bool:
         return any(model.active and model.probabilistic for model in self.models())
 
-    def _hit(self, entry: _Entry, score: float) -> SearchHit:
+    def _hit(self, entry: _Entry, score: float, prob: float | None = None, match: str | None = None) -> SearchHit:
         media_id = entry.media.id
         caps = tuple(c.text for c in self.captions(media_id) if c.source != CaptionSource.PSEUDO)
         guess = next((c.text for c in self.captions(media_id) if c.source == CaptionSource.PSEUDO), None)
-        prob = unc = None
+        unc = None
         pair = None
         if self._is_probabilistic():
-            prob = 1 / (1 + math.exp(-8 * (score - 0.4)))
             unc = 0.2 + 0.1 * (media_id % 5)
         frame = None
         if self._active is not None:
@@ -343,7 +350,17 @@ class FakeService:
             if entry.media.kind is not MediaKind.IMAGE and score > 0:  # a search's clip: the part that matched
                 frame = self.matched_frame(media_id)
         return SearchHit(media_id, str(entry.media.path), entry.media.kind, score, caps, prob, unc, pair, frame,
-                         guess)
+                         guess, match)
+
+    def _match(self, score: float) -> tuple[float | None, str | None]:
+        """A text search hit's match probability and its word: calibrated for every model (the real service's
+        #40 rule); without a calibration, a PCME model's own probability and no word; else neither."""
+        if self.calibration is not None:
+            p = float(sigmoid(self.calibration.logit({"lexical": score}, 1))[0])
+            return p, self.calibration.word(p)
+        if self._is_probabilistic():
+            return 1 / (1 + math.exp(-8 * (score - 0.4))), None
+        return None, None
 
     def _in_scope(self, entry: _Entry, kind: str | None, folder: Path | None) -> bool:
         return ((kind is None or entry.media.kind.value == kind)
@@ -362,11 +379,12 @@ class FakeService:
         for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)]:
             words = entry.words | {w for c in self.captions(entry.media.id) for w in c.text.lower().split()}
             overlap = len(query & words) / max(1, len(query))
-            scored.append(self._hit(entry, round(overlap + 0.001 * (100 - entry.media.id) / 100, 4)))
+            score = round(overlap + 0.001 * (100 - entry.media.id) / 100, 4)
+            scored.append(self._hit(entry, score, *self._match(score)))
         scored.sort(key=lambda h: (-h.score, h.media_id))
-        if min_probability is not None and self._is_probabilistic():
-            if not self.query_carries_evidence(text):
-                return []
+        if min_probability is not None and (self.calibration is not None or self._is_probabilistic()):
+            if self.calibration is None and not self.query_carries_evidence(text):
+                return []  # the real rule without a calibration (#29); with one, the probability says it
             scored = [h for h in scored if (h.match_probability or 0) >= min_probability]
         return scored[offset: offset + top]
 
@@ -509,10 +527,14 @@ class FakeService:
 
     # --- models
     def models(self) -> list[ModelInfo]:
-        """The fake's models; a PCME one ranks by match probability (a real one's manifest says so)."""
-        out = [ModelInfo("zero-shot", "zero-shot", None, {}, self._active is None)]
+        """The fake's models; a PCME one is probabilistic (a real one's manifest says so); every one gives a match
+        probability with the calibration, only the PCME one without."""
+        calibrated = self.calibration is not None
+        out = [ModelInfo("zero-shot", "zero-shot", None, {}, self._active is None, gives_probability=calibrated)]
         for name, method, metrics in self._models:
-            out.append(ModelInfo(name, method, self.workdir / name, metrics, name == self._active, method == "pcme"))
+            pcme = method == "pcme"
+            out.append(ModelInfo(name, method, self.workdir / name, metrics, name == self._active, pcme,
+                                 calibrated or pcme))
         return out
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str:

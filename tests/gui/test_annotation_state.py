@@ -8,9 +8,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from app.widgets.hittext import relevance
+from app.widgets.hittext import relevance, relevance_line
 from app.widgets.resultsmodel import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE
-from engine.types import CaptionSource, MediaKind, SearchHit
+from engine.types import CaptionSource, MediaKind, SearchHit, percent
 from tests.gui.fakes import FakeService
 from tests.gui.test_keyboard import ALT, CTRL, focused, press, settle, start_typing_a_query
 
@@ -115,21 +115,56 @@ def test_find_similar_searches_by_the_current_result(qtbot, window, service: Fak
     assert window.search_bar.example_label.text() == f"Example: {Path(hit.path).name}"
 
 
-def test_relevance_is_a_percentage_or_a_band_never_a_raw_score(qtbot, window, service: FakeService) -> None:
+def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_score(qtbot, window,
+                                                                                    service: FakeService) -> None:
+    qtbot.waitUntil(lambda: bool(window.state.snapshot.indexed), timeout=3000)  # "of N items": the count is read
     start_typing_a_query(qtbot, window, "red circle")
     model = window.results_model
+    hits: list[SearchHit] = [model.hit(r) for r in range(model.rowCount())]
     labels = [model.data(model.index(r), RELEVANCE_ROLE).label for r in range(model.rowCount())]
-    assert labels[0] == "strong match" and labels[-1] == "weak match"
+    assert labels == [f"{h.match} match · {percent(h.match_probability)}" for h in hits]
+    assert labels[0] == "strong match · 98%" and labels[-1] == "weak match · 0.2%"
+    assert any(label.startswith("good match · ") for label in labels)  # half the words: "red" or "circle"
     tip = model.data(model.index(0), Qt.ItemDataRole.ToolTipRole)
-    assert "strong match" in tip and "ranked 1st of" in tip and "score" not in tip  # a place, not a number
-    service.set_active_model("fake-pcme")
+    assert "strong match · 98%" in tip and "ranked 1st of" in tip and "score" not in tip
+    assert "probability that this item is what the search asks for (calibrated on held-aside photos)" in tip
     with qtbot.waitSignal(model.page_loaded, timeout=3000):
-        press(qtbot, Qt.Key.Key_Return)
+        window.find_similar(hits[0])  # a picture search carries no probability: its place and standing in words
+    first = model.data(model.index(0), RELEVANCE_ROLE)
+    assert first.label == "strong match" and "typical item" in first.explanation
+    service.calibration = None  # no calibration file: a PCME model's own probability, said as before
+    service.set_active_model("fake-pcme")
+    window.search_bar.edit.setText("red circle")
+    window.search_bar.submit()
+    qtbot.waitUntil(lambda: model.rowCount() > 0 and model.hit(0).match_probability is not None, timeout=3000)
     hit: SearchHit = model.data(model.index(0), HIT_ROLE)
+    assert hit.match is None
     assert model.data(model.index(0), RELEVANCE_ROLE).label == f"{hit.match_probability:.0%} match"
     with qtbot.waitSignal(model.page_loaded, timeout=3000):
         press(qtbot, Qt.Key.Key_Escape)  # browsing: no scores to show
     assert model.data(model.index(0), RELEVANCE_ROLE) is None
+
+
+def test_a_calibrated_match_says_its_word_and_its_percentage() -> None:
+    def hit(p: float, word: str) -> SearchHit:
+        return SearchHit(1, "/x.png", MediaKind.IMAGE, 3.0, match_probability=p, match=word)
+
+    strong = relevance(hit(0.62, "strong"), (0.0, 3.0), rank=1, searched=40)
+    assert (strong.label, strong.dots) == ("strong match · 62%", 3)
+    assert strong.explanation == ("ranked 1st of 40 items for this search: an estimated 62% probability that this "
+                                  "item is what the search asks for (calibrated on held-aside photos)")
+    assert (relevance(hit(0.04, "good"), None).label, relevance(hit(0.04, "good"), None).dots) == ("good match · 4%", 2)
+    assert (relevance(hit(0.003, "weak"), None).label, relevance(hit(0.003, "weak"), None).dots) == (
+        "weak match · 0.3%", 1)
+    assert relevance(hit(0.0004, "weak"), None).label == "weak match · <0.1%"
+    assert [percent(p) for p in (0.999, 0.62, 0.04, 0.0096, 0.003, 0.0004)] == [">99%", "62%", "4%", "1%", "0.3%",
+                                                                             "<0.1%"]
+
+
+def test_a_narrow_thumbnail_keeps_the_percentage() -> None:
+    rank = relevance(SearchHit(1, "/x.png", MediaKind.IMAGE, 3.0, match_probability=0.04, match="good"), None)
+    assert relevance_line(rank, len, 100) == "●●○  good match · 4%"
+    assert relevance_line(rank, len, 15) == "●●○ good · 4%"
 
 
 def test_relevance_bands_on_the_search_range() -> None:
@@ -143,7 +178,8 @@ def test_relevance_bands_on_the_search_range() -> None:
 
 
 def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: bool(window.state.snapshot.indexed), timeout=3000)  # the library's count, read off thread
     start_typing_a_query(qtbot, window, "red circle")
     qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
     text = window.inspector.relevance_label.text()
-    assert text.startswith("strong match — ranked 1st of ") and "typical item" in text
+    assert text.startswith("strong match · 98% — ranked 1st of ") and "an estimated 98% probability" in text

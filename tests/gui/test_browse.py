@@ -97,7 +97,9 @@ def _search_under_cutoff(qtbot, window, service: FakeService, cutoff: int, query
     """A PCME model active, the cutoff at ``cutoff`` %, ``query`` searched: nothing comes back."""
     service.set_active_model("fake-pcme")
     window.refresh_models()
-    qtbot.waitUntil(window.search_bar.cutoff.isEnabled, timeout=3000)
+    # the window has seen the switch (and re-run what it showed) before the search below, which must be the last
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
+    assert window.search_bar.cutoff.isEnabled()
     window.search_bar.cutoff.setValue(cutoff)
     search(qtbot, window, query)
     assert window.results_model.rowCount() == 0

@@ -54,6 +54,7 @@ def test_first_result_is_selected_and_explained_with_k_heads(qtbot, window, serv
     q_unc, i_unc = inspector.uncertainty_values
     assert q_unc == pytest.approx(0.35) and i_unc is not None
     assert inspector.probability_bar is not None and inspector.probability_bar.value() > 0
+    assert inspector.probability_bar.format().startswith("model's own p(match)")  # not the calibrated percentage
     assert inspector.ellipse_plot is not None and inspector.similarity_plot is not None
     explanation = inspector.explanation
     assert inspector.uncertainty_label is not None and inspector.uncertainty_bar is not None
@@ -132,18 +133,40 @@ def test_infinite_scroll_fetches_pages_until_the_end(qtbot, window, service: Fak
     assert offsets == [0, 4, 8]
 
 
-def test_cutoff_slider_only_for_probabilistic_models(qtbot, window, service: FakeService) -> None:
+def test_cutoff_slider_for_every_model_whose_results_carry_a_probability(qtbot, window,
+                                                                         service: FakeService) -> None:
     bar = window.search_bar
-    assert not bar.cutoff.isEnabled()
-    service.set_active_model("fake-pcme")
-    window.refresh_models()
-    qtbot.waitUntil(bar.cutoff.isEnabled, timeout=3000)
+    qtbot.waitUntil(lambda: bar.model_combo.count() > 0, timeout=3000)  # the models, read off the GUI thread
+    assert bar.model_combo.currentData() == "zero-shot"
+    assert bar.cutoff.isEnabled()  # zero-shot ranking too: its text searches give a calibrated probability (#40)
     search(qtbot, window, "red circle")
     all_rows = window.results_model.rowCount()
     with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
         bar.cutoff.setValue(50)
-    assert 0 < window.results_model.rowCount() < all_rows
+    kept = [window.results_model.hit(r) for r in range(window.results_model.rowCount())]
+    assert 0 < len(kept) < all_rows and all(hit.match_probability >= 0.5 for hit in kept)
     assert service.calls[-1] == ("search_text", ("red circle", 60, 0, 0.5))
+    service.calibration = None  # a library without the calibration file: only PCME gives a probability
+    window.refresh_models()
+    qtbot.waitUntil(lambda: not bar.cutoff.isEnabled(), timeout=3000)
+    assert bar.min_probability is None
+    service.set_active_model("fake-pcme")
+    window.refresh_models()
+    qtbot.waitUntil(bar.cutoff.isEnabled, timeout=3000)
+    assert bar.min_probability == 0.5
+
+
+def test_a_search_with_only_weak_matches_says_there_is_no_good_match(qtbot, window) -> None:
+    search(qtbot, window, "blorf quizzle")
+    model = window.results_model
+    said = "No good match for “blorf quizzle” — the closest items are shown, all weak"
+    assert model.rowCount() > 0 and {model.hit(r).match for r in range(model.rowCount())} == {"weak"}
+    assert window.empty_label.text() == said
+    assert window.statusBar().currentMessage() == said
+    search(qtbot, window, "red circle")  # a good match again: the count, as before, and the status bar takes it back
+    assert model.hit(0).match == "strong"
+    assert window.empty_label.text() == f"{model.rowCount()} results for “red circle”"
+    assert window.statusBar().currentMessage() == ""
 
 
 def test_dropping_a_file_on_the_search_box_searches_by_it(qtbot, window, media_folder: Path) -> None:

@@ -143,17 +143,17 @@ def test_point4_undoing_a_reject_brings_the_count_back(qtbot, window) -> None:
 
 def test_point4_switching_the_model_anywhere_reruns_the_query(qtbot, window, service: FakeService) -> None:
     searched(qtbot, window, "red")
-    assert window.results_model.hit(0).match_probability is None
+    assert window.results_model.hit(0).uncertainty is None  # sigma: the PCME model's alone
     current = window.results.current_hit()
     window.activate_and_reindex("fake-pcme")  # the training dialog's "Use it and re-index": a switch, then a re-index
     qtbot.waitUntil(lambda: window.results_model.rowCount() > 0
-                    and window.results_model.hit(0).match_probability is not None, timeout=5000)
+                    and window.results_model.hit(0).uncertainty is not None, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
     assert window.results.current_hit().media_id == current.media_id  # the item on show stays selected
     service.set_active_model(None)  # another process or dialog reverts it: the window follows too
     qtbot.waitUntil(lambda: window.results_model.rowCount() > 0
-                    and window.results_model.hit(0).match_probability is None, timeout=5000)
+                    and window.results_model.hit(0).uncertainty is None, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "zero-shot", timeout=3000)
 
 
@@ -290,6 +290,12 @@ def test_point7_a_results_place_is_said_in_words_not_raw_scores(qtbot, window) -
     # search" (true, without the count); then "of 11 items" joins it
     qtbot.waitUntil(lambda: "of 11 items" in model.data(model.index(1), RELEVANCE_ROLE).explanation, timeout=3000)
     second = model.data(model.index(1), RELEVANCE_ROLE)
-    assert second.explanation.startswith("ranked 2nd of 11 items for this search; ")
+    assert second.explanation.startswith("ranked 2nd of 11 items for this search: an estimated ")
     assert "between" not in second.explanation and "score" not in second.explanation
     assert f"{model.hit(1).score:.3f}" not in second.explanation
+    with qtbot.waitSignal(model.page_loaded, timeout=3000):
+        window.find_similar(model.hit(0))  # no probability there: the place and the standing
+    qtbot.waitUntil(lambda: "of 11 items" in model.data(model.index(1), RELEVANCE_ROLE).explanation, timeout=3000)
+    second = model.data(model.index(1), RELEVANCE_ROLE)
+    assert second.explanation.startswith("ranked 2nd of 11 items for this search; ")
+    assert "typical item" in second.explanation and f"{model.hit(1).score:.3f}" not in second.explanation

@@ -1,4 +1,5 @@
-"""Whether a model ranks by match probability comes from its export manifest, also for older model folders."""
+"""Whether a model ranks by match probability comes from its export manifest, also for older model folders; whether
+its text searches give one, from the shipped calibration (issue #40)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,18 @@ def test_older_folders_without_the_flag_and_broken_ones_still_load(tmp_path: Pat
 def test_active_model_reads_the_typed_flag() -> None:
     models = [ModelInfo("zero-shot", "zero-shot", None), ModelInfo("m", "vse", Path("m"), active=True)]
     assert active_model(models) is models[1] and active_model(models[:1]) is None
+
+
+def test_a_model_gives_a_match_probability_where_the_calibration_ships(assets_dir: Path, monkeypatch) -> None:
+    """Issue #40: every model's text searches give a calibrated probability (the GUI offers its cutoff for each);
+    without the calibration file only a probabilistic model would, and zero-shot ranking does not."""
+    from engine.search import calibration
+    from engine.service import SearchService
+
+    service = SearchService.open("probabilities", assets_dir)
+    try:
+        assert [(m.name, m.gives_probability) for m in service.models()] == [("zero-shot", True)]
+        monkeypatch.setattr(calibration, "load", lambda kind, path=None: None)
+        assert [(m.name, m.gives_probability) for m in service.models()] == [("zero-shot", False)]
+    finally:
+        service.close()
