@@ -19,7 +19,7 @@ from engine.search.explain import word_matches
 from engine.search.trained import TrainedSearch
 from engine.search.vectorindex.scoring import normalise
 from engine.search.words import UserWords
-from engine.types import Explanation
+from engine.types import Explanation, percent
 
 
 def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch | None, features: FeatureStore,
@@ -101,7 +101,7 @@ def ranking_note(ranking, position: int) -> str | None:
         said.append(f"its look-alikes among the items you named {adds['look_alikes']:+.1f}")
     rejected = parts.get("rejected")
     tail = " It was rejected for a search like this one." if rejected is not None and rejected[position] > 0 else ""
-    return (f"{fitted.word(p).capitalize()} match, {p:.1%}: the chance that this is what the search asks for, "
+    return (f"{fitted.word(p).capitalize()} match, {percent(p)}: the chance that this is what the search asks for, "
             f"calibrated on photos no model here trained on. Log-odds: start {adds['start']:+.1f} (one item among "
             f"the library's), " + ", ".join(said) + "." + tail)
 

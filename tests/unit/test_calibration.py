@@ -15,17 +15,20 @@ import pytest
 from engine.search import calibration, evidence
 from engine.search.words import UserWords
 from engine.service import SearchService
+from engine.types import percent
 from tests.mediagen import make_jpeg
 
 N = 40
 
 
 def _ranking(lexical: dict[int, float], semantic: dict[int, float] | None = None,
-             rejected: dict[int, float] | None = None, familiar: float = 1.0) -> evidence.Ranking:
-    """A 40-item library whose model clearly prefers item 0 (cosine 0.45 against 0.10 +- 0.03)."""
+             rejected: dict[int, float] | None = None, familiar: float = 1.0,
+             novel: dict[int, float] | None = None) -> evidence.Ranking:
+    """A 40-item library whose model clearly prefers item 0 (about 4 standard deviations above the rest, as the
+    best match of a real search stands) and finds item 7 a little better than typical (about 1)."""
     rng = np.random.default_rng(0)
     cos = rng.normal(0.10, 0.03, N).astype(np.float32)
-    cos[0] = 0.45
+    cos[0], cos[7] = 0.10 + 4 * 0.03, 0.10 + 0.03
 
     def column(values: dict[int, float] | None) -> np.ndarray:
         out = np.zeros(N, np.float32)
@@ -33,7 +36,8 @@ def _ranking(lexical: dict[int, float], semantic: dict[int, float] | None = None
             out[row] = value
         return out
 
-    user = evidence.UserEvidence(column(lexical), column(semantic), np.zeros(N, np.float32), column(rejected))
+    user = evidence.UserEvidence(column(lexical), column(semantic), np.zeros(N, np.float32), column(rejected),
+                                 column(novel))
     return evidence.fuse({"model": evidence.ArrayEvidence("model", cos)}, np.arange(N),
                          calibrated=calibration.load("model"), user=user, familiar=familiar, n_items=N)
 
@@ -52,8 +56,10 @@ def test_the_shipped_calibration_says_what_it_was_fitted_on_and_reads_known_feat
 
 def test_a_caption_sharing_one_word_of_four_does_not_outrank_the_models_clear_best():
     assert _first(_ranking({7: 0.25}, {7: 0.2})) == 0
-    # a caption that says what the query says does
+    assert _first(_ranking({7: 0.25}, {7: 0.2}, novel={7: 0.25})) == 0  # even a new word, if one of four
+    # a caption that says what the query says does, and a name the user gave (all of the query, new to the model)
     assert _first(_ranking({7: 1.0}, {7: 1.0})) == 7
+    assert _first(_ranking({7: 1.0}, novel={7: 1.0})) == 7
 
 
 def test_a_rejection_removes_and_the_probabilities_say_how_likely():
@@ -126,6 +132,12 @@ def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: SearchSer
     hit = library.search_text("a red car parked on the street", top=6)
     terrier = next(h for h in hit if h.media_id == media[3].id)
     notes = " ".join(library.explain("a red car parked on the street", terrier.media_id).notes)
-    assert f"{terrier.match_probability:.1%}" in notes and "Log-odds" in notes
+    assert percent(terrier.match_probability) in notes and "Log-odds" in notes
     assert "covers 2" in notes or "covers 1" in notes  # "red" alone: a quarter of the words or less
     assert "far from the search in meaning" in notes
+
+
+def test_a_name_covers_in_full_an_everyday_word_hardly():
+    labels = {"biscuit": (0.5, (1, 2)), "beach": (0.5, (3,))}
+    cover = evidence.novel_cover(labels, {"biscuit": 0.5, "beach": 0.25}, {"biscuit": 1.0, "beach": 0.02})
+    assert cover[1] == cover[2] == pytest.approx(0.5) and cover[3] == pytest.approx(0.005)
