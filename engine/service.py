@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 
-OWN_WORD = 0.5  # novelty (evidence.word_novelty) from which a word the user wrote is read as theirs alone
 
 
 class SearchService:
@@ -252,57 +251,9 @@ class SearchService:
     @single_threaded
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
-        from engine.features.regional import content_words
-        from engine.search import calibration, evidence
-        from engine.search.vectorindex.scoring import normalise
-        from engine.search.words import WordsMatch, spread
+        from engine.search.ranking import rank_sentence
 
-        ids, index = self.indexes.zero_shot()
-        if not len(ids):
-            return None
-        trained = self.active_trained()
-        stock = self.encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
-        sentence = stock.sentence[0]
-        unit = normalise(sentence)
-        match = self.indexes.user_words().match(text, unit) if "words" in self.evidence else WordsMatch({}, {})
-        # a word the user wrote on items is theirs in proportion to how new it is to the ranking in use: "Biscuit"
-        # means what its items show, not an ImageNet class; "dog" written on dog photos stays the semantics' word
-        novelty = (evidence.word_novelty(match.labels, ids, index, trained, self.indexes.zero_shot_query)
-                   if match.labels else {})
-        dense: dict = {}
-        if "zero_shot" in self.evidence or trained is None:
-            own = {word for word, new in novelty.items() if new >= OWN_WORD}
-            _, words = self.indexes.zero_shot_query(text, exclude=own, sentence=sentence)
-            dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, self.indexes.frames())
-        encoded = None
-        if trained is not None:
-            encoded, _ = trained.encode_text([text], minilm=stock)
-            if "model" in self.evidence:
-                dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
-        shared = spread(match.labels, self._neighbours, novelty) if match.labels else {}
-        named = np.array([*shared, *match.positive, *match.rejected], np.int64)
-        rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
-        novel = evidence.novel_cover(match.labels, match.shares, novelty)
-        user = evidence.UserEvidence(*(evidence.on_rows(v, ids, rows) for v in
-                                       (match.lexical, match.semantic, shared, match.rejected, novel)))
-        content = content_words(text)
-        share = sum(novelty.get(w, 0.0) for w in set(content)) / len(set(content)) if content else 0.0
-        calibrated = calibration.load("model" if "model" in dense else "zero_shot")
-        if calibrated is None:  # no fitted parameters: the hand-set sum of z-scores (before #40)
-            positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
-            words_arr = evidence.on_rows(positive, ids, rows)
-            ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
-                                    user.rejected if match.rejected else None, user_share=share)
-            return ids, ranking, trained, encoded
-        familiar = calibration.familiarity(content, self._knows)
-        ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
-                                familiar=familiar, n_items=len(ids))
-        return ids, ranking, trained, encoded
-
-    def _knows(self, word: str) -> bool:
-        """Whether ``word`` is a word to the text side (a whole MiniLM token or a GloVe word): the calibration's
-        familiarity (:func:`engine.search.calibration.familiarity`)."""
-        return self.encoders.minilm.knows(word) or self.encoders.glove.knows(word)
+        return rank_sentence(text, self.indexes, self.encoders, self.active_trained(), self.evidence)
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
                      min_probability: float | None, scope: np.ndarray | None = None) -> list[SearchHit]:
@@ -349,10 +300,6 @@ class SearchService:
             hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
                                   ranking.head_pair_of(row), ranking.frame_of(row), guess, word))
         return hits
-
-    def _neighbours(self, media_ids: list[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Each item's look-alikes (:class:`engine.search.words.LookAlikes`) for spreading the user's words."""
-        return self.indexes.look_alikes().nearest(media_ids)
 
     def query_carries_evidence(self, text: str) -> bool:
         """False when the active trained model's text encoder knows none of the query's content words
