@@ -48,8 +48,12 @@ def _parser() -> argparse.ArgumentParser:
                         "one JSON line per query")
     p.add_argument("--top", type=int, default=10)
     _common(p)
-    p = sub.add_parser("evaluate", help="retrieval metrics of a model on a caption folder")
-    p.add_argument("--model", required=True, help="'zero-shot' or a trained model directory")
+    p = sub.add_parser("evaluate", help="retrieval metrics of a model, or of a library's search, on a caption folder")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="'zero-shot' or a trained model directory: the model alone")
+    which.add_argument("--library", help="a library whose search (every kind of evidence, the user's words "
+                       "included) ranks its whole content for the folder's captions; the folder's media must be "
+                       "indexed in it")
     p.add_argument("--data", required=True, type=Path)
     p.add_argument("--split", default=None)
     p.add_argument("--json", action="store_true")
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.name == "nt":  # Windows has no exec (execv starts a new process and returns to the shell at once)
             return subprocess.call([sys.executable, "-m", "app", *argv])
         os.execv(sys.executable, [sys.executable, "-m", "app", *argv])
-    trained_evaluate = argv[0] == "evaluate" and not _is_zero_shot(argv)
+    trained_evaluate = argv[0] == "evaluate" and not _is_zero_shot(argv) and not _names_library(argv)
     if (argv[0] == "train" or trained_evaluate) and not {"-h", "--help"} & set(argv):
         try:
             _prepare()  # the trainer needs the prepared assets too: first use prepares them here
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         from engine.trainerrun import run_with_progress
 
         return run_with_progress(argv)  # the trainer's events drawn as a progress bar
-    if argv[0] in TRAINER_COMMANDS or (argv[0] == "evaluate" and not _is_zero_shot(argv)):
+    if argv[0] in TRAINER_COMMANDS or trained_evaluate:
         from engine.trainercontract.command import trainer_command
 
         return subprocess.call(trainer_command(*argv))
@@ -165,6 +169,10 @@ def _disk_full(error: BaseException | None) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def _names_library(argv: list[str]) -> bool:
+    return any(arg == "--library" or arg.startswith("--library=") for arg in argv)
 
 
 def _is_zero_shot(argv: list[str]) -> bool:
@@ -218,7 +226,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "models":
         return _models(args)
     if args.command == "evaluate":
-        return _evaluate(args)
+        return _evaluate_library(args) if args.library else _evaluate(args)
     if args.command == "retrain":
         return _retrain(args)
     if args.command == "annotations":
@@ -376,6 +384,58 @@ def _models(args: argparse.Namespace) -> int:
     else:
         for m in models:
             print(f"{'*' if m.active else ' '} {m.name:24s} {m.method}")
+    return 0
+
+
+def _evaluate_library(args: argparse.Namespace) -> int:
+    """R@K of a library's own search (:func:`engine.search.ranking.rank_sentence`, every kind of evidence) for a
+    caption folder's captions, each ranking the library's whole content: the folder's items against each other,
+    and every other item of the library as a distractor (as the user searches it)."""
+    import numpy as np
+
+    from engine.library.captionfolder import CaptionFolderError, load_caption_folder
+    from engine.service import SearchService
+    from engine.trainercontract.metrics import report_lines, retrieval_report, rounded
+
+    try:
+        data = load_caption_folder(args.data)
+    except (CaptionFolderError, OSError) as error:
+        raise CliError(f"{args.data} is not a caption folder: {error}") from None
+    if args.split:
+        if args.split not in data.splits():
+            raise CliError(f"split {args.split!r} is not in {args.data} (splits: {', '.join(data.splits())})")
+        data = data.split(args.split)
+    service = SearchService.open(args.library)
+    try:
+        by_path = {str(Path(m.path).resolve()): m.id for m in service.catalog.iter_media()}
+        media = [by_path.get(str(Path(item.path).resolve())) for item in data.items]
+        present = [i for i, m in enumerate(media) if m is not None]
+        if not present:
+            raise CliError(f"none of {args.data}'s media is in library {args.library!r}: index them first "
+                           f"(polyseek index {args.data} --library {args.library})")
+        position = {i: k for k, i in enumerate(present)}
+        captions = [(position[i], text) for i, text in data.captions if i in position]
+        mine = np.array([media[i] for i in present], np.int64)
+        columns, ids = [], None
+        for _, text in captions:
+            ranked = service.rank_text(text)
+            ids, ranking = ranked[0], ranked[1]
+            column = np.full(len(ids), -np.inf, np.float32)
+            column[ranking.rows] = ranking.total
+            columns.append(column)
+        scores = np.stack(columns, axis=1)
+        row = {int(m): r for r, m in enumerate(ids.tolist())}
+        own = np.array([row[int(m)] for m in mine])
+        others = np.setdiff1d(np.arange(len(ids)), own)
+        report = retrieval_report(scores[own], np.array([k for k, _ in captions]), distractors=scores[others])
+    finally:
+        service.close()
+    report.update(library=args.library, split=args.split or "all", n_not_in_library=len(media) - len(present))
+    if args.json:
+        print(json.dumps(rounded(report), indent=2))
+    else:
+        print("\n".join(report_lines(report)))
+        print(f"ranked among the library's {len(ids):,} items ({report['n_distractors']:,} of them not in the folder)")
     return 0
 
 

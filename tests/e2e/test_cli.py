@@ -109,11 +109,10 @@ SAMPLE_CAPTIONS = {
 }
 
 
-def test_evaluate_zero_shot_on_a_caption_folder(tmp_path, polyseek_home, assets_dir):
+def _sample_caption_folder(folder: Path) -> None:
     import numpy as np
     import skimage.data
 
-    folder = tmp_path / "captions"
     (folder / "images").mkdir(parents=True)
     rows = ["file\tcaption"]
     for name, caption in SAMPLE_CAPTIONS.items():
@@ -123,6 +122,31 @@ def test_evaluate_zero_shot_on_a_caption_folder(tmp_path, polyseek_home, assets_
         Image.fromarray(pixels).convert("RGB").save(folder / "images" / f"{name}.jpg")
         rows.append(f"{name}.jpg\t{caption}")
     (folder / "captions.tsv").write_text("\n".join(rows) + "\n")
+
+
+def test_evaluate_a_librarys_search_ranks_its_whole_content(media, tmp_path, polyseek_home, assets_dir):
+    """``evaluate --library``: the library's own search (issue #40), the folder's photos among everything else the
+    library holds (the three readable items of ``media`` as distractors: a cat and a coffee cup like two of the folder's
+    photos, and a GIF)."""
+    folder = tmp_path / "captions"
+    _sample_caption_folder(folder)
+    missing = polyseek("evaluate", "--library", "default", "--data", str(folder), home=polyseek_home,
+                       assets=assets_dir)
+    assert missing.returncode == 2 and "polyseek index" in missing.stderr  # nothing of it indexed yet: says how
+    for path in (media, folder / "images"):
+        assert polyseek("index", str(path), home=polyseek_home, assets=assets_dir).returncode == 0
+    done = polyseek("evaluate", "--library", "default", "--data", str(folder), "--json", home=polyseek_home,
+                    assets=assets_dir)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["n_media"] == 12 and report["n_captions"] == 12 and report["n_distractors"] == 3
+    assert report["library"] == "default" and report["n_not_in_library"] == 0
+    assert report["t2i"]["r1"] >= 50 and report["t2i"]["medr"] <= 2, report  # chance: R@1 7, medr 7
+
+
+def test_evaluate_zero_shot_on_a_caption_folder(tmp_path, polyseek_home, assets_dir):
+    folder = tmp_path / "captions"
+    _sample_caption_folder(folder)
     done = polyseek("evaluate", "--model", "zero-shot", "--data", str(folder), "--json", home=polyseek_home,
                     assets=assets_dir)
     assert done.returncode == 0, done.stderr
