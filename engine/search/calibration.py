@@ -8,8 +8,9 @@ The ranking's evidence (:mod:`engine.search.evidence`) becomes a handful of feat
   ``dense_high``: its hinge above :data:`HIGH` (the very top of a ranking is less sure than a line says);
 - ``model_cos``: the trained model's raw cosine times the familiar share (an absolute scale: a query whose best
   item is far is unlikely to have a match, whatever its z-scores say);
-- ``familiar``: the share of the query's content words that are words at all (:func:`familiarity`), on a log
-  scale (:func:`familiar_feature`): made-up words carry no evidence, and an item's z-score for them is noise;
+- ``familiar``: the share of the query's content words that are words at all and not the user's own (a name new to
+  the model, :data:`engine.search.ranking.OWN_WORD`), on a log scale (:func:`familiar_feature`): made-up words
+  carry no evidence, and an item's z-score for them is noise;
 - ``log_items``: the library's size (the chance that any one item is *the* item falls with it);
 - ``lexical``, ``semantic``, ``spread``: the user's words (:mod:`engine.search.words`): how much of the whole query
   an item's captions cover, how close they are in meaning, and the share its look-alikes pass on; ``lexical_full``

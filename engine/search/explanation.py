@@ -95,9 +95,9 @@ def ranking_note(ranking, position: int) -> str | None:
     adds = fitted.contributions(made, position)
     p = float(parts["probability"][position])
     said = [f"the models' reading of the picture {adds['models']:+.1f}"]
-    if adds["captions"]:
+    if abs(adds["captions"]) >= 0.05:
         said.append(f"what you wrote on it {adds['captions']:+.1f}")
-    if adds["look_alikes"]:
+    if abs(adds["look_alikes"]) >= 0.05:
         said.append(f"its look-alikes among the items you named {adds['look_alikes']:+.1f}")
     rejected = parts.get("rejected")
     tail = " It was rejected for a search like this one." if rejected is not None and rejected[position] > 0 else ""

@@ -36,9 +36,9 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
     # means what its items show, not an ImageNet class; "dog" written on dog photos stays the semantics' word
     novelty = (evidence.word_novelty(match.labels, ids, index, trained, indexes.zero_shot_query)
                if match.labels else {})
+    own = {word for word, new in novelty.items() if new >= OWN_WORD}
     dense: dict = {}
     if "zero_shot" in kinds or trained is None:
-        own = {word for word, new in novelty.items() if new >= OWN_WORD}
         _, words = indexes.zero_shot_query(text, exclude=own, sentence=sentence)
         dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, indexes.frames())
     encoded = None
@@ -61,7 +61,10 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                 user.rejected if match.rejected else None, user_share=share)
         return ids, ranking, trained, encoded
-    familiar = calibration.familiarity(content, lambda w: encoders.minilm.knows(w) or encoders.glove.knows(w))
+    # the user's own words ("Biscuit", their dog) are no words of the models': what the models read in them (a
+    # cookie) is no evidence of a match
+    familiar = calibration.familiarity(
+        content, lambda w: w not in own and (encoders.minilm.knows(w) or encoders.glove.knows(w)))
     ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
                             familiar=familiar, n_items=len(ids))
     return ids, ranking, trained, encoded
