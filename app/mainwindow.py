@@ -278,10 +278,6 @@ class MainWindow(QMainWindow):
         self.search_bar.submit()
         self.search_bar.edit.setFocus()
 
-    def refresh_library(self) -> None:
-        """Read the library's folders, counts and caption progress again (the views follow the state)."""
-        self.state.refresh()
-
     def _cutoff_changed(self, cutoff: float | None) -> None:
         self.settings.cutoff_percent = self.search_bar.cutoff.value()
         if isinstance(self.session.query, str) and cutoff != self.session.min_probability:
@@ -600,4 +596,3 @@ class MainWindow(QMainWindow):
         self.save_state()
         self.shutdown()
         super().closeEvent(event)
-

@@ -92,8 +92,3 @@ def shipped_starter_dir() -> Path:
     import resources
 
     return Path(resources.__file__).resolve().parent / "models" / "starter"
-
-
-def settings_path() -> Path:
-    """The engine's own settings (JSON)."""
-    return settings_file("settings.json")

@@ -341,20 +341,6 @@ class SearchService:
 
         return thumbnail(Path(path), paths.cache_dir() / "example-thumbnails", size=size)[0]
 
-    def search_captions(self, media_id: int, top: int = 10) -> list[tuple[str, float]]:
-        """The library's captions that best describe an item (zero-shot: scored like a text query)."""
-        captions = [c for c in self.catalog.iter_captions() if c.source != CaptionSource.PSEUDO]
-        if not captions:
-            return []
-        ids, index = self.indexes.zero_shot()
-        where = np.flatnonzero(ids == media_id)
-        if not len(where):
-            return []
-        scored = []
-        for caption in captions:
-            scored.append((caption.text, float(index.score(*self.indexes.zero_shot_query(caption.text))[where[0]])))
-        return sorted(scored, key=lambda s: -s[1])[:top]
-
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match
         the query's words), and for a sentence what the user wrote on the item that the ranking counted."""

@@ -107,10 +107,6 @@ class GloveEncoder:
         """Whether ``word`` has a GloVe vector (an unknown word reaches a model as zeros)."""
         return word in self._index
 
-    def word_ids(self, text: str) -> list[int]:
-        """Vocabulary ids of the words of ``text`` (-1 for unknown words)."""
-        return [self._index.get(w, -1) for w in glove_tokenize(text)[: self.max_tokens]]
-
     def encode(self, texts: list[str]) -> EncodedText:
         tokens = [glove_tokenize(t)[: self.max_tokens] or ["."] for t in texts]
         length = max((len(t) for t in tokens), default=0)
@@ -157,5 +153,3 @@ def _pad(array: np.ndarray, length: int) -> np.ndarray:
         return array
     widths = [(0, 0), (0, extra)] + [(0, 0)] * (array.ndim - 2)
     return np.pad(array, widths)
-
-

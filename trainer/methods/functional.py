@@ -19,13 +19,6 @@ def max_cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
     return pairs.flatten(2).amax(-1)
 
 
-def best_head_pair(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    """For (N, K, D) and (M, K', D) embeddings, the (N, M) indices p and q of the best-matching heads."""
-    pairs = torch.einsum("ipd,jqd->ijpq", F.normalize(a, dim=-1), F.normalize(b, dim=-1))
-    flat = pairs.flatten(2).argmax(-1)
-    return flat // b.shape[1], flat % b.shape[1]
-
-
 def squared_distances(a: Tensor, b: Tensor) -> Tensor:
     """(..., N, M) squared Euclidean distances between rows of ``a`` (..., N, D) and ``b`` (..., M, D).
 

@@ -104,12 +104,6 @@ class AnnotationRoom(MediaRoom):
             for table in ("captions", "pairs")
         )
 
-    def annotation_snapshot(self) -> dict[str, Any]:
-        """Every user and imported caption and pair, grouped per item with the item's content hash, path,
-        size and mtime (the snapshot format of :mod:`engine.library.catalog.snapshots`)."""
-        with self._lock:
-            return snapshots.collect(self._live())
-
     def _snapshot(self, conn: sqlite3.Connection, reason: str) -> Path:
         """Write a snapshot of the annotations as they are in this (open) transaction."""
         try:
