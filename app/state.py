@@ -1,5 +1,5 @@
 """The library as every view sees it: one object holding its folders, counts, caption progress and models,
-and saying what changed (STYLE.md §2: widgets receive it and subscribe to it).
+and saying what changed (docs/contributing.md: widgets receive it and subscribe to it).
 
 Why one object: each view used to read its own numbers when some writer remembered to tell it, and the ones
 nobody told went stale ("0 of 2346 captioned" with 346 items left after removing a folder; the grid's old results

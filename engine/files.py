@@ -2,7 +2,7 @@
 
 Every file Polyseek writes that a crash must not leave half-written (catalog snapshots, index headers,
 caption folders, checkpoints, exports) goes through :func:`atomic_write_bytes`: a temporary file in the
-same folder, flushed and fsynced, then ``os.replace``d over the target (STYLE.md §11).
+same folder, flushed and fsynced, then ``os.replace``d over the target (docs/contributing.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The command line's progress bar: :class:`engine.progress.Progress` records drawn with ``rich`` on stderr.
 
-Core code never sees the bar (STYLE.md, rule 3): jobs yield records, the CLI hands them to a
+Core code never sees the bar (docs/contributing.md): jobs yield records, the CLI hands them to a
 :class:`ProgressBar`. The bar is drawn only when stderr is a terminal and the output is not ``--json``, so
 pipes, logs and machine-readable output stay exactly as they were.
 """

@@ -1,4 +1,4 @@
-"""One ranking made of several kinds of evidence (STYLE.md §20): every query of the app is ranked here.
+"""One ranking made of several kinds of evidence (docs/contributing.md, "One ranking"): every query of the app is ranked here.
 
 Sources, each a small object that scores a set of library rows for one query:
 
