@@ -1,9 +1,10 @@
 """``SearchService``: index, search, explain, annotate and the models of one library. The CLI and the GUI hold it
 as an :class:`engine.workspace.Workspace`, which adds the library loop's jobs; this module knows nothing of the loop.
 
-It is built from its parts (catalog, feature store, indexer, encoders: docs/contributing.md) by :meth:`SearchService.open`,
-or by a test from fakes. Everything here is synchronous and thread-safe enough for one GUI worker plus the GUI
-thread; slow calls (``index_paths``, ``reindex``, the first search, thumbnails) belong off the GUI thread.
+It is built from its parts (catalog, feature store, indexer, encoders: docs/contributing.md) by
+:meth:`SearchService.open`, or by a test from fakes. Everything here is synchronous and thread-safe enough for one
+GUI worker plus the GUI thread; slow calls (``index_paths``, ``reindex``, the first search, thumbnails) belong off
+the GUI thread. A sentence is ranked in :mod:`engine.search.ranking`.
 
 Ranking. Until a model is trained (or while the zero-shot model is active) a sentence is ranked by the regional
 semantics of every item (:mod:`engine.features.regional`), and a picture, GIF or video by the cosine of the backbone's

@@ -1,4 +1,4 @@
-"""One ranking made of several kinds of evidence (docs/contributing.md, "One ranking"): every query of the app is ranked here.
+"""One ranking made of several kinds of evidence (docs/contributing.md, "One ranking"): the sources and the rule.
 
 Sources, each a small object that scores a set of library rows for one query:
 
@@ -6,14 +6,15 @@ Sources, each a small object that scores a set of library rows for one query:
   scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_ids`);
 - ``zero_shot``: the regional semantics (A3VSE §3.2, :mod:`engine.search.zeroshot`) for a sentence, the cosine of
   the backbone's global features for a picture;
-- ``words``: what the user wrote (:mod:`engine.search.words`): their captions and accepted queries matched
-  lexically and semantically, spread to look-alikes; rejected queries pushing items down.
+- the user's words (:mod:`engine.search.words`, :class:`UserEvidence`): their captions and accepted queries matched
+  lexically and semantically, spread to look-alikes; rejected queries.
 
 The rule, one for every method: the dense sources are standardised over the library (z-scores, so neither dominates
-by scale) and summed with fixed weights; the user's words are already on an absolute 0..1 scale ("how much of
-the query is what you wrote on this item") and add ``WORDS`` z-units, a rejection subtracts ``REJECT``.
-The weights were chosen on train-side data only (docs/benchmarks.md, "One ranking"): a Flickr8k train slice the
-starter never trained on and a slice of webcaps train, never a dev split.
+by scale) and summed with fixed weights (:data:`MODEL`, chosen on train-side data); with a calibration
+(:mod:`engine.search.calibration`, the app's sentence searches) that sum, the model's cosine, the user's words and
+the library's size become the log-odds that an item is what the query asks for, and a rejection multiplies the
+probability by ``1 - rejected``. Without one (a picture query, the gate's evaluation, no fitted parameters) the
+user's words add :data:`WORDS` z-units and a rejection subtracts :data:`REJECT`, the hand-set rule before #40.
 
 Scale: up to :data:`DENSE_LIMIT` items every source scores every item. Above it the candidates are the model's
 approximate top :data:`CANDIDATES` (plus every clip and every item the user's words name), and the z-scores use
