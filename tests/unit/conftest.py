@@ -1,4 +1,5 @@
-"""Fixtures shared by the unit tests of the training loop (tests/unit/test_trainer_*.py)."""
+"""Fixtures shared by the unit tests: the training loop's (tests/unit/test_trainer_*.py) and an eight-photo library
+searched without a model (the ranking's: test_evidence.py, test_calibration.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
+from engine.service import SearchService
+from tests.mediagen import make_jpeg
 from tests.synthetic import make_toy_photo_folder
 from trainer.data import FeatureSource
 
@@ -22,3 +25,19 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, assets_dir: Path):
     source = FeatureSource(store, Encoders(assets_dir), root / "text-cache", assets_dir)
     yield folder, source, assets_dir
     store.close()
+
+
+@pytest.fixture
+def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> SearchService:
+    """Eight plain-coloured photos, zero-shot ranking (no starter)."""
+    monkeypatch.setenv("POLYSEEK_STARTER", "off")
+    folder = tmp_path / "media"
+    folder.mkdir()
+    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 220), (20, 20, 20), (250, 200, 0),
+               (200, 0, 200), (0, 200, 200)]
+    for i, colour in enumerate(colours):
+        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
+    service = SearchService.open("words", assets_dir)
+    list(service.index_paths([folder]))
+    yield service
+    service.close()

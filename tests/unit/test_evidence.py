@@ -92,21 +92,6 @@ def test_look_alikes_tell_the_same_dog_from_a_photo_with_more_of_what_every_phot
     assert set(shares) == {101}  # the only look-alike above the floor (centred cosine 0)
 
 
-@pytest.fixture
-def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> SearchService:
-    monkeypatch.setenv("POLYSEEK_STARTER", "off")
-    folder = tmp_path / "media"
-    folder.mkdir()
-    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 220), (20, 20, 20), (250, 200, 0),
-               (200, 0, 200), (0, 200, 200)]
-    for i, colour in enumerate(colours):
-        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
-    service = SearchService.open("words", assets_dir)
-    list(service.index_paths([folder]))
-    yield service
-    service.close()
-
-
 def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: SearchService):
     media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
     library.add_caption(media[5].id, "Biscuit sleeping on the sofa")
