@@ -211,3 +211,20 @@ def test_queries_are_shown_as_plain_text(qtbot, window) -> None:
     search(qtbot, window, "<b>red</b> circle")
     assert window.empty_label.textFormat() == Qt.TextFormat.PlainText
     assert "<b>red</b>" in window.empty_label.text()
+
+
+def test_a_very_long_query_is_shown_on_one_line_and_searched_in_full(qtbot, window, service: FakeService) -> None:
+    """Issue #44 (#6): a 2,000-character query was echoed in full above the grid (about 14 lines)."""
+    query = " ".join(f"blorf{n}" for n in range(250))[:2000]
+    search(qtbot, window, query)
+    assert ("search_text", (query, 60, 0, None)) in service.calls  # the whole query is searched
+    header, status = window.empty_label.text(), window.statusBar().currentMessage()
+    assert header.startswith("No good match for “blorf0 blorf1") and header == status  # the weak-match line
+    shown = header.split("“", 1)[1].split("”", 1)[0]
+    assert shown.endswith("…") and len(shown) <= 100 and query not in header
+    label = window.empty_label
+    assert query in label.toolTip()  # the whole query, on hover
+    assert label.fontMetrics().horizontalAdvance(f"“{shown}”") <= label.width()  # the query: one line of it
+    assert label.heightForWidth(label.width()) < 3 * label.fontMetrics().lineSpacing()  # the old header: 14 lines
+    search(qtbot, window, "red circle")  # a short query is shown whole
+    assert window.empty_label.text() == f"{window.results_model.rowCount()} results for “red circle”"
