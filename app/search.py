@@ -9,7 +9,6 @@ from pathlib import Path
 from app.service_api import SearchServiceLike
 from engine.types import SearchHit
 
-
 QUERY_CHARS = 80  # the most of a query the header and the status bar show: one line (the tooltip has it all)
 
 
