@@ -43,7 +43,7 @@ from app.widgets.images import ThumbnailCache, read_image
 from app.widgets.inspector import Inspector
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
-from app.widgets.plaintext import plain_label, show_message
+from app.widgets.plaintext import plain_label, plain_tooltip, show_message
 from app.widgets.results import ResultsView
 from app.widgets.resultsmodel import RELEVANCE_ROLE, ResultsModel
 from app.widgets.searchbar import SearchBar, local_file
@@ -245,6 +245,7 @@ class MainWindow(QMainWindow):
         self.results_model.searched = (self.state.snapshot.indexed or None) if not self.session.scope() else None
         self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
                                      hide_rejected=text is not None, count=self.session.listing_counter())
+        self.empty_label.setToolTip(plain_tooltip(self.session.full_query()))  # the header shows it on one line
         if fetch is not None:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")

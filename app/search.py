@@ -9,6 +9,15 @@ from pathlib import Path
 from app.service_api import SearchServiceLike
 from engine.types import SearchHit
 
+QUERY_CHARS = 80  # the most of a query the header and the status bar show: one line (the tooltip has it all)
+
+
+def shown_query(text: str, limit: int = QUERY_CHARS) -> str:
+    """A query as a one-line phrase: its whitespace (line breaks too) collapsed, and cut to ``limit`` characters
+    with "…" when longer, so that a 2,000-character query does not push the grid down by a dozen lines."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
 
 @dataclass(frozen=True, slots=True)
 class BrowseOptions:
@@ -75,10 +84,15 @@ class SearchSession:
         return count_library
 
     def describe(self) -> str:
-        """The query as the status bar shows it, with the kind and folder it is narrowed to."""
+        """The query as the header and the status bar show it (on one line: :func:`shown_query`), with the kind
+        and folder it is narrowed to."""
         if isinstance(self.query, Path):
-            return f"like {self.query.name}{self.scope()}"
-        return f"for “{self.query}”{self.scope()}" if self.query else "in the library"
+            return f"like {shown_query(self.query.name)}{self.scope()}"
+        return f"for “{shown_query(self.query)}”{self.scope()}" if self.query else "in the library"
+
+    def full_query(self) -> str:
+        """The whole query (an example's whole path) for the header's tooltip; "" while browsing."""
+        return str(self.query) if self.query is not None else ""
 
     def scope(self) -> str:
         """" among GIFs in Holidays" when a search is narrowed ("" when it is not, or while browsing)."""

@@ -335,9 +335,10 @@ def _queries(path: Path) -> list[str]:
 
 def _hit_json(hit: SearchHit) -> dict:
     """A hit as ``search --json`` writes it (README.md, "--json output")."""
-    # "captions" keeps its documented content: every caption of the item, the model's guess included
+    # "captions": what people wrote (the user's and imported captions); "guess": the model's own words, kept apart
+    # so that a script never reads the model's guess as something a person wrote (issue #44)
     return {"path": hit.path, "score": round(hit.score, 4), "kind": str(hit.kind),
-            "captions": [*hit.captions, *([hit.guess] if hit.guess else [])],
+            "captions": list(hit.captions), "guess": hit.guess,
             "match_probability": hit.match_probability, "probability": hit.match_probability, "match": hit.match,
             "uncertainty": hit.uncertainty}
 

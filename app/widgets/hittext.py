@@ -108,8 +108,7 @@ def hit_tooltip(hit: SearchHit, rank: Relevance | None = None, state: Any = None
 
 VERDICT_INK = {True: QColor(20, 110, 45), False: QColor(170, 30, 30)}  # accepted / rejected, as text
 BADGE_COLOURS = {"accepted": QColor(30, 140, 60, 220), "rejected": QColor(190, 40, 40, 220),
-                 "captioned": QColor(40, 90, 170, 220), "imported": QColor(110, 80, 160, 220),
-                 "guess": QColor(120, 120, 120, 200)}
+                 "captioned": QColor(40, 90, 170, 220), "imported": QColor(110, 80, 160, 220)}
 
 
 def verdict_text(query: str, label: int) -> str:
@@ -146,7 +145,7 @@ def compact_verdict(verdicts: Any, elide: Callable[[str, int], str], advance: Ca
 
 
 # A badge's short form, for thumbnails too narrow for the words (the tooltip says them in full)
-BADGE_SHORT = {"✓ accepted": "✓", "✗ rejected": "✗", "✎ captioned": "✎", "⇩ imported": "⇩", "model's guess": "guess"}
+BADGE_SHORT = {"✓ accepted": "✓", "✗ rejected": "✗", "✎ captioned": "✎", "⇩ imported": "⇩"}
 BADGE_PADDING, BADGE_GAP = 10, 4  # pixels around a badge's text, and between two badges
 
 
@@ -165,7 +164,9 @@ def fit_badges(labels: list[str], advance: Callable[[str], int], width: int) -> 
 
 
 def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
-    """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then its captions' origin."""
+    """What a thumbnail's badges say about an ``AnnotationState``: its verdict, then whether a person captioned it
+    (the user, or an import). The model's guess has no badge: every indexed item has one, so a badge for it would
+    say nothing and cover the picture (issue #44); the tooltip and the captions panel say it."""
     badges = []
     if state.judgement > 0:
         badges.append(("✓ accepted", BADGE_COLOURS["accepted"]))
@@ -175,7 +176,5 @@ def annotation_badges(state: Any) -> list[tuple[str, QColor]]:
         badges.append(("✎ captioned", BADGE_COLOURS["captioned"]))
     elif "imported" in state.sources:
         badges.append(("⇩ imported", BADGE_COLOURS["imported"]))
-    elif "pseudo" in state.sources:
-        badges.append(("model's guess", BADGE_COLOURS["guess"]))
     return badges
 

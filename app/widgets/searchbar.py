@@ -25,6 +25,8 @@ from app.widgets.plaintext import plain_tooltip
 from engine import paths
 
 EXAMPLE_PICTURE = 44  # pixels: the example a search is made by, shown beside the query box
+PLACEHOLDER = "Describe what you are looking for, or drop a photo / GIF / video here"
+EXAMPLE_PLACEHOLDER = "Searching by the example on the right: type a description to search by words instead"
 
 
 def example_filters() -> str:
@@ -71,7 +73,7 @@ class QueryEdit(WindowKeysEdit):
         super().__init__(parent)
         self.setAcceptDrops(True)
         self.setClearButtonEnabled(True)
-        self.setPlaceholderText("Describe what you are looking for, or drop a photo / GIF / video here")
+        self.setPlaceholderText(PLACEHOLDER)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if local_file(event.mimeData()) is not None:
@@ -211,7 +213,9 @@ class SearchBar(QWidget):
             self.browse_requested.emit()
 
     def search_example(self, path: Path) -> None:
-        """Search by an example file (dropped, pasted or chosen)."""
+        """Search by an example file (dropped, pasted or chosen). The box lets go of the sentence it held, so that
+        it is plain that the example is what is searched (issue #44); a sentence typed next searches by words."""
+        self.edit.clear()
         self._show_example(Path(path))
         self.media_search.emit(Path(path))
 
@@ -223,6 +227,7 @@ class SearchBar(QWidget):
 
     def _show_example(self, path: Path | None) -> None:
         self._example = path
+        self.edit.setPlaceholderText(EXAMPLE_PLACEHOLDER if path else PLACEHOLDER)
         self.example_label.setText(f"Example: {path.name}" if path else "")
         self.example_label.setToolTip(plain_tooltip(str(path)) if path else "")
         self.example_label.setVisible(path is not None)

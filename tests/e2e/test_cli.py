@@ -45,8 +45,10 @@ def test_index_then_search_json(media, polyseek_home, assets_dir):
     assert found.returncode == 0, found.stderr
     hits = json.loads(found.stdout)
     assert [Path(h["path"]).name for h in hits][0] == "coffee.png"
-    assert set(hits[0]) == {"path", "score", "kind", "captions", "match_probability", "probability", "match",
-                            "uncertainty"}
+    assert set(hits[0]) == {"path", "score", "kind", "captions", "guess", "match_probability", "probability",
+                            "match", "uncertainty"}
+    # nobody captioned these: the model's guess is said apart, never listed as a caption (issue #44)
+    assert all(h["captions"] == [] and h["guess"] for h in hits)
     # a text search's hits carry the calibrated probability and its word (issue #40), the older name kept
     assert all(0 < h["probability"] < 1 and h["match"] in ("strong", "good", "weak") for h in hits)
     assert all(h["probability"] == h["match_probability"] for h in hits)
@@ -208,6 +210,7 @@ def test_search_queries_answers_every_line_in_one_run(media, tmp_path, polyseek_
                                               assets=assets_dir)
     assert Path(answers[0]["hits"][0]["path"]).name == "coffee.png"
     assert answers[2]["hits"][0]["match"] == "weak"  # made-up words: nothing is a good match
+    assert all(h["captions"] == [] and h["guess"] for a in answers for h in a["hits"])  # the guess said apart
 
     model_dir = export_untrained("vse", tmp_path / "tiny-vse")  # not a probabilistic model: a probability all the same
     done = polyseek("search", "--queries", str(queries), "--json", "--model", str(model_dir), home=polyseek_home,

@@ -814,7 +814,9 @@ class FakeService:
         elif annotation == "judged":
             entries = [e for e in entries if states[e.media.id].judged]
         if sort == "name":
-            entries.sort(key=lambda e: (e.media.path.name.casefold(), e.media.id))
+            from engine.library.catalog import name_key  # the real catalog's natural order of names
+
+            entries.sort(key=lambda e: (name_key(e.media.path), e.media.id))
         elif sort in ("taken", "taken-oldest"):  # the EXIF date taken, the file's mtime where there is none
             entries.sort(key=lambda e: (self._captures[e.media.id].taken_ns or e.media.path.stat().st_mtime_ns,
                                         e.media.id), reverse=sort == "taken")

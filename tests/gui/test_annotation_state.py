@@ -183,3 +183,32 @@ def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:
     qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
     text = window.inspector.relevance_label.text()
     assert text.startswith("strong match · 98% — ranked 1st of ") and "an estimated 98% probability" in text
+
+
+def test_the_models_guess_has_no_badge_but_stays_in_the_tooltip(qtbot, window, service: FakeService,
+                                                                monkeypatch) -> None:
+    """Issue #44 (#10): every item carries the model's guess, so a "model's guess" badge said nothing and covered
+    the picture; the badges a person's work earns stay."""
+    from app.widgets.results import ResultDelegate
+
+    start_typing_a_query(qtbot, window, "blue")
+    guessed, captioned = ids(window)[:2]
+    for media_id in (guessed, captioned):  # as indexing gives every item its guess
+        service.add_caption_from(media_id, "a blue shape (Frisbee)", CaptionSource.PSEUDO)
+    service.add_caption(captioned, "my blue thing")
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        press(qtbot, Qt.Key.Key_Return)  # the search again: its hits carry the guess
+    qtbot.waitUntil(lambda: state_of(window, guessed) is not None and "pseudo" in state_of(window, guessed).sources
+                    and state_of(window, captioned) is not None and state_of(window, captioned).captioned,
+                    timeout=3000)
+    painted: list[str] = []
+    badge = ResultDelegate._badge
+    monkeypatch.setattr(ResultDelegate, "_badge", staticmethod(
+        lambda painter, rect, text, *args, **kwargs: painted.append(text) or badge(painter, rect, text, *args,
+                                                                                      **kwargs)))
+    window.results.grab()  # paints every visible thumbnail with its badges
+    assert "✎ captioned" in painted or "✎" in painted
+    assert not {"model's guess", "guess"} & set(painted)
+    model = window.results_model
+    tooltip = model.data(model.index(model.row_of(guessed)), Qt.ItemDataRole.ToolTipRole)
+    assert "model's guess (not a caption): a blue shape (Frisbee)" in tooltip

@@ -211,3 +211,38 @@ def test_queries_are_shown_as_plain_text(qtbot, window) -> None:
     search(qtbot, window, "<b>red</b> circle")
     assert window.empty_label.textFormat() == Qt.TextFormat.PlainText
     assert "<b>red</b>" in window.empty_label.text()
+
+
+def test_a_very_long_query_is_shown_on_one_line_and_searched_in_full(qtbot, window, service: FakeService) -> None:
+    """Issue #44 (#6): a 2,000-character query was echoed in full above the grid (about 14 lines)."""
+    query = " ".join(f"blorf{n}" for n in range(250))[:2000]
+    search(qtbot, window, query)
+    assert ("search_text", (query, 60, 0, None)) in service.calls  # the whole query is searched
+    header, status = window.empty_label.text(), window.statusBar().currentMessage()
+    assert header.startswith("No good match for “blorf0 blorf1") and header == status  # the weak-match line
+    shown = header.split("“", 1)[1].split("”", 1)[0]
+    assert shown.endswith("…") and len(shown) <= 100 and query not in header
+    label = window.empty_label
+    assert query in label.toolTip()  # the whole query, on hover
+    assert label.fontMetrics().horizontalAdvance(f"“{shown}”") <= label.width()  # the query: one line of it
+    assert label.heightForWidth(label.width()) < 3 * label.fontMetrics().lineSpacing()  # the old header: 14 lines
+    search(qtbot, window, "red circle")  # a short query is shown whole
+    assert window.empty_label.text() == f"{window.results_model.rowCount()} results for “red circle”"
+
+
+def test_a_picture_search_lets_go_of_the_sentence_and_a_new_sentence_searches_by_words(
+        qtbot, window, service: FakeService) -> None:
+    """Issue #44 (#7): Find similar left "yellow" in the box beside "Example: …": which was searched?"""
+    search(qtbot, window, "yellow")
+    hit = window.results_model.hit(0)
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        window.find_similar(hit)
+    bar = window.search_bar
+    assert bar.edit.text() == "" and "example" in bar.edit.placeholderText()  # the box says what is searched
+    assert bar.example_label.text() == f"Example: {Path(hit.path).name}" and bar.query == Path(hit.path)
+    searches = [call for call in service.calls if call[0] in ("search_text", "search_media")]
+    assert searches[-1][0] == "search_media"
+    search(qtbot, window, "red circle")  # typed afterwards: a search by words again
+    searches = [call for call in service.calls if call[0] in ("search_text", "search_media")]
+    assert searches[-1] == ("search_text", ("red circle", 60, 0, None)) and window.session.query == "red circle"
+    assert bar.example_label.isHidden() and "example" not in bar.edit.placeholderText()

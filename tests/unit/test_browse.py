@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from engine.library.browse import annotation_progress, annotation_states, browse, browse_count
@@ -74,6 +75,11 @@ def test_annotation_states_and_progress(tmp_path: Path) -> None:
     assert (progress.captioned, progress.total) == (2, 4)
 
 
+def _natural(name: str) -> str:
+    """A reference natural-sort key, written another way than the catalog's: each number zero-padded to 20 digits."""
+    return re.sub(r"[0-9]+", lambda digits: f"{int(digits.group()):020d}", name.casefold())
+
+
 def _reference(catalog: Catalog, sort: str, folder: Path | None, kind: str | None, annotation: str) -> list[int]:
     """The whole catalog read and sorted in Python: what a page must be a slice of."""
     from engine.library.catalog import MediaStatus
@@ -86,7 +92,7 @@ def _reference(catalog: Catalog, sort: str, folder: Path | None, kind: str | Non
             "uncaptioned": lambda m: m.id not in human, "judged": lambda m: m.id in judged}[annotation]
     items = [m for m in items if keep(m)]
     if sort == "name":
-        items.sort(key=lambda m: (m.path.name.casefold(), str(m.path)))
+        items.sort(key=lambda m: (_natural(m.path.name), str(m.path)))
     else:
         items.sort(key=lambda m: (m.mtime_ns, m.id), reverse=sort == "newest")
     return [m.id for m in items]
@@ -151,3 +157,40 @@ def test_a_file_name_that_is_not_utf8_is_listed_and_sorted_by_name(tmp_path: Pat
     catalog.set_media_ok(media_id, MediaKind.IMAGE, "x", 8, 8, 1, None, "bb")
     assert names(browse(catalog, sort="name")) == ["apple", "caf\udce9", "kiwi", "mango", "zebra"]
     assert media_id in {h.media_id for h in browse(catalog, folder=tmp_path / "a")}
+
+
+def _named(tmp_path: Path, names: list[str]) -> Catalog:
+    catalog = Catalog(tmp_path / "catalog.sqlite")
+    for n, name in enumerate(names):
+        media_id, _ = catalog.upsert_media(tmp_path / "clips" / name, 10 + n, n, f"hash{n}", None)
+        catalog.set_media_ok(media_id, MediaKind.VIDEO, "x", 8, 8, 1, None, "bb")
+    return catalog
+
+
+NATURAL_ORDER = ["IMG_9.jpg", "img_10.jpg", "video2.mp4", "Video114.mp4", "video1130.mp4", "video11300.mp4"]
+
+
+def test_by_name_compares_the_numbers_in_names_as_numbers(tmp_path: Path) -> None:
+    """Issue #44 (#20): "video1130" came before "video114" (the names compared digit by digit)."""
+    catalog = _named(tmp_path, ["video1130.mp4", "img_10.jpg", "video11300.mp4", "Video114.mp4", "IMG_9.jpg",
+                                "video2.mp4"])
+    assert [Path(h.path).name for h in browse(catalog, sort="name")] == NATURAL_ORDER
+    pages = [Path(h.path).name for offset in range(0, 6, 4) for h in browse(catalog, offset, 4, "name")]
+    assert pages == NATURAL_ORDER  # the order holds across pages (read in SQL, from the name index)
+    plan = catalog._live().execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM media WHERE status = 'ok' ORDER BY name_key, path, id LIMIT 4").fetchall()
+    assert "media_browse_by_name" in str(plan) and "TEMP B-TREE" not in str(plan)
+
+
+def test_a_v5_catalog_sorts_its_names_naturally_once_opened(tmp_path: Path) -> None:
+    import sqlite3
+
+    _named(tmp_path, ["video1130.mp4", "video114.mp4", "video2.mp4"]).close()
+    conn = sqlite3.connect(tmp_path / "catalog.sqlite")
+    conn.execute("UPDATE media SET name_key = lower(substr(path, length(rtrim(path, replace(path, '/', ''))) + 1))")
+    conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")  # as v5 wrote its names
+    conn.commit()
+    conn.close()
+    with Catalog(tmp_path / "catalog.sqlite") as upgraded:
+        assert [Path(h.path).name for h in browse(upgraded, sort="name")] == ["video2.mp4", "video114.mp4",
+                                                                             "video1130.mp4"]

@@ -32,7 +32,8 @@ Schema
     library be browsed a page at a time in SQL, by date or by name, whatever its size; v5 adds when and with what
     each photo was taken (``taken_at``, ``taken_ns``, ``camera_make``, ``camera_model``: EXIF, read at indexing;
     ``capture_read`` marks the rows whose file was asked, so the items indexed before v5 are read once by the next
-    scan) and the index that browses by date taken, the file's mtime standing in where there is none.
+    scan) and the index that browses by date taken, the file's mtime standing in where there is none; v6 writes
+    ``media.name_key`` again with numbers compared as numbers ("video114" before "video1130").
 
 Annotations outlive files
     Captions and pairs are the user's work. A scan never deletes a media row: a file that is gone is marked

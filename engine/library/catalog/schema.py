@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -91,11 +92,24 @@ def _schema_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE roots ADD COLUMN device INTEGER")
 
 
+_DIGITS = re.compile(r"[0-9]+")
+_NUMBER_WIDTH = 2  # the digits of a number's length in a name key: numbers of up to 99 digits sort by value
+
+
+def _number_key(digits: re.Match[str]) -> str:
+    """A run of digits as text that sorts by its value: its length (two digits), then the digits, leading zeros
+    dropped ("0114" -> "03114"), so that 114 sorts before 1130 wherever both stand at the same place."""
+    value = digits.group().lstrip("0") or "0"
+    return f"{min(len(value), 10 ** _NUMBER_WIDTH - 1):0{_NUMBER_WIDTH}d}{value}"
+
+
 def name_key(path: str | bytes | Path) -> str:
-    """What the library sorts a file by when it is browsed by name: its file name, case-folded (a name that is
-    not valid UTF-8 with its undecodable bytes replaced, so that it can be stored as text)."""
+    """What the library sorts a file by when it is browsed by name: its file name case-folded, each number in it
+    compared as a number (a natural sort: "video114" before "video1130", "IMG_9" before "img_10"), as text that
+    SQLite's plain byte order sorts, so that a page of the listing is read from an index. A name that is not valid
+    UTF-8 has its undecodable bytes replaced, so that it can be stored as text."""
     name = os.path.basename(path_text(path) if isinstance(path, str | bytes) else str(path))
-    return os.fsencode(name).decode("utf-8", "replace").casefold()
+    return _DIGITS.sub(_number_key, os.fsencode(name).decode("utf-8", "replace").casefold())
 
 
 def _schema_v4(conn: sqlite3.Connection) -> None:
@@ -121,7 +135,14 @@ def _schema_v5(conn: sqlite3.Connection) -> None:
     conn.execute(f"CREATE INDEX media_browse_by_taken ON media (status, {TAKEN_OR_MTIME}, id)")
 
 
-MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3, _schema_v4, _schema_v5)
+def _schema_v6(conn: sqlite3.Connection) -> None:
+    """``media.name_key`` again, with numbers compared as numbers (:func:`name_key`; v4 compared them digit by
+    digit, so "video1130" came before "video114"). The index on it is updated with the rows."""
+    conn.create_function("polyseek_name_key", 1, name_key, deterministic=True)
+    conn.execute("UPDATE media SET name_key = polyseek_name_key(path)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (_schema_v1, _schema_v2, _schema_v3, _schema_v4, _schema_v5, _schema_v6)
 
 
 LATEST_SCHEMA_VERSION = len(MIGRATIONS)
