@@ -64,7 +64,8 @@ class SearchSession:
         kind, folder = options.kind, options.folder  # a search keeps the listing's kind and folder filters
         if isinstance(query, Path):
             def fetch_media(offset: int, top: int) -> list[SearchHit]:
-                return service.search_media(query, top=top, offset=offset, kind=kind, folder=folder)
+                return service.search_media(query, top=top, offset=offset, kind=kind, folder=folder,
+                                            exclude_example=True)
             return fetch_media
 
         def fetch_text(offset: int, top: int) -> list[SearchHit]:

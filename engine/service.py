@@ -257,7 +257,8 @@ class SearchService:
         return rank_sentence(text, self.indexes, self.encoders, self.active_trained(), self.evidence)
 
     def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
-                     min_probability: float | None, scope: np.ndarray | None = None) -> list[SearchHit]:
+                     min_probability: float | None, scope: np.ndarray | None = None,
+                     exclude: int | None = None) -> list[SearchHit]:
         """A page of a fused ranking as hits; a probabilistic model adds its match probability (PCME eq. 2) and
         drops what falls under ``min_probability``; ``scope``: the only media ids kept."""
         from engine.library.browse import split_captions
@@ -265,6 +266,8 @@ class SearchService:
         order = ranking.order()
         if scope is not None:
             order = order[np.isin(ids[ranking.rows[order]], scope)]
+        if exclude is not None:
+            order = order[ids[ranking.rows[order]] != exclude]
         probabilistic = trained is not None and encoded is not None and trained.runner.probabilistic
         calibrated = ranking.parts.get("probability")
         picked: list[tuple[int, float, float | None, float | None]] = []  # (position, score, prob, uncertainty)
@@ -310,10 +313,11 @@ class SearchService:
         return trained is None or trained.carries_evidence(text.strip())
 
     def search_media(self, path: Path, top: int = 60, offset: int = 0, kind: str | None = None,
-                     folder: Path | None = None) -> list[SearchHit]:
+                     folder: Path | None = None, exclude_example: bool = False) -> list[SearchHit]:
         """The items that look most like a picture, GIF or video file: the active model's embedding and the
         backbone's global features, fused (:mod:`engine.search.evidence`); ``kind`` / ``folder`` as in
-        :meth:`search_text`."""
+        :meth:`search_text`; ``exclude_example``: the file itself is left out when it is a library item (Find
+        similar: the item is trivially its own best match)."""
         from engine.media import MediaError
         from engine.search import evidence
 
@@ -334,7 +338,9 @@ class SearchService:
                 dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
-        return self._ranked_hits(ids, ranking, None, None, top, offset, None, self._scope(kind, folder))
+        itself = self.catalog.media_by_path(Path(path).resolve()) if exclude_example else None
+        return self._ranked_hits(ids, ranking, None, None, top, offset, None, self._scope(kind, folder),
+                                 exclude=itself.id if itself is not None else None)
 
     def file_thumbnail(self, path: Path, size: int = 256) -> Path:
         """A thumbnail of any media file, in the library or not (the example a search is made by)."""

@@ -395,13 +395,15 @@ class FakeService:
         return not self._is_probabilistic() or bool(set(text.lower().split()) - self.UNKNOWN_WORDS)
 
     def search_media(self, path: Path, top: int = 60, offset: int = 0, kind: str | None = None,
-                     folder: Path | None = None) -> list[SearchHit]:
-        """Rank by closeness of mean colour to the example file's mean colour."""
+                     folder: Path | None = None, exclude_example: bool = False) -> list[SearchHit]:
+        """Rank by closeness of mean colour to the example file's mean colour (``exclude_example``: the library
+        item at ``path`` left out, as the real service does)."""
         self.calls.append(("search_media", (str(path), top, offset)))
         _, frames = _load(Path(path))
         target = np.asarray(frames[0], dtype=np.float32).mean(axis=(0, 1))
         scored = []
-        for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)]:
+        for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)
+                      and not (exclude_example and Path(e.media.path).resolve() == Path(path).resolve())]:
             mean = np.asarray(entry.frames[0], dtype=np.float32).mean(axis=(0, 1))
             scored.append(self._hit(entry, round(float(1 - np.linalg.norm(mean - target) / 442), 4)))
         scored.sort(key=lambda h: (-h.score, h.media_id))

@@ -113,6 +113,8 @@ def test_find_similar_searches_by_the_current_result(qtbot, window, service: Fak
         press(qtbot, Qt.Key.Key_F, CTRL | SHIFT)
     assert service.calls[-1][0] == "search_media" and service.calls[-1][1][0] == hit.path
     assert window.search_bar.example_label.text() == f"Example: {Path(hit.path).name}"
+    shown = [window.results_model.hit(r).media_id for r in range(window.results_model.rowCount())]
+    assert shown and hit.media_id not in shown  # the item is not its own similar result
 
 
 def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_score(qtbot, window,

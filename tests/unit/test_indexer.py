@@ -155,6 +155,11 @@ def test_search_by_example_finds_the_same_picture_first(service, library, tmp_pa
     hits = service.search_media(query, top=3)
     assert Path(hits[0].path).name == "green.png"
     assert np.isclose(hits[0].score, 1.0, atol=0.02)
+    # Find similar on a library item leaves the item itself out (it is trivially its own best match)
+    green = Path(hits[0].path)
+    similar = service.search_media(green, top=3, exclude_example=True)
+    assert similar and green.name not in {Path(h.path).name for h in similar}
+    assert Path(service.search_media(green, top=1)[0].path).name == "green.png"  # not asked: it stays
 
 
 @pytest.mark.parametrize(("cores", "threads"), [(None, 2), (1, 2), (2, 2), (4, 2), (16, 8)])
