@@ -55,6 +55,7 @@ class Calibration:
     strong: float
     good: float
     fitted_on: str = ""
+    frames_bias: float = 0.0  # z-units a clip's dense sum loses per log(frames) (the best of T frames), see fuse
 
     def logit(self, features: dict[str, np.ndarray | float], n: int) -> np.ndarray:
         """Log-odds (n,) from per-item arrays or per-query numbers; a feature not given counts 0."""
@@ -88,7 +89,7 @@ class Calibration:
 
     def to_dict(self) -> dict:
         return {"coef": {k: round(float(v), 6) for k, v in self.coef.items()}, "intercept": round(self.intercept, 6),
-                "strong": self.strong, "good": self.good, "fitted_on": self.fitted_on}
+                "strong": self.strong, "good": self.good, "frames_bias": self.frames_bias, "fitted_on": self.fitted_on}
 
     @classmethod
     def from_dict(cls, data: dict) -> Calibration:
@@ -97,7 +98,7 @@ class Calibration:
         if unknown:
             raise ValueError(f"calibration names unknown features {sorted(unknown)}")
         return cls(coef, float(data["intercept"]), float(data["strong"]), float(data["good"]),
-                   str(data.get("fitted_on", "")))
+                   str(data.get("fitted_on", "")), float(data.get("frames_bias", 0.0)))
 
 
 def features(dense: np.ndarray, share: float, n_items: int, model_cos: np.ndarray | None = None,

@@ -118,14 +118,16 @@ class UserEvidence:
 def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
          words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0,
          calibrated=None, user: UserEvidence | None = None, familiar: float = 1.0,
-         n_items: int | None = None) -> Ranking:
+         n_items: int | None = None, log_frames: np.ndarray | None = None) -> Ranking:
     """The fused ranking of ``rows`` (a single source alone keeps its own scores): each dense source z-scored
     (over ``rows``, or over ``sample`` when the rows are candidates of a large library) and summed with
     :func:`weights` (``user_share``: see there).
 
     ``calibrated`` (:class:`engine.search.calibration.Calibration`): the total is the log-odds that the item is what
     the query asks for, from the dense sum, the model's raw cosine, the query's ``familiar`` share, the library's
-    size ``n_items`` and the ``user`` evidence; ``Ranking.parts["probability"]`` holds it as a probability. Without
+    size ``n_items`` and the ``user`` evidence; ``Ranking.parts["probability"]`` holds it as a probability; a clip
+    scored by the best of its T frames (``log_frames``: log T per row, 0 for a photo) first loses the calibration's
+    ``frames_bias`` z-units per log T of its dense sum (the best of T draws stands above one draw). Without
     one (the dense sources alone, or no fitted parameters), ``words`` (0..1 per row) adds up to :data:`WORDS`
     z-units and ``rejected`` removes up to :data:`REJECT`."""
     from engine.search import calibration
@@ -147,6 +149,8 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         parts[name] = raw
         total += w[name] * standardise(raw, reference)
     if calibrated is not None:
+        if log_frames is not None and calibrated.frames_bias:
+            total = total - np.float32(calibrated.frames_bias) * log_frames.astype(np.float32)
         parts["dense"] = total
         words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread,
                                          "novel": user.novel}

@@ -124,3 +124,14 @@ def test_a_name_covers_in_full_an_everyday_word_hardly():
     labels = {"biscuit": (0.5, (1, 2)), "beach": (0.5, (3,))}
     cover = evidence.novel_cover(labels, {"biscuit": 0.5, "beach": 0.25}, {"biscuit": 1.0, "beach": 0.02})
     assert cover[1] == cover[2] == pytest.approx(0.5) and cover[3] == pytest.approx(0.005)
+
+
+def test_a_clip_scored_by_its_best_frame_loses_the_frames_bias():
+    fitted = calibration.load("model")
+    assert fitted.frames_bias > 0
+    rows = np.arange(4)
+    cos = evidence.ArrayEvidence("model", np.array([0.4, 0.4, 0.1, 0.1], np.float32))
+    frames = np.log(np.array([1, 8, 1, 1], np.float32))  # row 1: a clip of 8 frames, as good as photo 0
+    ranking = evidence.fuse({"model": cos}, rows, calibrated=fitted, familiar=1.0, n_items=4, log_frames=frames)
+    assert int(ranking.rows[ranking.order()[0]]) == 0  # the photo first, the clip just below
+    assert ranking.parts["dense"][0] - ranking.parts["dense"][1] == pytest.approx(fitted.frames_bias * np.log(8))
