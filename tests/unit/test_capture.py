@@ -157,7 +157,7 @@ def test_a_v4_catalog_upgrades_keeping_its_annotations_and_the_next_scan_reads_t
     path = tmp_path / "catalog.sqlite"
     _v4_catalog(path, photo)
     with Catalog(path) as catalog:
-        assert catalog.schema_version == catalog_schema.LATEST_SCHEMA_VERSION == 5
+        assert catalog.schema_version == catalog_schema.LATEST_SCHEMA_VERSION >= 5
         assert [(c.text, c.source) for c in catalog.iter_captions()] == [("my sister at the lake", "user")]
         assert sorted((p.query, p.label) for p in catalog.pairs()) == [("lake", 1), ("sea", -1)]
         assert catalog.capture(1) == CaptureInfo()  # a migration never opens media files
