@@ -132,9 +132,12 @@ def with_rejection(logit: np.ndarray, rejected: np.ndarray | None) -> np.ndarray
     rejected for a paraphrase keeps what the paraphrase leaves."""
     if rejected is None or not np.any(rejected > 0):
         return logit
-    p = sigmoid(logit).astype(np.float64) * (1.0 - np.clip(rejected.astype(np.float64), 0.0, 1.0))
+    out = logit.copy()
+    hit = rejected > 0  # only the rejected rows change: the others keep their exact log-odds (and order)
+    p = sigmoid(logit[hit]).astype(np.float64) * (1.0 - np.clip(rejected[hit].astype(np.float64), 0.0, 1.0))
     p = np.clip(p, 1e-12, 1 - 1e-7)
-    return np.log(p / (1 - p)).astype(np.float32)
+    out[hit] = np.log(p / (1 - p))
+    return out
 
 
 def shipped_path() -> Path:
