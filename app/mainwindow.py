@@ -270,6 +270,7 @@ class MainWindow(QMainWindow):
 
     def _browse_options_changed(self, options: BrowseOptions) -> None:
         old, self.session.browse = self.session.browse, options
+        self.settings.browse_sort = options.sort  # the next start lists the library the same way
         narrowed = (old.kind, old.folder) != (options.kind, options.folder)
         if self.session.browsing or narrowed:  # kind and folder narrow a search too
             self.search(self.session.query)
@@ -561,6 +562,8 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
         self.panels.restore(self.settings)
         self.search_bar.restore_cutoff(self.settings.cutoff_percent)
+        self.browse_bar.restore_sort(self.settings.browse_sort)
+        self.session.browse = self.browse_bar.options()
 
     def save_state(self) -> None:
         """Write geometry, dock and splitter layout to the settings file."""
@@ -568,6 +571,7 @@ class MainWindow(QMainWindow):
         self.settings.window_state = self.saveState()
         self.panels.save(self.settings)
         self.settings.cutoff_percent = self.search_bar.cutoff.value()
+        self.settings.browse_sort = self.session.browse.sort
         self.settings.sync()
 
     def shutdown(self) -> None:

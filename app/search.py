@@ -23,7 +23,7 @@ def shown_query(text: str, limit: int = QUERY_CHARS) -> str:
 class BrowseOptions:
     """How the library is listed when there is no query (``SearchService.browse``'s arguments)."""
 
-    sort: str = "newest"  # "newest", "oldest", "taken", "taken-oldest", "name" (engine.library.browse.BrowseSort)
+    sort: str = "newest"  # "newest", "oldest", "modified", "modified-oldest", "name" (engine.library.browse.BrowseSort)
     kind: str | None = None  # a MediaKind value, None: every kind
     folder: Path | None = None  # one library folder, None: all
     annotation: str = "all"  # "all", "captioned", "uncaptioned", "judged"

@@ -105,6 +105,16 @@ class GuiSettings:
         self._qs.setValue("library/demo_offered", 1 if value else 0)
 
     @property
+    def browse_sort(self) -> str:
+        """The order the library is listed in without a query (``SearchService.browse``'s ``sort``), as last chosen;
+        the browse bar shows its default for a value it does not offer."""
+        return self._str("browse/sort", "newest")
+
+    @browse_sort.setter
+    def browse_sort(self, value: str) -> None:
+        self._qs.setValue("browse/sort", str(value))
+
+    @property
     def page_size(self) -> int:
         """How many results one search page asks for (more load as the grid scrolls)."""
         return max(1, self._int("search/page_size", 60))

@@ -13,10 +13,11 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from app.search import BrowseOptions
 from app.state import LibrarySnapshot, LibraryState
 
-# Date taken is the photo's EXIF date (the file's modification date where it has none), as photo managers sort;
-# newest / oldest are the file's modification date.
-SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("taken", "Taken, newest"),
-         ("taken-oldest", "Taken, oldest"), ("name", "By name"))
+# Newest / oldest go by the date taken: the photo's EXIF date (the file's modification date where it has none), as
+# photo managers sort; "modified" by the file's modification date alone.
+SORTS = (("newest", "Newest first"), ("oldest", "Oldest first"), ("modified", "Modified, newest"),
+         ("modified-oldest", "Modified, oldest"), ("name", "By name"))
+DEFAULT_SORT = SORTS[0][0]
 KINDS = ((None, "Every kind"), ("image", "Photos"), ("animation", "GIFs"), ("video", "Videos"))
 ANNOTATIONS = (("all", "Captioned or not"), ("captioned", "Captioned"), ("uncaptioned", "Not captioned yet"),
                ("judged", "Accepted / rejected"))
@@ -45,8 +46,8 @@ class BrowseBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.sort = _combo(SORTS, "Order of the library: the files' modification dates, the dates the photos were "
-                                  "taken (where a photo does not say, its file's date), or their names")
+        self.sort = _combo(SORTS, "Order of the library: the dates the photos were taken (where a photo does not "
+                                  "say, its file's date), the files' modification dates, or their names")
         self.kind = _combo(KINDS, "Show one kind of media")
         self.folder = _combo(((None, "All folders"),), "Show one library folder")
         self.annotation = _combo(ANNOTATIONS, "Show items by what you wrote about them")
@@ -82,6 +83,14 @@ class BrowseBar(QWidget):
         folder = self.folder.currentData()
         return BrowseOptions(self.sort.currentData(), self.kind.currentData(),
                              Path(folder) if folder else None, self.annotation.currentData())
+
+    def restore_sort(self, sort: str) -> None:
+        """Show the order chosen in an earlier session (one this version does not offer: the default), silently:
+        the window reads :meth:`options` when it lists the library."""
+        index = self.sort.findData(sort)
+        self.sort.blockSignals(True)
+        self.sort.setCurrentIndex(index if index >= 0 else self.sort.findData(DEFAULT_SORT))
+        self.sort.blockSignals(False)
 
     def set_folders(self, roots: list[Path]) -> None:
         """Offer the library's folders (the choice is kept when it is still one of them)."""

@@ -1,8 +1,9 @@
 """The library without a query: its items listed, sorted and filtered, and what the user has annotated.
 
-A person opening the app (or clearing the search box) sees their library, as in a photo manager: newest, by
-date taken or by name, one folder, one kind, or only the items still to caption. The same module says which items carry
-captions (and from whom) and which the user accepted or rejected for a query, so a grid can badge them.
+A person opening the app (or clearing the search box) sees their library, as in a photo manager: newest first by
+date taken (the file's date where a photo has none), by the files' dates or by name, one folder, one kind, or only
+the items still to caption. The same module says which items carry captions (and from whom) and which the user
+accepted or rejected for a query, so a grid can badge them.
 Everything here reads the catalog, a page or a count at a time in SQL; nothing is embedded or decoded.
 """
 
@@ -21,11 +22,11 @@ from engine.types import CaptionSource, MediaDetails, MediaKind, SearchHit
 class BrowseSort(StrEnum):
     """The order of a browsed library."""
 
-    NEWEST = "newest"  # file modification time, newest first
+    NEWEST = "newest"  # date taken (EXIF; the file's modification time where there is none), newest first
     OLDEST = "oldest"
+    MODIFIED = "modified"  # the file's modification time, newest first
+    MODIFIED_OLDEST = "modified-oldest"
     NAME = "name"  # file name, A to Z (then the folder)
-    TAKEN = "taken"  # EXIF date taken (the file's modification time where there is none), newest first
-    TAKEN_OLDEST = "taken-oldest"
 
 
 class AnnotationFilter(StrEnum):

@@ -795,8 +795,8 @@ class FakeService:
     # --- the library without a query (engine.library.browse's semantics)
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
-        """Indexed items sorted by file mtime (ties: id), date taken or name, filtered by folder, kind and
-        annotations."""
+        """Indexed items sorted by date taken (the file's mtime where there is none; ties: id), file mtime or name,
+        filtered by folder, kind and annotations."""
         self.calls.append(("browse", (top, offset, sort, str(folder) if folder else None, kind, annotation)))
         return self._browsed(sort, folder, kind, annotation)[offset:offset + top]
 
@@ -819,11 +819,13 @@ class FakeService:
             from engine.library.catalog import name_key  # the real catalog's natural order of names
 
             entries.sort(key=lambda e: (name_key(e.media.path), e.media.id))
-        elif sort in ("taken", "taken-oldest"):  # the EXIF date taken, the file's mtime where there is none
+        elif sort in ("newest", "oldest"):  # the EXIF date taken, the file's mtime where there is none
             entries.sort(key=lambda e: (self._captures[e.media.id].taken_ns or e.media.path.stat().st_mtime_ns,
-                                        e.media.id), reverse=sort == "taken")
+                                        e.media.id), reverse=sort == "newest")
+        elif sort in ("modified", "modified-oldest"):
+            entries.sort(key=lambda e: (e.media.path.stat().st_mtime_ns, e.media.id), reverse=sort == "modified")
         else:
-            entries.sort(key=lambda e: (e.media.path.stat().st_mtime_ns, e.media.id), reverse=sort == "newest")
+            raise FakeServiceError(f"unknown browse order {sort!r}")
         return [self._hit(e, 0.0) for e in entries]
 
     def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:

@@ -299,12 +299,63 @@ def test_the_library_sorts_by_date_taken(qtbot, dated: FakeService) -> None:
     window.show()
     try:
         wait_listed(qtbot, window)
-        assert names(window) == ["a.jpg", "c.jpg", "b.jpg"]  # newest file first
-        choose(qtbot, window, window.browse_bar.sort, "taken")
-        assert names(window) == ["b.jpg", "c.jpg", "a.jpg"]
-        assert ("browse", (60, 0, "taken", None, None, "all")) in dated.calls
-        choose(qtbot, window, window.browse_bar.sort, "taken-oldest")
+        assert window.browse_bar.sort.currentText() == "Newest first"
+        assert names(window) == ["b.jpg", "c.jpg", "a.jpg"]  # newest taken first (issue #44: it was the file date)
+        choose(qtbot, window, window.browse_bar.sort, "oldest")
         assert names(window) == ["a.jpg", "c.jpg", "b.jpg"]
+        choose(qtbot, window, window.browse_bar.sort, "modified")
+        assert names(window) == ["a.jpg", "c.jpg", "b.jpg"]  # the newest file first
+        assert ("browse", (60, 0, "modified", None, None, "all")) in dated.calls
+        choose(qtbot, window, window.browse_bar.sort, "modified-oldest")
+        assert names(window) == ["b.jpg", "c.jpg", "a.jpg"]
+    finally:
+        window.shutdown()
+
+
+def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: FakeService) -> None:
+    """Issue #44: the order picked in the browse bar was forgotten at a restart."""
+    from app.mainwindow import MainWindow
+    from app.settings import GuiSettings, settings_file
+    from tests.gui.test_browse import choose, names, wait_listed
+
+    first = MainWindow(GuiSettings(), dated)
+    qtbot.addWidget(first)
+    first.show()
+    try:
+        wait_listed(qtbot, first)
+        choose(qtbot, first, first.browse_bar.sort, "modified-oldest")
+    finally:
+        first.save_state()  # what closing the window does
+        first.shutdown()
+    assert "modified-oldest" in settings_file().read_text(encoding="utf-8")  # in the INI file, not only in memory
+    dated.calls.clear()
+    second = MainWindow(GuiSettings(), dated)
+    qtbot.addWidget(second)
+    second.show()
+    try:
+        wait_listed(qtbot, second)
+        assert second.browse_bar.sort.currentData() == "modified-oldest"
+        assert names(second) == ["b.jpg", "c.jpg", "a.jpg"]
+        assert [args[2] for name, args in dated.calls if name == "browse"] == ["modified-oldest"]  # listed once so
+    finally:
+        second.shutdown()
+
+
+def test_a_saved_sort_this_version_does_not_offer_lists_newest_first(qtbot, dated: FakeService) -> None:
+    from app.mainwindow import MainWindow
+    from app.settings import GuiSettings
+    from tests.gui.test_browse import names, wait_listed
+
+    settings = GuiSettings()
+    settings.browse_sort = "taken"  # a name an earlier build offered
+    settings.sync()
+    window = MainWindow(GuiSettings(), dated)
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        wait_listed(qtbot, window)
+        assert window.browse_bar.sort.currentData() == "newest" and window.session.browse.sort == "newest"
+        assert names(window) == ["b.jpg", "c.jpg", "a.jpg"]
     finally:
         window.shutdown()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.library.browse import annotation_progress, annotation_states, browse, browse_count
 from engine.library.catalog import Catalog
-from engine.types import CaptionSource, MediaKind
+from engine.types import CaptionSource, CaptureInfo, MediaKind
 
 
 def _catalog(tmp_path: Path) -> tuple[Catalog, dict[str, int]]:
@@ -93,8 +93,11 @@ def _reference(catalog: Catalog, sort: str, folder: Path | None, kind: str | Non
     items = [m for m in items if keep(m)]
     if sort == "name":
         items.sort(key=lambda m: (_natural(m.path.name), str(m.path)))
+    elif sort in ("newest", "oldest"):  # the date taken, the file's date where a photo has none
+        taken = {m.id: catalog.capture(m.id).taken_ns for m in items}
+        items.sort(key=lambda m: (taken[m.id] or m.mtime_ns, m.id), reverse=sort == "newest")
     else:
-        items.sort(key=lambda m: (m.mtime_ns, m.id), reverse=sort == "newest")
+        items.sort(key=lambda m: (m.mtime_ns, m.id), reverse=sort == "modified")
     return [m.id for m in items]
 
 
@@ -112,12 +115,14 @@ def test_pages_read_in_sql_are_slices_of_the_whole_library_sorted_and_filtered(t
             catalog.set_media_failed(media_id, "broken")
             continue
         catalog.set_media_ok(media_id, rng.choice(kinds), "x", 8, 8, 1, None, "bb")
+        if n % 3:  # a date taken, before or after the file's own date; every third photo has none
+            catalog.set_capture(media_id, CaptureInfo("x", rng.randint(1, 30)))
         catalog.set_pseudo_caption(media_id, "a guess")
         if n % 5 == 0:
             catalog.add_caption(media_id, "mine", rng.choice([CaptionSource.USER, CaptionSource.IMPORTED]))
         if n % 7 == 0:
             catalog.add_pair(media_id, "q", rng.choice([1, -1]), CaptionSource.USER)
-    for sort in ("newest", "oldest", "name"):
+    for sort in ("newest", "oldest", "modified", "modified-oldest", "name"):
         for folder in (None, tmp_path / "a", tmp_path / "ab"):
             for kind in (None, "video"):
                 for annotation in ("all", "captioned", "uncaptioned", "judged"):

@@ -103,9 +103,11 @@ def test_indexing_stores_the_date_taken_and_browsing_sorts_by_it(service: Search
     def names(sort: str) -> list[str]:
         return [Path(h.path).stem for h in service.browse(sort=sort)]
 
-    assert names("newest") == ["a", "c", "b"]  # by file date
-    assert names("taken") == ["b", "c", "a"]
-    assert names("taken-oldest") == ["a", "c", "b"]
+    # issue #44: newest first is by date taken (the README says so), not by the files' dates
+    assert names("newest") == ["b", "c", "a"]
+    assert names("oldest") == ["a", "c", "b"]
+    assert names("modified") == ["a", "c", "b"]  # by file date
+    assert names("modified-oldest") == ["b", "c", "a"]
     media = service.catalog.media_by_path(a)
     details = service.media_details(media.id)
     assert details.path == a and details.kind is MediaKind.IMAGE and details.size_bytes == a.stat().st_size
@@ -162,7 +164,7 @@ def test_a_v4_catalog_upgrades_keeping_its_annotations_and_the_next_scan_reads_t
         assert sorted((p.query, p.label) for p in catalog.pairs()) == [("lake", 1), ("sea", -1)]
         assert catalog.capture(1) == CaptureInfo()  # a migration never opens media files
         assert [m.id for m in catalog.media_without_capture()] == [1]
-        assert [h.media_id for h in browse(catalog, sort="taken")] == [1]  # listed by its mtime meanwhile
+        assert [h.media_id for h in browse(catalog, sort="newest")] == [1]  # listed by its mtime meanwhile
         indexer = Indexer(catalog, features=None, extractor=lambda: None)  # type: ignore[arg-type]
         list(indexer._read_captures(CancelToken()))
         assert catalog.capture(1).camera == "Canon EOS 5D Mark III" and not catalog.media_without_capture()
@@ -173,8 +175,10 @@ def test_a_v4_catalog_upgrades_keeping_its_annotations_and_the_next_scan_reads_t
         assert catalog.version() == version  # read once: a second scan writes nothing
 
 
-@pytest.mark.parametrize("order", ["taken", "taken-oldest"])
-def test_a_page_by_date_taken_is_read_from_its_index_not_sorted(tmp_path: Path, order: str) -> None:
+@pytest.mark.parametrize(("order", "index"), [("newest", "media_browse_by_taken"), ("oldest", "media_browse_by_taken"),
+                                              ("modified", "media_browse_by_time"),
+                                              ("modified-oldest", "media_browse_by_time")])
+def test_a_page_by_date_is_read_from_its_index_not_sorted(tmp_path: Path, order: str, index: str) -> None:
     """At 100,000 items a sort of every row per page would cost what the v4 browse indexes saved."""
     with Catalog(tmp_path / "catalog.sqlite") as catalog:
         seen: list[tuple[str, tuple]] = []
@@ -182,7 +186,7 @@ def test_a_page_by_date_taken_is_read_from_its_index_not_sorted(tmp_path: Path, 
         catalog.browse_media(0, 60, order)
         sql, params = seen[-1]
         plan = " ".join(str(row[-1]) for row in Catalog._read(catalog, "plan", f"EXPLAIN QUERY PLAN {sql}", params))
-    assert "media_browse_by_taken" in plan and "TEMP B-TREE" not in plan
+    assert index in plan and "TEMP B-TREE" not in plan
 
 
 def _spy(read, seen: list[tuple[str, tuple]]):

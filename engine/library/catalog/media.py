@@ -340,15 +340,15 @@ class MediaRoom(SQLiteStore):
 
     def browse_media(self, offset: int = 0, limit: int = 60, order: str = "newest", folder: Path | None = None,
                      kind: MediaKind | str | None = None, annotation: str = "all") -> list[MediaRecord]:
-        """One page of the indexed (ok) items, sorted and filtered in SQL (served by the v4 browse indexes).
+        """One page of the indexed (ok) items, sorted and filtered in SQL (served by the v4 and v5 browse indexes).
 
-        ``order``: ``newest`` / ``oldest`` (file mtime, then id), ``taken`` / ``taken-oldest`` (the EXIF date
-        taken, the file's mtime where there is none, then id) or ``name`` (:func:`name_key`, then path).
+        ``order``: ``newest`` / ``oldest`` (the EXIF date taken, the file's mtime where there is none, then id),
+        ``modified`` / ``modified-oldest`` (the file's mtime, then id) or ``name`` (:func:`name_key`, then path).
         ``folder`` keeps the items under it; ``kind`` one media kind; ``annotation``: ``all``, ``captioned``
         (a user or imported caption), ``uncaptioned`` (none) or ``judged`` (a pair, accepted or rejected).
         """
-        orders = {"newest": "mtime_ns DESC, id DESC", "oldest": "mtime_ns, id", "name": "name_key, path, id",
-                  "taken": f"{TAKEN_OR_MTIME} DESC, id DESC", "taken-oldest": f"{TAKEN_OR_MTIME}, id"}
+        orders = {"newest": f"{TAKEN_OR_MTIME} DESC, id DESC", "oldest": f"{TAKEN_OR_MTIME}, id",
+                  "modified": "mtime_ns DESC, id DESC", "modified-oldest": "mtime_ns, id", "name": "name_key, path, id"}
         if order not in orders:
             raise CatalogError(f"unknown browse order {order!r}")
         where, params = _browse_filter(folder, kind, annotation)
