@@ -95,7 +95,7 @@ class MainWindow(QMainWindow):
     # --- composition
     def _build(self) -> None:
         self.search_bar = SearchBar()
-        self.library = LibraryPanel(self.index_pool, state=self.state)
+        self.library = LibraryPanel(self.index_pool, state=self.state, writes=self.write_pool)
         self.thumbnails = ThumbnailCache(self.pool, parent=self)
         self.results_model = ResultsModel(self.thumbnails, self.pool, self.settings.page_size, parent=self)
         self.results = ResultsView(self.results_model, self.thumbnails, self.settings.thumbnail_size)

@@ -100,9 +100,18 @@ class SearchService:
     def add_root(self, path: Path) -> None:
         self.catalog.add_root(Path(path).resolve())
 
-    def remove_root(self, path: Path) -> None:
-        self.catalog.remove_root(Path(path).resolve())
+    def root_summary(self, path: Path) -> tuple[int, int, int]:
+        """``(items, captions, pairs)`` :meth:`remove_root` would delete with the folder: its items and the user
+        and imported annotations on them (:meth:`Catalog.root_summary`), for the question asked before."""
+        return self.catalog.root_summary(Path(path).resolve())
+
+    def remove_root(self, path: Path) -> Path | None:
+        """Stop indexing a folder: its items leave the library (the files are not touched). Their user and imported
+        captions and pairs are first written to a snapshot (:meth:`restore_snapshot` puts them back); returns
+        its file, or None when they had none."""
+        snapshot = self.catalog.remove_root(Path(path).resolve())
         self._invalidate()
+        return snapshot
 
     def index_paths(self, paths_: list[Path] | None = None, cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Index folders (default: every root of the library); a generator of progress records.

@@ -6,11 +6,13 @@ holds after any change, whoever made it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -29,7 +31,8 @@ from PySide6.QtWidgets import (
 
 from app.service_api import SearchServiceLike
 from app.state import LibrarySnapshot, LibraryState
-from app.widgets.plaintext import ask, plain_label, plain_tooltip, show_message
+from app.tasks import off_thread, start
+from app.widgets.plaintext import ask, plain_label, plain_tooltip, plural, show_message
 from app.workers import Worker
 from engine.progress import Progress
 
@@ -49,6 +52,37 @@ def format_counts(counts: dict[str, int]) -> str:
     return " · ".join(parts) if parts else "no media indexed yet"
 
 
+# Where a snapshot of annotations is read back in the app (app/menus.py; Workspace.import_annotations restores a
+# snapshot file as one)
+RESTORE_MENU = ("File", "Import annotations from a COCO captions JSON…")
+
+
+def removal_question(folder: Path, items: int, captions: int, pairs: int) -> str:
+    """What the user is asked before ``folder`` leaves the library: how many items go, and how many captions and
+    accepted/rejected verdicts (theirs and imported ones) go with them, kept in a snapshot first."""
+    if items:
+        gone = f"Its {plural(items, 'item')} {'leaves' if items == 1 else 'leave'} the library"
+    else:
+        gone = "None of its files is in the library yet"
+    question = f"Stop indexing {folder}?\n{gone} (the files are not touched)."
+    if not captions and not pairs:
+        return question
+    written = " and ".join(part for part in (plural(captions, "caption") if captions else "",
+                                             plural(pairs, "accepted/rejected verdict") if pairs else "") if part)
+    goes = "goes" if captions + pairs == 1 else "go"
+    return (f"{question}\n\n{written} you wrote or imported {goes} with them. A snapshot of your annotations is "
+            f"saved first: {' ▸ '.join(RESTORE_MENU)} puts them back.")
+
+
+def removed_message(folder: Path, items: int, snapshot: Path | None) -> str:
+    """The status line after ``folder`` left the library: where its annotations' snapshot went, if it had any."""
+    message = f"Removed {folder} from the library ({plural(items, 'item')}; the files are not touched)"
+    if snapshot is None:
+        return message + "."
+    return (f"{message}. Your captions and verdicts are saved in {snapshot} "
+            f"({' ▸ '.join(RESTORE_MENU)} restores them).")
+
+
 class LibraryPanel(QWidget):
     """Roots, "Add folder…", the indexing progress bar with Cancel, counts and the failures list.
 
@@ -61,9 +95,11 @@ class LibraryPanel(QWidget):
     status_message = Signal(str)
     roots_shown = Signal(list)  # the library's folders (Path), each time they are read
 
-    def __init__(self, pool: QThreadPool, parent: QWidget | None = None, state: LibraryState | None = None) -> None:
+    def __init__(self, pool: QThreadPool, parent: QWidget | None = None, state: LibraryState | None = None,
+                 writes: QThreadPool | None = None) -> None:
         super().__init__(parent)
         self._pool = pool
+        self._writes = writes or QThreadPool.globalInstance()  # the window's annotation write thread
         self._service: SearchServiceLike | None = None
         self._job: Worker | None = None
         self._queued: list[list[Path] | None] = []
@@ -190,13 +226,29 @@ class LibraryPanel(QWidget):
         if item is not None:
             self.remove_folder(Path(item.text()))
 
-    def remove_folder(self, folder: Path, parent: QWidget | None = None) -> None:
-        """Stop indexing ``folder`` (asked first, over ``parent``); its items leave the library."""
-        if self._service is None:
+    def remove_folder(self, folder: Path, parent: QWidget | None = None) -> asyncio.Task[None] | None:
+        """Stop indexing ``folder``: its items leave the library, with the captions and verdicts on them, once the
+        user, asked over ``parent`` with the counts, agreed (issue #44). None when no library is open."""
+        service = self._service
+        return None if service is None else start(self._remove_folder(service, Path(folder), parent))
+
+    async def _remove_folder(self, service: SearchServiceLike, folder: Path, parent: QWidget | None) -> None:
+        # counted and removed on the annotation write thread: after every caption typed before, so all are counted
+        try:
+            items, captions, pairs = await off_thread(self, service.root_summary, folder, pool=self._writes)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, the folder stays
+            show_message(self, QMessageBox.Icon.Warning, "Cannot remove folder", str(exc))
             return
-        question = f"Stop indexing {folder}?\nIts items leave the library; the files are not touched."
-        if ask(parent or self, "Remove folder", question):
-            self._service.remove_root(folder)  # the state hears of it: counts, folders and results follow
+        over = parent if parent is not None and shiboken6.isValid(parent) else self  # a dialog closed meanwhile
+        if not ask(over, "Remove folder", removal_question(folder, items, captions, pairs)):
+            return
+        try:
+            snapshot = await off_thread(self, service.remove_root, folder, pool=self._writes)
+        except Exception as exc:  # noqa: BLE001 - e.g. no room for the snapshot: nothing was removed
+            show_message(self, QMessageBox.Icon.Warning, "Cannot remove folder", str(exc))
+            return
+        # the state hears of it: counts, folders and results follow
+        self.status_message.emit(removed_message(folder, items, snapshot))
 
     # --- indexing
     @property

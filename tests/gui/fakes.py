@@ -271,14 +271,81 @@ class FakeService:
             self._roots.append(path)
             self._changed()
 
-    def remove_root(self, path: Path) -> None:
+    def _under_root(self, path: Path) -> tuple[set[int], list[int], list[int]]:
+        """The items under the library folder ``path`` and the ids of the captions (not pseudo) and pairs on them."""
+        if path not in self._roots:
+            raise FakeServiceError(f"root {path} is not in the library")
+        media = {m for file, m in self._by_path.items() if path in file.parents}
+        captions = [c.id for c in self._captions.values() if c.media_id in media and c.source != CaptionSource.PSEUDO]
+        return media, captions, [p for p, (_, m, _) in self._pairs.items() if m in media]
+
+    def root_summary(self, path: Path) -> tuple[int, int, int]:
+        """``(items, captions, pairs)`` removing the folder deletes (its failed files are items too, as there)."""
         path = Path(path).resolve()
-        self._roots = [r for r in self._roots if r != path]
-        for file, media_id in list(self._by_path.items()):
-            if path in file.parents:
-                del self._by_path[file], self._entries[media_id]
-        self._failures = {p: r for p, r in self._failures.items() if path not in Path(p).parents}
-        self._changed()
+        media, captions, pairs = self._under_root(path)
+        failed = sum(1 for p in self._failures if path in Path(p).parents)
+        return len(media) + failed, len(captions), len(pairs)
+
+    def remove_root(self, path: Path) -> Path | None:
+        """Forget the folder and its items; their annotations go too, after a snapshot of every annotation, in the
+        real format and folder (None when they had none)."""
+        path = Path(path).resolve()
+        with self._lock:
+            media, captions, pairs = self._under_root(path)
+            snapshot = self._snapshot("remove-root") if captions or pairs else None
+            self._roots = [r for r in self._roots if r != path]
+            for media_id in media:
+                del self._by_path[self._entries.pop(media_id).media.path]
+            self._captions = {i: c for i, c in self._captions.items() if c.media_id not in media}
+            self._pairs = {i: p for i, p in self._pairs.items() if p[1] not in media}
+            self._failures = {p: r for p, r in self._failures.items() if path not in Path(p).parents}
+        self._changed(annotations=bool(captions or pairs))
+        return snapshot
+
+    def _snapshot(self, reason: str) -> Path:
+        """Write every caption (not pseudo) and pair as an annotation snapshot (engine.library.catalog.snapshots)."""
+        from engine.library.catalog import snapshots
+
+        items: dict[int, dict[str, Any]] = {}
+
+        def item(media_id: int) -> dict[str, Any]:
+            path = self._entries[media_id].media.path
+            return items.setdefault(media_id, {"content_hash": f"fake-{media_id}", "path": str(path), "size": 0,
+                                               "mtime_ns": 0, "status": "ok", "captions": [], "pairs": []})
+
+        for c in self._captions.values():
+            if c.source != CaptionSource.PSEUDO:
+                item(c.media_id)["captions"].append({"text": c.text, "source": c.source.value, "created_at": 0.0,
+                                                     "updated_at": 0.0})
+        for query, media_id, label in self._pairs.values():
+            item(media_id)["pairs"].append({"query": query, "label": label, "source": "user", "created_at": 0.0})
+        data = {"format": snapshots.FORMAT, "version": snapshots.VERSION, "created_at": time.time(),
+                "items": [items[k] for k in sorted(items)]}
+        return snapshots.write(self.workdir / snapshots.FOLDER_NAME, data, reason)
+
+    def _restore_snapshot(self, path: Path) -> int:
+        """Put a snapshot's captions and pairs back on the items at their paths (those it lacks); the captions
+        added. The real one also finds an item by its content, or keeps a row for it until its file returns."""
+        from engine.library.catalog import snapshots
+
+        added = 0
+        for entry in snapshots.read(path)["items"]:
+            media_id = self._by_path.get(Path(entry["path"]))
+            if media_id is None:
+                continue
+            have = {c.text for c in self.captions(media_id)}
+            for caption in entry["captions"]:
+                if caption["text"] not in have:
+                    self.add_caption_from(media_id, caption["text"], CaptionSource(caption["source"]))
+                    have.add(caption["text"])
+                    added += 1
+            judged = {(q, label) for q, m, label in self._pairs.values() if m == media_id}
+            for pair in entry["pairs"]:
+                key = (pair["query"], int(pair["label"]))
+                if key not in judged:
+                    self._pair(key[0], media_id, key[1])
+                    judged.add(key)
+        return added
 
     def _files(self, paths: list[Path] | None) -> list[Path]:
         files: list[Path] = []
@@ -662,10 +729,14 @@ class FakeService:
         """Add the captions of a caption folder or COCO captions JSON to the matching library items.
 
         Items are matched by path, else by file name; captions an item already has are skipped. Returns the
-        number of captions added.
+        number of captions added. An annotation snapshot is restored instead (its captions and pairs).
         """
         self.calls.append(("import_annotations", (str(path),)))
         path = Path(path)
+        from engine.library.catalog import snapshots
+
+        if snapshots.is_snapshot_file(path):  # an annotation snapshot is restored, as the real one does
+            return self._restore_snapshot(path)
         rows: list[tuple[Path, str, str]] = []
         if path.is_dir():
             folder = load_caption_folder(path)

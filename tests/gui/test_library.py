@@ -117,3 +117,104 @@ def test_a_failing_job_is_reported_not_raised(qtbot, panel, tmp_path: Path) -> N
     assert finished.args == ["failed"]
     assert "disk on fire" in messages[-1]
     assert "disk on fire" in panel.progress_label.text()
+
+
+# --- removing a folder says what the user wrote on it goes, and where it is kept (issue #44)
+@pytest.fixture
+def two_folders(qtbot, tmp_path: Path):
+    """A window over a fake library of two folders, ``gifs`` (5 items) and ``home`` (2)."""
+    from app.mainwindow import MainWindow
+    from app.settings import GuiSettings
+
+    service = FakeService(tmp_path / "fake")
+    gifs = make_media_folder(tmp_path / "gifs", n_images=3, n_gifs=2, video=False, broken=False).resolve()
+    home = make_media_folder(tmp_path / "home", n_images=2, n_gifs=0, video=False, broken=False).resolve()
+    for folder in (gifs, home):
+        service.add_root(folder)
+    for _ in service.index_paths():
+        pass
+    window = MainWindow(GuiSettings(), service)
+    qtbot.addWidget(window)
+    window.show()
+    yield window, service, gifs, home
+    window.shutdown()
+
+
+def _asking(monkeypatch: pytest.MonkeyPatch, answer: bool) -> list[str]:
+    asked: list[str] = []
+    monkeypatch.setattr("app.widgets.library.ask", lambda _parent, _title, text: asked.append(text) or answer)
+    return asked
+
+
+def _annotations(service: FakeService) -> list[tuple[str, str, object]]:
+    rows = [(service.media(c.media_id).path.name, "caption", c.text) for c in service._captions.values()]
+    rows += [(service.media(m).path.name, "pair", (q, label)) for q, m, label in service.pairs().values()]
+    return sorted(rows, key=repr)
+
+
+def test_removing_a_folder_names_the_captions_and_verdicts_that_go_and_where_they_are_kept(
+        qtbot, two_folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    window, service, gifs, home = two_folders
+    ids = {service.media(m).path.name: m for m in service._entries}
+    in_gifs = sorted(name for name, m in ids.items() if gifs in service.media(m).path.parents)
+    service.add_caption(ids[in_gifs[0]], "a red circle")
+    service.add_caption(ids[in_gifs[1]], "the green one")
+    service.accept_pair("something red", ids[in_gifs[0]])
+    service.add_caption(ids[sorted(set(ids) - set(in_gifs))[0]], "at home")  # not in the folder: not counted
+    before = _annotations(service)
+
+    asked = _asking(monkeypatch, False)
+    window.library.remove_folder(gifs)
+    qtbot.waitUntil(lambda: len(asked) == 1, timeout=3000)
+    assert asked[0] == (
+        f"Stop indexing {gifs}?\nIts 5 items leave the library (the files are not touched).\n\n"
+        "2 captions and 1 accepted/rejected verdict you wrote or imported go with them. A snapshot of your "
+        "annotations is saved first: File ▸ Import annotations from a COCO captions JSON… puts them back.")
+    assert gifs in service.roots() and _annotations(service) == before  # No keeps everything
+
+    asked = _asking(monkeypatch, True)
+    window.library.remove_folder(gifs)
+    qtbot.waitUntil(lambda: "saved in" in window.statusBar().currentMessage(), timeout=3000)
+    assert service.roots() == [home]
+    [snapshot] = sorted((service.workdir / "snapshots").glob("annotations-*-remove-root.json"))
+    assert window.statusBar().currentMessage() == (
+        f"Removed {gifs} from the library (5 items; the files are not touched). Your captions and verdicts are "
+        f"saved in {snapshot} (File ▸ Import annotations from a COCO captions JSON… restores them).")
+    assert all(name not in in_gifs for name, _, _ in _annotations(service))  # they went with the folder
+
+    # the menu the question names is there, and reading the snapshot back with it restores every annotation
+    file_menu = next(a.menu() for a in window.menuBar().actions() if a.text().replace("&", "") == "File")
+    restore = next(a for a in file_menu.actions()
+                   if a.text().replace("&", "") == "Import annotations from a COCO captions JSON…")
+    service.add_root(gifs)
+    for _ in service.index_paths([gifs]):
+        pass
+    monkeypatch.setattr("app.transfer.QFileDialog.getOpenFileName", lambda *_a, **_k: (str(snapshot), ""))
+    with qtbot.waitSignal(window.annotations_transferred, timeout=3000) as done:
+        restore.trigger()
+    assert done.args == ["import", 2]
+    assert _annotations(service) == before
+
+
+def test_removing_a_folder_nobody_annotated_says_only_that_its_items_go(
+        qtbot, two_folders, monkeypatch: pytest.MonkeyPatch) -> None:
+    window, service, _gifs, home = two_folders
+    asked = _asking(monkeypatch, True)
+    window.library.remove_folder(home)
+    qtbot.waitUntil(lambda: "Removed" in window.statusBar().currentMessage(), timeout=3000)
+    assert asked == [f"Stop indexing {home}?\nIts 2 items leave the library (the files are not touched)."]
+    assert window.statusBar().currentMessage() == (
+        f"Removed {home} from the library (2 items; the files are not touched).")
+    assert not (service.workdir / "snapshots").exists()
+
+
+def test_the_removal_question_counts_in_words() -> None:
+    from app.widgets.library import removal_question
+
+    folder = Path("/x/gifs")
+    assert removal_question(folder, 1, 0, 0) == (
+        "Stop indexing /x/gifs?\nIts 1 item leaves the library (the files are not touched).")
+    assert removal_question(folder, 0, 0, 0) == (
+        "Stop indexing /x/gifs?\nNone of its files is in the library yet (the files are not touched).")
+    assert "\n\n1 caption you wrote or imported goes with them." in removal_question(folder, 47, 1, 0)
+    assert "\n\n2 accepted/rejected verdicts you wrote or imported go with them." in removal_question(folder, 3, 0, 2)

@@ -44,7 +44,8 @@ def test_folders_are_listed_added_and_removed(qtbot, window, service: FakeServic
     monkeypatch.setattr(library_module, "ask", lambda parent, title, text: asked.append(text) or False)
     dialog.folders.setCurrentRow(dialog.folder_names().index(str(extra)))
     dialog.remove_folder_button.click()
-    assert len(asked) == 1 and str(extra) in asked[0] and extra in service.roots()  # No keeps it
+    qtbot.waitUntil(lambda: len(asked) == 1, timeout=3000)  # asked once the folder's items are counted
+    assert str(extra) in asked[0] and extra in service.roots()  # No keeps it
     monkeypatch.setattr(library_module, "ask", lambda parent, title, text: True)
     dialog.remove_folder_button.click()
     qtbot.waitUntil(lambda: str(extra) not in dialog.folder_names(), timeout=3000)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.library.captionfolder import load_caption_folder
-from engine.library.catalog import Catalog, MediaStatus, snapshots
+from engine.library.catalog import Catalog, MediaStatus, NotFound, snapshots
 from engine.workspace import Workspace
 from tests.mediagen import make_jpeg, make_png
 
@@ -314,6 +314,31 @@ def test_removing_a_folder_snapshots_its_annotations_first(service, drives):
     list(service.reindex())
     assert service.restore_snapshot(snapshot).captions == 3
     assert without_times(annotations(service.catalog)) == without_times(before)
+
+
+def test_removing_a_folder_counts_what_goes_names_its_snapshot_and_the_import_menu_restores_it(service, drives):
+    """Issue #44: the GUI asks with these counts, then says where the snapshot went; File > Import annotations
+    (``import_annotations``, which reads a snapshot as one) brings every caption and verdict back."""
+    before = annotate(service, drives)
+    assert service.root_summary(drives["drive"]) == (3, 3, 2)  # d0: 2 captions, 1 pair; d1: 1 imported, 1 pair
+    assert service.root_summary(drives["home"]) == (2, 1, 0)
+    snapshot = service.remove_root(drives["drive"])
+    assert snapshot is not None and service.annotation_snapshots() == [snapshot]
+    assert snapshots.read(snapshot)["reason"] == "remove-root"
+    with pytest.raises(NotFound):
+        service.root_summary(drives["drive"])
+    service.add_root(drives["drive"])
+    list(service.reindex())
+    assert service.import_annotations(snapshot) == 3
+    assert without_times(annotations(service.catalog)) == without_times(before)
+    assert service.import_annotations(snapshot) == 0  # twice adds nothing
+
+
+def test_removing_a_folder_nobody_annotated_writes_no_snapshot(service, drives):
+    annotate(service, drives)
+    service.delete_caption(next(c.id for c in service.catalog.iter_captions() if c.text == "yellow at home"))
+    assert service.root_summary(drives["home"]) == (2, 0, 0)
+    assert service.remove_root(drives["home"]) is None and service.annotation_snapshots() == []
 
 
 def test_only_the_newest_snapshots_are_kept(tmp_path, monkeypatch):

@@ -36,19 +36,37 @@ class AnnotationRoom(MediaRoom):
     """Captions, pairs and their snapshots (a part of :class:`engine.library.catalog.Catalog`; it reads media
     rows, so it stands on :class:`MediaRoom`)."""
 
-    def remove_root(self, path: Path) -> None:
+    def root_summary(self, path: Path) -> tuple[int, int, int]:
+        """``(items, captions, pairs)`` that :meth:`remove_root` would delete with the folder at ``path``: its media
+        rows (whatever their status) and the user and imported captions and pairs on them, the ones its snapshot
+        keeps (pseudo ones are not counted: indexing remakes them). Raises :class:`NotFound` for a path that is
+        not a library folder."""
+        with self._lock:
+            conn = self._live()
+            root_id = self._root_row(conn, path)
+            items = conn.execute("SELECT COUNT(*) FROM media WHERE root_id = ?", (root_id,)).fetchone()[0]
+            return (items, *self._annotation_count(conn, "root_id = ?", (root_id,)))
+
+    def remove_root(self, path: Path) -> Path | None:
         """Remove a folder and, with it, every media row under it (and their captions, pairs, vectors).
 
         The user's annotations are first written to a snapshot (:mod:`engine.library.catalog.snapshots`); when it
-        cannot be written (a full disk) nothing is removed."""
+        cannot be written (a full disk) nothing is removed. Returns the snapshot file, None when the folder's items
+        carried no user or imported annotation (then none is written)."""
+        with self.transaction(f"removing root {path}") as conn:
+            root_id = self._root_row(conn, path)
+            annotated = self._annotation_count(conn, "root_id = ?", (root_id,)) != (0, 0)
+            snapshot = self._snapshot(conn, "remove-root") if annotated else None
+            conn.execute("DELETE FROM roots WHERE id = ?", (root_id,))
+            return snapshot
+
+    def _root_row(self, conn: sqlite3.Connection, path: Path) -> int:
+        """The id of the root folder at ``path``; raises :class:`NotFound`."""
         text = str(Path(path))
-        with self.transaction(f"removing root {text}") as conn:
-            row = conn.execute("SELECT id FROM roots WHERE path = ?", (path_value(text),)).fetchone()
-            if row is None:
-                raise NotFound(f"root {text} is not in {self.path}")
-            if self._annotation_count(conn, "root_id = ?", (row[0],)) != (0, 0):
-                self._snapshot(conn, "remove-root")
-            conn.execute("DELETE FROM roots WHERE id = ?", (row[0],))
+        row = conn.execute("SELECT id FROM roots WHERE path = ?", (path_value(text),)).fetchone()
+        if row is None:
+            raise NotFound(f"root {text} is not in {self.path}")
+        return int(row[0])
 
     def missing_summary(self) -> tuple[int, int, int]:
         """``(items, captions, pairs)`` that :meth:`purge_missing` would delete: the rows marked missing and
