@@ -98,6 +98,7 @@ def uncertainty_reading(percentile: float, items: int) -> str:
 
 PREDICTS = -0.6  # Spearman of R@1 over the sigma deciles at or below which sigma "predicted mistakes" (PCME fig. 6)
 DOES_NOT_PREDICT = -0.3  # above this it did not
+FEW = 5  # an uncertainty group of fewer validation queries than this gives no figure worth reading (#44)
 
 
 def calibrated_reading(value: float, curve: dict, side: str, split: str) -> str | None:
@@ -113,6 +114,13 @@ def calibrated_reading(value: float, curve: dict, side: str, split: str) -> str 
         return None
     if len(r1) < 2 or len(edges) != len(r1) + 1:
         return None
+    counts = curve.get("counts")
+    if isinstance(counts, list) and counts and min(int(c) for c in counts) < FEW:
+        kind = "photos" if side == "photo" else "searches"
+        return (f"The model's validation record ({split}) holds only {sum(int(c) for c in counts)} {kind}, "
+                f"{min(int(c) for c in counts)} to {max(int(c) for c in counts)} in each of its {len(r1)} "
+                "uncertainty groups: too few to say how often items this uncertain are found, or whether more "
+                "uncertainty means more misses.")
     tenth = int(np.clip(np.searchsorted(edges[1:-1], value, side="right"), 0, len(r1) - 1))
     what = ("a photo this uncertain was found first by one of its captions" if side == "photo"
             else "a search this uncertain found its photo first")

@@ -37,3 +37,12 @@ def test_it_says_whether_uncertainty_predicted_misses_there() -> None:
                                    {"bin_edges": ["x"], "r1": [1.0], "rho_bins": 0.0}])
 def test_a_missing_or_malformed_record_reads_nothing(curve) -> None:
     assert calibrated_reading(0.02, curve, "photo", "val") is None
+
+
+def test_a_record_of_a_few_items_gives_no_figures_as_facts() -> None:
+    """#44: after a retrain with 2 held-aside items the inspector said "found first 100 % of the time" and
+    "Spearman -1.00" as facts."""
+    tiny = {"bin_edges": [0.01, 0.02, 0.03], "r1": [100.0, 0.0], "counts": [1, 1], "rho_bins": -1.0}
+    text = calibrated_reading(0.015, tiny, "photo", "held-aside")
+    assert "only 2 photos" in text and "too few" in text
+    assert "%" not in text and "Spearman" not in text
