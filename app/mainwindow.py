@@ -21,6 +21,7 @@ from PySide6.QtGui import (
     QDesktopServices,
     QDragEnterEvent,
     QDropEvent,
+    QGuiApplication,
     QImage,
     QKeyEvent,
     QResizeEvent,
@@ -113,6 +114,9 @@ class MainWindow(QMainWindow):
         self._connect()
 
     def _connect(self) -> None:
+        app = QGuiApplication.instance()
+        if app is not None:  # back from another program (a terminal's `polyseek models --activate`): read again
+            app.applicationStateChanged.connect(self._application_state_changed)
         bar = self.search_bar
         bar.text_search.connect(self.search)
         bar.media_search.connect(self.search)
@@ -185,6 +189,12 @@ class MainWindow(QMainWindow):
         """A modal error the user must see (e.g. the library could not be opened)."""
         self.empty_label.setText(f"{title}: {message}")
         show_message(self, QMessageBox.Icon.Critical, title, message)
+
+    def _application_state_changed(self, state: Qt.ApplicationState) -> None:
+        """The window comes back to the front: the library may have changed meanwhile (another process switched
+        its model, #44): read it again; the views follow only what changed."""
+        if state == Qt.ApplicationState.ApplicationActive:
+            self.state.refresh()
 
     def refresh_models(self) -> None:
         """Read the library again (the models with it); the views follow the state."""

@@ -116,3 +116,16 @@ def test_the_starter_stays(qtbot, window, service: FakeService, tmp_path) -> Non
     assert dialog.activate_button.isEnabled()
     assert not dialog.rename_button.isEnabled() and not dialog.delete_button.isEnabled()
     assert "ships with Polyseek" in dialog.rename_button.toolTip()
+
+
+def test_a_model_switched_by_another_process_shows_when_the_window_comes_back(qtbot, window,
+                                                                            service: FakeService) -> None:
+    """#44 (15): `polyseek models --activate` in a terminal while the app runs; the Model box kept the old one."""
+    from PySide6.QtCore import Qt
+
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.count() > 0, timeout=3000)
+    assert window.search_bar.model_combo.currentData() != "fake-pcme"
+    service._active = "fake-pcme"  # another process wrote the catalog: this process is not told
+    window._application_state_changed(Qt.ApplicationState.ApplicationInactive)  # away: nothing read
+    window._application_state_changed(Qt.ApplicationState.ApplicationActive)  # back to the window
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
