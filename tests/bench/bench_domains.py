@@ -14,8 +14,9 @@ picked the starter's epoch but were never trained on, see tools/build_starter.py
 photos, which the starter never saw) and reports R@K for each model weight. Dev splits are never swept.
 
 ``clips``: 25 slideshow MP4s (4 Flickr8k dev photos each, 1 s a photo) and 25 GIFs (one dev photo slowly zoomed,
-12 frames) added to the Flickr8k dev library; for each caption of a photo a clip shows, whether the clip is in the
-top 10, beside whether the photo itself is (the clip should rank about where its best photo ranks).
+12 frames; ``--zooms N`` for more) added to the Flickr8k dev library; for each caption of a photo a clip shows,
+whether the clip is in the top 10, beside whether the photo itself is (the clip should rank about where its best
+photo ranks), with a 95 % interval of the gap that resamples whole clips.
 """
 
 from __future__ import annotations
@@ -158,8 +159,9 @@ def run_domain(home: Path, name: str, images: Path, files: list[str], caps: dict
     return out
 
 
-def make_clips(home: Path, images: Path, files: list[str]) -> list[tuple[Path, list[str]]]:
-    """25 slideshow MP4s of 4 photos and 25 zooming GIFs of one photo, from ``files`` (seeded)."""
+def make_clips(home: Path, images: Path, files: list[str], zooms: int = 25) -> list[tuple[Path, list[str]]]:
+    """25 slideshow MP4s of 4 photos and ``zooms`` zooming GIFs of one photo, from ``files`` (seeded; the first 25
+    zooms are always the same, more come from other photos)."""
     import cv2
     from PIL import Image
 
@@ -190,12 +192,37 @@ def make_clips(home: Path, images: Path, files: list[str]) -> list[tuple[Path, l
                 frames.append(photo.crop((margin, margin, 224 - margin, 224 - margin)).resize((160, 160)))
             frames[0].save(path, save_all=True, append_images=frames[1:], duration=120, loop=0)
         clips.append((path, [f]))
+    more = random.Random(8).sample(sorted(set(files) - set(chosen)), max(0, zooms - 25))
+    for i, f in enumerate(more, start=25):
+        path = folder / f"zoom-{i:03d}.gif"
+        if not path.exists():
+            photo = Image.open(images / f).convert("RGB").resize((224, 224))
+            frames = [photo.crop((4 * k, 4 * k, 224 - 4 * k, 224 - 4 * k)).resize((160, 160)) for k in range(12)]
+            frames[0].save(path, save_all=True, append_images=frames[1:], duration=120, loop=0)
+        clips.append((path, [f]))
     return clips
 
 
-def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[str]], tag: str = "") -> dict:
-    clips = make_clips(home, images, files)
-    service = open_library(home, "clips" + tag, images, files, [p for p, _ in clips])
+def clip_interval(pairs: list[tuple[int, bool, bool]], draws: int = 2000) -> tuple[float, float]:
+    """95 % interval of (clip R@10 - photo R@10) in points, resampling whole clips (a clip's queries go
+    together): ``pairs`` are (clip, clip in top 10, photo in top 10)."""
+    by_clip: dict[int, list[float]] = {}
+    for clip, a, b in pairs:
+        by_clip.setdefault(clip, []).append(float(a) - float(b))
+    groups = list(by_clip.values())
+    rng = np.random.default_rng(0)
+    gaps = []
+    for _ in range(draws):
+        picked = [groups[i] for i in rng.integers(0, len(groups), len(groups))]
+        gaps.append(100.0 * float(np.mean([g for group in picked for g in group])))
+    return round(float(np.percentile(gaps, 2.5)), 1), round(float(np.percentile(gaps, 97.5)), 1)
+
+
+def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[str]], tag: str = "",
+              zooms: int = 25) -> dict:
+    clips = make_clips(home, images, files, zooms)
+    name = "clips" + tag + ("" if zooms == 25 else f"-z{zooms}")
+    service = open_library(home, name, images, files, [p for p, _ in clips])
     by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     rows = {"slideshow": [], "zoom": []}
     for path, group in clips:
@@ -204,11 +231,13 @@ def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[s
         for f in group:
             for caption in caps[f]:
                 hits = [h.media_id for h in service.search_text(caption, top=10)]
-                rows[kind].append((clip_id in hits, by_path[f] in hits))
+                rows[kind].append((clip_id, clip_id in hits, by_path[f] in hits))
     out = {}
     for kind, pairs in rows.items():
-        out[kind] = {"queries": len(pairs), "clip_r10": round(100 * np.mean([a for a, _ in pairs]), 1),
-                     "photo_r10": round(100 * np.mean([b for _, b in pairs]), 1)}
+        out[kind] = {"clips": len({c for c, _, _ in pairs}), "queries": len(pairs),
+                     "clip_r10": round(100 * np.mean([a for _, a, _ in pairs]), 1),
+                     "photo_r10": round(100 * np.mean([b for _, _, b in pairs]), 1),
+                     "gap_95": clip_interval(pairs)}
     service.close()
     return {"domain": "clips" + tag, **out}
 
@@ -222,6 +251,8 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true", help="also the train-side domains, every model weight")
     parser.add_argument("--tag", default="", help="appended to each domain's library name (another model's run)")
     parser.add_argument("--model", type=Path, help="a model folder to search with instead of the shipped starter")
+    parser.add_argument("--zooms", type=int, default=25, help="clips: this many zooming GIFs (the first 25 as "
+                        "always; more narrow the interval of the clip-photo gap)")
     args = parser.parse_args()
     global MODEL_DIR
     MODEL_DIR = args.model.resolve() if args.model else None
@@ -234,7 +265,7 @@ def main() -> int:
     results = json.loads(args.out.read_text()) if args.out.is_file() else []
     for name in names:
         if name == "clips":
-            record = run_clips(args.home, *sets["flickr8k-dev"], tag=args.tag)
+            record = run_clips(args.home, *sets["flickr8k-dev"], tag=args.tag, zooms=args.zooms)
         else:
             sweep = args.sweep and name.endswith("train-slice")
             record = run_domain(args.home, name + args.tag, *sets[name], sweep=sweep)
