@@ -29,24 +29,36 @@ def media_folder(tmp_path: Path) -> Path:
     return make_media_folder(tmp_path / "media")
 
 
-@pytest.fixture
-def service(tmp_path: Path, media_folder: Path) -> FakeService:
-    """A fake service with the media folder added and indexed."""
-    fake = FakeService(tmp_path / "fake")
-    fake.add_root(media_folder)
+def indexed_service(store: Path, *folders: Path) -> FakeService:
+    """A fake service (its files under ``store``) with ``folders`` added and indexed."""
+    fake = FakeService(store)
+    for folder in folders:
+        fake.add_root(folder)
     for _ in fake.index_paths():
         pass
     return fake
 
 
-@pytest.fixture
-def window(qtbot, service: FakeService) -> Iterator:
-    """A main window over the indexed fake service, closed (and its workers drained) after the test."""
+def shown_window(qtbot, service: FakeService):
+    """A main window over ``service``, shown; the caller shuts it down (``window.shutdown()``)."""
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
 
     win = MainWindow(GuiSettings(), service)
     qtbot.addWidget(win)
     win.show()
+    return win
+
+
+@pytest.fixture
+def service(tmp_path: Path, media_folder: Path) -> FakeService:
+    """A fake service with the media folder added and indexed."""
+    return indexed_service(tmp_path / "fake", media_folder)
+
+
+@pytest.fixture
+def window(qtbot, service: FakeService) -> Iterator:
+    """A main window over the indexed fake service, closed (and its workers drained) after the test."""
+    win = shown_window(qtbot, service)
     yield win
     win.shutdown()

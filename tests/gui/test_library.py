@@ -123,19 +123,12 @@ def test_a_failing_job_is_reported_not_raised(qtbot, panel, tmp_path: Path) -> N
 @pytest.fixture
 def two_folders(qtbot, tmp_path: Path):
     """A window over a fake library of two folders, ``gifs`` (5 items) and ``home`` (2)."""
-    from app.mainwindow import MainWindow
-    from app.settings import GuiSettings
+    from tests.gui.conftest import indexed_service, shown_window
 
-    service = FakeService(tmp_path / "fake")
     gifs = make_media_folder(tmp_path / "gifs", n_images=3, n_gifs=2, video=False, broken=False).resolve()
     home = make_media_folder(tmp_path / "home", n_images=2, n_gifs=0, video=False, broken=False).resolve()
-    for folder in (gifs, home):
-        service.add_root(folder)
-    for _ in service.index_paths():
-        pass
-    window = MainWindow(GuiSettings(), service)
-    qtbot.addWidget(window)
-    window.show()
+    service = indexed_service(tmp_path / "fake", gifs, home)
+    window = shown_window(qtbot, service)
     yield window, service, gifs, home
     window.shutdown()
 

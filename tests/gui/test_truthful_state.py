@@ -100,19 +100,12 @@ def test_point1_the_starter_is_active_during_the_first_run_on_a_fresh_home(qtbot
 # --- point 4: counts and results follow the library ----------------------------------------------------------
 @pytest.fixture
 def two_folders(qtbot, tmp_path):
-    from app.mainwindow import MainWindow
-    from app.settings import GuiSettings
+    from tests.gui.conftest import indexed_service, shown_window
 
-    service = FakeService(tmp_path / "fake")
     first = make_media_folder(tmp_path / "one", n_images=6, n_gifs=1, video=False, broken=False)
     second = make_media_folder(tmp_path / "two", n_images=3, n_gifs=0, video=False, broken=False)
-    for folder in (first, second):
-        service.add_root(folder)
-    for _ in service.index_paths():
-        pass
-    window = MainWindow(GuiSettings(), service)
-    qtbot.addWidget(window)
-    window.show()
+    service = indexed_service(tmp_path / "fake", first, second)
+    window = shown_window(qtbot, service)
     yield window, service, first, second
     window.shutdown()
 

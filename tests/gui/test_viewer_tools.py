@@ -282,21 +282,16 @@ def dated(tmp_path: Path) -> FakeService:
         path = mg.make_jpeg_with_exif(folder / f"{name}.jpg", taken=taken, offset=None, colour=(40 * len(name), 90, 9))
         stamp = datetime(when, 1, 1).timestamp()
         os.utime(path, (stamp, stamp))
-    service = FakeService(tmp_path / "fake-dated")
-    service.add_root(folder)
-    for _ in service.index_paths():
-        pass
-    return service
+    from tests.gui.conftest import indexed_service
+
+    return indexed_service(tmp_path / "fake-dated", folder)
 
 
 def test_the_library_sorts_by_date_taken(qtbot, dated: FakeService) -> None:
-    from app.mainwindow import MainWindow
-    from app.settings import GuiSettings
+    from tests.gui.conftest import shown_window
     from tests.gui.test_browse import choose, names, wait_listed
 
-    window = MainWindow(GuiSettings(), dated)
-    qtbot.addWidget(window)
-    window.show()
+    window = shown_window(qtbot, dated)
     try:
         wait_listed(qtbot, window)
         assert window.browse_bar.sort.currentText() == "Newest first"
@@ -314,13 +309,11 @@ def test_the_library_sorts_by_date_taken(qtbot, dated: FakeService) -> None:
 
 def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: FakeService) -> None:
     """Issue #44: the order picked in the browse bar was forgotten at a restart."""
-    from app.mainwindow import MainWindow
-    from app.settings import GuiSettings, settings_file
+    from app.settings import settings_file
+    from tests.gui.conftest import shown_window
     from tests.gui.test_browse import choose, names, wait_listed
 
-    first = MainWindow(GuiSettings(), dated)
-    qtbot.addWidget(first)
-    first.show()
+    first = shown_window(qtbot, dated)
     try:
         wait_listed(qtbot, first)
         choose(qtbot, first, first.browse_bar.sort, "modified-oldest")
@@ -329,9 +322,7 @@ def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: FakeService
         first.shutdown()
     assert "modified-oldest" in settings_file().read_text(encoding="utf-8")  # in the INI file, not only in memory
     dated.calls.clear()
-    second = MainWindow(GuiSettings(), dated)
-    qtbot.addWidget(second)
-    second.show()
+    second = shown_window(qtbot, dated)
     try:
         wait_listed(qtbot, second)
         assert second.browse_bar.sort.currentData() == "modified-oldest"
@@ -342,16 +333,14 @@ def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: FakeService
 
 
 def test_a_saved_sort_this_version_does_not_offer_lists_newest_first(qtbot, dated: FakeService) -> None:
-    from app.mainwindow import MainWindow
     from app.settings import GuiSettings
+    from tests.gui.conftest import shown_window
     from tests.gui.test_browse import names, wait_listed
 
     settings = GuiSettings()
     settings.browse_sort = "taken"  # a name an earlier build offered
     settings.sync()
-    window = MainWindow(GuiSettings(), dated)
-    qtbot.addWidget(window)
-    window.show()
+    window = shown_window(qtbot, dated)
     try:
         wait_listed(qtbot, window)
         assert window.browse_bar.sort.currentData() == "newest" and window.session.browse.sort == "newest"
