@@ -5,8 +5,8 @@ a seek slider and the position; Ctrl+wheel, +/- zoom, 0 fits, 1 shows actual pix
 the details panel says what the catalog knows of the file (:mod:`app.widgets.mediadetails`). Left / Right step
 through the results, Alt+A / Alt+R judge, Escape closes, "Show in folder" opens the file manager there. A clip
 found by a search opens at the part that matched (``SearchHit.frame``): that frame is shown and held a moment,
-then the clip plays on from there (a frame clicked in the inspector's strip opens it at that frame). The text under the picture says which queries the user accepted or rejected
-the item for."""
+then the clip plays on from there (a frame clicked in the inspector's strip opens it at that frame). The text under
+the picture says which queries the user accepted or rejected the item for."""
 
 from __future__ import annotations
 
