@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
         self.annotate.saved.connect(self._status)
         self.results.find_similar_requested.connect(self.find_similar)
         self.results.open_requested.connect(self.open_viewer)
+        self.inspector.frame_opened.connect(lambda hit, frame: self.open_viewer(hit, start=frame))
         bar.cutoff_changed.connect(self._cutoff_changed)
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
@@ -366,9 +367,10 @@ class MainWindow(QMainWindow):
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
             self.viewer.show_hit(hit, self.results_model.state(hit.media_id))
 
-    def open_viewer(self, hit: SearchHit | None = None, state: Any = None) -> Viewer | None:
+    def open_viewer(self, hit: SearchHit | None = None, state: Any = None, start: int | None = None) -> Viewer | None:
         """Show the current (or given) result large; the viewer follows the selection while it is open.
-        ``state``: the item's annotation state, for an item the results do not hold."""
+        ``state``: the item's annotation state, for an item the results do not hold; ``start``: a clip's sampled
+        frame to open at (None: where the search matched it)."""
         hit = hit or self.results.current_hit()
         if hit is None:
             return None
@@ -378,7 +380,7 @@ class MainWindow(QMainWindow):
                 lambda step: self.results.select_next() if step > 0 else self.results.select_previous())
             self.viewer.judge_requested.connect(self.judge)
             self.viewer.follow_states(self.results_model)
-        self.viewer.show_hit(hit, self.results_model.state(hit.media_id) if state is None else state)
+        self.viewer.show_hit(hit, self.results_model.state(hit.media_id) if state is None else state, start)
         self.viewer.show()
         self.viewer.raise_()
         self.viewer.activateWindow()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QMouseEvent, QPainter, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import QGraphicsEllipseItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.widgets.clips import matched_frame
@@ -109,7 +109,10 @@ class TokenStrip(QWidget):
 
 class FrameStrip(QWidget):
     """Frames side by side, each with a bar under it as tall as one head's attention on that frame; the frame
-    that matched the query best (``matched``, an index into ``frames``) is outlined."""
+    that matched the query best (``matched``, an index into ``frames``) is outlined. A click on a frame says which
+    (``frame_clicked``, an index into ``frames``)."""
+
+    frame_clicked = Signal(int)
 
     BAR = 24
     GAP = 3
@@ -128,6 +131,8 @@ class FrameStrip(QWidget):
         policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setToolTip("Click a frame to open the clip there in the viewer")
 
     def _frame_height(self, width: int) -> int:
         return int(width / max(1, len(self.frames)) * self._aspect)
@@ -140,6 +145,19 @@ class FrameStrip(QWidget):
 
     def sizeHint(self) -> QSize:
         return QSize(320, self.heightForWidth(320))
+
+    def frame_at(self, x: float) -> int | None:
+        """The frame (index into ``frames``) drawn at ``x`` (None: no frames)."""
+        if not self.frames or self.width() < 1:
+            return None
+        return max(0, min(len(self.frames) - 1, int(x * len(self.frames) / self.width())))
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        frame = self.frame_at(event.position().x())
+        if event.button() is Qt.MouseButton.LeftButton and frame is not None and self.rect().contains(
+                event.position().toPoint()):
+            self.frame_clicked.emit(frame)
+        super().mouseReleaseEvent(event)
 
     def paintEvent(self, _event: object) -> None:
         if not self.frames:

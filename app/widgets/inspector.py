@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, QThreadPool
+from PySide6.QtCore import QSize, Qt, QThreadPool, Signal
 from PySide6.QtGui import QColor, QImage, QPen, QPixmap
 from PySide6.QtWidgets import (
     QGraphicsRectItem,
@@ -80,7 +80,12 @@ class _Loaded:
 
 
 class Inspector(QScrollArea):
-    """Shows the explanation of the current result; rebuilt whenever the result or the query changes."""
+    """Shows the explanation of the current result; rebuilt whenever the result or the query changes.
+
+    A click on a clip's frame in a frame strip asks for the viewer there (``frame_opened``: the hit and the sampled
+    frame, 0..T-1, as :attr:`SearchHit.frame` counts them)."""
+
+    frame_opened = Signal(object, int)
 
     def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -92,7 +97,8 @@ class Inspector(QScrollArea):
         self.rank: Any = None  # the grid's Relevance of the hit
         self.explanation: Explanation | None = None
         self.setWidgetResizable(True)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # content follows the width
+        # The content follows the width; what cannot shrink that far (a narrow inspector) scrolls, never clipped.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setMinimumWidth(300)
         self._body = QWidget()
         self._layout = QVBoxLayout(self._body)
@@ -276,24 +282,32 @@ class Inspector(QScrollArea):
                 grid.addWidget(view, head // 2, head % 2)
                 self.head_views.append(view)
         elif loaded.frames:
-            layout = self._group(f"Which frames each of the {k} heads attends to" if k > 1
-                                 else "How well each sampled frame matches the search")
+            layout = self._group(f"The frames each of {k} heads attends to" if k > 1 else "Each sampled frame's match")
             sampled = ex.item_attention.shape[1]
             best = self.matched_sample(ex)
             self.matched_shown = None if best is None else matched_frame(best, len(loaded.frames), sampled)
             if best is not None:
                 self.match_label = selectable_label(f"Best match: frame {best + 1} of {sampled} sampled (outlined in "
-                                                "red); the viewer (Enter) opens the clip there")
+                                                "red); the viewer (Enter) opens the clip there. Click a frame to "
+                                                "open the clip at that frame.")
                 self.match_label.setObjectName("inspectorMatchedFrame")
                 layout.addWidget(self.match_label)
+            strip_frames = loaded.frames
             for head in range(k):
                 strip = FrameStrip(loaded.frames, ex.item_attention[head], head_colour(head),
                                    matched=self.matched_shown)
+                strip.frame_clicked.connect(lambda shown: self._open_frame(shown, len(strip_frames), sampled))
                 if k > 1:
                     add_head_row(layout, head, head == matched_item_head, strip)
                 else:  # one vector per frame: no head to name
                     layout.addWidget(strip)
                 self.head_views.append(strip)
+
+    def _open_frame(self, shown: int, n_shown: int, sampled: int) -> None:
+        """Frame ``shown`` of the ``n_shown`` in the strip was clicked: ask for the viewer at the sampled frame it
+        stands for (the strip's frames are spread over the clip like the sampled ones, :func:`matched_frame`)."""
+        if self.hit is not None and n_shown > 0 and sampled > 0:
+            self.frame_opened.emit(self.hit, min(sampled - 1, int((shown + 0.5) * sampled / n_shown)))
 
     def matched_sample(self, ex: Explanation) -> int | None:
         """The sampled frame of the clip that matched best: the search's (``SearchHit.frame``), else the frame
@@ -331,7 +345,8 @@ class Inspector(QScrollArea):
                                             head == matched, self._cell_size() * 3 // 4), head // 2, head % 2)
 
     def _add_similarity(self, ex: Explanation) -> None:
-        layout = self._group("Head-to-head similarity (rows: query heads, columns: item heads)")
+        layout = self._group("Head-to-head similarity")  # a group's title never wraps: short, so a narrow panel fits
+        layout.addWidget(selectable_label("Rows: query heads; columns: item heads."))
         plot = plot_widget(150)
         sim = np.asarray(ex.similarity, dtype=np.float32)
         image = pg.ImageItem(sim.T)  # ImageItem is x-major: transpose so rows are query heads
@@ -360,7 +375,8 @@ class Inspector(QScrollArea):
         plot.getAxis("bottom").setLabel("item head")
         plot.setXRange(0, k_item, padding=0.05)
         plot.setYRange(0, k_query, padding=0.05)
-        plot.setFixedWidth(90 + 60 * k_item)
+        plot.setMinimumWidth(90 + 30 * k_item)  # narrower in a narrow inspector, so the frame strips above fit
+        plot.setMaximumWidth(90 + 60 * k_item)
         self.similarity_plot = plot
         layout.addWidget(plot)
 

@@ -5,8 +5,8 @@ a seek slider and the position; Ctrl+wheel, +/- zoom, 0 fits, 1 shows actual pix
 the details panel says what the catalog knows of the file (:mod:`app.widgets.mediadetails`). Left / Right step
 through the results, Alt+A / Alt+R judge, Escape closes, "Show in folder" opens the file manager there. A clip
 found by a search opens at the part that matched (``SearchHit.frame``): that frame is shown and held a moment,
-then the clip plays on from there. The text under the picture says which queries the user accepted or rejected
-the item for."""
+then the clip plays on from there (a frame clicked in the inspector's strip opens it at that frame). The text under
+the picture says which queries the user accepted or rejected the item for."""
 
 from __future__ import annotations
 
@@ -90,6 +90,7 @@ class Viewer(QDialog):
         self._fps = 0.0  # a video's frame rate (0: frames are counted, not timed)
         self.position = 0  # the clip's frame shown now
         self.opened_at: int | None = None  # a clip opened at its match: the frame (of the file / its previews)
+        self._start: int | None = None  # the sampled frame asked for (a frame clicked in the inspector)
         self._timer = QTimer(self, interval=FRAME_MS)
         self._timer.timeout.connect(self._next_frame)
         cache.frames_ready.connect(self._frames_arrived)
@@ -189,14 +190,16 @@ class Viewer(QDialog):
         layout.addLayout(row)
 
     # --- the item
-    def show_hit(self, hit: SearchHit | None, state: object = None) -> None:
+    def show_hit(self, hit: SearchHit | None, state: object = None, start: int | None = None) -> None:
         """Show ``hit`` (None: nothing left to show, the viewer closes); ``state`` is its
-        :class:`engine.library.browse.AnnotationState` when known (which queries it was accepted / rejected for)."""
+        :class:`engine.library.browse.AnnotationState` when known (which queries it was accepted / rejected for).
+        ``start``: a clip's sampled frame (0..7) to open at, e.g. one clicked in the inspector (None: its match)."""
         if hit is None:
             self.close()
             return
         self._stop()
         self.hit = hit
+        self._start = start if start is not None and hit.kind is not MediaKind.IMAGE and start >= 0 else None
         self._generation += 1
         name = Path(hit.path).name
         self.setWindowTitle(f"{name} — Polyseek")
@@ -268,8 +271,10 @@ class Viewer(QDialog):
             return
         lines = [f"{Path(hit.path).name}  ·  {hit.kind.value}  ·  {hit.path}"]
         if self.match_frame is not None:
-            lines.append(f"Best match: sampled frame {self.match_frame + 1} of {SAMPLED_FRAMES}; "
-                         "the clip opens there")
+            lines.append(f"Best match: sampled frame {self.match_frame + 1} of {SAMPLED_FRAMES}"
+                         + ("; the clip opens there" if self.start_sample == self.match_frame else ""))
+        if self.start_sample is not None and self.start_sample != self.match_frame:
+            lines.append(f"Opened at sampled frame {self.start_sample + 1} of {SAMPLED_FRAMES}, as asked")
         lines += verdict_lines(state)
         lines += [f"“{c}”" for c in hit.captions[:3]]  # what people wrote; the model's guess is said as such
         lines += [f"Model's guess (not a caption): {hit.guess}"] if hit.guess else []
@@ -282,6 +287,11 @@ class Viewer(QDialog):
         if hit is None or hit.kind is MediaKind.IMAGE or hit.frame is None or hit.frame < 0:
             return None
         return int(hit.frame)
+
+    @property
+    def start_sample(self) -> int | None:
+        """The sampled frame (0..7) the shown clip opens at: the one asked for, else its match (None: the start)."""
+        return self._start if self._start is not None else self.match_frame
 
     # --- zoom
     def _zoom_changed(self) -> None:
@@ -385,11 +395,11 @@ class Viewer(QDialog):
             movie.setCacheMode(QMovie.CacheMode.CacheAll)  # then a seek is a jump, not a replay from the start
         movie.frameChanged.connect(self._movie_frame)
         self._movie, self._clip_length, self._fps = movie, max(0, movie.frameCount()), 0.0
-        if self.match_frame is None or movie.frameCount() < 1:
+        if self.start_sample is None or movie.frameCount() < 1:
             movie.start()
             self._show_position()
             return
-        seek_movie(movie, matched_frame(self.match_frame, movie.frameCount()))
+        seek_movie(movie, matched_frame(self.start_sample, movie.frameCount()))
         self.opened_at = movie.currentFrameNumber()
         self._hold_then_play()
 
@@ -420,7 +430,7 @@ class Viewer(QDialog):
     # --- videos
     def _play_video(self, path: Path, media_id: int) -> None:
         generation = self._generation
-        video = VideoReader(path, self.picture.viewport().size(), self, start=self.match_frame)
+        video = VideoReader(path, self.picture.viewport().size(), self, start=self.start_sample)
         video.opened.connect(lambda n, fps: self._video_opened(generation, n, fps))
         video.frame_ready.connect(lambda image, n, size: self._video_frame(generation, image, n, size))
         video.ended.connect(lambda: self._show_position() if generation == self._generation else None)
@@ -464,8 +474,8 @@ class Viewer(QDialog):
             self.picture.setText("No preview frames for this video")
             return
         self._clip_length, self._fps = len(self._frames), 0.0
-        if self.match_frame is not None:  # the previews are spread like the sampled frames: start at the match
-            self._frame = self.opened_at = matched_frame(self.match_frame, len(self._frames))
+        if self.start_sample is not None:  # the previews are spread like the sampled frames: start at the match
+            self._frame = self.opened_at = matched_frame(self.start_sample, len(self._frames))
         self.position = self._frame
         self.picture.setPixmap(self._frames[self._frame])
         if self.opened_at is not None:

@@ -1,0 +1,69 @@
+"""Issue #44 (points 13 and 16): the inspector's frame strip shows every frame in a narrow inspector, and a frame
+clicked there opens the viewer at that frame."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QMovie
+
+from app.widgets.clips import matched_frame
+from engine.types import MediaKind
+from tests.gui.test_search import wait_explained
+from tests.gui.test_state_visible import clip_hit
+
+
+def explained_strips(qtbot, window, service, query: str, kind: MediaKind):
+    hit = clip_hit(qtbot, window, service, query, kind)
+    wait_explained(qtbot, window)
+    strips = window.inspector.head_views
+    assert strips
+    qtbot.waitUntil(lambda: all(strip.isVisible() for strip in strips), timeout=3000)
+    return hit, strips
+
+
+def test_every_frame_of_the_strip_is_visible_in_a_narrow_inspector(qtbot, window, service) -> None:
+    _, strips = explained_strips(qtbot, window, service, "bouncing ball", MediaKind.ANIMATION)
+    inspector = window.inspector
+    inspector.setFixedWidth(inspector.minimumWidth())  # the narrowest the panel goes
+    viewport = inspector.viewport()
+    qtbot.waitUntil(lambda: inspector._body.width() <= viewport.width(), timeout=3000)
+    for strip in strips:
+        left = strip.mapTo(viewport, QPoint(0, 0)).x()
+        right = strip.mapTo(viewport, QPoint(strip.width() - 1, 0)).x()
+        assert 0 <= left and right < viewport.width()  # the whole strip, so each of its frames, in sight
+        assert strip.width() / len(strip.frames) >= 20  # and each frame wide enough to see
+
+
+def test_clicking_a_frame_of_the_strip_opens_the_viewer_at_that_frame(qtbot, window, service) -> None:
+    hit, strips = explained_strips(qtbot, window, service, "bouncing ball", MediaKind.ANIMATION)
+    strip = strips[0]
+    sampled = window.inspector.explanation.item_attention.shape[1]
+    clicked = (strip.matched + 2) % len(strip.frames)  # not the best match: the viewer goes where it is told
+    sample = int((clicked + 0.5) * sampled / len(strip.frames))
+    assert sample != hit.frame
+    cell = strip.width() / len(strip.frames)
+    qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=QPoint(int((clicked + 0.5) * cell), strip.height() // 2))
+    viewer = window.viewer
+    assert viewer is not None and viewer.isVisible() and viewer.hit.media_id == hit.media_id
+    n_total = QMovie(hit.path).frameCount()
+    assert viewer.opened_at == viewer.position == matched_frame(sample, n_total)
+    assert f"Opened at sampled frame {sample + 1} of 8" in viewer.caption.text()
+    window.results.select_row(window.results_model.row_of(hit.media_id))
+    viewer.show_hit(hit)  # Enter on the result again: back to the best match
+    assert viewer.opened_at == matched_frame(hit.frame, n_total)
+
+
+def test_clicking_a_frame_of_a_video_opens_the_viewer_at_that_frame(qtbot, window, service) -> None:
+    hit, strips = explained_strips(qtbot, window, service, "sliding blue square", MediaKind.VIDEO)
+    strip = strips[0]
+    sampled = window.inspector.explanation.item_attention.shape[1]
+    clicked = (strip.matched + 1) % len(strip.frames)
+    sample = int((clicked + 0.5) * sampled / len(strip.frames))
+    assert sample != hit.frame
+    cell = strip.width() / len(strip.frames)
+    qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=QPoint(int((clicked + 0.5) * cell), strip.height() // 2))
+    viewer = window.viewer
+    # decoded by OpenCV, or (when it cannot read the file) its preview frames: either way the clicked one first
+    n_total = len(service._entry(hit.media_id).frames)
+    qtbot.waitUntil(lambda: viewer.opened_at is not None, timeout=5000)
+    assert viewer.opened_at == matched_frame(sample, n_total)
