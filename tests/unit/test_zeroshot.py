@@ -207,3 +207,20 @@ def test_the_explanation_says_what_the_user_wrote_that_counted(indexed):
     assert "What you wrote" not in " ".join(indexed.explain("Biscuit", other.media_id).notes)
     indexed.reject_pair("a rocket on the launch pad", other.media_id)
     assert "You rejected this item" in " ".join(indexed.explain("a rocket on a launch pad", other.media_id).notes)
+
+
+def test_the_inspector_names_no_class_a_person_would_not_accept():
+    """#44: "rug -> Pomeranian (0.38)" read as nonsense; below SHOWN_FLOOR (chosen on train-side captions) the word
+    names nothing, above it the class is shown."""
+    from engine.search.explain import SHOWN_FLOOR, word_matches
+
+    classes = np.eye(3, 4, dtype=np.float32)  # three classes, unit embeddings
+    ids, probs = np.array([[0, 1], [2, 0]]), np.array([[0.6, 0.3], [0.5, 0.2]], np.float32)
+
+    def encode(words: list[str]) -> np.ndarray:  # near class 0 only: "rug" at 0.38, "dog" at 0.6
+        near = {"rug": 0.38, "dog": 0.6}
+        return np.array([[near[w], 0.0, 0.0, np.sqrt(1 - near[w] ** 2)] for w in words], np.float32)
+
+    rug, dog = word_matches(["rug", "dog"], ids, probs, ["Pomeranian", "sofa", "cup"], classes, encode)
+    assert SHOWN_FLOOR > 0.38 and rug.class_name is None
+    assert dog.class_name == "Pomeranian" and dog.similarity == pytest.approx(0.6)
