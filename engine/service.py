@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 USER_PAIR_LABELS = {"accept": 1, "reject": -1}
 
 
-
-
 class SearchService:
     """Index, search, explain and annotate one library."""
 

@@ -58,6 +58,7 @@ class Ranking:
     frames: np.ndarray | None = None  # per library row: the frame of a clip that matched best (-1: none)
     head_pairs: np.ndarray | None = None  # per library row: (query head, item head) of the model's best match
     query: dict[str, float] = field(default_factory=dict)  # the calibration's per-query features (familiar, ...)
+    features: dict = field(default_factory=dict)  # every feature the calibration weighed (the inspector reads them)
     calibrated: object = None  # the :class:`engine.search.calibration.Calibration` that made ``total`` (or None)
 
     def frame_of(self, row: int) -> int | None:
@@ -67,11 +68,6 @@ class Ranking:
 
     def head_pair_of(self, row: int) -> tuple[int, int] | None:
         return None if self.head_pairs is None else (int(self.head_pairs[row, 0]), int(self.head_pairs[row, 1]))
-
-    def probability_of(self, position: int) -> float | None:
-        """The calibrated match probability at ``position`` of ``rows`` (None: an uncalibrated ranking)."""
-        p = self.parts.get("probability")
-        return None if p is None else float(p[position])
 
     def order(self) -> np.ndarray:
         """Positions into ``rows`` best first (ties by row, so a query always ranks the same way)."""
@@ -110,9 +106,6 @@ class UserEvidence:
     spread: np.ndarray
     rejected: np.ndarray
     novel: np.ndarray | None = None  # the lexical cover by words new to the ranking (names), :func:`novel_cover`
-
-    def any_positive(self) -> bool:
-        return bool(np.any(self.lexical > 0) or np.any(self.semantic > 0) or np.any(self.spread > 0))
 
 
 def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
@@ -164,7 +157,8 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         parts["probability"] = calibration.sigmoid(logit)
         return Ranking(rows, logit, parts, **seen,
                        query={"familiar": float(features["familiar"]), "share": float(familiar),
-                              "log_items": float(features["log_items"])}, calibrated=calibrated)
+                              "log_items": float(features["log_items"])}, calibrated=calibrated,
+                       features=features)
     if words is not None:
         parts["words"] = words
         total += WORDS * words.astype(np.float32)

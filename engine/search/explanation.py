@@ -83,16 +83,11 @@ def ranking_note(ranking, position: int) -> str | None:
     """How the calibrated ranking (:mod:`engine.search.calibration`) placed the item at ``position`` of
     ``ranking.rows``, from the same numbers: its probability and what each kind of evidence added, in log-odds
     points; None for an uncalibrated ranking."""
-    from engine.search import calibration
-
     fitted = ranking.calibrated
     if fitted is None:
         return None
     parts = ranking.parts
-    made = calibration.features(parts["dense"], ranking.query.get("share", 1.0),
-                                int(round(np.exp(ranking.query.get("log_items", 0.0)))), parts.get("model"),
-                                parts.get("lexical"), parts.get("semantic"), parts.get("spread"), parts.get("novel"))
-    adds = fitted.contributions(made, position)
+    adds = fitted.contributions(ranking.features, position)
     p = float(parts["probability"][position])
     said = [f"the models' reading of the picture {adds['models']:+.1f}"]
     if abs(adds["captions"]) >= 0.05:

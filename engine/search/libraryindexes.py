@@ -30,6 +30,7 @@ class LibraryIndexes:
         self._lock = threading.RLock()
         self.zero_shot_built: tuple[np.ndarray, ZeroShotIndex] | None = None  # (ids, index); None: built next use
         self._frames: tuple[np.ndarray, ZeroShotIndex] | None = None  # (owner rows, index of the clips' frames)
+        self._log_frames: np.ndarray | None = None  # per zero-shot row: log of its sampled frames (0: a photo)
         self._globals: tuple[np.ndarray, np.ndarray] | None = None  # (ids, (N, D) normalised global features)
         self._look_alikes: LookAlikes | None = None  # the globals centred: where the user's words spread
         self._words: tuple[tuple, UserWords] | None = None  # (annotation version, the user's words)
@@ -39,7 +40,7 @@ class LibraryIndexes:
     def drop(self) -> None:
         """Forget what was built from the items (the next search rebuilds it); the encodings stay."""
         with self._lock:
-            self.zero_shot_built = self._frames = self._globals = self._look_alikes = None
+            self.zero_shot_built = self._frames = self._log_frames = self._globals = self._look_alikes = None
 
     def ok_items(self) -> tuple[np.ndarray, list[str]]:
         """``(ids, content hashes)`` of the indexed items."""
@@ -85,6 +86,16 @@ class LibraryIndexes:
                                             np.stack([t[1] for t in tops]) if tops else np.zeros((0, k), np.float32))
                 self._frames = (np.array(owners, np.int64), frame_index)
             return self._frames
+
+    def log_frames(self) -> np.ndarray:
+        """Per row of :meth:`zero_shot`'s ids, the log of the item's sampled frames (0 for a photo): how far a
+        clip's best-of-T score stands above one draw (the calibration's ``frames_bias``). Made once per state."""
+        with self._lock:
+            if self._log_frames is None:
+                owners, _ = self.frames()
+                counts = np.bincount(owners, minlength=len(self.zero_shot()[0]))
+                self._log_frames = np.log(np.maximum(counts, 1)).astype(np.float32)
+            return self._log_frames
 
     def global_matrix(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, (N, D) unit global features)`` of the indexed items."""

@@ -61,10 +61,9 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                 user.rejected if match.rejected else None, user_share=share)
         return ids, ranking, trained, encoded
+    log_frames = indexes.log_frames()[rows] if "zero_shot" in dense else None
     # the user's own words ("Biscuit", their dog) are no words of the models': what the models read in them (a
     # cookie) is no evidence of a match
-    clip_frames = np.bincount(indexes.frames()[0], minlength=len(ids))[rows] if "zero_shot" in dense else None
-    log_frames = np.log(np.maximum(clip_frames, 1)) if clip_frames is not None else None
     familiar = calibration.familiarity(
         content, lambda w: w not in own and (encoders.minilm.knows(w) or encoders.glove.knows(w)))
     ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
