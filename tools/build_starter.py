@@ -35,7 +35,8 @@ from pathlib import Path
 
 from engine.trainercontract.command import TRAINER_PROGRAM
 
-RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, "epoch_captions": 2}
+RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, "epoch_captions": 2,
+          "clip_input": "stills"}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
 
@@ -100,6 +101,9 @@ TERMS = {
     "flickr8k": "Flickr8k (Hodosh, Young & Hockenmaier 2013), distributed for research use",
     "webcaps": "webcaps, a Conceptual Captions sample (Sharma et al. 2018; captions Google's release, images their "
                "owners'), research use; its terms allow releasing weights trained on it",
+    "msrvtt-clips": "MSR-VTT (Xu, Mei, Yao & Rui, CVPR 2016; Microsoft Research, non-commercial research use; the "
+                    "videos are their YouTube owners'), 1,000 clips of its train split; its terms allow shipping "
+                    "models trained on it as the project's own weights",
 }
 
 
@@ -153,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="photos of each --data folder's train split held aside to pick the epoch")
     parser.add_argument("--seed", type=int, default=RECIPE["seed"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--epoch-captions", type=int, default=RECIPE["epoch_captions"],
+                        help="captions of each item an epoch reads (0: all)")
+    parser.add_argument("--clip-input", default=RECIPE["clip_input"], choices=["stills", "video"],
+                        help="how the clips of --data train: as their mean frame through the image encoder, or "
+                        "through the video encoder (trainer config clip_input)")
     parser.add_argument("--words-only", action="store_true", help="only (re)write --out's caption_words.json from "
                         "the recipe's training captions (a starter built before the trainer wrote it)")
     args = parser.parse_args(argv)
@@ -170,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         command = [*TRAINER_PROGRAM, "train", "--method", RECIPE["method"], "--data", str(work),
                    "--train-split", SPLIT_TRAIN, "--val-split", SPLIT_VAL, "--out", str(run),
                    "--seed", str(args.seed), "--device", args.device,
-                   "--epoch-captions", str(RECIPE["epoch_captions"])]
+                   "--epoch-captions", str(args.epoch_captions), "--set", f"clip_input={args.clip_input}"]
         print("running", " ".join(command), flush=True)
         subprocess.run(command, check=True)
         staging = out.with_name(out.name + ".tmp")
@@ -182,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         half_precision(staging / "model.safetensors")
         drop_untrained_branches(staging)
         metrics = json.loads((run / "metrics.json").read_text())
-        record = {**RECIPE, "val_items": vals if len(vals) > 1 else vals[0], "seed": args.seed, **sizes,
+        record = {**RECIPE, "clip_input": args.clip_input, "epoch_captions": args.epoch_captions, "val_items": vals if len(vals) > 1 else vals[0], "seed": args.seed, **sizes,
                   "data": " + ".join(d.name for d in datas),
                   "command": "python tools/build_starter.py --data " + " ".join(str(d) for d in args.data)
                   + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else ""),

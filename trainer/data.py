@@ -59,13 +59,15 @@ class DataError(RuntimeError):
 @dataclass(frozen=True)
 class FeatureNeeds:
     """Which cached features a model reads: photo ``local`` features, caption ``tokens`` and/or ``sentence``
-    vectors from ``text_encoder`` ('glove' or 'minilm'), and at most ``max_frames`` frames per clip."""
+    vectors from ``text_encoder`` ('glove' or 'minilm'), and at most ``max_frames`` frames per clip;
+    ``clips_as_stills``: a clip is read as a photo of its mean frame (the config's ``clip_input``)."""
 
     local: bool
     tokens: bool
     sentence: bool
     text_encoder: str
     max_frames: int
+    clips_as_stills: bool = False
 
     @classmethod
     def of(cls, model: RetrievalModel) -> FeatureNeeds:
@@ -74,7 +76,7 @@ class FeatureNeeds:
         return cls(local="local" in model.image_inputs, tokens="tokens" in model.text_inputs,
                    sentence="sentence" in model.text_inputs,
                    text_encoder="glove" if config.text_encoder == "glove" else "minilm",
-                   max_frames=config.max_frames)
+                   max_frames=config.max_frames, clips_as_stills=config.clip_input == "stills")
 
 
 def feature_dims(assets: Path | None = None) -> dict[str, int]:
@@ -296,7 +298,10 @@ class FeatureSource:
             for offset, h in enumerate(chunk):
                 record = records[h]
                 pooled.append(record.global_)
-                if record.frames is not None:
+                if record.frames is not None and needs.clips_as_stills:  # its mean frame stands in for regions
+                    if needs.local:
+                        local.append(np.repeat(record.global_[None], self._regions(), 0).astype(np.float16))
+                elif record.frames is not None:
                     is_clip[start + offset] = True
                     frames.append(_even_frames(record.frames, needs.max_frames))
                 elif needs.local:
@@ -307,6 +312,9 @@ class FeatureSource:
             photos = [item for item, clip in zip(items, is_clip, strict=True) if not clip]
             self._recompute_local(local, missing_local, [photos[i] for i in missing_local])
         return _assemble_visual(is_clip, pooled, local if needs.local else None, frames, needs.max_frames)
+
+    def _regions(self) -> int:
+        return feature_dims(self.assets)["image_regions"]
 
     def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
         """Local features the store dropped past its cap are recomputed, not stored (module docstring of

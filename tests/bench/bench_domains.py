@@ -1,7 +1,7 @@
 """Search on several kinds of library (issue #30): each dev set searched the way the app searches it.
 
     python tests/bench/bench_domains.py --home DIR [--data ../shared/datasets] [--out bench-results/domains.json]
-        [--domains flickr8k-dev webcaps-dev coco-val-80 clips] [--sweep]
+        [--domains flickr8k-dev webcaps-dev coco-val-80 clips msrvtt-dev] [--sweep]
 
 For each domain a library of its photos is indexed with the shipped starter model active (as a fresh install),
 then every caption is a query through :meth:`engine.service.SearchService.rank_text` (the app's one ranking).
@@ -17,6 +17,11 @@ photos, which the starter never saw) and reports R@K for each model weight. Dev 
 12 frames; ``--zooms N`` for more) added to the Flickr8k dev library; for each caption of a photo a clip shows,
 whether the clip is in the top 10, beside whether the photo itself is (the clip should rank about where its best
 photo ranks), with a 95 % interval of the gap that resamples whole clips.
+
+``msrvtt-dev`` (issue #41): the 200 real MSR-VTT dev clips, every one of their captions a query (20 a clip), ranked
+by the app's whole ranking (the calibrated total the grid shows, and each model alone) among the 200 clips, and
+again among the clips + the 1,000 Flickr8k dev photos (a library as users have them). ``msrvtt-train-slice``: the
+200 msrvtt *train* clips tools/build_starter.py holds aside (the recipe is chosen there, never on dev).
 """
 
 from __future__ import annotations
@@ -63,6 +68,12 @@ def domains(data: Path) -> dict[str, tuple[Path, list[str], dict[str, list[str]]
     out["webcaps-dev"] = (web / "images", files, caps)
     train, caps = read(web, "train")
     out["webcaps-train-slice"] = (web / "images", sorted(random.Random(1).sample(train, 1000)), caps)
+    video = data / "msrvtt-clips"
+    if video.is_dir():
+        files, caps = read(video, "dev")
+        out["msrvtt-dev"] = (video / "media", files, caps)
+        train, caps = read(video, "train")
+        out["msrvtt-train-slice"] = (video / "media", sorted(random.Random(2).sample(train, 200)), caps)
     coco = data / "coco-val-80"
     files, caps = read(coco, None)
     out["coco-val-80"] = (coco / "images", files, caps)
@@ -242,6 +253,47 @@ def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[s
     return {"domain": "clips" + tag, **out}
 
 
+def video_ranks(service, clips: dict[str, list[str]], by_path: dict[str, int]) -> dict[str, np.ndarray]:
+    """0-based rank of the right clip for each caption of ``clips`` (file -> captions): in the app's whole ranking
+    (``app``: the calibrated total the grid shows) and by each dense model alone."""
+    ranks: dict[str, list[int]] = {"app": [], "model": [], "zero_shot": []}
+    service.evidence = frozenset({"model", "zero_shot", "words"})
+    for f, captions in clips.items():
+        target = by_path[f]
+        for caption in captions:
+            ids, ranking, _, _ = service.rank_text(caption)
+            at = int(np.flatnonzero(ids[ranking.rows] == target)[0])
+            for name, score in (("app", ranking.total), *((k, v) for k, v in ranking.parts.items()
+                                                           if k in ("model", "zero_shot"))):
+                ranks[name].append(int((score > score[at]).sum()))
+    return {k: np.array(v) for k, v in ranks.items() if v}
+
+
+def recall(ranks: np.ndarray) -> dict:
+    return {f"r{k}": round(100 * float((ranks < k).mean()), 1) for k in (1, 5, 10)} | {
+        "medr": float(np.median(ranks) + 1)}
+
+
+def run_video(home: Path, name: str, media: Path, files: list[str], caps: dict[str, list[str]], tag: str,
+              photos: list[Path], per_clip: int) -> dict:
+    """Text -> video among the clips alone and, with ``photos`` (their paths), among clips + photos."""
+    started = time.monotonic()
+    clips = {f: caps[f][:per_clip] if per_clip else caps[f] for f in files}
+    out: dict = {"domain": name + tag, "clips": len(files), "queries": sum(map(len, clips.values()))}
+    service = open_library(home, name + tag, media, files)
+    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    out["among_clips"] = {k: recall(v) for k, v in video_ranks(service, clips, by_path).items()}
+    service.close()
+    if photos:
+        service = open_library(home, name + "-photos" + tag, media, files, photos)
+        by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+        out["photos"] = len(photos)
+        out["among_clips_and_photos"] = {k: recall(v) for k, v in video_ranks(service, clips, by_path).items()}
+        service.close()
+    out["wall_s"] = round(time.monotonic() - started, 1)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True)
@@ -253,6 +305,8 @@ def main() -> int:
     parser.add_argument("--model", type=Path, help="a model folder to search with instead of the shipped starter")
     parser.add_argument("--zooms", type=int, default=25, help="clips: this many zooming GIFs (the first 25 as "
                         "always; more narrow the interval of the clip-photo gap)")
+    parser.add_argument("--per-clip", type=int, default=0, help="msrvtt: the first N captions of each clip as "
+                        "queries (0: all 20)")
     args = parser.parse_args()
     global MODEL_DIR
     MODEL_DIR = args.model.resolve() if args.model else None
@@ -266,10 +320,15 @@ def main() -> int:
     for name in names:
         if name == "clips":
             record = run_clips(args.home, *sets["flickr8k-dev"], tag=args.tag, zooms=args.zooms)
+        elif name.startswith("msrvtt"):
+            # among photos users have: the 1,000 Flickr8k dev photos (dev); on the train side the photo slices
+            slices = ["flickr8k-dev"] if name == "msrvtt-dev" else ["flickr8k-train-slice", "webcaps-train-slice"]
+            photos = [sets[s][0] / f for s in slices for f in sets[s][1]][:1000]
+            record = run_video(args.home, name, *sets[name], tag=args.tag, photos=photos, per_clip=args.per_clip)
         else:
             sweep = args.sweep and name.endswith("train-slice")
             record = run_domain(args.home, name + args.tag, *sets[name], sweep=sweep)
-        results = [r for r in results if r.get("domain") != name] + [record]
+        results = [r for r in results if r.get("domain") != record["domain"]] + [record]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n")
         print(json.dumps(record), flush=True)

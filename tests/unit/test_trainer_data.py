@@ -228,6 +228,34 @@ def test_real_features_for_photos_clips_and_a_broken_file(tmp_path, assets_dir):
     assert pairs.text.offsets[-1] == len(pairs.text.tokens)
 
 
+def test_clips_train_as_the_still_of_their_mean_frame_when_the_config_says_stills(tmp_path, assets_dir):
+    """clip_input "stills" (issue #41): a GIF reaches the image encoder as a photo whose pooled feature is its
+    mean frame and whose regions repeat it, as the engine scores a clip whose video branch never learnt."""
+    folder = tmp_path / "mixed"
+    make_toy_photo_folder(folder / "p", 2, seed=1)
+    make_motion_gif_folder(folder / "g", 2, seed=1)
+    media = folder / "media"
+    media.mkdir()
+    rows = ["file\tcaption"]
+    for sub in ("p", "g"):
+        for path in (folder / sub / "media").iterdir():
+            path.rename(media / path.name)
+        rows += (folder / sub / "captions.tsv").read_text().splitlines()[1:]
+    (folder / "captions.tsv").write_text("\n".join(rows) + "\n")
+    view = load_caption_folder(folder)
+    with FeatureStore(tmp_path / "f.sqlite") as store:
+        source = FeatureSource(store, Encoders(assets_dir), tmp_path / "cache", assets_dir)
+        video = source.pairs(view.item_captions(), FeatureNeeds(True, False, True, "minilm", 4))
+        stills = source.pairs(view.item_captions(), FeatureNeeds(True, False, True, "minilm", 4,
+                                                                 clips_as_stills=True))
+    gifs = np.array([f.endswith(".gif") for f in stills.files])
+    assert video.visual.is_clip.tolist() == gifs.tolist() and not stills.visual.is_clip.any()
+    assert stills.visual.local.shape == (4, 49, 1280) and stills.visual.frames.shape[0] == 0
+    np.testing.assert_array_equal(stills.visual.pooled, video.visual.pooled)
+    for row in np.flatnonzero(gifs):
+        np.testing.assert_array_equal(stills.visual.local[row], np.repeat(stills.visual.pooled[row][None], 49, 0))
+
+
 def test_sparse_training_data_pairs_unannotated_items_with_pseudo_captions(tmp_path, assets_dir):
     folder = make_toy_photo_folder(tmp_path / "toy", 10, seed=2, dev_fraction=0.2).root
     with FeatureStore(tmp_path / "f.sqlite") as store:

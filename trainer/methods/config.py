@@ -25,6 +25,8 @@ TextEncoderKind = Literal["glove", "minilm", "minilm-sentence"]
 
 TextGlobalKind = Literal["bigru", "cnn"]
 
+ClipInput = Literal["video", "stills"]
+
 AdversarialGame = Literal["reversal", "confusion"]
 
 # Native token-vector sizes of the text feature extractors the engine ships.
@@ -48,6 +50,9 @@ class MethodConfig:
 
     ``text_word_dim=None`` resolves to the native size of ``text_encoder`` (GloVe 50, MiniLM 384).
     ``max_frames`` is PVSE §3.5's clip length (8 frames, evenly spread at inference).
+    ``clip_input``: how a GIF or video trains: ``video``, through the video encoder over its frames (PVSE §3.1);
+    ``stills``, as its mean frame through the image encoder, the way the engine scores a clip whose video branch
+    never learnt (its mean and each of its frames as photos, :meth:`engine.search.trained.TrainedSearch.score_ids`).
     """
 
     method: ClassVar[str] = ""
@@ -58,6 +63,7 @@ class MethodConfig:
     text_word_dim: int | None = bounded(None, 1)
     sentence_dim: int = bounded(384, 1)
     max_frames: int = bounded(8, 1)
+    clip_input: ClipInput = "video"
     embed_dim: int = bounded(1024, 1)
 
     def __post_init__(self) -> None:
