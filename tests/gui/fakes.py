@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
+from engine.loop.trainingset import MARKER_FILE
 from engine.progress import CancelToken, Progress
 from engine.search.calibration import Calibration, sigmoid
 from engine.trainercontract.metrics import retrieval_report
@@ -782,6 +783,7 @@ class FakeService:
         if dest is None:
             dest = self.workdir / f"training-set-{self._id()}"
         write_caption_folder(dest, paths, rows, splits, copy_media=True, overwrite=True)
+        (Path(dest) / MARKER_FILE).write_text("written by polyseek\n", encoding="utf-8")  # as the engine's export
         warning = None
         if len(annotated) < MIN_ANNOTATED:
             warning = (f"too few annotations: {len(annotated)} annotated items (at least {MIN_ANNOTATED} "
