@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         self._models: list[Any] = []
         self._searched = False  # example queries are offered until the first search
         self._no_good_match = ""  # the status bar's last "No good match" (taken back by a search with a good one)
+        self._quit_requested = False  # File > Quit: the close asks first while indexing (closeEvent)
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
@@ -609,7 +610,16 @@ class MainWindow(QMainWindow):
         """Give the grid room for at least two result columns (:meth:`app.layout.WindowLayout.keep_grid_usable`)."""
         self.panels.keep_grid_usable(self.results.cell_width())
 
+    def request_quit(self) -> None:
+        """File > Quit: close the window, asking first while indexing runs (:meth:`LibraryPanel.confirm_quit`)."""
+        self._quit_requested = True
+        self.close()
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        asked, self._quit_requested = event.spontaneous() or self._quit_requested, False  # the user, not a test
+        if asked and not self.library.confirm_quit(self):
+            event.ignore()
+            return
         self.save_state()
         self.shutdown()
         super().closeEvent(event)
