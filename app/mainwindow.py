@@ -57,6 +57,7 @@ from engine.types import SearchHit
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_MS = 5000
+FOLLOW_MS = 1000  # while indexing, the library listing shows the new items at most this often
 
 
 class MainWindow(QMainWindow):
@@ -77,7 +78,9 @@ class MainWindow(QMainWindow):
         self.write_pool = serial_pool("annotation writes")
         # the one view of the library's folders, counts and models that every widget follows (app/state.py)
         self.state = LibraryState(self.pool, self)
-        self._stale = False  # the library changed during an indexing job: the results follow once it ends
+        self._stale = False  # the library changed during an indexing job: a search follows once it ends
+        self._follow = QTimer(self, singleShot=True, interval=FOLLOW_MS)  # a listing follows while indexing
+        self._follow.timeout.connect(lambda: self._rerun() if self.session.browsing else None)
         self._keep_media: int | None = None  # the item to select again when a re-run's first page arrives
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
@@ -220,16 +223,22 @@ class MainWindow(QMainWindow):
             "annotations" in aspects and self.session.browsing and self.session.browse.annotation != "all")
         if not rerun:
             return
-        if self.library.is_indexing and not (self.session.browsing and self.results_model.rowCount() == 0):
+        if self.library.is_indexing and self.session.browsing and self.results_model.rowCount():
             self._stale = True
+            if not self._follow.isActive():  # the listing shows what is indexed as it comes (#44), once a second
+                self._follow.start()
+            return
+        if self.library.is_indexing and not self.session.browsing:
+            self._stale = True  # a search is not re-ranked under the user: once the job ends
             return
         self._rerun()
 
     def _rerun(self) -> None:
-        """Run the current query (or listing) again, keeping the current item selected when it is still there."""
+        """Run the current query (or listing) again in place: the rows on show stay until the new ones are there,
+        and the current item stays selected when it is still among them (#44)."""
         self._stale = False
         current = self.results.current_hit()
-        self.search(self.session.query, keep=current.media_id if current is not None else None)
+        self.search(self.session.query, keep=current.media_id if current is not None else None, rerun=True)
 
     def _show_models(self, models: list[Any]) -> None:
         self._models = list(models)
@@ -238,9 +247,9 @@ class MainWindow(QMainWindow):
             self.models_dialog.set_models(self._models)
 
     # --- searching
-    def search(self, query: str | Path | None, keep: int | None = None) -> None:
+    def search(self, query: str | Path | None, keep: int | None = None, rerun: bool = False) -> None:
         """Run a text or example-file search (None: list the library); the grid fills page by page. ``keep``: the
-        media id to select again when the first page holds it (a re-run of the same query)."""
+        media id to select again when the first page holds it; ``rerun``: the same query again, in place."""
         self.session.set_query(query)
         self.session.min_probability = self.search_bar.min_probability
         if query is not None:
@@ -256,9 +265,10 @@ class MainWindow(QMainWindow):
         states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
         self.results_model.searched = (self.state.snapshot.indexed or None) if not self.session.scope() else None
         self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
-                                     hide_rejected=text is not None, count=self.session.listing_counter())
+                                     hide_rejected=text is not None, count=self.session.listing_counter(),
+                                     keep_rows=rerun)
         self.empty_label.setToolTip(plain_tooltip(self.session.full_query()))  # the header shows it on one line
-        if fetch is not None:
+        if fetch is not None and not self.results_model.replacing:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
         if isinstance(query, Path) and keep is None:
