@@ -28,6 +28,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLineEdit, QMainWindow, QMessageBox, QWidget
 
+from app.follow import ResultsFollow
 from app.layout import WindowLayout, column
 from app.menus import WindowMenus
 from app.modelchanges import ModelChanges
@@ -57,7 +58,6 @@ from engine.types import SearchHit
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_MS = 5000
-FOLLOW_MS = 1000  # while indexing, the library listing shows the new items at most this often
 
 
 class MainWindow(QMainWindow):
@@ -78,9 +78,8 @@ class MainWindow(QMainWindow):
         self.write_pool = serial_pool("annotation writes")
         # the one view of the library's folders, counts and models that every widget follows (app/state.py)
         self.state = LibraryState(self.pool, self)
-        self._stale = False  # the library changed during an indexing job: a search follows once it ends
-        self._follow = QTimer(self, singleShot=True, interval=FOLLOW_MS)  # a listing follows while indexing
-        self._follow.timeout.connect(lambda: self._rerun() if self.session.browsing else None)
+        self.follow = ResultsFollow(self._rerun, lambda: self.library.is_indexing, lambda: self.session.browsing,
+                                    lambda: self.results_model.rowCount(), self)  # when the results re-run (#44)
         self._keep_media: int | None = None  # the item to select again when a re-run's first page arrives
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
@@ -207,8 +206,8 @@ class MainWindow(QMainWindow):
 
     def _library_changed(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:
         """The library changed (whoever changed it): counts, folders and models follow in their widgets; the
-        results follow here. New or removed items, another model or new embeddings run the query again (after
-        an indexing job, unless the grid is still empty); captions and verdicts update the badges in place and
+        results follow here: new or removed items, another model or new embeddings run the query again, in place
+        and when :class:`app.follow.ResultsFollow` says; captions and verdicts update the badges in place and
         re-list a listing filtered by them, but do not re-rank a search under the keyboard (the item after the
         one just judged stays the next one)."""
         if aspects & {"models", "opened"}:
@@ -219,24 +218,12 @@ class MainWindow(QMainWindow):
             return  # set_service has just listed the library
         if "annotations" in aspects:
             self.results_model.refresh_loaded_states()
-        rerun = bool(aspects & {"items", "models", "index"}) or (
-            "annotations" in aspects and self.session.browsing and self.session.browse.annotation != "all")
-        if not rerun:
-            return
-        if self.library.is_indexing and self.session.browsing and self.results_model.rowCount():
-            self._stale = True
-            if not self._follow.isActive():  # the listing shows what is indexed as it comes (#44), once a second
-                self._follow.start()
-            return
-        if self.library.is_indexing and not self.session.browsing:
-            self._stale = True  # a search is not re-ranked under the user: once the job ends
-            return
-        self._rerun()
+        if bool(aspects & {"items", "models", "index"}) or (
+                "annotations" in aspects and self.session.browsing and self.session.browse.annotation != "all"):
+            self.follow.changed()
 
     def _rerun(self) -> None:
-        """Run the current query (or listing) again in place: the rows on show stay until the new ones are there,
-        and the current item stays selected when it is still among them (#44)."""
-        self._stale = False
+        """Run the current query (or listing) again in place, the current item kept (:mod:`app.follow`)."""
         current = self.results.current_hit()
         self.search(self.session.query, keep=current.media_id if current is not None else None, rerun=True)
 
@@ -463,8 +450,7 @@ class MainWindow(QMainWindow):
     def _indexing_finished(self, outcome: str) -> None:
         """What changed during the job reaches the results now (see :meth:`_library_changed`)."""
         self.annotate.refresh_suggestions()  # new items (or a re-index under another model) change the picks
-        if self._stale or self.results_model.rowCount() == 0:
-            self._rerun()
+        self.follow.indexing_finished()
         self._rows_changed()
 
     # --- dialogs
