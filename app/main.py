@@ -196,6 +196,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     log_file = setup_logging(logging.DEBUG if args.debug else logging.INFO)
     install_excepthook(log_file)
+    from app.platformcheck import EXIT_MISSING_LIBRARIES, startup_problem
+
+    problem = startup_problem()  # said in words, before Qt aborts with "Could not load the Qt platform plugin"
+    if problem is not None:
+        log.error("%s", problem)  # stderr too (the console handler)
+        return EXIT_MISSING_LIBRARIES
     from PySide6.QtWidgets import QApplication
 
     from app.mainwindow import MainWindow

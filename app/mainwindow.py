@@ -28,6 +28,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLineEdit, QMainWindow, QMessageBox, QWidget
 
+from app.follow import ResultsFollow
 from app.layout import WindowLayout, column
 from app.menus import WindowMenus
 from app.modelchanges import ModelChanges
@@ -77,7 +78,8 @@ class MainWindow(QMainWindow):
         self.write_pool = serial_pool("annotation writes")
         # the one view of the library's folders, counts and models that every widget follows (app/state.py)
         self.state = LibraryState(self.pool, self)
-        self._stale = False  # the library changed during an indexing job: the results follow once it ends
+        self.follow = ResultsFollow(self._rerun, lambda: self.library.is_indexing, lambda: self.session.browsing,
+                                    lambda: self.results_model.rowCount(), self)  # when the results re-run (#44)
         self._keep_media: int | None = None  # the item to select again when a re-run's first page arrives
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
@@ -85,6 +87,7 @@ class MainWindow(QMainWindow):
         self._models: list[Any] = []
         self._searched = False  # example queries are offered until the first search
         self._no_good_match = ""  # the status bar's last "No good match" (taken back by a search with a good one)
+        self._quit_requested = False  # File > Quit: the close asks first while indexing (closeEvent)
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
@@ -203,8 +206,8 @@ class MainWindow(QMainWindow):
 
     def _library_changed(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:
         """The library changed (whoever changed it): counts, folders and models follow in their widgets; the
-        results follow here. New or removed items, another model or new embeddings run the query again (after
-        an indexing job, unless the grid is still empty); captions and verdicts update the badges in place and
+        results follow here: new or removed items, another model or new embeddings run the query again, in place
+        and when :class:`app.follow.ResultsFollow` says; captions and verdicts update the badges in place and
         re-list a listing filtered by them, but do not re-rank a search under the keyboard (the item after the
         one just judged stays the next one)."""
         if aspects & {"models", "opened"}:
@@ -215,20 +218,14 @@ class MainWindow(QMainWindow):
             return  # set_service has just listed the library
         if "annotations" in aspects:
             self.results_model.refresh_loaded_states()
-        rerun = bool(aspects & {"items", "models", "index"}) or (
-            "annotations" in aspects and self.session.browsing and self.session.browse.annotation != "all")
-        if not rerun:
-            return
-        if self.library.is_indexing and not (self.session.browsing and self.results_model.rowCount() == 0):
-            self._stale = True
-            return
-        self._rerun()
+        if bool(aspects & {"items", "models", "index"}) or (
+                "annotations" in aspects and self.session.browsing and self.session.browse.annotation != "all"):
+            self.follow.changed()
 
     def _rerun(self) -> None:
-        """Run the current query (or listing) again, keeping the current item selected when it is still there."""
-        self._stale = False
+        """Run the current query (or listing) again in place, the current item kept (:mod:`app.follow`)."""
         current = self.results.current_hit()
-        self.search(self.session.query, keep=current.media_id if current is not None else None)
+        self.search(self.session.query, keep=current.media_id if current is not None else None, rerun=True)
 
     def _show_models(self, models: list[Any]) -> None:
         self._models = list(models)
@@ -237,9 +234,9 @@ class MainWindow(QMainWindow):
             self.models_dialog.set_models(self._models)
 
     # --- searching
-    def search(self, query: str | Path | None, keep: int | None = None) -> None:
+    def search(self, query: str | Path | None, keep: int | None = None, rerun: bool = False) -> None:
         """Run a text or example-file search (None: list the library); the grid fills page by page. ``keep``: the
-        media id to select again when the first page holds it (a re-run of the same query)."""
+        media id to select again when the first page holds it; ``rerun``: the same query again, in place."""
         self.session.set_query(query)
         self.session.min_probability = self.search_bar.min_probability
         if query is not None:
@@ -255,9 +252,10 @@ class MainWindow(QMainWindow):
         states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
         self.results_model.searched = (self.state.snapshot.indexed or None) if not self.session.scope() else None
         self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
-                                     hide_rejected=text is not None, count=self.session.listing_counter())
+                                     hide_rejected=text is not None, count=self.session.listing_counter(),
+                                     keep_rows=rerun)
         self.empty_label.setToolTip(plain_tooltip(self.session.full_query()))  # the header shows it on one line
-        if fetch is not None:
+        if fetch is not None and not self.results_model.replacing:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
         if isinstance(query, Path) and keep is None:
@@ -452,8 +450,7 @@ class MainWindow(QMainWindow):
     def _indexing_finished(self, outcome: str) -> None:
         """What changed during the job reaches the results now (see :meth:`_library_changed`)."""
         self.annotate.refresh_suggestions()  # new items (or a re-index under another model) change the picks
-        if self._stale or self.results_model.rowCount() == 0:
-            self._rerun()
+        self.follow.indexing_finished()
         self._rows_changed()
 
     # --- dialogs
@@ -609,7 +606,16 @@ class MainWindow(QMainWindow):
         """Give the grid room for at least two result columns (:meth:`app.layout.WindowLayout.keep_grid_usable`)."""
         self.panels.keep_grid_usable(self.results.cell_width())
 
+    def request_quit(self) -> None:
+        """File > Quit: close the window, asking first while indexing runs (:meth:`LibraryPanel.confirm_quit`)."""
+        self._quit_requested = True
+        self.close()
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        asked, self._quit_requested = event.spontaneous() or self._quit_requested, False  # the user, not a test
+        if asked and not self.library.confirm_quit(self):
+            event.ignore()
+            return
         self.save_state()
         self.shutdown()
         super().closeEvent(event)

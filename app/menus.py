@@ -38,7 +38,7 @@ class WindowMenus:
         self._action(file_menu, "Import annotations from a COCO captions &JSON…",
                      lambda: transfer.choose_import("coco"))
         file_menu.addSeparator()
-        self._action(file_menu, "&Quit", w.close, QKeySequence.StandardKey.Quit)
+        self._action(file_menu, "&Quit", w.request_quit, QKeySequence.StandardKey.Quit)
         edit = menu.addMenu("&Edit")
         self.undo_action = w.annotate.undo_stack.createUndoAction(w, "&Undo")
         self.undo_action.setShortcuts(QKeySequence.StandardKey.Undo)

@@ -115,7 +115,8 @@ class SearchSession:
         described, plus = self.describe(), "+" if more else ""
         if self.browsing:
             if total:
-                return f"{total:,}{plus} items {described}; type a description above to search"
+                # indexed items, the set the caption progress beside it counts too (#44)
+                return f"{total:,}{plus} indexed items {described}; type a description above to search"
             if busy:  # not empty: on its way (the demo being made, the first folder being indexed)
                 return f"{busy} The items appear here as they are indexed."
             if self.browse != BrowseOptions():

@@ -313,10 +313,9 @@ def _train(args: argparse.Namespace) -> int:
     try:
         report = train(options, stop)
     except Interrupted as exc:
-        name = signal.Signals(exc.signum).name
-        log.warning("training %s: a resumable checkpoint is in %s (continue with --resume)", exc, out)
+        stopped = stopped_event(out, signal.Signals(exc.signum).name)
         if args.json_progress:
-            _json_printer()(events.Stopped(name, str(out), resumable=True))
+            _json_printer()(stopped)
         return 128 + exc.signum
     finally:
         for signum, handler in previous.items():
@@ -324,6 +323,21 @@ def _train(args: argparse.Namespace) -> int:
     if not args.json_progress:
         print(f"model written to {out} (validation rsum {report.get('rsum', float('nan')):.1f})")
     return 0
+
+
+def stopped_event(out: Path, signal_name: str) -> events.Stopped:
+    """What a run stopped by ``signal_name`` left, read from the disk and logged (trainer.log too): the folder of
+    its resumable checkpoint, or that nothing can be resumed (a stop while the data was loading, before the
+    first checkpoint, leaves none: #44 said "a resumable checkpoint is in" a folder that did not exist)."""
+    from engine.trainercontract.runfolder import saved_checkpoint
+
+    saved = saved_checkpoint(out)
+    if saved is not None:
+        log.warning("training stopped by %s: %s (continue with --resume)", signal_name, saved.describe())
+        return events.Stopped(signal_name, str(saved.folder), resumable=True)
+    log.warning("training stopped by %s before its first checkpoint: nothing can be resumed (start it again)",
+                signal_name)
+    return events.Stopped(signal_name, str(out), resumable=False)
 
 
 def _install_stop_handlers(stop: Any) -> dict[int, Any]:

@@ -55,6 +55,8 @@ class BrowseBar(QWidget):
             combo.currentIndexChanged.connect(lambda _i: self.options_changed.emit(self.options()))
         self.progress = QLabel()
         self.progress.setTextFormat(Qt.TextFormat.PlainText)
+        self.progress.setWordWrap(True)  # a narrow window keeps its grid: the line folds rather than widen the column
+        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("00,000 of 00,000 indexed"))
         self.progress.setToolTip("Items with a caption you wrote or imported (the model's guesses do not count)")
         self.examples = QLabel()
         self.examples.setTextFormat(Qt.TextFormat.RichText)
@@ -118,7 +120,8 @@ class BrowseBar(QWidget):
         self.examples.setVisible(show_examples)
 
     def set_progress(self, captioned: int, total: int) -> None:
-        self.progress.setText(f"{captioned:,} of {total:,} captioned" if total else "")
+        # of the indexed items, the set the listing's header counts (#44: "12 items" beside "0 of 108 captioned")
+        self.progress.setText(f"{captioned:,} of {total:,} indexed items captioned" if total else "")
 
     def follow(self, state: LibraryState) -> None:
         """Show ``state``'s folders and caption progress, and keep them current."""

@@ -52,6 +52,8 @@ def format_counts(counts: dict[str, int]) -> str:
     return " · ".join(parts) if parts else "no media indexed yet"
 
 
+RESUMING = "Resuming indexing"  # the job that finishes what an earlier session left pending
+
 # Where a snapshot of annotations is read back in the app (app/menus.py; Workspace.import_annotations restores a
 # snapshot file as one)
 RESTORE_MENU = ("File", "Import annotations from a COCO captions JSON…")
@@ -187,6 +189,9 @@ class LibraryPanel(QWidget):
     def _show_snapshot(self, snapshot: LibrarySnapshot, aspects: frozenset[str]) -> None:
         if "items" not in aspects:
             return
+        pending = snapshot.counts.get("pending", 0)
+        if "opened" in aspects and pending and self._job is None:
+            self.resume_interrupted(pending)
         roots, counts, failures = snapshot.roots, snapshot.counts, snapshot.failures
         self.roots_shown.emit(list(roots))
         self.roots_list.clear()
@@ -319,6 +324,28 @@ class LibraryPanel(QWidget):
         self.indexing_finished.emit(outcome)
         if self._queued:
             self.index(self._queued.pop(0))
+
+    def resume_interrupted(self, pending: int) -> None:
+        """Index what an earlier session left pending (it quit, or was stopped, mid-index), with progress, as soon
+        as the library opens (issue #44: "1752 pending" sat in the sidebar and nothing resumed or said so)."""
+        service = self._service
+        if service is None or self._job is not None:
+            return
+        log.info("resuming indexing: %d items pending", pending)
+        self.run_job(lambda cancel: service.index_paths(None, cancel=cancel), RESUMING)
+        self.status_message.emit(f"{RESUMING}: {plural(pending, 'item')} {'was' if pending == 1 else 'were'} "
+                                 "left to index when Polyseek last stopped.")
+
+    def confirm_quit(self, parent: QWidget) -> bool:
+        """Whether to quit now: yes when no indexing runs, else the user's answer, told that what is indexed is kept
+        and that the rest resumes at the next start (:meth:`resume_interrupted`)."""
+        if self._job is None:
+            return True
+        pending = self.state.snapshot.counts.get("pending", 0)
+        left = f" ({plural(pending, 'item')} left)" if pending else ""
+        return ask(parent, "Quit while indexing?",
+                   f"Polyseek is still indexing the library{left}.\nWhat is indexed is kept, and indexing resumes by "
+                   "itself the next time Polyseek starts.\n\nQuit now?")
 
     def resume(self) -> None:
         """Run the job that was cancelled (or failed) again: interrupted work resumes where it stopped."""

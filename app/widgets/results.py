@@ -217,6 +217,8 @@ class ResultsView(QListView):
         self.setItemDelegate(ResultDelegate(icon_size, self))
         self.setModel(model)
         model.modelReset.connect(self._choose_layout)
+        model.modelAboutToBeReset.connect(self._before_reset)
+        self._scroll_kept: int | None = None  # where a re-run found the user (ResultsModel.replacing)
         model.rows_filled.connect(self._rows_filled)
         self.selectionModel().currentChanged.connect(self._current_changed)
         self.entered.connect(self._hover)
@@ -237,6 +239,20 @@ class ResultsView(QListView):
             self.setBatchSize(self.LISTING_BATCH)
         else:
             self.setLayoutMode(QListView.LayoutMode.SinglePass)
+
+    def _before_reset(self) -> None:
+        """A re-run replaces the rows on show (the library changed under them): the grid stays where the user
+        was, once the new rows are laid out, instead of jumping back to the top (#44)."""
+        if getattr(self.results(), "replacing", False):
+            self._scroll_kept = self.verticalScrollBar().value()
+            QTimer.singleShot(0, self._restore_scroll)
+
+    def _restore_scroll(self) -> None:
+        kept, self._scroll_kept = self._scroll_kept, None
+        if kept is not None:
+            self.verticalScrollBar().setValue(kept)
+            if self.currentIndex().isValid():
+                self.scrollTo(self.currentIndex(), QListView.ScrollHint.EnsureVisible)
 
     def doItemsLayout(self) -> None:
         # A batched layout starts again from the first row, and until its last batch the scroll bar only

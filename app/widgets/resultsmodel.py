@@ -84,17 +84,25 @@ class ResultsModel(QAbstractListModel):
         self._hide_rejected = False
         self._dropped: dict[int, tuple[int, SearchHit]] = {}  # rejected for this query: media id -> (row, hit)
         self.searched: int | None = None  # how many items a search ranks (its place says "of N"); None: unknown
+        self.replacing = False  # a re-run's first page is on its way while the old rows stay (set_fetch keep_rows)
         cache.thumbnail_ready.connect(self._media_changed)
 
     # --- searching
     def set_fetch(self, fetch: PageFetch | None, scored: bool = True, states: StatesFetch | None = None,
-                  hide_rejected: bool = False, count: ListingCount | None = None) -> None:
+                  hide_rejected: bool = False, count: ListingCount | None = None, keep_rows: bool = False,
+                  first: tuple[int, list[SearchHit]] | None = None) -> None:
         """Start a new search: clear, then load the first page of ``fetch(offset, top)``.
 
         ``scored`` False: browsing (no relevance shown). ``states(ids)`` gives the annotation state of the
         items each page brings (badges); with ``hide_rejected`` the items rejected for the query are dropped.
         ``count()``: how many hits all the pages hold; with it the results are a listing (see the class).
+        ``keep_rows``: a re-run of what is shown (the library changed under it): the rows on show stay until the
+        new first page is there, then change in one go, never an empty grid between (#44). ``first``: that
+        first page, ``(count, hits)``, already read.
         """
+        if keep_rows and fetch is not None and self._hits:
+            self._replace(fetch, scored, states, hide_rejected, count)
+            return
         self.beginResetModel()
         self._hits, self._rows = [], {}
         self._generation += 1
@@ -105,10 +113,36 @@ class ResultsModel(QAbstractListModel):
         self._scored, self._scale = scored, None
         self._states_fetch, self._states, self._hide_rejected, self._dropped = states, {}, hide_rejected, {}
         self.endResetModel()
-        if self._count is not None:
+        if first is not None:
+            (self._start_listing if self._count is not None else self._append_first)(self._generation, *first)
+        elif self._count is not None:
             self._load_listing()
         elif fetch is not None:
             self._load_page()
+        self.replacing = False
+
+    def _replace(self, fetch: PageFetch, scored: bool, states: StatesFetch | None, hide_rejected: bool,
+                 count: ListingCount | None) -> None:
+        """Read the new first page (and count) while the old rows stay on show; then :meth:`set_fetch` with it."""
+        self._generation += 1  # the old search's late pages are dropped
+        generation, top, listing = self._generation, self.page_size, count is not None and not hide_rejected
+        self._loading, self._wanted, self.replacing = True, OrderedDict(), True
+
+        def first_page() -> tuple[int, list[SearchHit]]:
+            return (count() if listing and count is not None else 0), fetch(0, top)
+
+        def arrived(first: tuple[int, list[SearchHit]]) -> None:
+            if generation == self._generation:
+                self.set_fetch(fetch, scored, states, hide_rejected, count, first=first)
+
+        def failed(exc: BaseException) -> None:
+            self.replacing = False
+            self._failed(generation, exc)
+        run_in_background(first_page, pool=self._pool, priority=10, on_result=while_alive(self, arrived),
+                          on_error=while_alive(self, failed))
+
+    def _append_first(self, generation: int, _count: int, hits: list[SearchHit]) -> None:
+        self._append(generation, hits)
 
     @property
     def is_loading(self) -> bool:

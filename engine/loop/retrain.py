@@ -26,6 +26,7 @@ epoch budget that only picks among epochs, but the "after" number is then slight
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,12 +40,12 @@ from engine.loop.errors import RetrainError
 from engine.loop.evaluate import evaluate_on
 from engine.loop.gate import ModelComparison
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
-from engine.loop.trainingset import TrainingSet, build_training_set, training_set_dir
-from engine.progress import CancelToken, Progress, staged
+from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
+from engine.progress import Cancelled, CancelToken, Progress, staged
 from engine.service import SearchService
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
-from engine.trainercontract.runfolder import has_weights, read_metrics
+from engine.trainercontract.runfolder import has_weights, read_metrics, saved_checkpoint
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
@@ -215,11 +216,15 @@ class Retrain:
         method, start = self._method_and_start()
         result.method, result.init_from = method, str(start) if start is not None else None
         result.epochs = options.epochs or (WARM_START_EPOCHS if start is not None else options.cold_epochs)
-        cancel.raise_if_cancelled()
         name, out = self._name_and_folder(method)
-        result.model_dir = out
-        yield Progress(0, 0, f"training {method}")
-        yield from self._train(result, cancel, start)
+        try:
+            cancel.raise_if_cancelled()
+            result.model_dir = out
+            yield Progress(0, 0, f"training {method}")
+            yield from self._train(result, cancel, start)
+        except Cancelled:
+            self._discard_unresumable(result)
+            raise
         result.trainer_metrics = read_metrics(out)
         service = self.service
         if service is None:
@@ -237,6 +242,19 @@ class Retrain:
         if result.activated and options.activate_here:
             yield from service.switch_model(result.model_name, cancel)
         yield Progress(1, 1, "done")
+
+    def _discard_unresumable(self, result: RetrainResult) -> None:
+        """A cancelled run that left no resumable checkpoint leaves nothing behind (#44): the training set this job
+        exported (up to 5,000 links) and the new run's half-written folder go. With a checkpoint both stay: Resume
+        continues the run on that same training set."""
+        if saved_checkpoint(result.model_dir) is not None:
+            return
+        if result.model_dir is not None and self.options.resume_from is None and result.model_dir.is_dir():
+            shutil.rmtree(result.model_dir, ignore_errors=True)  # named afresh by this job (_name_and_folder)
+        ts = result.training_set
+        if ts is not None and self.options.training_set is None and (Path(ts.folder) / MARKER_FILE).is_file():
+            shutil.rmtree(ts.folder, ignore_errors=True)  # exported by this job; only a folder Polyseek wrote
+            log.info("cancelled before the first checkpoint: removed the training set %s", ts.folder)
 
     def _training_data(self, result: RetrainResult) -> Iterator[Progress]:
         """The library's annotations as a training set (exported now, or the one given), or the caption folder."""

@@ -1,13 +1,13 @@
-"""A stand-in trainer for GUI tests: prints ``--json-progress`` lines like ``python -m trainer train``.
-
-Usage: ``python fake_trainer.py train --method M --data D --out O --epochs N --device X [--resume]
-[--finetune-epochs F] ... --json-progress`` (F more epochs after a "phase" event; other trainer options are
-accepted and ignored). ``FAKE_TRAINER_STEP_S`` sets the pause between steps; ``FAKE_TRAINER_FAIL=1`` makes it
-exit with code 3. Like the real trainer it writes a checkpoint at the end of every epoch (``trainer_state.json``
-naming ``last-*.safetensors`` and ``optimizer-*.pt``, as ``trainer.checkpoint`` does), and SIGTERM stops it
-after the current step with a "stopped" event, a checkpoint that ``--resume`` continues from, and exit status
-143. ``FAKE_TRAINER_IGNORE_TERM=1`` makes it a trainer too busy to answer SIGTERM (it must be killed). A
-finished run writes ``config.json`` and ``metrics.json``.
+"""A stand-in trainer for GUI tests: prints ``--json-progress`` lines like ``python -m trainer train``. Usage:
+``python fake_trainer.py train --method M --data D --out O --epochs N --device X [--resume] [--finetune-epochs F]
+... --json-progress`` (F more epochs after a "phase" event; other trainer options are accepted and ignored).
+``FAKE_TRAINER_STEP_S`` sets the pause between steps; ``FAKE_TRAINER_FAIL=1`` makes it exit with code 3;
+``FAKE_TRAINER_LOAD_S`` the time it spends "loading data" before its first step (a SIGTERM then leaves no
+checkpoint, and the "stopped" event says nothing is resumable). Like the real trainer it writes a checkpoint at the
+end of every epoch (``trainer_state.json`` naming ``last-*.safetensors`` and ``optimizer-*.pt``, as
+``trainer.checkpoint`` does), and SIGTERM stops it after the current step with a "stopped" event, a checkpoint that
+``--resume`` continues from, and exit status 143. ``FAKE_TRAINER_IGNORE_TERM=1`` makes it a trainer too busy to
+answer SIGTERM (it must be killed). A finished run writes ``config.json`` and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,13 @@ def main() -> int:
         first = json.loads((out / "trainer_state.json").read_text())["epoch"] + 1
         print(json.dumps({"event": "resumed", "epoch": first - 1, "step": 0}), flush=True)
     print("loading data (not JSON)", flush=True)
+    loading = time.monotonic() + float(os.environ.get("FAKE_TRAINER_LOAD_S", "0"))
+    while time.monotonic() < loading:  # SIGTERM here, before any checkpoint: nothing to resume (as the trainer)
+        time.sleep(0.02)
+        if stop:
+            print(json.dumps({"event": "stopped", "signal": "SIGTERM", "model_dir": str(out),
+                              "resumable": False}), flush=True)
+            return 128 + stop[0]
     total = args.epochs + args.finetune_epochs
     for epoch in range(first, total + 1):
         if epoch == args.epochs + 1:

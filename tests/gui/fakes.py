@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
+from engine.loop.trainingset import MARKER_FILE
 from engine.progress import CancelToken, Progress
 from engine.search.calibration import Calibration, sigmoid
 from engine.trainercontract.metrics import retrieval_report
@@ -205,6 +206,7 @@ class FakeService:
         self._entries: dict[int, _Entry] = {}
         self._by_path: dict[Path, int] = {}
         self._failures: dict[str, str] = {}
+        self._pending: set[Path] = set()  # files found but not indexed yet (SearchService.counts()["pending"])
         self._captions: dict[int, FakeCaption] = {}
         self._pairs: dict[int, tuple[str, int, int]] = {}
         self._next_id = 1
@@ -299,6 +301,7 @@ class FakeService:
             self._captions = {i: c for i, c in self._captions.items() if c.media_id not in media}
             self._pairs = {i: p for i, p in self._pairs.items() if p[1] not in media}
             self._failures = {p: r for p, r in self._failures.items() if path not in Path(p).parents}
+            self._pending = {p for p in self._pending if path not in p.parents}
         self._changed(annotations=bool(captions or pairs))
         return snapshot
 
@@ -361,6 +364,8 @@ class FakeService:
                     cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Decode every new file under ``paths`` (all roots when None), yielding progress per file."""
         files = [f for f in self._files(paths) if f not in self._by_path]
+        with self._lock:  # as the engine's scan, every file found is recorded pending before any is decoded
+            self._pending.update(files)
         yield Progress(0, len(files), "scanning")
         for done, file in enumerate(files, start=1):
             if cancel is not None:
@@ -371,6 +376,8 @@ class FakeService:
             yield Progress(done, len(files), file.name)
 
     def _index_one(self, file: Path) -> None:
+        with self._lock:
+            self._pending.discard(file)
         try:
             kind, frames = _load(file)
         except Exception as exc:  # noqa: BLE001 - a broken file is recorded, never fatal
@@ -393,7 +400,9 @@ class FakeService:
         kinds = [e.media.kind.value for e in self._entries.values()]
         out = {k.value: kinds.count(k.value) for k in MediaKind}
         out["failed"] = len(self._failures)
-        out["total"] = len(kinds) + len(self._failures)
+        if self._pending:  # found by a scan, not decoded yet (an interrupted run left them)
+            out["pending"] = len(self._pending)
+        out["total"] = len(kinds) + len(self._failures)  # decoded or failed (the engine's total has pending too)
         return out
 
     def failures(self) -> list[tuple[str, str]]:
@@ -782,6 +791,7 @@ class FakeService:
         if dest is None:
             dest = self.workdir / f"training-set-{self._id()}"
         write_caption_folder(dest, paths, rows, splits, copy_media=True, overwrite=True)
+        (Path(dest) / MARKER_FILE).write_text("written by polyseek\n", encoding="utf-8")  # as the engine's export
         warning = None
         if len(annotated) < MIN_ANNOTATED:
             warning = (f"too few annotations: {len(annotated)} annotated items (at least {MIN_ANNOTATED} "

@@ -34,7 +34,7 @@ def test_the_window_opens_on_the_library_not_an_empty_page(qtbot, window, servic
     assert window.results_model.rowCount() == indexed
     assert window.session.browsing and window.browse_bar.pickers.isVisible()
     assert window.browse_bar.examples.isVisible()  # example queries on a first start
-    assert f"{indexed} items in the library" in window.empty_label.text()
+    assert f"{indexed} indexed items in the library" in window.empty_label.text()
     assert window.results.currentIndex().row() == 0  # and something is selected to annotate
 
 
@@ -87,10 +87,10 @@ def test_an_example_query_runs_as_a_search(qtbot, window, service: FakeService) 
 def test_caption_progress_counts_what_the_user_wrote(qtbot, window, service: FakeService) -> None:
     wait_listed(qtbot, window)
     total = service.counts()["total"] - service.counts()["failed"]
-    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"0 of {total} captioned", timeout=3000)
+    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"0 of {total} indexed items captioned", timeout=3000)
     window.annotate.caption_edit.setText("first caption")
     window.annotate.save_caption_and_advance()
-    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"1 of {total} captioned", timeout=3000)
+    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"1 of {total} indexed items captioned", timeout=3000)
 
 
 def _search_under_cutoff(qtbot, window, service: FakeService, cutoff: int, query: str) -> None:
@@ -159,7 +159,7 @@ def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_show
     # again, row by row through the Python model, after each insert)
     assert model.rowCount() == 20_000
     assert model.hit(0).media_id == 0 and model.hit(60) is None  # only the first page is fetched so far
-    assert "20,000 items in the library" in window.empty_label.text()
+    assert "20,000 indexed items in the library" in window.empty_label.text()
     assert view.currentIndex().row() == 0
     inserted = []
     model.rowsInserted.connect(lambda *_: inserted.append(1))

@@ -113,10 +113,10 @@ def two_folders(qtbot, tmp_path):
 def test_point4_removing_a_folder_updates_every_count_and_the_grid(qtbot, two_folders, monkeypatch) -> None:
     window, service, first, _second = two_folders
     listed(qtbot, window, 10)
-    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == "0 of 10 captioned", timeout=3000)
+    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == "0 of 10 indexed items captioned", timeout=3000)
     monkeypatch.setattr("app.widgets.library.ask", lambda *_args: True)
     window.library.remove_folder(first.resolve())
-    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == "0 of 3 captioned", timeout=3000)
+    qtbot.waitUntil(lambda: window.browse_bar.progress.text() == "0 of 3 indexed items captioned", timeout=3000)
     qtbot.waitUntil(lambda: window.results_model.rowCount() == 3, timeout=3000)
     assert window.library.counts_label.text() == "3 images"
     assert window.browse_bar.folder.count() == 2  # "All folders" and the one left
