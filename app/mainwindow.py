@@ -28,6 +28,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLineEdit, QMainWindow, QMessageBox, QWidget
 
+from app.heldsearch import HeldSearch
 from app.layout import WindowLayout, column
 from app.menus import WindowMenus
 from app.modelchanges import ModelChanges
@@ -90,6 +91,7 @@ class MainWindow(QMainWindow):
         self._build()
         self.menus = WindowMenus(self)
         self.undo_action, self.redo_action = self.menus.undo_action, self.menus.redo_action
+        self.held = HeldSearch(self, self.search)  # a query typed while a first start prepares the assets
         self._restore()
         self.set_service(service)
 
@@ -136,7 +138,7 @@ class MainWindow(QMainWindow):
         self.results_model.page_loaded.connect(self._page_loaded)
         self.results_model.rowsRemoved.connect(self._rows_changed)  # a rejected item left the results
         self.results_model.rowsInserted.connect(self._rows_changed)  # ... and came back (undo)
-        self.results_model.search_failed.connect(lambda msg: self._status(f"Search failed: {msg}"))
+        self.results_model.search_failed.connect(self._search_failed)
         self.annotate.next_requested.connect(self.results.select_next)
         self.annotate.previous_requested.connect(self.results.select_previous)
         self.annotate.captions_changed.connect(self.results_model.set_captions)
@@ -249,7 +251,7 @@ class MainWindow(QMainWindow):
         if keep is None:  # a re-run leaves the item on show (and a caption being typed) alone
             self.inspector.show_hit(None, None)
             self.annotate.set_item(None, None)
-        fetch = self.session.page_fetcher()
+        fetch = None if self.held.hold(query) else self.session.page_fetcher()
         text = self.session.query if isinstance(self.session.query, str) else None
         service = self.service
         states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
@@ -260,6 +262,8 @@ class MainWindow(QMainWindow):
         if fetch is not None:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
+        elif self.held.query is not None:
+            self._rows_changed()
         if isinstance(query, Path) and keep is None:
             self._load_example_picture(query)
 
@@ -347,9 +351,18 @@ class MainWindow(QMainWindow):
             self.empty_label.setText(self._summary(self.results_model.rowCount()))
 
     def _summary(self, total: int) -> str:
+        if self.held.query is not None:
+            return self.held.describe(self.session.describe())
         best = self.results_model.hit(0) if total else None
         return self.session.summary(total, more=self.results_model.canFetchMore(), busy=self.state.activity,
                                     best=best)
+
+    def _search_failed(self, message: str) -> None:
+        """A search that failed because a first start is still preparing the assets waits for them instead."""
+        if self.held.hold(self.session.query):
+            self._rows_changed()
+        else:
+            self._status(f"Search failed: {message}")
 
     def _say_no_good_match(self, total: int) -> None:
         """The status bar repeats a search's "No good match" (a search with a good one takes it back)."""

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from engine.features.assets import PREPARE_MESSAGE
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
 from engine.progress import CancelToken, Progress
 from engine.search.calibration import Calibration, sigmoid
@@ -215,6 +216,10 @@ class FakeService:
         self._listeners: list[Any] = []
         self._version = 0  # moves with every change (the catalog's version)
         self._annotation_version = 0  # moves with every caption or pair change
+        # a fresh home (issue #44): set an Event and the assets are missing until the next index run has waited
+        # for it ("preparing" them); searches fail as the real ones do meanwhile
+        self.prepare_gate: threading.Event | None = None
+        self._assets = True
 
     @classmethod
     def open(cls, library: str = "default", assets: Path | None = None) -> FakeService:
@@ -360,6 +365,13 @@ class FakeService:
     def index_paths(self, paths: list[Path] | None = None,
                     cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Decode every new file under ``paths`` (all roots when None), yielding progress per file."""
+        if self.prepare_gate is not None and not self._assets:
+            yield Progress(0, 100, PREPARE_MESSAGE)
+            time.sleep(0.3)  # the GUI hears at most a few records a second
+            yield Progress(40, 100, PREPARE_MESSAGE)
+            self.prepare_gate.wait(30)
+            self._assets = True
+            yield Progress(100, 100, PREPARE_MESSAGE)
         files = [f for f in self._files(paths) if f not in self._by_path]
         yield Progress(0, len(files), "scanning")
         for done, file in enumerate(files, start=1):
@@ -398,6 +410,18 @@ class FakeService:
 
     def failures(self) -> list[tuple[str, str]]:
         return sorted(self._failures.items())
+
+    def assets_ready(self) -> bool:
+        return self._assets
+
+    def missing_assets(self, gate: threading.Event) -> None:
+        """Test helper: a fresh home whose assets the next index run prepares once ``gate`` is set."""
+        self.prepare_gate, self._assets = gate, False
+
+    def _require_assets(self) -> None:
+        if not self._assets:  # the real AssetsMissing's words
+            raise FakeServiceError(f"pretrained assets are missing in {self.workdir / 'assets'}: "
+                                   "run `polyseek prepare` first")
 
     # --- search
     def _is_probabilistic(self) -> bool:
@@ -441,6 +465,7 @@ class FakeService:
                     kind: str | None = None, folder: Path | None = None) -> list[SearchHit]:
         """Rank by the share of query words found in the item's name and captions (ties: lower id first)."""
         self.calls.append(("search_text", (text, top, offset, min_probability)))
+        self._require_assets()
         query = {w for w in text.lower().split() if w}
         scored = []
         for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)]:
@@ -466,6 +491,7 @@ class FakeService:
         """Rank by closeness of mean colour to the example file's mean colour (``exclude_example``: the library
         item at ``path`` left out, as the real service does)."""
         self.calls.append(("search_media", (str(path), top, offset)))
+        self._require_assets()
         _, frames = _load(Path(path))
         target = np.asarray(frames[0], dtype=np.float32).mean(axis=(0, 1))
         scored = []
