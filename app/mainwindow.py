@@ -237,6 +237,8 @@ class MainWindow(QMainWindow):
         self.search_bar.set_models(self._models)
         if self.models_dialog is not None:
             self.models_dialog.set_models(self._models)
+        if self.training_dialog is not None:  # its result table says which model is active now
+            self.training_dialog.model_switched(next((m.name for m in self._models if m.active), ""))
 
     # --- searching
     def search(self, query: str | Path | None, keep: int | None = None) -> None:
@@ -478,6 +480,7 @@ class MainWindow(QMainWindow):
             self.training_dialog.model_trained.connect(self._model_trained)
             self.training_dialog.model_registered.connect(self._model_registered)
             self.training_dialog.use_model_requested.connect(self.activate_and_reindex)
+            self.model_changes.reindexed.connect(self.training_dialog.reindex_ended)
         elif not self.training_dialog.isVisible():
             self.training_dialog.reset()  # a closed dialog opens clean, not on the last run's numbers
         if not self.training_dialog.busy:
