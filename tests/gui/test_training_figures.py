@@ -128,7 +128,7 @@ def test_the_model_manager_shows_each_figure_with_its_set_and_compares_none_acro
                        ModelInfo("starter", "vse", Path("/m/starter"), starter, False),
                        ModelInfo("vse-new", "vse", Path("/m/vse-new"), retrained, True),
                        ModelInfo("vse-big", "vse", Path("/m/vse-big"), other, False)])
-    cells = {dialog.table.item(r, 0).text(): dialog.table.item(r, 2).text() for r in range(dialog.table.rowCount())}
+    cells = {dialog.table.item(r, 0).text(): dialog.table.item(r, 3).text() for r in range(dialog.table.rowCount())}
     assert f"rsum {starter['rsum']:.1f} on 1,500 items" in cells["starter"] and "starter-val" in cells["starter"]
     assert cells["vse-new"].startswith("not meaningful yet") and "3 items" in cells["vse-new"]
     assert f"{retrained['rsum']:.1f}" not in cells["vse-new"]  # no 566.7 beside 347.6 reading as a gain
