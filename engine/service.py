@@ -59,6 +59,7 @@ class SearchService:
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # search_with_model; None: the active one
         self._awaited_starter: Path | None = None  # the shipped starter, waiting for the assets (_offer_starter)
+        self._offering = False
         self.library_dir = cache_dir.parent
 
     @classmethod
@@ -150,7 +151,11 @@ class SearchService:
         the backbone), so without this the starter only arrived at the next start (issue #32)."""
         from engine.search.starter import offer_starter, shipped_starter, starter_enabled
 
-        name = offer_starter(self.catalog, self.register_model, self.set_active_model)  # at once where it is listed
+        self._offering = True  # registering checks it against the backbone (seconds): it stays listed meanwhile
+        try:
+            name = offer_starter(self.catalog, self.register_model, self.set_active_model)  # at once where listed
+        finally:
+            self._offering = False
         waiting = (name is None and not self.encoders.ready() and starter_enabled()
                    and self.catalog.active_model() is None)
         self._awaited_starter = shipped_starter() if waiting else None
@@ -461,7 +466,8 @@ class SearchService:
         active = any(r.is_active for r in records)
         zero_shot = calibration.load("zero_shot") is not None
         trained = calibration.load("model" if "model" in self.evidence else "zero_shot") is not None
-        awaited = self._awaited_starter if not active and not self.encoders.ready() else None
+        waiting = self._offering or not self.encoders.ready()
+        awaited = self._awaited_starter if not active and waiting else None
         infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active and awaited is None,
                            gives_probability=zero_shot)]
         for r in records:
