@@ -494,11 +494,14 @@ class FakeService:
         self._require_assets()
         _, frames = _load(Path(path))
         target = np.asarray(frames[0], dtype=np.float32).mean(axis=(0, 1))
-        scored = []
-        for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)
-                      and not (exclude_example and Path(e.media.path).resolve() == Path(path).resolve())]:
-            mean = np.asarray(entry.frames[0], dtype=np.float32).mean(axis=(0, 1))
-            scored.append(self._hit(entry, round(float(1 - np.linalg.norm(mean - target) / 442), 4)))
+        entries = [e for e in self._entries.values()
+                   if not (exclude_example and Path(e.media.path).resolve() == Path(path).resolve())]
+        close = np.array([1 - np.linalg.norm(np.asarray(e.frames[0], dtype=np.float32).mean(axis=(0, 1)) - target)
+                          / 442 for e in entries])
+        # as the real one: a z-score over the whole library (engine/search/evidence.py), then narrowed to the scope
+        z = (close - close.mean()) / (close.std() or 1.0) if len(close) else close
+        scored = [self._hit(e, round(float(score), 4)) for e, score in zip(entries, z, strict=True)
+                  if self._in_scope(e, kind, folder)]
         scored.sort(key=lambda h: (-h.score, h.media_id))
         return scored[offset: offset + top]
 
