@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QTimer, QUrl, Signal
+from PySide6.QtCore import Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QCloseEvent,
     QDesktopServices,
@@ -28,6 +28,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLineEdit, QMainWindow, QMessageBox, QWidget
 
+from app import itemopen as items
 from app.heldsearch import HeldSearch
 from app.layout import WindowLayout, column
 from app.menus import WindowMenus
@@ -48,6 +49,7 @@ from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, plain_tooltip, show_message
 from app.widgets.results import ResultsView
 from app.widgets.resultsmodel import RELEVANCE_ROLE, ResultsModel
+from app.widgets.screen import clamp_to_screen, fit_to_screen
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
@@ -406,51 +408,11 @@ class MainWindow(QMainWindow):
         """Make ``name`` (None: zero-shot) the active model; models and results follow the state."""
         self.model_changes.activate(name)
 
-    def select_media(self, media_id: int) -> None:
-        """Show ``media_id`` in the inspector and annotation panel (picked from "What to annotate next"):
-        its row when the results hold it, else the item on its own."""
-        service = self.service
-        if service is None:
-            return
-        row = self.results_model.row_of(media_id)
-        if row is not None:
-            self.results.select_row(row)
-            self.annotate.set_item(self.session.query, self.results_model.hit(row), from_suggestion=True)
-            return
-        start(self._select_item(service, media_id))
+    def select_media(self, media_id: int) -> None:  # picked from "What to annotate next" (app/itemopen.py)
+        items.select_media(self, media_id)
 
-    async def _select_item(self, service: SearchServiceLike, media_id: int) -> None:
-        try:
-            hit = await off_thread(self, service.item, media_id, pool=self.pool, priority=9)
-        except Exception as exc:  # noqa: BLE001 - said to the user
-            self._status(f"Cannot show item {media_id}: {exc}")
-            return
-        self.results.setCurrentIndex(QModelIndex())  # the item is not one of the results
-        self.inspector.show_hit(self.session.query, hit)
-        self.annotate.set_item(self.session.query, hit, from_suggestion=True)
-
-    def open_media(self, media_id: int) -> None:
-        """Show ``media_id`` large (Enter / double-click on "What to annotate next"): as a result when the
-        results hold it, else the item on its own, with what the user wrote about it."""
-        service = self.service
-        if service is None:
-            return
-        row = self.results_model.row_of(media_id)
-        if row is not None and self.results_model.hit(row) is not None:
-            self.open_viewer(self.results_model.hit(row))
-            return
-        start(self._open_item(service, media_id))
-
-    async def _open_item(self, service: SearchServiceLike, media_id: int) -> None:
-        def load() -> tuple[SearchHit, Any]:
-            return service.item(media_id), service.annotation_states([media_id]).get(media_id)
-
-        try:
-            hit, state = await off_thread(self, load, pool=self.pool, priority=9)
-        except Exception as exc:  # noqa: BLE001 - said to the user
-            self._status(f"Cannot open item {media_id}: {exc}")
-            return
-        self.open_viewer(hit, state)
+    def open_media(self, media_id: int) -> None:  # opened from "What to annotate next"
+        items.open_media(self, media_id)
 
     # --- annotation import / export (app/transfer.py), here for the menus and the tests
     def export_annotations(self, dest: Path, fmt: str = "folder") -> asyncio.Task[None]:
@@ -582,10 +544,14 @@ class MainWindow(QMainWindow):
 
     # --- state
     def _restore(self) -> None:
-        if (geometry := self.settings.geometry) is not None:
+        # a geometry saved at another scale factor (a 2x session) is not this one's: the default size instead
+        # (it came back at 1182x675); either way within the screen (app/widgets/screen.py)
+        geometry, scale = self.settings.geometry, self.settings.geometry_scale
+        if geometry is not None and (scale is None or abs(scale - self.devicePixelRatioF()) < 0.01):
             self.restoreGeometry(geometry)
+            clamp_to_screen(self)
         else:
-            self.resize(1320, 820)
+            fit_to_screen(self, 1320, 820)
         if (state := self.settings.window_state) is not None:
             self.restoreState(state)
         self.panels.restore(self.settings)
@@ -596,6 +562,7 @@ class MainWindow(QMainWindow):
     def save_state(self) -> None:
         """Write geometry, dock and splitter layout to the settings file."""
         self.settings.geometry = self.saveGeometry()
+        self.settings.geometry_scale = self.devicePixelRatioF()
         self.settings.window_state = self.saveState()
         self.panels.save(self.settings)
         self.settings.cutoff_percent = self.search_bar.cutoff.value()
