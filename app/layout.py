@@ -5,7 +5,7 @@ and restored with the settings; and the rule that keeps a narrow window's grid u
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
 from app.settings import GuiSettings
 
@@ -22,18 +22,29 @@ def column(*widgets: QWidget, stretch_last: bool = True) -> QWidget:
     return box
 
 
+def scrolled(widget: QWidget) -> QScrollArea:
+    """``widget`` in a frameless scroll area: it shrinks below its own minimum height (and width) and scrolls, so
+    the window's minimum size stays small (at a 2x scale it must fit a 1920x1080 screen, issue #44)."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setMinimumSize(0, 0)
+    return area
+
+
 class WindowLayout:
     """``top`` above ``left`` | ``centre`` | ``upper`` over ``lower``; ``body`` is the window's central widget."""
 
     def __init__(self, top: QWidget, left: QWidget, centre: QWidget, upper: QWidget, lower: QWidget) -> None:
         self.right_splitter = QSplitter(Qt.Orientation.Vertical)
         self.right_splitter.addWidget(upper)
-        self.right_splitter.addWidget(lower)
+        self.right_splitter.addWidget(scrolled(lower))
         self.right_splitter.setStretchFactor(0, 3)
         self.right_splitter.setStretchFactor(1, 1)
         self.right_splitter.setSizes([470, 410])
         self.splitter = QSplitter()
-        for widget, stretch in ((left, 0), (centre, 1), (self.right_splitter, 0)):
+        for widget, stretch in ((scrolled(left), 0), (centre, 1), (self.right_splitter, 0)):
             self.splitter.addWidget(widget)
             self.splitter.setStretchFactor(self.splitter.count() - 1, stretch)
         self.splitter.setSizes([240, 720, 440])
@@ -59,7 +70,7 @@ class WindowLayout:
             return
         need = GRID_COLUMNS * cell_width + 24  # + the scroll bar and frame
         if sizes[1] >= need:
-            library = self._left.sizeHint().width()
+            library = self._left.sizeHint().width()  # the panel's own width, not its scroll area's
             if self._library_collapsed and sizes[0] == 0 and sizes[1] - library >= need:  # wide again
                 self._library_collapsed = False
                 self.splitter.setSizes([library, sizes[1] - library, sizes[2]])

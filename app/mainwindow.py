@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QTimer, QUrl, Signal
+from PySide6.QtCore import Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QCloseEvent,
     QDesktopServices,
@@ -28,7 +28,9 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QLineEdit, QMainWindow, QMessageBox, QWidget
 
+from app import itemopen as items
 from app.follow import ResultsFollow
+from app.heldsearch import HeldSearch
 from app.layout import WindowLayout, column
 from app.menus import WindowMenus
 from app.modelchanges import ModelChanges
@@ -48,6 +50,7 @@ from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, plain_tooltip, show_message
 from app.widgets.results import ResultsView
 from app.widgets.resultsmodel import RELEVANCE_ROLE, ResultsModel
+from app.widgets.screen import clamp_to_screen, fit_to_screen
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
@@ -93,6 +96,7 @@ class MainWindow(QMainWindow):
         self._build()
         self.menus = WindowMenus(self)
         self.undo_action, self.redo_action = self.menus.undo_action, self.menus.redo_action
+        self.held = HeldSearch(self, self.search)  # a query typed while a first start prepares the assets
         self._restore()
         self.set_service(service)
 
@@ -139,7 +143,7 @@ class MainWindow(QMainWindow):
         self.results_model.page_loaded.connect(self._page_loaded)
         self.results_model.rowsRemoved.connect(self._rows_changed)  # a rejected item left the results
         self.results_model.rowsInserted.connect(self._rows_changed)  # ... and came back (undo)
-        self.results_model.search_failed.connect(lambda msg: self._status(f"Search failed: {msg}"))
+        self.results_model.search_failed.connect(self._search_failed)
         self.annotate.next_requested.connect(self.results.select_next)
         self.annotate.previous_requested.connect(self.results.select_previous)
         self.annotate.captions_changed.connect(self.results_model.set_captions)
@@ -232,6 +236,8 @@ class MainWindow(QMainWindow):
         self.search_bar.set_models(self._models)
         if self.models_dialog is not None:
             self.models_dialog.set_models(self._models)
+        if self.training_dialog is not None:  # its result table says which model is active now
+            self.training_dialog.model_switched(next((m.name for m in self._models if m.active), ""))
 
     # --- searching
     def search(self, query: str | Path | None, keep: int | None = None, rerun: bool = False) -> None:
@@ -246,7 +252,7 @@ class MainWindow(QMainWindow):
         if keep is None:  # a re-run leaves the item on show (and a caption being typed) alone
             self.inspector.show_hit(None, None)
             self.annotate.set_item(None, None)
-        fetch = self.session.page_fetcher()
+        fetch = None if self.held.hold(query) else self.session.page_fetcher()
         text = self.session.query if isinstance(self.session.query, str) else None
         service = self.service
         states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
@@ -258,6 +264,8 @@ class MainWindow(QMainWindow):
         if fetch is not None and not self.results_model.replacing:
             verb = "Listing" if self.session.browsing else "Searching"
             self.empty_label.setText(f"{verb} {self.session.describe()}…")
+        elif self.held.query is not None:
+            self._rows_changed()
         if isinstance(query, Path) and keep is None:
             self._load_example_picture(query)
 
@@ -345,9 +353,18 @@ class MainWindow(QMainWindow):
             self.empty_label.setText(self._summary(self.results_model.rowCount()))
 
     def _summary(self, total: int) -> str:
+        if self.held.query is not None:
+            return self.held.describe(self.session.describe())
         best = self.results_model.hit(0) if total else None
         return self.session.summary(total, more=self.results_model.canFetchMore(), busy=self.state.activity,
                                     best=best)
+
+    def _search_failed(self, message: str) -> None:
+        """A search that failed because a first start is still preparing the assets waits for them instead."""
+        if self.held.hold(self.session.query):
+            self._rows_changed()
+        else:
+            self._status(f"Search failed: {message}")
 
     def _say_no_good_match(self, total: int) -> None:
         """The status bar repeats a search's "No good match" (a search with a good one takes it back)."""
@@ -389,51 +406,11 @@ class MainWindow(QMainWindow):
         """Make ``name`` (None: zero-shot) the active model; models and results follow the state."""
         self.model_changes.activate(name)
 
-    def select_media(self, media_id: int) -> None:
-        """Show ``media_id`` in the inspector and annotation panel (picked from "What to annotate next"):
-        its row when the results hold it, else the item on its own."""
-        service = self.service
-        if service is None:
-            return
-        row = self.results_model.row_of(media_id)
-        if row is not None:
-            self.results.select_row(row)
-            self.annotate.set_item(self.session.query, self.results_model.hit(row), from_suggestion=True)
-            return
-        start(self._select_item(service, media_id))
+    def select_media(self, media_id: int) -> None:  # picked from "What to annotate next" (app/itemopen.py)
+        items.select_media(self, media_id)
 
-    async def _select_item(self, service: SearchServiceLike, media_id: int) -> None:
-        try:
-            hit = await off_thread(self, service.item, media_id, pool=self.pool, priority=9)
-        except Exception as exc:  # noqa: BLE001 - said to the user
-            self._status(f"Cannot show item {media_id}: {exc}")
-            return
-        self.results.setCurrentIndex(QModelIndex())  # the item is not one of the results
-        self.inspector.show_hit(self.session.query, hit)
-        self.annotate.set_item(self.session.query, hit, from_suggestion=True)
-
-    def open_media(self, media_id: int) -> None:
-        """Show ``media_id`` large (Enter / double-click on "What to annotate next"): as a result when the
-        results hold it, else the item on its own, with what the user wrote about it."""
-        service = self.service
-        if service is None:
-            return
-        row = self.results_model.row_of(media_id)
-        if row is not None and self.results_model.hit(row) is not None:
-            self.open_viewer(self.results_model.hit(row))
-            return
-        start(self._open_item(service, media_id))
-
-    async def _open_item(self, service: SearchServiceLike, media_id: int) -> None:
-        def load() -> tuple[SearchHit, Any]:
-            return service.item(media_id), service.annotation_states([media_id]).get(media_id)
-
-        try:
-            hit, state = await off_thread(self, load, pool=self.pool, priority=9)
-        except Exception as exc:  # noqa: BLE001 - said to the user
-            self._status(f"Cannot open item {media_id}: {exc}")
-            return
-        self.open_viewer(hit, state)
+    def open_media(self, media_id: int) -> None:  # opened from "What to annotate next"
+        items.open_media(self, media_id)
 
     # --- annotation import / export (app/transfer.py), here for the menus and the tests
     def export_annotations(self, dest: Path, fmt: str = "folder") -> asyncio.Task[None]:
@@ -462,6 +439,7 @@ class MainWindow(QMainWindow):
             self.training_dialog.model_trained.connect(self._model_trained)
             self.training_dialog.model_registered.connect(self._model_registered)
             self.training_dialog.use_model_requested.connect(self.activate_and_reindex)
+            self.model_changes.reindexed.connect(self.training_dialog.reindex_ended)
         elif not self.training_dialog.isVisible():
             self.training_dialog.reset()  # a closed dialog opens clean, not on the last run's numbers
         if not self.training_dialog.busy:
@@ -563,10 +541,14 @@ class MainWindow(QMainWindow):
 
     # --- state
     def _restore(self) -> None:
-        if (geometry := self.settings.geometry) is not None:
+        # a geometry saved at another scale factor (a 2x session) is not this one's: the default size instead
+        # (it came back at 1182x675); either way within the screen (app/widgets/screen.py)
+        geometry, scale = self.settings.geometry, self.settings.geometry_scale
+        if geometry is not None and (scale is None or abs(scale - self.devicePixelRatioF()) < 0.01):
             self.restoreGeometry(geometry)
+            clamp_to_screen(self)
         else:
-            self.resize(1320, 820)
+            fit_to_screen(self, 1320, 820)
         if (state := self.settings.window_state) is not None:
             self.restoreState(state)
         self.panels.restore(self.settings)
@@ -577,6 +559,7 @@ class MainWindow(QMainWindow):
     def save_state(self) -> None:
         """Write geometry, dock and splitter layout to the settings file."""
         self.settings.geometry = self.saveGeometry()
+        self.settings.geometry_scale = self.devicePixelRatioF()
         self.settings.window_state = self.saveState()
         self.panels.save(self.settings)
         self.settings.cutoff_percent = self.search_bar.cutoff.value()

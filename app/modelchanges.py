@@ -20,6 +20,7 @@ class ModelChanges(QObject):
     models_said = Signal(str)  # what a rename or a delete did, for the models dialog too
     activated = Signal()  # another model ranks: the suggestions' order (and reason) changes
     switched = Signal(str)  # a model became active through activate_and_reindex (its re-index has started)
+    reindexed = Signal(str, str)  # that model's re-index ended: its name, "done" / "cancelled" / "failed"
 
     def __init__(self, pool: QThreadPool, library: LibraryPanel, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -67,8 +68,10 @@ class ModelChanges(QObject):
 
         worker.signals.progress.connect(once_active)
         worker.signals.returned.connect(once_active)
-        worker.signals.errored.connect(lambda exc: None if switched else self.status.emit(
-            f"Cannot switch to {name}: {exc}"))
+        worker.signals.returned.connect(lambda _result: self.reindexed.emit(name, "done"))
+        worker.signals.cancelled.connect(lambda: self.reindexed.emit(name, "cancelled") if switched else None)
+        worker.signals.errored.connect(lambda exc: self.reindexed.emit(name, "failed") if switched
+                                       else self.status.emit(f"Cannot switch to {name}: {exc}"))
 
     async def _activate_only(self, service: SearchServiceLike, name: str) -> None:
         if await self._set_active(service, name, f"Cannot switch to {name}"):

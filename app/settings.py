@@ -72,6 +72,19 @@ class GuiSettings:
         self._qs.setValue("window/geometry", value)
 
     @property
+    def geometry_scale(self) -> float | None:
+        """The device pixel ratio the geometry was saved at (None: not said, an older file)."""
+        try:
+            value = self._qs.value("window/scale")
+            return float(value) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    @geometry_scale.setter
+    def geometry_scale(self, value: float) -> None:
+        self._qs.setValue("window/scale", float(value))
+
+    @property
     def window_state(self) -> QByteArray | None:
         return self._bytes("window/state")
 

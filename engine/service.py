@@ -58,6 +58,8 @@ class SearchService:
         self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # search_with_model; None: the active one
+        self._awaited_starter: Path | None = None  # the shipped starter, waiting for the assets (_offer_starter)
+        self._offering = False
         self.library_dir = cache_dir.parent
 
     @classmethod
@@ -120,7 +122,10 @@ class SearchService:
         unknown = [p for p in targets if not p.exists() and self.catalog.root_id(Path(os.path.abspath(p))) is None]
         if unknown:
             raise FileNotFoundError(f"no such file or folder: {unknown[0]}")
-        yield from self.encoders.prepare(cancel)
+        for progress in self.encoders.prepare(cancel):
+            if self._awaited_starter is not None and self.encoders.ready():
+                self._offer_starter()  # the assets are there: the starter searches while the word table is built
+            yield progress
         self._offer_starter()
         before = self.catalog.version()
         changed = True
@@ -144,9 +149,22 @@ class SearchService:
         """Offer the starter model now that the pretrained assets are surely there: on a fresh home they are
         prepared by the first index run, after :meth:`open` had to skip the offer (it checks the starter against
         the backbone), so without this the starter only arrived at the next start (issue #32)."""
-        from engine.search.starter import offer_starter
+        from engine.search.starter import offer_starter, shipped_starter, starter_enabled
 
-        offer_starter(self.catalog, self.register_model, self.set_active_model)  # at once in a library that has it
+        self._offering = True  # registering checks it against the backbone (seconds): it stays listed meanwhile
+        try:
+            name = offer_starter(self.catalog, self.register_model, self.set_active_model)  # at once where listed
+        finally:
+            self._offering = False
+        waiting = (name is None and not self.encoders.ready() and starter_enabled()
+                   and self.catalog.active_model() is None)
+        self._awaited_starter = shipped_starter() if waiting else None
+
+    def assets_ready(self) -> bool:
+        """Whether the pretrained assets a search needs are there. On a fresh home they are not until the first
+        index run has prepared them (:meth:`index_paths`); a search before that raises ``AssetsMissing``, so the
+        GUI holds a query typed meanwhile and runs it once they are (issue #44)."""
+        return self.encoders.ready()
 
     def offline_roots(self) -> list:
         """The library folders the last index run found offline (:class:`engine.library.indexer.OfflineRoot`)."""
@@ -448,10 +466,17 @@ class SearchService:
         active = any(r.is_active for r in records)
         zero_shot = calibration.load("zero_shot") is not None
         trained = calibration.load("model" if "model" in self.evidence else "zero_shot") is not None
-        infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active, gives_probability=zero_shot)]
+        waiting = self._offering or not self.encoders.ready()
+        awaited = self._awaited_starter if not active and waiting else None
+        infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active and awaited is None,
+                           gives_probability=zero_shot)]
         for r in records:
             pcme = is_probabilistic(r.path)
             infos.append(ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active, pcme, trained or pcme))
+        if awaited is not None:  # a fresh home: the starter is registered and searches once the assets are prepared
+            from engine.search.starter import STARTER_NAME
+
+            infos.append(ModelInfo(STARTER_NAME, _method_of(awaited), awaited, {}, True, False, trained))
         return infos
 
     def set_active_model(self, name: str | None) -> None:
@@ -557,3 +582,13 @@ def _clean(text: str) -> str:
     if not text:
         raise ValueError("a caption or query cannot be empty")
     return text
+
+
+def _method_of(model_dir: Path) -> str:
+    """The method a model folder's ``config.json`` names ("vse" where it says nothing)."""
+    import json
+
+    try:
+        return str(json.loads((model_dir / "config.json").read_text()).get("method", "vse"))
+    except (OSError, ValueError):
+        return "vse"

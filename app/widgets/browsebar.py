@@ -30,7 +30,10 @@ def _combo(choices: tuple[tuple[Any, str], ...], tip: str) -> QComboBox:
     combo = QComboBox(toolTip=tip)
     for value, label in choices:
         combo.addItem(label, value)
-    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+    # as wide as its choice where there is room, down to a few letters (elided) where there is not: the bar's
+    # four pickers once made the window at least 1,048 px wide, too wide for a 2x screen (issue #44)
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(5)
     return combo
 
 

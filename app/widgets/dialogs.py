@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from app.service_api import ZERO_SHOT
 from app.settings import DEVICES, MAX_THUMBNAIL, MIN_THUMBNAIL, GuiSettings
 from app.widgets.plaintext import plain_label, plain_tooltip
+from app.widgets.screen import fit_to_screen
 
 # Keys that are not menu actions: they act where the focus is.
 CONTEXT_KEYS = (
@@ -72,13 +73,18 @@ class ShortcutsDialog(QDialog):
                 self.table.setItem(row, column, QTableWidgetItem(text))
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
+        # a long description wraps onto a taller row instead of being cut ("Alt+R" was, issue #44)
+        self.table.setWordWrap(True)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addWidget(plain_label("Window shortcuts work wherever the focus is, the search box included."))
+        layout.addWidget(plain_label("Window shortcuts work wherever the focus is, the search box included.",
+                                     wrap=True))
         layout.addWidget(self.table, 1)
         layout.addWidget(buttons)
-        self.resize(620, 560)
+        fit_to_screen(self, 620, 560)  # its Close button stays on a small (or 2x) screen
 
     def rows(self) -> list[tuple[str, str]]:
         return [(self.table.item(r, 0).text(), self.table.item(r, 1).text()) for r in range(self.table.rowCount())]

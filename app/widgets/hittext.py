@@ -18,8 +18,6 @@ from PySide6.QtGui import QColor
 
 from engine.types import SearchHit, percent
 
-# Relevance bands, on the search's own score range (see relevance()): at least this share of the way up
-BANDS = ((0.75, 3, "strong match"), (0.4, 2, "good match"), (0.0, 1, "weak match"))
 MATCH_DOTS = {"strong": 3, "good": 2, "weak": 1}  # a calibrated match's word (SearchHit.match) as dots
 
 
@@ -33,10 +31,13 @@ class Relevance:
 
 
 # How far an item's fused score (a sum of z-scores over the library, engine/search/evidence.py) puts it from the
-# library's typical item, in words: at least this many standard deviations above it.
-STANDING = ((3.0, "it stands far out from the library's typical item"),
-            (1.5, "it stands clearly above the library's typical item"),
-            (0.5, "it is somewhat closer than the library's typical item"))
+# library's typical item: at least this many standard deviations above it, its band (dots, label) and the words.
+# One measure for both, so the label and the sentence never disagree ("weak match" beside "stands far out", or a
+# filtered page's "strong match" beside "somewhat closer than the typical item", issue #44).
+STANDING = ((3.0, 3, "strong match", "it stands far out from the library's typical item"),
+            (1.5, 2, "good match", "it stands clearly above the library's typical item"),
+            (0.5, 1, "weak match", "it is only somewhat closer than the library's typical item: a weak match"),
+            (float("-inf"), 1, "weak match", "it is about as close as the library's typical item: a weak match"))
 
 
 def ordinal(n: int) -> str:
@@ -47,20 +48,18 @@ def ordinal(n: int) -> str:
 
 def standing(score: float) -> str:
     """Where a fused score puts an item among the library, in words (no raw number: it is a sum of z-scores)."""
-    return next((words for floor, words in STANDING if score >= floor),
-                "it is about as close as the library's typical item: a weak match")
+    return next(words for floor, _, _, words in STANDING if score >= floor)
 
 
-def relevance(hit: SearchHit, scale: tuple[float, float] | None, rank: int | None = None,
-              searched: int | None = None) -> Relevance:
+def relevance(hit: SearchHit, rank: int | None = None, searched: int | None = None) -> Relevance:
     """A text search's calibrated match (issue #40: "strong match · 62%"); without a calibration file a
-    probabilistic model's own match probability ("62% match"); otherwise (find similar) a band on this search's
-    range, said as the item's place: its rank (of ``searched`` items when known) and how far it stands from the
-    library's typical item.
+    probabilistic model's own match probability ("62% match"); otherwise (find similar) a band by how far the item
+    stands from the library's typical item for this search (:data:`STANDING`), said with its place: its rank (of
+    ``searched`` items when known).
 
     Raw scores are not comparable across models and mean nothing to a reader (a fused sum of z-scores), so the
-    band places a score between the lowest and the highest of the search's first page (``scale``) and the words
-    say the rank and the standing, never the number.
+    words say the rank and the standing, never the number; the band and the words come from the same standing
+    (a page's own range once gave "weak match" beside "stands far out", issue #44).
     """
     place = ""
     if rank is not None:
@@ -75,10 +74,8 @@ def relevance(hit: SearchHit, scale: tuple[float, float] | None, rank: int | Non
         dots = 3 if p >= 0.75 else 2 if p >= 0.4 else 1
         return Relevance(f"{percent(p)} match", dots,
                          f"{lead}the model estimates a {percent(p)} probability that this item fits the query")
-    lo, hi = scale if scale is not None else (hit.score, hit.score)
-    share = 1.0 if hi <= lo else max(0.0, min(1.0, (hit.score - lo) / (hi - lo)))
-    _, dots, label = next(band for band in BANDS if share >= band[0])
-    return Relevance(label, dots, f"{place + '; ' if place else ''}{standing(hit.score)}")
+    _, dots, label, words = next(band for band in STANDING if hit.score >= band[0])
+    return Relevance(label, dots, f"{place + '; ' if place else ''}{words}")
 
 
 def relevance_line(rank: Relevance, advance: Callable[[str], int], width: int) -> str:

@@ -228,8 +228,9 @@ class Inspector(QScrollArea):
             if rank is not None:
                 self.relevance_label = selectable_label(f"{rank.label} — {rank.explanation}")
                 layout.addWidget(self.relevance_label)
-            else:
-                layout.addWidget(selectable_label(f"Rank score {self.hit.score:.4f}"))
+            elif self.query is not None:  # opened on its own (What to annotate next): no place, no raw score
+                layout.addWidget(selectable_label("Opened on its own, not from this search's results: it has no "
+                                                  "place in them to show."))
 
     def _add_preview(self, image: QImage) -> None:
         picture = QLabel()

@@ -104,6 +104,7 @@ class LibraryPanel(QWidget):
         self._writes = writes or QThreadPool.globalInstance()  # the window's annotation write thread
         self._service: SearchServiceLike | None = None
         self._job: Worker | None = None
+        self.last_progress: Progress | None = None  # the running job's last record (None: none yet, or no job)
         self._queued: list[list[Path] | None] = []
         self._last_job: tuple[Callable[[Any], Iterator[Progress]], str] | None = None  # what Resume runs again
         # the window shares its state with every view; a panel on its own follows the library itself (reads
@@ -285,7 +286,7 @@ class LibraryPanel(QWidget):
         worker.signals.returned.connect(lambda _: self._job_ended("done", what))
         worker.signals.cancelled.connect(lambda: self._job_ended("cancelled", what))
         worker.signals.errored.connect(lambda exc: self._job_ended("failed", what, exc))
-        self._job = worker
+        self._job, self.last_progress = worker, None
         self.progress.setRange(0, 0)  # busy until the first record says how much there is
         self.progress_label.setText(f"{what}…")
         self.state.set_activity(f"{what} the library…")
@@ -302,6 +303,7 @@ class LibraryPanel(QWidget):
             self.progress_label.setText("Cancelling…")
 
     def _show_progress_record(self, record: Progress) -> None:
+        self.last_progress = record
         self.progress.setRange(0, max(1, record.total))
         self.progress.setValue(min(record.done, max(1, record.total)))
         self.progress.setFormat(f"{record.done} / {record.total}")
@@ -310,7 +312,7 @@ class LibraryPanel(QWidget):
         self.state.set_activity(f"{what}: {record.message} ({record.done} of {record.total})")
 
     def _job_ended(self, outcome: str, what: str, exc: BaseException | None = None) -> None:
-        self._job = None
+        self._job, self.last_progress = None, None
         self._show_progress(False)
         self.state.set_activity("")
         message = f"{what} {outcome}" + (f": {exc}" if exc is not None else "")

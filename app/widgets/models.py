@@ -79,13 +79,21 @@ class ModelsDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Models")
         self._models: list[ModelInfo] = []
+        # Active beside the name and the long figure last, elided (its tooltip has it whole): the table never
+        # scrolls sideways, so "Make active" cannot scroll the Active column out of view (issue #44)
         self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["Name", "Method", "Its own figure (and the set it was measured on)",
-                                              "Active"])
+        self.table.setHorizontalHeaderLabels(["Name", "Active", "Method",
+                                              "Its own figure (and the set it was measured on)"])
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.table.setWordWrap(False)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        for column in (0, 1, 2):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().hide()
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.itemDoubleClicked.connect(lambda _item: self._activate())
@@ -135,16 +143,19 @@ class ModelsDialog(QDialog):
         for row, model in enumerate(models):
             active = model.active
             metrics = metrics_text(dict(model.metrics or {}))
-            cells = [model.name, str(model.method), metrics, "●" if active else ""]
+            cells = [model.name, "●" if active else "", str(model.method), metrics]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, model.name)
-                if getattr(model, "path", None):
-                    item.setToolTip(plain_tooltip(str(model.path)))
+                where = str(model.path) if getattr(model, "path", None) else ""
+                tip = f"{metrics}\n{where}".strip() if column == 3 else where
+                if tip:
+                    item.setToolTip(plain_tooltip(tip))
+                if column == 1:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 self.table.setItem(row, column, item)
             if model.name == selected:
                 self.table.selectRow(row)
-        self.table.resizeColumnsToContents()
         self.figures_note.setText(self._figures_note(models))
         self._update_buttons()
 

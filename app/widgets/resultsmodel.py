@@ -78,7 +78,6 @@ class ResultsModel(QAbstractListModel):
         self._exhausted = True
         self._hover: tuple[int, QPixmap] | None = None
         self._scored = True  # False while browsing: the hits carry no scores
-        self._scale: tuple[float, float] | None = None  # the first page's (lowest, best) score
         self._states_fetch: StatesFetch | None = None
         self._states: dict[int, Any] = {}  # media id -> AnnotationState
         self._hide_rejected = False
@@ -110,7 +109,7 @@ class ResultsModel(QAbstractListModel):
         self._wanted, self._fetching, self.pages_loaded = OrderedDict(), None, 0
         self._kept, self._painted_page, self._pinned_page = OrderedDict(), -1, -1
         self._loading, self._exhausted = False, fetch is None
-        self._scored, self._scale = scored, None
+        self._scored = scored
         self._states_fetch, self._states, self._hide_rejected, self._dropped = states, {}, hide_rejected, {}
         self.endResetModel()
         if first is not None:
@@ -172,8 +171,6 @@ class ResultsModel(QAbstractListModel):
         self.pages_loaded += 1
         self._exhausted = len(hits) < self.page_size
         fresh = [h for h in hits if h.media_id not in self._rows and h.media_id not in self._dropped]
-        if self._scored and self._scale is None and hits:
-            self._scale = (min(h.score for h in hits), max(h.score for h in hits))
         if fresh:
             start = len(self._hits)
             self.beginInsertRows(QModelIndex(), start, start + len(fresh) - 1)
@@ -405,7 +402,7 @@ class ResultsModel(QAbstractListModel):
         if not self._scored:
             return None
         row = self._rows.get(hit.media_id)
-        return relevance(hit, self._scale, row + 1 if row is not None else None, self.searched)
+        return relevance(hit, row + 1 if row is not None else None, self.searched)
 
     def set_captions(self, media_id: int, captions: tuple[str, ...]) -> None:
         """Keep a hit's captions current after the user edits them."""

@@ -374,6 +374,7 @@ class TrainingDialog(TrainingForm):
             return
         comparison = self.comparison = Comparison.of(job.result)
         self.result_box.show_comparison(comparison)
+        self.show_result()
         if comparison.decision:
             self.status.setText(f"Done: {comparison.new_name} is active; the library re-indexes with it."
                                 if comparison.activated else
@@ -430,6 +431,22 @@ class TrainingDialog(TrainingForm):
             self.status.setText(f"Switching to {self.comparison.new_name}; the library re-indexes in the "
                                 "background (see the library panel).")
             self.use_model_requested.emit(self.comparison.new_name)
+
+    def model_switched(self, name: str) -> None:
+        """The window made ``name`` the active model (this dialog's "Use it and re-index", the rule, or another
+        view): the table says which model is active now."""
+        comparison = self.comparison
+        if comparison is not None and not self.busy:
+            self.result_box.show_comparison(comparison, active=name)
+
+    def reindex_ended(self, name: str, outcome: str) -> None:
+        """The re-index after switching to ``name`` ended ("done", "cancelled" or "failed"): say so here too."""
+        if self.comparison is None or self.comparison.new_name != name or self.busy:
+            return
+        self.status.setText(f"{name} is active and the library is re-indexed with it: searches use it now."
+                            if outcome == "done" else
+                            f"{name} is active; re-indexing the library with it {outcome} (Resume in the library "
+                            "panel, or File ▸ Re-index library, finishes it).")
 
     # --- state
     def _set_state(self, state: str, message: str) -> None:

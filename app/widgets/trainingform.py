@@ -14,13 +14,14 @@ from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
-    QLayout,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.settings import DEVICES
 from app.widgets.plaintext import plain_label
+from app.widgets.screen import fit_to_screen
 from app.widgets.trainingview import METHOD_DESCRIPTIONS, METHODS, ComparisonBox, RunProgress, format_eta
 from engine.trainercontract import events
 
@@ -136,24 +138,38 @@ class TrainingForm(QDialog):
         plots.addWidget(self.loss_plot)
         plots.addWidget(self.val_plot)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.use_button)  # beside Close, never scrolled or pushed off-screen (issue #44)
         buttons.addStretch(1)
         for button in (self.start_button, self.resume_button, self.cancel_button, self.close_button):
             buttons.addWidget(button)
+        body = QWidget()
+        content = QVBoxLayout(body)
+        content.setContentsMargins(0, 0, 0, 0)
+        content.addLayout(form)
+        content.addWidget(self.data_summary)
+        content.addWidget(self.data_warning)
+        content.addWidget(self.progress)
+        content.addWidget(self.status)
+        content.addLayout(plots, 1)
+        content.addWidget(self.result_box)
+        content.addWidget(self.log_view)
+        # The dialog keeps its size when the result and the log appear: what does not fit scrolls (it grew from
+        # 860x640 to 952x782 at a run's end and pushed "Use it and re-index" off-screen, issue #44).
+        self.body = QScrollArea()
+        self.body.setWidget(body)
+        self.body.setWidgetResizable(True)
+        self.body.setFrameShape(QFrame.Shape.NoFrame)
+        self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # labels wrap instead
         layout = QVBoxLayout(self)
-        # the dialog grows when the result and the log appear rather than squashing the form's rows
-        layout.setSizeConstraint(QLayout.SizeConstraint.SetMinimumSize)
-        layout.addLayout(form)
-        layout.addWidget(self.data_summary)
-        layout.addWidget(self.data_warning)
-        layout.addWidget(self.progress)
-        layout.addWidget(self.status)
-        layout.addLayout(plots, 1)
-        layout.addWidget(self.result_box)
-        layout.addWidget(self.log_view)
+        layout.addWidget(self.body, 1)
         layout.addLayout(buttons)
         self.data_summary.hide()
         self.data_warning.hide()
-        self.resize(860, 640)
+        fit_to_screen(self, 860, 640)
+
+    def show_result(self) -> None:
+        """Bring the comparison into view (it is below the plots: the body scrolls when the dialog is small)."""
+        self.body.ensureWidgetVisible(self.result_box)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Caption folder to train on", self.data.text())

@@ -129,6 +129,7 @@ class Comparison:
     activated: bool = False  # the activation rule's decision (engine.loop.gate.gate, as `polyseek retrain`)
     decision: str = ""
     library: bool = False  # measured on the library's held-aside annotations (else a caption folder's split)
+    heldout: int | None = None  # the library's held-aside items (None: a caption folder's split)
 
     @classmethod
     def of(cls, result: Any) -> Comparison:
@@ -137,7 +138,8 @@ class Comparison:
         return cls(str(result.model_name), result.after or {}, result.old_model or ZERO_SHOT, result.before,
                    "; ".join(result.measure_warnings) or None, Path(result.data), str(result.val_split),
                    measured=ts is None or int(ts.n_heldout_items) > 0, activated=result.activated,
-                   decision=result.decision, library=ts is not None)
+                   decision=result.decision, library=ts is not None,
+                   heldout=int(ts.n_heldout_items) if ts is not None else None)
 
     @property
     def set_name(self) -> str:
@@ -157,6 +159,23 @@ class Comparison:
         """Both measured the same way on a set large enough to tell models apart (else no numbers are shown)."""
         old, new = self.figures()
         return new is not None and new.meaningful and new.same_measure(old)
+
+    def missing(self, figure: Figure | None, error: str | None = None) -> str:
+        """Why a model's row shows no numbers ("" when it shows them): not measured (and why), or measured on too
+        few items to mean anything (:data:`engine.loop.figures.MIN_MEANINGFUL_ITEMS`)."""
+        if not self.measured:
+            return f"not measured: {self._too_few(self.heldout or 0)}, so nothing to compare on"
+        if error:
+            return f"not measured: {error}"
+        if figure is None:
+            return "not measured"
+        if not figure.meaningful:
+            return f"{self._too_few(figure.items)}: not meaningful yet (chance alone scores rsum {figure.chance:.0f})"
+        return ""
+
+    def _too_few(self, items: int) -> str:
+        where = "held-aside items" if self.library else f"items in split “{self.split}”"
+        return f"too few {where} ({items})"
 
     def note(self) -> str:
         """The lines under the table: the comparison (or why there is none), what the curve measures instead,
@@ -212,6 +231,8 @@ class ComparisonBox(QGroupBox):
         self.use_button = QPushButton("Use it and re-index")
         self.use_button.setToolTip("Make the new model active and re-embed the library in the background")
         self.use_button.clicked.connect(self.use_clicked)
+        self.use_button.hide()
+        self.comparison: Comparison | None = None
         row = QHBoxLayout()
         row.addStretch(1)
         row.addWidget(self.use_button)
@@ -220,24 +241,41 @@ class ComparisonBox(QGroupBox):
         box.addWidget(self.note)  # its own row: several wrapped lines need the box's whole width
         box.addLayout(row)
 
-    def show_comparison(self, comparison: Comparison) -> None:
-        was = "was active" if comparison.activated else "active"
-        rows = ((f"{comparison.old_name} ({was})", comparison.old, comparison.old_error),
-                (f"{comparison.new_name} (new)", comparison.new, None))
-        _, new = comparison.figures()
+    def show_comparison(self, comparison: Comparison, active: str | None = None) -> None:
+        """Show ``comparison``; ``active``: the model active now, when it changed since (the user's "Use it and
+        re-index"), else as the rule left it. A row without numbers says why in their place."""
+        self.comparison = comparison
+        new_active = comparison.activated if active is None else active == comparison.new_name
+        old_active = not new_active if active is None else active == comparison.old_name
+        old, new = comparison.figures()
+        rows = ((f"{comparison.old_name} ({'active' if old_active else 'was active'})", comparison.old,
+                 comparison.old_error, old),
+                (f"{comparison.new_name} ({'new, active' if new_active else 'new'})", comparison.new, None, new))
         self.setTitle("New model beside the active one" + (f": {new.where()}" if new is not None else ""))
-        for row, (label, metrics, error) in enumerate(rows):
-            shown = metrics if comparison.comparable else None  # under the floor: no numbers to compare
-            cells = [label, *(f"{v:.1f}" if v is not None else "—" for v in headline(shown))]
+        table = self.table
+        table.clearSpans()
+        for row, (label, metrics, error, figure) in enumerate(rows):
+            why = comparison.missing(figure, error)
+            cells = [label, *(f"{v:.1f}" if v is not None and not why else "—" for v in headline(metrics))]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                if error:
-                    item.setToolTip(plain_tooltip(f"not measured: {error}"))
-                self.table.setItem(row, column, item)
+                if why:
+                    item.setToolTip(plain_tooltip(why))
+                table.setItem(row, column, item)
+            if why:  # the reason where the numbers would be, not a row of dashes
+                reason = QTableWidgetItem(why)
+                reason.setForeground(table.palette().placeholderText())
+                reason.setToolTip(plain_tooltip(why))
+                table.setItem(row, 1, reason)
+                table.setSpan(row, 1, 1, 4)
         self.note.setText(comparison.note())
-        table = self.table
         table.resizeRowsToContents()
         table.setFixedHeight(table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(2))
                              + 2 * table.frameWidth())
-        self.use_button.setEnabled(not comparison.activated)
+        self.use_button.setEnabled(not new_active)
         self.show()
+
+    def setVisible(self, visible: bool) -> None:  # noqa: N802 - Qt's name
+        """The "Use it and re-index" button may sit in the dialog's button row: it comes and goes with the box."""
+        super().setVisible(visible)
+        self.use_button.setVisible(visible)

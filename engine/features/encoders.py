@@ -37,6 +37,13 @@ class Encoders:
             if own is not None:
                 yield from wordtable.ensure_table(own, lambda words: self.minilm.encode(words).sentence, cancel)
 
+    def ready(self) -> bool:
+        """Whether the pretrained assets are there (a fresh home's default set is missing until :meth:`prepare`
+        has run: the first index run prepares it)."""
+        from engine.features.assets import assets_ready
+
+        return assets_ready(self._assets)
+
     def _get(self, key: str, make: Callable[[], Any]) -> Any:
         with self._lock:
             if key not in self._cache:

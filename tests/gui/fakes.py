@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from engine.features.assets import PREPARE_MESSAGE
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
 from engine.loop.trainingset import MARKER_FILE
 from engine.progress import CancelToken, Progress
@@ -217,6 +218,10 @@ class FakeService:
         self._listeners: list[Any] = []
         self._version = 0  # moves with every change (the catalog's version)
         self._annotation_version = 0  # moves with every caption or pair change
+        # a fresh home (issue #44): set an Event and the assets are missing until the next index run has waited
+        # for it ("preparing" them); searches fail as the real ones do meanwhile
+        self.prepare_gate: threading.Event | None = None
+        self._assets = True
 
     @classmethod
     def open(cls, library: str = "default", assets: Path | None = None) -> FakeService:
@@ -363,6 +368,13 @@ class FakeService:
     def index_paths(self, paths: list[Path] | None = None,
                     cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Decode every new file under ``paths`` (all roots when None), yielding progress per file."""
+        if self.prepare_gate is not None and not self._assets:
+            yield Progress(0, 100, PREPARE_MESSAGE)
+            time.sleep(0.3)  # the GUI hears at most a few records a second
+            yield Progress(40, 100, PREPARE_MESSAGE)
+            self.prepare_gate.wait(30)
+            self._assets = True
+            yield Progress(100, 100, PREPARE_MESSAGE)
         files = [f for f in self._files(paths) if f not in self._by_path]
         with self._lock:  # as the engine's scan, every file found is recorded pending before any is decoded
             self._pending.update(files)
@@ -408,6 +420,18 @@ class FakeService:
     def failures(self) -> list[tuple[str, str]]:
         return sorted(self._failures.items())
 
+    def assets_ready(self) -> bool:
+        return self._assets
+
+    def missing_assets(self, gate: threading.Event) -> None:
+        """Test helper: a fresh home whose assets the next index run prepares once ``gate`` is set."""
+        self.prepare_gate, self._assets = gate, False
+
+    def _require_assets(self) -> None:
+        if not self._assets:  # the real AssetsMissing's words
+            raise FakeServiceError(f"pretrained assets are missing in {self.workdir / 'assets'}: "
+                                   "run `polyseek prepare` first")
+
     # --- search
     def _is_probabilistic(self) -> bool:
         return any(model.active and model.probabilistic for model in self.models())
@@ -450,6 +474,7 @@ class FakeService:
                     kind: str | None = None, folder: Path | None = None) -> list[SearchHit]:
         """Rank by the share of query words found in the item's name and captions (ties: lower id first)."""
         self.calls.append(("search_text", (text, top, offset, min_probability)))
+        self._require_assets()
         query = {w for w in text.lower().split() if w}
         scored = []
         for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)]:
@@ -475,13 +500,17 @@ class FakeService:
         """Rank by closeness of mean colour to the example file's mean colour (``exclude_example``: the library
         item at ``path`` left out, as the real service does)."""
         self.calls.append(("search_media", (str(path), top, offset)))
+        self._require_assets()
         _, frames = _load(Path(path))
         target = np.asarray(frames[0], dtype=np.float32).mean(axis=(0, 1))
-        scored = []
-        for entry in [e for e in self._entries.values() if self._in_scope(e, kind, folder)
-                      and not (exclude_example and Path(e.media.path).resolve() == Path(path).resolve())]:
-            mean = np.asarray(entry.frames[0], dtype=np.float32).mean(axis=(0, 1))
-            scored.append(self._hit(entry, round(float(1 - np.linalg.norm(mean - target) / 442), 4)))
+        entries = [e for e in self._entries.values()
+                   if not (exclude_example and Path(e.media.path).resolve() == Path(path).resolve())]
+        close = np.array([1 - np.linalg.norm(np.asarray(e.frames[0], dtype=np.float32).mean(axis=(0, 1)) - target)
+                          / 442 for e in entries])
+        # as the real one: a z-score over the whole library (engine/search/evidence.py), then narrowed to the scope
+        z = (close - close.mean()) / (close.std() or 1.0) if len(close) else close
+        scored = [self._hit(e, round(float(score), 4)) for e, score in zip(entries, z, strict=True)
+                  if self._in_scope(e, kind, folder)]
         scored.sort(key=lambda h: (-h.score, h.media_id))
         return scored[offset: offset + top]
 

@@ -133,7 +133,8 @@ def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_sco
     with qtbot.waitSignal(model.page_loaded, timeout=3000):
         window.find_similar(hits[0])  # a picture search carries no probability: its place and standing in words
     first = model.data(model.index(0), RELEVANCE_ROLE)
-    assert first.label == "strong match" and "typical item" in first.explanation
+    # its band and its words say the same standing (issue #44)
+    assert first.label == "good match" and "clearly above the library's typical item" in first.explanation
     service.calibration = None  # no calibration file: a PCME model's own probability, said as before
     service.set_active_model("fake-pcme")
     window.search_bar.edit.setText("red circle")
@@ -151,32 +152,34 @@ def test_a_calibrated_match_says_its_word_and_its_percentage() -> None:
     def hit(p: float, word: str) -> SearchHit:
         return SearchHit(1, "/x.png", MediaKind.IMAGE, 3.0, match_probability=p, match=word)
 
-    strong = relevance(hit(0.62, "strong"), (0.0, 3.0), rank=1, searched=40)
+    strong = relevance(hit(0.62, "strong"), rank=1, searched=40)
     assert (strong.label, strong.dots) == ("strong match · 62%", 3)
     assert strong.explanation == ("ranked 1st of 40 items for this search: an estimated 62% probability that this "
                                   "item is what the search asks for (calibrated on held-aside photos)")
-    assert (relevance(hit(0.04, "good"), None).label, relevance(hit(0.04, "good"), None).dots) == ("good match · 4%", 2)
-    assert (relevance(hit(0.003, "weak"), None).label, relevance(hit(0.003, "weak"), None).dots) == (
+    assert (relevance(hit(0.04, "good")).label, relevance(hit(0.04, "good")).dots) == ("good match · 4%", 2)
+    assert (relevance(hit(0.003, "weak")).label, relevance(hit(0.003, "weak")).dots) == (
         "weak match · 0.3%", 1)
-    assert relevance(hit(0.0004, "weak"), None).label == "weak match · <0.1%"
+    assert relevance(hit(0.0004, "weak")).label == "weak match · <0.1%"
     assert [percent(p) for p in (0.999, 0.62, 0.04, 0.0096, 0.003, 0.0004)] == [">99%", "62%", "4%", "1%", "0.3%",
                                                                              "<0.1%"]
 
 
 def test_a_narrow_thumbnail_keeps_the_percentage() -> None:
-    rank = relevance(SearchHit(1, "/x.png", MediaKind.IMAGE, 3.0, match_probability=0.04, match="good"), None)
+    rank = relevance(SearchHit(1, "/x.png", MediaKind.IMAGE, 3.0, match_probability=0.04, match="good"))
     assert relevance_line(rank, len, 100) == "●●○  good match · 4%"
     assert relevance_line(rank, len, 15) == "●●○ good · 4%"
 
 
-def test_relevance_bands_on_the_search_range() -> None:
+def test_relevance_bands_by_the_standing_over_the_library() -> None:
+    """Without a probability the band is how far the item stands from the library's typical item (its fused
+    z-score), the measure its words say, so the two agree (issue #44)."""
     def hit(score: float) -> SearchHit:
         return SearchHit(1, "/x.png", MediaKind.IMAGE, score)
 
-    assert relevance(hit(12.3), (2.0, 12.3)).dots == 3
-    assert relevance(hit(0.15), (0.10, 0.30)).label == "weak match"
-    assert relevance(hit(0.20), (0.10, 0.30)).label == "good match"
-    assert relevance(hit(5.0), (5.0, 5.0)).label == "strong match"  # one result, or all equal
+    assert relevance(hit(12.3)).dots == 3 and "stands far out" in relevance(hit(12.3)).explanation
+    assert relevance(hit(2.0)).label == "good match" and "clearly above" in relevance(hit(2.0)).explanation
+    assert relevance(hit(0.8)).label == "weak match" and "somewhat closer" in relevance(hit(0.8)).explanation
+    assert relevance(hit(0.1)).label == "weak match" and "about as close" in relevance(hit(0.1)).explanation
 
 
 def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:

@@ -19,7 +19,7 @@ workspace_module = pytest.importorskip("engine.workspace")
 SearchService = workspace_module.Workspace
 
 # The fake's own test helpers: not part of the service (a test reaches into the fake's state through them).
-FAKE_ONLY = {"add_caption_from", "matched_frame", "pairs"}
+FAKE_ONLY = {"add_caption_from", "matched_frame", "missing_assets", "pairs"}
 
 
 def public_methods(cls: type) -> set[str]:

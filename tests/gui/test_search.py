@@ -220,6 +220,7 @@ def test_queries_are_shown_as_plain_text(qtbot, window) -> None:
 def test_a_very_long_query_is_shown_on_one_line_and_searched_in_full(qtbot, window, service: FakeService) -> None:
     """Issue #44 (#6): a 2,000-character query was echoed in full above the grid (about 14 lines)."""
     query = " ".join(f"blorf{n}" for n in range(250))[:2000]
+    window.resize(1320, 820)  # as wide as the first start makes it (the test screen is only 800 wide)
     search(qtbot, window, query)
     assert ("search_text", (query, 60, 0, None)) in service.calls  # the whole query is searched
     header, status = window.empty_label.text(), window.statusBar().currentMessage()

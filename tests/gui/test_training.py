@@ -236,7 +236,8 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
     table = dlg.result_table
     assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text().endswith("(new)")
     # one held-aside item is under the floor (engine.loop.figures): no numbers set side by side, and the reason
-    assert [table.item(r, c).text() for r in (0, 1) for c in range(1, 5)] == ["—"] * 8
+    assert all(table.item(r, 1).text().startswith("too few held-aside items (1)") for r in (0, 1))
+    assert [table.item(r, c).text() for r in (0, 1) for c in range(2, 5)] == ["—"] * 6
     assert "Not meaningful yet: only 1 item (1 caption) of the held-aside annotations" in dlg.result_note.text()
     assert "held-aside annotations" in dlg.result_box.title() and "Not activated" in dlg.result_note.text()
     with qtbot.waitSignal(dlg.use_model_requested) as use:
@@ -333,7 +334,9 @@ def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dial
     assert library_dialog.training_set.n_heldout_items == 0 and not comparison.measured
     assert not any(name == "evaluate_on" for name, _ in service.calls)
     assert comparison.new_name in {m.name for m in service.models()}  # registered all the same
-    assert [library_dialog.result_table.item(1, c).text() for c in range(1, 5)] == ["—"] * 4
+    table = library_dialog.result_table
+    assert table.item(1, 1).text().startswith("not measured: too few held-aside items (0)")
+    assert [table.item(1, c).text() for c in range(2, 5)] == ["—"] * 3
     assert "Nothing was held aside" in library_dialog.result_note.text()
 
 
