@@ -36,7 +36,7 @@ from pathlib import Path
 from engine.trainercontract.command import TRAINER_PROGRAM
 
 RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, "epoch_captions": 2,
-          "clip_input": "stills"}
+          "clip_input": "stills", "clip_captions": 2}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
 
@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--epoch-captions", type=int, default=RECIPE["epoch_captions"],
                         help="captions of each item an epoch reads (0: all)")
+    parser.add_argument("--clip-captions", type=int, default=RECIPE["clip_captions"],
+                        help="captions of each clip an epoch reads (0: all)")
     parser.add_argument("--clip-input", default=RECIPE["clip_input"], choices=["stills", "video"],
                         help="how the clips of --data train: as their mean frame through the image encoder, or "
                         "through the video encoder (trainer config clip_input)")
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         command = [*TRAINER_PROGRAM, "train", "--method", RECIPE["method"], "--data", str(work),
                    "--train-split", SPLIT_TRAIN, "--val-split", SPLIT_VAL, "--out", str(run),
                    "--seed", str(args.seed), "--device", args.device,
-                   "--epoch-captions", str(args.epoch_captions), "--set", f"clip_input={args.clip_input}"]
+                   "--epoch-captions", str(args.epoch_captions), "--clip-captions", str(args.clip_captions),
+                   "--set", f"clip_input={args.clip_input}"]
         print("running", " ".join(command), flush=True)
         subprocess.run(command, check=True)
         staging = out.with_name(out.name + ".tmp")
@@ -191,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         half_precision(staging / "model.safetensors")
         drop_untrained_branches(staging)
         metrics = json.loads((run / "metrics.json").read_text())
-        record = {**RECIPE, "clip_input": args.clip_input, "epoch_captions": args.epoch_captions, "val_items": vals if len(vals) > 1 else vals[0], "seed": args.seed, **sizes,
+        record = {**RECIPE, "clip_input": args.clip_input, "epoch_captions": args.epoch_captions,
+                  "clip_captions": args.clip_captions, "val_items": vals if len(vals) > 1 else vals[0],
+                  "seed": args.seed, **sizes,
                   "data": " + ".join(d.name for d in datas),
                   "command": "python tools/build_starter.py --data " + " ".join(str(d) for d in args.data)
                   + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else ""),

@@ -3,8 +3,9 @@
     python tools/fit_calibration.py --home DIR [--data ../shared/datasets] [--out resources/calibration.json]
         [--rows DIR/calibration-rows.npz] [--report bench-results/calibration-fit.json]
 
-Libraries: the 500 Flickr8k *train* photos the starter held aside (they chose its epoch, never trained it) and
-1,000 webcaps *train* photos it never saw (tests/bench/bench_domains.py's train slices). Never a dev split.
+Libraries: the 500 Flickr8k *train* photos the starter held aside (they chose its epoch, never trained it),
+1,000 webcaps *train* photos it never saw and the 200 MSR-VTT *train* clips it held aside (real videos, issue #41;
+tests/bench/bench_domains.py's train slices). Never a dev split.
 
 Situations, each searched through the app's own ranking (:meth:`engine.service.SearchService.rank_text`), every
 item of the library a row (label 1: the photo the query's caption was written for):
@@ -271,8 +272,11 @@ def main() -> int:
         zero = calibration.Calibration(dict.fromkeys(calibration.FEATURES, 0.0), 0.0, 0.5, 0.1, "collecting")
         calibration.load = lambda kind, path=None: zero  # every feature in the ranking's parts, nothing weighed
         collected = {"model": [], "zero_shot": []}
-        for domain in ("flickr8k-train-slice", "webcaps-train-slice"):
-            images, files, caps = domains(args.data)[domain]
+        sets = domains(args.data)
+        for domain in ("flickr8k-train-slice", "webcaps-train-slice", "msrvtt-train-slice"):
+            if domain not in sets:
+                continue
+            images, files, caps = sets[domain]
             service = open_library(args.home, domain, images, files)
             service.set_active_model("starter")
             for kind, evidence in (("model", {"model", "zero_shot", "words"}), ("zero_shot", {"zero_shot", "words"})):
@@ -294,8 +298,9 @@ def main() -> int:
         good = round(choose_good([r for r in records if r["situation"] in ("plain", "captioned")],
                                  [p for r, p in zip(records, probs, strict=True)
                                   if r["situation"] in ("plain", "captioned")]), 4)
-        what = ("Flickr8k train photos the starter held aside (500) and webcaps train photos it never saw (1,000): "
-                "plain captions, 100 ordinary user captions, names, made-up words (tools/fit_calibration.py)")
+        what = ("Flickr8k train photos the starter held aside (500), webcaps train photos it never saw (1,000) and "
+                "MSR-VTT train clips it held aside (200): plain captions, 100 ordinary user captions, names, made-up "
+                "words (tools/fit_calibration.py)")
         # the clips' frames bias is chosen apart (tests/bench/bench_clip_bias.py): a refit keeps the shipped one
         kept = calibration.load(kind, args.out) if args.out.is_file() else None
         fitted[kind] = calibration.Calibration(coefs, intercept, 0.5, good, what,

@@ -12,9 +12,11 @@ from trainer.finetune import Pixels, Trunk
 from trainer.methods import PairBatch
 from trainer.textencoder import Tokenized
 
+SAME = -1  # per_clip: as many captions of a GIF/video as of a photo (per_item)
+
 
 def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group: int = 1,
-                  per_item: int | None = None, min_units: int = 0) -> list[np.ndarray]:
+                  per_item: int | None = None, min_units: int = 0, per_clip: int | None = SAME) -> list[np.ndarray]:
     """Caption indices of each batch of one epoch, the order seeded by (seed, epoch) so that a resumed run
     replays it. An epoch takes ``per_item`` random captions of every item (None: every caption once);
     ``group`` captions of one item sit side by side in a batch; photos and clips are never mixed. Batches of
@@ -22,15 +24,20 @@ def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group:
 
     ``min_units`` > the epoch's units repeats the draw (fresh shuffles) until there are at least that many:
     a sparse corpus then gets as many steps per epoch as the fully annotated one would (A3VSE §4.2 keeps
-    the baselines' iteration count comparable instead of letting 10 % of the pairs make 10 % of the steps)."""
+    the baselines' iteration count comparable instead of letting 10 % of the pairs make 10 % of the steps).
+
+    ``per_clip``: captions of each GIF/video an epoch takes (None: all; :data:`SAME`: ``per_item``): clips with
+    20 captions each read as many of them as a photo reads of its five, unless told otherwise (issue #41)."""
     rng = np.random.default_rng([seed, epoch])
     clip_of_caption = pairs.visual.is_clip[pairs.caption_item]
+    limits = None if per_clip == SAME or per_clip == per_item else np.where(pairs.visual.moving, -1, 0)
     n_units = len(pairs.captions) if per_item is None else pairs.n_items * per_item
     repeats = max(1, math.ceil(min_units / max(1, n_units // max(1, group))))
     batches: list[np.ndarray] = []
     for kind in (False, True):
         units = [u for _ in range(repeats)
-                 for u in _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, per_item, rng)]
+                 for u in _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, per_item, rng,
+                                 None if limits is None else (per_item, per_clip, limits))]
         per_batch = max(1, batch_size // max(1, group))
         n_batches = math.ceil(len(units) / per_batch)
         for part in np.array_split(np.arange(len(units)), n_batches) if n_batches else []:
@@ -41,16 +48,18 @@ def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group:
 
 
 def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item: int | None,
-           rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffled groups of up to ``group`` captions of one item, ``per_item`` captions drawn per item."""
-    if group <= 1 and per_item is None:
+           rng: np.random.Generator, by_kind: tuple | None = None) -> list[np.ndarray]:
+    """Shuffled groups of up to ``group`` captions of one item, ``per_item`` captions drawn per item (``by_kind``:
+    ``(per photo, per clip, per-item flag < 0 for a clip)``)."""
+    if group <= 1 and per_item is None and by_kind is None:
         return [np.array([c]) for c in rng.permutation(captions)]
     by_item: dict[int, list[int]] = {}
     for c in captions:
         by_item.setdefault(int(caption_item[c]), []).append(int(c))
     units = []
     for item in sorted(by_item):
-        own = rng.permutation(by_item[item])[:per_item]
+        limit = per_item if by_kind is None else by_kind[1] if by_kind[2][item] < 0 else by_kind[0]
+        own = rng.permutation(by_item[item])[:limit]
         units += [own[i:i + max(1, group)] for i in range(0, len(own), max(1, group))]
     return [units[i] for i in rng.permutation(len(units))]
 

@@ -71,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--val-items", type=int, default=None, help="items in the per-epoch validation")
     p.add_argument("--epoch-captions", type=int, default=None, metavar="N",
                    help="captions of each item an epoch shows (0: all; default: the method's recipe, 1)")
+    p.add_argument("--clip-captions", type=int, default=None, metavar="N",
+                   help="captions of each GIF/video an epoch shows (0: all; default: as --epoch-captions)")
     p.add_argument("--schedule", default=None, choices=["plateau", "cosine", "step", "constant"],
                    help="learning-rate schedule (default: the method's recipe)")
     p.add_argument("--no-pseudo-pairs", action="store_true",
@@ -299,7 +301,8 @@ def _train(args: argparse.Namespace) -> int:
         json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
         pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
-        epoch_captions=args.epoch_captions, finetune_epochs=args.finetune_epochs, finetune_lr=args.finetune_lr,
+        epoch_captions=args.epoch_captions, clip_captions=args.clip_captions, finetune_epochs=args.finetune_epochs,
+        finetune_lr=args.finetune_lr,
         finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks, init_from=args.init_from,
         l2sp=args.l2sp, text_layers=args.text_layers, text_lr=args.text_lr)
     if not (args.data / "captions.tsv").is_file():

@@ -19,6 +19,7 @@ A folder may mix photos and clips; a batch never does (photos and clips have dif
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -137,9 +138,15 @@ class VisualFeatures:
     local: np.ndarray | None  # (n_photos, R, C) float16, or None when no model reads it
     frames: np.ndarray  # (n_clips, T, C) float16
     frame_mask: np.ndarray  # (n_clips, T) bool, a prefix of each row
+    stills: np.ndarray | None = None  # (N,) bool: GIFs/videos read as the still of their mean frame (clip_input)
 
     def __len__(self) -> int:
         return len(self.is_clip)
+
+    @property
+    def moving(self) -> np.ndarray:
+        """(N,) bool: the items that are GIFs or videos, whichever encoder they train through."""
+        return self.is_clip if self.stills is None else self.is_clip | self.stills
 
     def batch(self, rows: Sequence[int] | np.ndarray, device: torch.device,
               shuffle_frames: np.random.Generator | None = None) -> ImageInput | VideoInput:
@@ -211,7 +218,7 @@ def _visual_subset(v: VisualFeatures, items: np.ndarray) -> VisualFeatures:
     kind_row[~clips] = np.arange(len(photo_rows))
     kind_row[clips] = np.arange(len(clip_rows))
     return VisualFeatures(clips, kind_row, v.pooled[items], None if v.local is None else v.local[photo_rows],
-                          v.frames[clip_rows], v.frame_mask[clip_rows])
+                          v.frames[clip_rows], v.frame_mask[clip_rows], None if v.stills is None else v.stills[items])
 
 
 def _text_subset(t: TextFeatures, rows: np.ndarray) -> TextFeatures:
@@ -291,6 +298,7 @@ class FeatureSource:
         local: list[np.ndarray] = []
         frames: list[np.ndarray] = []
         is_clip = np.zeros(len(hashes), bool)
+        stills = np.zeros(len(hashes), bool)
         missing_local: list[int] = []
         for start in range(0, len(hashes), STORE_CHUNK):
             chunk = hashes[start:start + STORE_CHUNK]
@@ -299,6 +307,7 @@ class FeatureSource:
                 record = records[h]
                 pooled.append(record.global_)
                 if record.frames is not None and needs.clips_as_stills:  # its mean frame stands in for regions
+                    stills[start + offset] = True
                     if needs.local:
                         local.append(np.repeat(record.global_[None], self._regions(), 0).astype(np.float16))
                 elif record.frames is not None:
@@ -311,7 +320,8 @@ class FeatureSource:
         if missing_local:
             photos = [item for item, clip in zip(items, is_clip, strict=True) if not clip]
             self._recompute_local(local, missing_local, [photos[i] for i in missing_local])
-        return _assemble_visual(is_clip, pooled, local if needs.local else None, frames, needs.max_frames)
+        visual = _assemble_visual(is_clip, pooled, local if needs.local else None, frames, needs.max_frames)
+        return dataclasses.replace(visual, stills=stills) if stills.any() else visual
 
     def _regions(self) -> int:
         return feature_dims(self.assets)["image_regions"]

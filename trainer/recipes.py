@@ -69,6 +69,7 @@ class TrainOptions:
     val_items: int | None = None
     schedule: str | None = None
     epoch_captions: int | None = None  # captions of each item per epoch; 0 = all (default: the recipe's)
+    clip_captions: int | None = None  # captions of each GIF/video per epoch; 0 = all (default: as epoch_captions)
     assets: Path | None = None
     # Phase two (trainer.finetune); None: the saved run's value when resuming, else FINETUNE_DEFAULTS.
     finetune_epochs: int | None = None  # epochs with the backbone fine-tuned
@@ -175,6 +176,7 @@ class RunSettings:
     finetune_blocks: int
     text_layers: int
     text_lr: float
+    per_clip: int | None = -1  # captions of a GIF/video an epoch (None: all; -1: per_item, trainer.batches.SAME)
 
     def to_json(self) -> dict[str, Any]:
         """The settings as the state file's ``options`` keep them."""
@@ -211,6 +213,7 @@ def resolve_settings(options: TrainOptions, recipe: Recipe, saved: ckpt.TrainerS
         epochs=pick(options.epochs, recipe.epochs), patience=pick(options.patience, recipe.patience),
         seed=options.seed, group=recipe.group, per_item=_per_item(options, recipe),
         val_items=pick(options.val_items, recipe.val_items), schedule=pick(options.schedule, recipe.schedule),
+        per_clip=_per_clip(options),
         **{k: pick(getattr(options, k), v) for k, v in FINETUNE_DEFAULTS.items()})
     fresh.check()
     if saved is None:
@@ -233,6 +236,14 @@ def _per_item(options: TrainOptions, recipe: Recipe) -> int | None:
     if options.epoch_captions < 0:
         raise TrainingError(f"--epoch-captions: must be 0 (all) or more, got {options.epoch_captions}")
     return options.epoch_captions or None
+
+
+def _per_clip(options: TrainOptions) -> int | None:
+    if options.clip_captions is None:
+        return -1
+    if options.clip_captions < 0:
+        raise TrainingError(f"--clip-captions: must be 0 (all) or more, got {options.clip_captions}")
+    return options.clip_captions or None
 
 
 def jsonable(settings: RunSettings, options: TrainOptions) -> dict[str, Any]:

@@ -312,7 +312,7 @@ def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
     state, settings, parts = run.state, run.settings, run.phase_two
     while state.epoch < end and not state.stopped_early:
         batches = epoch_batches(run.data.train, state.epoch, settings.seed, settings.batch_size,
-                                settings.group, settings.per_item, run.data.n_split_items)
+                                settings.group, settings.per_item, run.data.n_split_items, settings.per_clip)
         mine = shard(batches, run.dist)
         scale = learning_rate(run.recipe, 1.0, state.epoch - first, end - first, state)
         for group in run.optim.optimizer.param_groups:

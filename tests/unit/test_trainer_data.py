@@ -112,6 +112,22 @@ def test_epoch_batches_cover_every_caption_once_never_mixing_kinds():
     assert not all(np.array_equal(a, b) for a, b in zip(batches, other, strict=False))
 
 
+def test_an_epoch_reads_its_own_number_of_captions_of_a_clip_trained_as_a_still():
+    """--clip-captions (issue #41): MSR-VTT's clips carry 20 captions, a photo 1 to 5; an epoch may read more of a
+    clip's than of a photo's. Clips trained as stills batch with photos, and each still counts as a clip here."""
+    import dataclasses
+
+    pairs = _pairs_for_batching("pppppp", 8)
+    visual = dataclasses.replace(pairs.visual, stills=np.array([False, True, False, True, False, False]))
+    pairs = dataclasses.replace(pairs, visual=visual)
+    def counts(**kw):
+        flat = np.concatenate(epoch_batches(pairs, epoch=0, seed=0, batch_size=4, per_item=2, **kw))
+        return np.bincount(pairs.caption_item[flat], minlength=6).tolist()
+    assert counts() == [2] * 6  # as many as a photo unless told
+    assert counts(per_clip=5) == [2, 5, 2, 5, 2, 2]
+    assert counts(per_clip=None) == [2, 8, 2, 8, 2, 2]  # every caption of a clip
+
+
 def test_grouped_batches_keep_captions_of_an_item_together():
     pairs = _pairs_for_batching("pppppp", 4)
     for rows in epoch_batches(pairs, epoch=0, seed=0, batch_size=4, group=2):
