@@ -15,10 +15,16 @@ from tests.gui.test_state_visible import clip_hit
 def explained_strips(qtbot, window, service, query: str, kind: MediaKind):
     hit = clip_hit(qtbot, window, service, query, kind)
     wait_explained(qtbot, window)
-    strips = window.inspector.head_views
-    assert strips
-    qtbot.waitUntil(lambda: all(strip.isVisible() for strip in strips), timeout=3000)
-    return hit, strips
+    seen: list[tuple] = []
+
+    def settled() -> bool:  # the inspector may lay out (or rebuild) its strips again on a busy machine: use them
+        qtbot.wait(20)       # once they rest
+        strips = window.inspector.head_views
+        seen.append(tuple((id(s), s.width()) for s in strips if s.isVisible()))
+        return bool(seen[-1]) and len(seen[-1]) == len(strips) and len(seen) > 3 and len(set(seen[-4:])) == 1
+
+    qtbot.waitUntil(settled, timeout=5000)
+    return hit, window.inspector.head_views
 
 
 def test_every_frame_of_the_strip_is_visible_in_a_narrow_inspector(qtbot, window, service) -> None:
