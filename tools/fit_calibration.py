@@ -265,6 +265,9 @@ def main() -> int:
 
     if not use_home(args.home, args.data, starter=True):
         return 0
+    # the clips' frames bias is chosen apart (tests/bench/bench_clip_bias.py): a refit keeps the shipped one (read
+    # before collecting, which blanks calibration.load)
+    kept = {kind: calibration.load(kind, args.out) if args.out.is_file() else None for kind in ("model", "zero_shot")}
     rows_path = args.rows or args.home / "calibration-rows.pkl"
     if rows_path.exists():
         collected = pickle.loads(rows_path.read_bytes())
@@ -301,10 +304,8 @@ def main() -> int:
         what = ("Flickr8k train photos the starter held aside (500), webcaps train photos it never saw (1,000) and "
                 "MSR-VTT train clips it held aside (200): plain captions, 100 ordinary user captions, names, made-up "
                 "words (tools/fit_calibration.py)")
-        # the clips' frames bias is chosen apart (tests/bench/bench_clip_bias.py): a refit keeps the shipped one
-        kept = calibration.load(kind, args.out) if args.out.is_file() else None
         fitted[kind] = calibration.Calibration(coefs, intercept, 0.5, good, what,
-                                               kept.frames_bias if kept is not None else 0.0).to_dict()
+                                               kept[kind].frames_bias if kept[kind] is not None else 0.0).to_dict()
         fit_report[kind] = {"coef": fitted[kind]["coef"], "intercept": fitted[kind]["intercept"], "good": good,
                             "train_side": report(records, probs, good, 0.5)}
         print(kind, json.dumps(fit_report[kind], indent=1), flush=True)

@@ -69,7 +69,7 @@ def relevance(hit: SearchHit, rank: int | None = None, searched: int | None = No
     if p is not None and hit.match in MATCH_DOTS:
         return Relevance(f"{hit.match} match · {percent(p)}", MATCH_DOTS[hit.match],
                          f"{lead}an estimated {percent(p)} probability that this item is what the search asks for "
-                         "(calibrated on held-aside photos)")
+                         "(calibrated on held-aside photos and videos)")
     if p is not None:  # no calibration file: a probabilistic model's own estimate
         dots = 3 if p >= 0.75 else 2 if p >= 0.4 else 1
         return Relevance(f"{percent(p)} match", dots,

@@ -118,7 +118,7 @@ def open_library(home: Path, name: str, images: Path, files: list[str], extra: l
 
 def score_matrices(service, queries: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray], dict[int, int]]:
     """``(ids, {source: (items, queries) raw scores}, query -> ...)`` through the app's own ranking."""
-    parts: dict[str, list[np.ndarray]] = {"model": [], "zero_shot": []}
+    parts: dict[str, list[np.ndarray]] = {"model": [], "zero_shot": [], "app": []}
     ids = None
     service.evidence = frozenset({"model", "zero_shot"})
     for q in queries:
@@ -126,7 +126,7 @@ def score_matrices(service, queries: list[str]) -> tuple[np.ndarray, dict[str, n
         assert len(ranking.rows) == len(ids)  # dense: every item scored
         for name in parts:
             column = np.empty(len(ids), np.float32)
-            column[ranking.rows] = ranking.parts[name]
+            column[ranking.rows] = ranking.total if name == "app" else ranking.parts[name]
             parts[name].append(column)
     return ids, {k: np.stack(v, axis=1) for k, v in parts.items()}, {}
 
@@ -162,7 +162,8 @@ def run_domain(home: Path, name: str, images: Path, files: list[str], caps: dict
     truth = np.array([row_of[by_path[f]] for f, _ in queries])
     out = {"domain": name, "photos": len(files), "captions": len(queries),
            "zero-shot": report(parts["zero_shot"], truth), "starter": report(parts["model"], truth),
-           "default": report(fused(parts, MODEL), truth), "model_weight": MODEL}
+           "default": report(fused(parts, MODEL), truth), "model_weight": MODEL,
+           "app": report(parts["app"], truth)}  # the calibrated total the grid shows (issue #40)
     if sweep:
         out["sweep"] = {str(w): report(fused(parts, w), truth) for w in WEIGHTS}
     out["wall_s"] = round(time.monotonic() - started, 1)

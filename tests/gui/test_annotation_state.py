@@ -129,7 +129,7 @@ def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_sco
     assert any(label.startswith("good match · ") for label in labels)  # half the words: "red" or "circle"
     tip = model.data(model.index(0), Qt.ItemDataRole.ToolTipRole)
     assert "strong match · 98%" in tip and "ranked 1st of" in tip and "score" not in tip
-    assert "probability that this item is what the search asks for (calibrated on held-aside photos)" in tip
+    assert "probability that this item is what the search asks for (calibrated on held-aside photos and videos)" in tip
     with qtbot.waitSignal(model.page_loaded, timeout=3000):
         window.find_similar(hits[0])  # a picture search carries no probability: its place and standing in words
     first = model.data(model.index(0), RELEVANCE_ROLE)
@@ -155,7 +155,7 @@ def test_a_calibrated_match_says_its_word_and_its_percentage() -> None:
     strong = relevance(hit(0.62, "strong"), rank=1, searched=40)
     assert (strong.label, strong.dots) == ("strong match · 62%", 3)
     assert strong.explanation == ("ranked 1st of 40 items for this search: an estimated 62% probability that this "
-                                  "item is what the search asks for (calibrated on held-aside photos)")
+                                  "item is what the search asks for (calibrated on held-aside photos and videos)")
     assert (relevance(hit(0.04, "good")).label, relevance(hit(0.04, "good")).dots) == ("good match · 4%", 2)
     assert (relevance(hit(0.003, "weak")).label, relevance(hit(0.003, "weak")).dots) == (
         "weak match · 0.3%", 1)

@@ -30,22 +30,23 @@ def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
     record = starter_record(folder)
     tool = _build_tool()
     # method, seed and train split of the recipe; a validation slice held aside from each folder's train split
-    assert {k: record[k] for k in ("method", "seed", "train_split", "epoch_captions")} == \
-        {k: tool.RECIPE[k] for k in ("method", "seed", "train_split", "epoch_captions")}
-    assert record["val_items"] == [500, 1000] and record["val_photos"] == 1500
-    assert record["data"] == "flickr8k + webcaps" and "research use" in record["terms"]
+    recipe = ("method", "seed", "train_split", "epoch_captions", "clip_input", "clip_captions")
+    assert {k: record[k] for k in recipe} == {k: tool.RECIPE[k] for k in recipe}
+    assert record["val_items"] == [500, 1000, 200] and record["val_photos"] == 1700
+    assert record["data"] == "flickr8k + webcaps + msrvtt-clips" and "research use" in record["terms"]
+    assert "MSR-VTT" in record["terms"]  # real video clips (issue #41), their terms named
     assert record["command"].startswith("python tools/build_starter.py --data")
     config = json.loads((folder / "config.json").read_text())
     manifest = json.loads((folder / "onnx" / "manifest.json").read_text())
     assert config["method"] == manifest["method"] == record["method"]
     assert "backbone" not in manifest  # the stock backbone: a library's cached features serve it
-    # it learnt from photos only: the video branch is recorded as untrained and not shipped (never used to rank)
+    # its clips trained as stills (the image encoder): the video branch is recorded as untrained and not shipped
     assert manifest["trained_on"]["video"] == 0 and "video" not in manifest["encoders"]
     assert not (folder / "onnx" / "video.onnx").exists()
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < 60 * 2**20
     record = json.loads((folder / "caption_words.json").read_text())  # the words the starter read, counted
-    assert record["captions"] == 33500 and record["words"]["dog"] > 1000 and record["words"].get("biscuit", 0) < 5
+    assert record["captions"] == 49500 and record["words"]["dog"] > 1000 and record["words"].get("biscuit", 0) < 5
 
 
 def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_same_weights(tmp_path, monkeypatch):
