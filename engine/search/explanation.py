@@ -97,8 +97,8 @@ def ranking_note(ranking, position: int) -> str | None:
     rejected = parts.get("rejected")
     tail = " It was rejected for a search like this one." if rejected is not None and rejected[position] > 0 else ""
     return (f"{fitted.word(p).capitalize()} match, {percent(p)}: the chance that this is what the search asks for, "
-            f"calibrated on photos and videos no model here trained on. Log-odds: start {adds['start']:+.1f} (one item among "
-            f"the library's), " + ", ".join(said) + "." + tail)
+            f"calibrated on photos and videos no model here trained on. Log-odds: start {adds['start']:+.1f} (one item "
+            f"among the library's), " + ", ".join(said) + "." + tail)
 
 
 def _word_matches(query: str, record: MediaRecord, features: FeatureStore, encoders: Encoders) -> tuple:
