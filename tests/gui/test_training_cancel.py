@@ -21,15 +21,21 @@ def caption_some(service: FakeService, n: int) -> None:
         service.add_caption(media_id, f"a picture number {i}")
 
 
-def test_a_retrain_cancelled_before_its_first_checkpoint_removes_its_training_set(
-        qtbot, tmp_path: Path, service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FAKE_TRAINER_LOAD_S", "60")  # still loading its data when Cancel comes
+def started_retrain(qtbot, tmp_path: Path, service: FakeService, epochs: int) -> TrainingDialog:
+    """A retrain of the library's captions (5 of them) for ``epochs`` epochs, started from the dialog."""
     caption_some(service, 5)
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
     qtbot.addWidget(dlg)
     dlg.set_source(SOURCE_LIBRARY)
-    dlg.epochs.setValue(3)
+    dlg.epochs.setValue(epochs)
     dlg.start()
+    return dlg
+
+
+def test_a_retrain_cancelled_before_its_first_checkpoint_removes_its_training_set(
+        qtbot, tmp_path: Path, service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_TRAINER_LOAD_S", "60")  # still loading its data when Cancel comes
+    dlg = started_retrain(qtbot, tmp_path, service, epochs=3)
     qtbot.waitUntil(lambda: "loading data" in dlg.log_view.toPlainText(), timeout=30000)
     folder = Path(dlg.training_set.folder)
     assert folder.is_dir()  # exported, handed to the trainer
@@ -45,12 +51,7 @@ def test_a_retrain_cancelled_before_its_first_checkpoint_removes_its_training_se
 def test_a_retrain_cancelled_with_a_checkpoint_keeps_what_resume_needs(
         qtbot, tmp_path: Path, service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.1")
-    caption_some(service, 5)
-    dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
-    qtbot.addWidget(dlg)
-    dlg.set_source(SOURCE_LIBRARY)
-    dlg.epochs.setValue(50)
-    dlg.start()
+    dlg = started_retrain(qtbot, tmp_path, service, epochs=50)
     qtbot.waitUntil(lambda: len(dlg.losses) >= 2, timeout=30000)
     with qtbot.waitSignal(dlg.state_changed, timeout=20000, check_params_cb=lambda s: s == "cancelled"):
         dlg.cancel_button.click()

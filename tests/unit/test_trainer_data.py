@@ -217,9 +217,9 @@ def test_text_features_are_cached_in_caption_order(tmp_path, assets_dir):
 # ------------------------------------------------------------------------------ real features
 
 
-def test_real_features_for_photos_clips_and_a_broken_file(tmp_path, assets_dir):
-    folder = tmp_path / "mixed"
-    make_toy_photo_folder(folder / "p", 3, seed=1)
+def _mixed_folder(folder: Path, photos: int, broken: bool = False) -> Path:
+    """A caption folder of ``photos`` toy photos, two moving GIFs and (``broken``) a file that is no picture."""
+    make_toy_photo_folder(folder / "p", photos, seed=1)
     make_motion_gif_folder(folder / "g", 2, seed=1)
     media = folder / "media"
     media.mkdir()
@@ -228,10 +228,15 @@ def test_real_features_for_photos_clips_and_a_broken_file(tmp_path, assets_dir):
         for path in (folder / sub / "media").iterdir():
             path.rename(media / path.name)
         rows += (folder / sub / "captions.tsv").read_text().splitlines()[1:]
-    (media / "broken.png").write_bytes(b"not a picture")
-    rows.append("broken.png\ta broken file")
+    if broken:
+        (media / "broken.png").write_bytes(b"not a picture")
+        rows.append("broken.png\ta broken file")
     (folder / "captions.tsv").write_text("\n".join(rows) + "\n")
-    view = load_caption_folder(folder)
+    return folder
+
+
+def test_real_features_for_photos_clips_and_a_broken_file(tmp_path, assets_dir):
+    view = load_caption_folder(_mixed_folder(tmp_path / "mixed", photos=3, broken=True))
     with FeatureStore(tmp_path / "f.sqlite") as store:
         source = FeatureSource(store, Encoders(assets_dir), tmp_path / "cache", assets_dir)
         pairs = source.pairs(view.item_captions(), FeatureNeeds(True, True, True, "minilm", 4))
@@ -247,18 +252,7 @@ def test_real_features_for_photos_clips_and_a_broken_file(tmp_path, assets_dir):
 def test_clips_train_as_the_still_of_their_mean_frame_when_the_config_says_stills(tmp_path, assets_dir):
     """clip_input "stills" (issue #41): a GIF reaches the image encoder as a photo whose pooled feature is its
     mean frame and whose regions repeat it, as the engine scores a clip whose video branch never learnt."""
-    folder = tmp_path / "mixed"
-    make_toy_photo_folder(folder / "p", 2, seed=1)
-    make_motion_gif_folder(folder / "g", 2, seed=1)
-    media = folder / "media"
-    media.mkdir()
-    rows = ["file\tcaption"]
-    for sub in ("p", "g"):
-        for path in (folder / sub / "media").iterdir():
-            path.rename(media / path.name)
-        rows += (folder / sub / "captions.tsv").read_text().splitlines()[1:]
-    (folder / "captions.tsv").write_text("\n".join(rows) + "\n")
-    view = load_caption_folder(folder)
+    view = load_caption_folder(_mixed_folder(tmp_path / "mixed", photos=2))
     with FeatureStore(tmp_path / "f.sqlite") as store:
         source = FeatureSource(store, Encoders(assets_dir), tmp_path / "cache", assets_dir)
         video = source.pairs(view.item_captions(), FeatureNeeds(True, False, True, "minilm", 4))
