@@ -59,7 +59,7 @@ class BrowseBar(QWidget):
         self.progress = QLabel()
         self.progress.setTextFormat(Qt.TextFormat.PlainText)
         self.progress.setWordWrap(True)  # a narrow window keeps its grid: the line folds rather than widen the column
-        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("00,000 of 00,000 indexed"))
+        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("00,000 of 00,000"))
         self.progress.setToolTip("Items with a caption you wrote or imported (the model's guesses do not count)")
         self.examples = QLabel()
         self.examples.setTextFormat(Qt.TextFormat.RichText)
