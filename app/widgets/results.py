@@ -318,6 +318,7 @@ class ResultsView(QListView):
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         current = self.currentIndex()
+        self.executeDelayedItemsLayout()  # a page that just arrived may not be laid out yet: "above" needs places
         up = QListView.CursorAction.MoveUp
         on_top = not current.isValid() or self.moveCursor(up, Qt.KeyboardModifier.NoModifier) == current
         if event.key() == Qt.Key.Key_Up and not event.modifiers() and on_top:
