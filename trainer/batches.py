@@ -30,14 +30,15 @@ def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group:
     20 captions each read as many of them as a photo reads of its five, unless told otherwise (issue #41)."""
     rng = np.random.default_rng([seed, epoch])
     clip_of_caption = pairs.visual.is_clip[pairs.caption_item]
-    limits = None if per_clip == SAME or per_clip == per_item else np.where(pairs.visual.moving, -1, 0)
+    clip_limit = per_item if per_clip == SAME else per_clip
+    moving = pairs.visual.moving if clip_limit != per_item else None  # None: every item reads per_item
     n_units = len(pairs.captions) if per_item is None else pairs.n_items * per_item
     repeats = max(1, math.ceil(min_units / max(1, n_units // max(1, group))))
     batches: list[np.ndarray] = []
     for kind in (False, True):
         units = [u for _ in range(repeats)
                  for u in _units(np.flatnonzero(clip_of_caption == kind), pairs.caption_item, group, per_item, rng,
-                                 None if limits is None else (per_item, per_clip, limits))]
+                                 moving, clip_limit)]
         per_batch = max(1, batch_size // max(1, group))
         n_batches = math.ceil(len(units) / per_batch)
         for part in np.array_split(np.arange(len(units)), n_batches) if n_batches else []:
@@ -48,17 +49,18 @@ def epoch_batches(pairs: PairSet, epoch: int, seed: int, batch_size: int, group:
 
 
 def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item: int | None,
-           rng: np.random.Generator, by_kind: tuple | None = None) -> list[np.ndarray]:
-    """Shuffled groups of up to ``group`` captions of one item, ``per_item`` captions drawn per item (``by_kind``:
-    ``(per photo, per clip, per-item flag < 0 for a clip)``)."""
-    if group <= 1 and per_item is None and by_kind is None:
+           rng: np.random.Generator, moving: np.ndarray | None = None,
+           per_clip: int | None = None) -> list[np.ndarray]:
+    """Shuffled groups of up to ``group`` captions of one item, ``per_item`` captions drawn per item, ``per_clip``
+    per item that is ``moving`` (a GIF/video; None: no item reads another number)."""
+    if group <= 1 and per_item is None and moving is None:
         return [np.array([c]) for c in rng.permutation(captions)]
     by_item: dict[int, list[int]] = {}
     for c in captions:
         by_item.setdefault(int(caption_item[c]), []).append(int(c))
     units = []
     for item in sorted(by_item):
-        limit = per_item if by_kind is None else by_kind[1] if by_kind[2][item] < 0 else by_kind[0]
+        limit = per_clip if moving is not None and moving[item] else per_item
         own = rng.permutation(by_item[item])[:limit]
         units += [own[i:i + max(1, group)] for i in range(0, len(own), max(1, group))]
     return [units[i] for i in rng.permutation(len(units))]

@@ -299,6 +299,7 @@ class FeatureSource:
         frames: list[np.ndarray] = []
         is_clip = np.zeros(len(hashes), bool)
         stills = np.zeros(len(hashes), bool)
+        regions = feature_dims(self.assets)["image_regions"] if needs.clips_as_stills and needs.local else 0
         missing_local: list[int] = []
         for start in range(0, len(hashes), STORE_CHUNK):
             chunk = hashes[start:start + STORE_CHUNK]
@@ -309,7 +310,7 @@ class FeatureSource:
                 if record.frames is not None and needs.clips_as_stills:  # its mean frame stands in for regions
                     stills[start + offset] = True
                     if needs.local:
-                        local.append(np.repeat(record.global_[None], self._regions(), 0).astype(np.float16))
+                        local.append(np.repeat(record.global_[None], regions, 0).astype(np.float16))
                 elif record.frames is not None:
                     is_clip[start + offset] = True
                     frames.append(_even_frames(record.frames, needs.max_frames))
@@ -322,9 +323,6 @@ class FeatureSource:
             self._recompute_local(local, missing_local, [photos[i] for i in missing_local])
         visual = _assemble_visual(is_clip, pooled, local if needs.local else None, frames, needs.max_frames)
         return dataclasses.replace(visual, stills=stills) if stills.any() else visual
-
-    def _regions(self) -> int:
-        return feature_dims(self.assets)["image_regions"]
 
     def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
         """Local features the store dropped past its cap are recomputed, not stored (module docstring of

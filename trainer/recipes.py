@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from trainer import checkpoint as ckpt
+from trainer.batches import SAME
 from trainer.data import feature_dims
 from trainer.finetune import NUM_BLOCKS
 from trainer.methods import ConfigError, MethodConfig, build_config, get_method, list_methods
@@ -176,7 +177,7 @@ class RunSettings:
     finetune_blocks: int
     text_layers: int
     text_lr: float
-    per_clip: int | None = -1  # captions of a GIF/video an epoch (None: all; -1: per_item, trainer.batches.SAME)
+    per_clip: int | None = SAME  # captions of a GIF/video an epoch (None: all; SAME: per_item)
 
     def to_json(self) -> dict[str, Any]:
         """The settings as the state file's ``options`` keep them."""
@@ -240,7 +241,7 @@ def _per_item(options: TrainOptions, recipe: Recipe) -> int | None:
 
 def _per_clip(options: TrainOptions) -> int | None:
     if options.clip_captions is None:
-        return -1
+        return SAME
     if options.clip_captions < 0:
         raise TrainingError(f"--clip-captions: must be 0 (all) or more, got {options.clip_captions}")
     return options.clip_captions or None

@@ -264,8 +264,9 @@ def video_ranks(service, clips: dict[str, list[str]], by_path: dict[str, int]) -
         for caption in captions:
             ids, ranking, _, _ = service.rank_text(caption)
             at = int(np.flatnonzero(ids[ranking.rows] == target)[0])
-            for name, score in (("app", ranking.total), *((k, v) for k, v in ranking.parts.items()
-                                                           if k in ("model", "zero_shot"))):
+            scores = {"app": ranking.total, **{k: ranking.parts[k] for k in ("model", "zero_shot")
+                                               if k in ranking.parts}}
+            for name, score in scores.items():
                 ranks[name].append(int((score > score[at]).sum()))
     return {k: np.array(v) for k, v in ranks.items() if v}
 
