@@ -22,6 +22,7 @@ def show_in_folder(path: Path, parent: QWidget | None = None) -> bool:
     copy = box.addButton("Copy path", QMessageBox.ButtonRole.ActionRole)
     copy.clicked.disconnect()  # copying must not close the box
     copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(str(path)))
+    box.setEscapeButton(QMessageBox.StandardButton.Ok)  # with a second button Qt picks no escape button itself
     _OPEN_NOTES.add(box)  # a box without a parent lives as long as Python holds it: until it is closed
     box.finished.connect(lambda _result: _OPEN_NOTES.discard(box))
     box.open()  # not modal to the whole app: the window keeps working

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
@@ -160,6 +161,9 @@ def test_point5_show_in_folder_without_a_file_manager_says_where_the_file_is(qtb
     hit = viewer.hit
     boxes = [w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]
     assert boxes and str(Path(hit.path).parent) in boxes[0].text() and "No file manager" in boxes[0].text()
+    box = boxes[0]  # Escape closes it, as any note does (#44 point 20)
+    qtbot.keyClick(box, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not box.isVisible(), timeout=3000)
     for box in boxes:
         box.close()
 
