@@ -496,7 +496,10 @@ class MainWindow(QMainWindow):
         return dialog
 
     def apply_preferences(self) -> None:
-        self.results_model.page_size = self.settings.page_size
+        if self.results_model.page_size != self.settings.page_size:  # pages of one size only: read them again
+            self.results_model.page_size = self.settings.page_size
+            current = self.results.current_hit()
+            self.search(self.session.query, keep=current.media_id if current else None, rerun=True)
         self.results.set_icon_size(self.settings.thumbnail_size)
         self.keep_grid_usable()
         if self.search_bar.cutoff.value() != self.settings.cutoff_percent:

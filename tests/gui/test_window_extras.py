@@ -31,6 +31,23 @@ def test_preferences_change_page_size_and_thumbnails_and_persist(qtbot, window, 
     assert ("search_text", ("red", 24, 0, None)) in service.calls
 
 
+def test_a_new_page_size_reads_the_results_again_in_pages_of_that_size(qtbot, window, service) -> None:
+    """#44 point 20: results in pages of 60 took the next page as 200 after the preference changed ("260+"), and a
+    listing's page arithmetic (row // page size) then pointed at the wrong rows."""
+    window.results_model.page_size = 3
+    start_typing_a_query(qtbot, window, "circle")
+    selected = window.results.current_hit().media_id
+    dialog = window.open_preferences()
+    dialog.page_size.setValue(24)
+    with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
+        dialog.accept()
+    assert ("search_text", ("circle", 24, 0, None)) in service.calls  # from the first result again, 24 a page
+    model = window.results_model
+    qtbot.waitUntil(lambda: not model.is_loading, timeout=3000)
+    assert model.rowCount() % 24 == 0 or not model.canFetchMore()
+    assert window.results.current_hit().media_id == selected  # in place: the selection stays
+
+
 def test_a_narrow_window_keeps_two_result_columns(qtbot, window) -> None:
     start_typing_a_query(qtbot, window, "circle")
     window.resize(760, 600)
