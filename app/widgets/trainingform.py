@@ -47,6 +47,7 @@ class TrainingForm(QDialog):
         self.setWindowTitle("Train a model")
         self.losses: list[tuple[int, float]] = []  # (global step, total loss)
         self.rsums: list[tuple[int, float]] = []  # (epoch, validation rsum)
+        self.charted = True  # False: too few held-aside items for the trainer's check to mean anything (not drawn)
         self.run_progress = RunProgress(epochs=1)  # the whole run's position, shown by the progress bar
         self._phase_marker: pg.InfiniteLine | None = None  # where fine-tuning began, on the rsum plot
         self._build(data_folder)
@@ -212,6 +213,7 @@ class TrainingForm(QDialog):
     def _clear_plots(self, run_progress: RunProgress) -> None:
         self.losses.clear()
         self.rsums.clear()
+        self.charted = True
         self.loss_curve.setData([], [])
         self.val_curve.setData([], [])
         self._clear_phase_marker()
@@ -283,11 +285,12 @@ class TrainingForm(QDialog):
         self.run_progress.at_epoch_end(event.epoch)
         self._show_run_progress()
         rsum = event.rsum
-        if rsum is not None:
+        if rsum is not None and self.charted:
             self.rsums.append((event.epoch, rsum))
             xs, ys = zip(*self.rsums, strict=True)
             self.val_curve.setData(list(xs), list(ys))
             self.frame_epochs()
+        if rsum is not None:
             self._append_log(f"epoch {event.epoch}: validation rsum {rsum:.1f}")
 
     def _append_log(self, text: str) -> None:

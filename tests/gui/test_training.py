@@ -338,6 +338,9 @@ def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dial
     assert table.item(1, 1).text().startswith("not measured: too few held-aside items (0)")
     assert [table.item(1, c).text() for c in range(2, 5)] == ["—"] * 3
     assert "Nothing was held aside" in library_dialog.result_note.text()
+    # #44 point 20: no chart of the trainer's rsum "600" over 0 held-aside items (the log still lists the epochs)
+    assert library_dialog.val_curve.getData()[0] is None or not len(library_dialog.val_curve.getData()[0])
+    assert "too few held-aside items (0)" in library_dialog.val_plot.getPlotItem().titleLabel.text
 
 
 def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp_path: Path,
