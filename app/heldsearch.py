@@ -30,10 +30,10 @@ class HeldSearch(QObject):
     def _preparing(self) -> bool:
         """The assets are missing and the library is busy (the demo being set up, or an index run, whose first
         stage prepares them)."""
-        service = self._window.service
-        if service is None or service.assets_ready():
+        window = self._window  # asked at every search: the disk only while the library is busy
+        if not (window.library.is_indexing or window.state.activity) or window.service is None:
             return False
-        return bool(self._window.library.is_indexing or self._window.state.activity)
+        return not window.service.assets_ready()
 
     def hold(self, query: str | Path | None) -> bool:
         """Hold ``query`` when it cannot run yet (True); a new query replaces a held one, None drops it."""

@@ -5,9 +5,10 @@ and restored with the settings; and the rule that keeps a narrow window's grid u
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QScrollArea, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
 
 from app.settings import GuiSettings
+from app.widgets.screen import scrolled
 
 GRID_COLUMNS = 2  # a narrow window makes room for at least this many result columns
 
@@ -20,17 +21,6 @@ def column(*widgets: QWidget, stretch_last: bool = True) -> QWidget:
     for i, widget in enumerate(widgets):
         layout.addWidget(widget, 1 if stretch_last and i == len(widgets) - 1 else 0)
     return box
-
-
-def scrolled(widget: QWidget) -> QScrollArea:
-    """``widget`` in a frameless scroll area: it shrinks below its own minimum height (and width) and scrolls, so
-    the window's minimum size stays small (at a 2x scale it must fit a 1920x1080 screen, issue #44)."""
-    area = QScrollArea()
-    area.setWidget(widget)
-    area.setWidgetResizable(True)
-    area.setFrameShape(QFrame.Shape.NoFrame)
-    area.setMinimumSize(0, 0)
-    return area
 
 
 class WindowLayout:

@@ -380,10 +380,7 @@ class MainWindow(QMainWindow):
         self.inspector.show_hit(self.session.query, hit, rank)
         self.annotate.set_item(self.session.query, hit)
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
-            if self.viewer.hit is not None and self.viewer.hit.media_id == hit.media_id:  # the same item selected again
-                self.viewer.set_state(self.results_model.state(hit.media_id))  # (a page re-read): keep its frame
-            else:
-                self.viewer.show_hit(hit, self.results_model.state(hit.media_id))
+            self.viewer.follow(hit, self.results_model.state(hit.media_id))
 
     def open_viewer(self, hit: SearchHit | None = None, state: Any = None, start: int | None = None) -> Viewer | None:
         """Show the current (or given) result large; the viewer follows the selection while it is open.

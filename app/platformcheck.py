@@ -3,10 +3,10 @@
 On a bare Debian or Ubuntu the X11 libraries Qt's xcb plugin links to are not all installed (libxcb-cursor0,
 libxcb-icccm4 and libxcb-keysyms1 usually are not), and Qt then aborts with "Could not load the Qt platform plugin
 'xcb'" and a list of plugins, which tells a user nothing about what to install. :func:`missing_xcb_packages`
-looks the plugin's libraries up the way the dynamic loader will (``ctypes.util.find_library``: the ``ldconfig``
-cache, then ``LD_LIBRARY_PATH``), and :func:`startup_problem` says in words what is missing and the one command
-that installs it. No Qt here: this runs before Qt is loaded, and the installer runs it too
-(``python -m app.platformcheck --packages``).
+asks the dynamic loader for the plugin's libraries (it loads each, as Qt will a moment later; only one it cannot
+load is looked for further, in the ``ldconfig`` cache and ``LD_LIBRARY_PATH``), and :func:`startup_problem` says
+in words what is missing and the one command that installs it. No Qt here: this runs before Qt is loaded, and
+the installer runs it too (``python -m app.platformcheck --packages``).
 """
 
 from __future__ import annotations
@@ -51,10 +51,23 @@ def _ldconfig_names() -> frozenset[str]:
     return frozenset()
 
 
+# Each library's soname, by Debian's naming rule for library packages (the package is the soname with its major
+# version: libxcb-icccm4 ships libxcb-icccm.so.4, libx11-6 libX11.so.6).
+_SONAMES = {name: f"lib{name}.so.{package[len(package.rstrip('0123456789')):]}" for name, package in XCB_LIBRARIES}
+
+
 def find_library(name: str) -> str | None:
-    """``lib<name>.so.N`` as the dynamic loader finds it: its cache read once (find_library would run
-    ``ldconfig -p`` once per library, ~20 times at each start), else ``ctypes.util.find_library`` (which also
-    looks in ``LD_LIBRARY_PATH``)."""
+    """``lib<name>.so.N`` as the dynamic loader finds it. The loader is asked first (``dlopen`` of its soname: no
+    subprocess at each start, and what it loads Qt loads a moment later anyway); only a library it cannot load is
+    looked for in its cache, read once (``ctypes.util.find_library`` would run ``ldconfig -p`` once per library),
+    else by ``ctypes.util.find_library`` (which also looks in ``LD_LIBRARY_PATH``)."""
+    soname = _SONAMES.get(name)
+    if soname is not None:
+        try:
+            ctypes.CDLL(soname)
+            return soname
+        except OSError:
+            pass
     prefix = f"lib{name}.so"
     found = next((n for n in _ldconfig_names() if n == prefix or n.startswith(prefix + ".")), None)
     return found or ctypes.util.find_library(name)

@@ -58,7 +58,7 @@ class SearchService:
         self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # search_with_model; None: the active one
-        self._awaited_starter: Path | None = None  # the shipped starter, waiting for the assets (_offer_starter)
+        self._awaited_starter: ModelInfo | None = None  # the shipped starter, waiting for the assets (_offer_starter)
         self._offering = False
         self.library_dir = cache_dir.parent
 
@@ -149,7 +149,7 @@ class SearchService:
         """Offer the starter model now that the pretrained assets are surely there: on a fresh home they are
         prepared by the first index run, after :meth:`open` had to skip the offer (it checks the starter against
         the backbone), so without this the starter only arrived at the next start (issue #32)."""
-        from engine.search.starter import offer_starter, shipped_starter, starter_enabled
+        from engine.search.starter import STARTER_NAME, offer_starter, shipped_starter, starter_enabled
 
         self._offering = True  # registering checks it against the backbone (seconds): it stays listed meanwhile
         try:
@@ -158,7 +158,10 @@ class SearchService:
             self._offering = False
         waiting = (name is None and not self.encoders.ready() and starter_enabled()
                    and self.catalog.active_model() is None)
-        self._awaited_starter = shipped_starter() if waiting else None
+        shipped = shipped_starter() if waiting else None
+        # models() lists it as the active model meanwhile; its config is read once here, not at every listing
+        self._awaited_starter = (ModelInfo(STARTER_NAME, _method_of(shipped), shipped, {}, active=True)
+                                 if shipped is not None else None)
 
     def assets_ready(self) -> bool:
         """Whether the pretrained assets a search needs are there. On a fresh home they are not until the first
@@ -485,9 +488,7 @@ class SearchService:
             pcme = is_probabilistic(r.path)
             infos.append(ModelInfo(r.name, r.method, r.path, r.metrics, r.is_active, pcme, trained or pcme))
         if awaited is not None:  # a fresh home: the starter is registered and searches once the assets are prepared
-            from engine.search.starter import STARTER_NAME
-
-            infos.append(ModelInfo(STARTER_NAME, _method_of(awaited), awaited, {}, True, False, trained))
+            infos.append(replace(awaited, gives_probability=trained))
         return infos
 
     def set_active_model(self, name: str | None) -> None:

@@ -46,11 +46,6 @@ def ordinal(n: int) -> str:
     return f"{n:,}{suffix}"
 
 
-def standing(score: float) -> str:
-    """Where a fused score puts an item among the library, in words (no raw number: it is a sum of z-scores)."""
-    return next(words for floor, _, _, words in STANDING if score >= floor)
-
-
 def relevance(hit: SearchHit, rank: int | None = None, searched: int | None = None) -> Relevance:
     """A text search's calibrated match (issue #40: "strong match · 62%"); without a calibration file a
     probabilistic model's own match probability ("62% match"); otherwise (find similar) a band by how far the item

@@ -261,15 +261,16 @@ class LibraryPanel(QWidget):
     def is_indexing(self) -> bool:
         return self._job is not None
 
-    def index(self, paths: list[Path] | None = None) -> None:
-        """Index ``paths`` (all roots when None) in the background; queued if a job is running."""
+    def index(self, paths: list[Path] | None = None, what: str = "Indexing") -> None:
+        """Index ``paths`` (all roots when None) in the background; queued if a job is running (``what``: the
+        job's name in the panel and the status line)."""
         if self._service is None:
             return
         if self._job is not None:
             self._queued.append(paths)
             return
         service = self._service
-        self.run_job(lambda cancel: service.index_paths(paths, cancel=cancel), "Indexing")
+        self.run_job(lambda cancel: service.index_paths(paths, cancel=cancel), what)
 
     def reindex(self) -> None:
         """Re-embed the whole library with the active model (after switching models)."""
@@ -330,11 +331,10 @@ class LibraryPanel(QWidget):
     def resume_interrupted(self, pending: int) -> None:
         """Index what an earlier session left pending (it quit, or was stopped, mid-index), with progress, as soon
         as the library opens (issue #44: "1752 pending" sat in the sidebar and nothing resumed or said so)."""
-        service = self._service
-        if service is None or self._job is not None:
+        if self._service is None or self._job is not None:
             return
         log.info("resuming indexing: %d items pending", pending)
-        self.run_job(lambda cancel: service.index_paths(None, cancel=cancel), RESUMING)
+        self.index(None, RESUMING)
         self.status_message.emit(f"{RESUMING}: {plural(pending, 'item')} {'was' if pending == 1 else 'were'} "
                                  "left to index when Polyseek last stopped.")
 

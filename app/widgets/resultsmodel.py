@@ -112,8 +112,11 @@ class ResultsModel(QAbstractListModel):
         self._scored = scored
         self._states_fetch, self._states, self._hide_rejected, self._dropped = states, {}, hide_rejected, {}
         self.endResetModel()
-        if first is not None:
-            (self._start_listing if self._count is not None else self._append_first)(self._generation, *first)
+        if first is not None:  # a re-run's first page, read while the old rows stayed (_replace)
+            if self._count is not None:
+                self._start_listing(self._generation, *first)
+            else:
+                self._append(self._generation, first[1])
         elif self._count is not None:
             self._load_listing()
         elif fetch is not None:
@@ -124,11 +127,11 @@ class ResultsModel(QAbstractListModel):
                  count: ListingCount | None) -> None:
         """Read the new first page (and count) while the old rows stay on show; then :meth:`set_fetch` with it."""
         self._generation += 1  # the old search's late pages are dropped
-        generation, top, listing = self._generation, self.page_size, count is not None and not hide_rejected
+        generation, top, counted = self._generation, self.page_size, None if hide_rejected else count  # as _count
         self._loading, self._wanted, self.replacing = True, OrderedDict(), True
 
         def first_page() -> tuple[int, list[SearchHit]]:
-            return (count() if listing and count is not None else 0), fetch(0, top)
+            return (counted() if counted is not None else 0), fetch(0, top)
 
         def arrived(first: tuple[int, list[SearchHit]]) -> None:
             if generation == self._generation:
@@ -139,9 +142,6 @@ class ResultsModel(QAbstractListModel):
             self._failed(generation, exc)
         run_in_background(first_page, pool=self._pool, priority=10, on_result=while_alive(self, arrived),
                           on_error=while_alive(self, failed))
-
-    def _append_first(self, generation: int, _count: int, hits: list[SearchHit]) -> None:
-        self._append(generation, hits)
 
     @property
     def is_loading(self) -> bool:

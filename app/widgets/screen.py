@@ -1,11 +1,12 @@
 """Windows and dialogs sized to the screen they are on: never larger than its available area (a 2x scale factor
-halves it, issue #44), and a saved geometry brought back onto it."""
+halves it, issue #44), a saved geometry brought back onto it, and panels that scroll rather than hold the window
+wide or tall."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QRect
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QWidget
 
 
 def available(widget: QWidget | None = None) -> QRect | None:
@@ -39,3 +40,13 @@ def clamp_to_screen(widget: QWidget) -> None:
     y = min(max(frame.y(), area.top()), area.bottom() + 1 - (height + extra_h))
     if (x, y) != (frame.x(), frame.y()):
         widget.move(x, y)
+
+
+def scrolled(widget: QWidget) -> QScrollArea:
+    """``widget`` in a frameless scroll area: it shrinks below its own minimum height (and width) and scrolls, so
+    the window's minimum size stays small (at a 2x scale it must fit a 1920x1080 screen, issue #44)."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    return area

@@ -14,14 +14,12 @@ from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
     QFormLayout,
-    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -30,7 +28,7 @@ from PySide6.QtWidgets import (
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.settings import DEVICES
 from app.widgets.plaintext import plain_label
-from app.widgets.screen import fit_to_screen
+from app.widgets.screen import fit_to_screen, scrolled
 from app.widgets.trainingview import METHOD_DESCRIPTIONS, METHODS, ComparisonBox, RunProgress, format_eta
 from engine.trainercontract import events
 
@@ -156,10 +154,7 @@ class TrainingForm(QDialog):
         content.addWidget(self.log_view)
         # The dialog keeps its size when the result and the log appear: what does not fit scrolls (it grew from
         # 860x640 to 952x782 at a run's end and pushed "Use it and re-index" off-screen, issue #44).
-        self.body = QScrollArea()
-        self.body.setWidget(body)
-        self.body.setWidgetResizable(True)
-        self.body.setFrameShape(QFrame.Shape.NoFrame)
+        self.body = scrolled(body)
         self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # labels wrap instead
         layout = QVBoxLayout(self)
         layout.addWidget(self.body, 1)

@@ -215,6 +215,15 @@ class Viewer(QDialog):
         else:
             self._load_still(Path(hit.path), self.picture.viewport().size())
 
+    def follow(self, hit: SearchHit, state: object = None) -> None:
+        """The results' selection moved to ``hit`` while the viewer is open: another item opens at its match; the
+        same item selected again (a results page read again under it, #44) keeps the frame the user opened it at
+        and only takes the new ``state``."""
+        if self.hit is not None and self.hit.media_id == hit.media_id:
+            self.set_state(state)
+        else:
+            self.show_hit(hit, state)
+
     def _load_details(self, hit: SearchHit) -> None:
         self.details_data = None
         self.details.show_path(Path(hit.path), hit.kind)
