@@ -122,10 +122,16 @@ class SearchService:
         unknown = [p for p in targets if not p.exists() and self.catalog.root_id(Path(os.path.abspath(p))) is None]
         if unknown:
             raise FileNotFoundError(f"no such file or folder: {unknown[0]}")
-        for progress in self.encoders.prepare(cancel):
-            if self._awaited_starter is not None and self.encoders.ready():
-                self._offer_starter()  # the assets are there: the starter searches while the word table is built
-            yield progress
+        # an awaited starter stays listed from the moment the assets turn ready until it is registered (models()
+        # read between the two listed zero-shot alone: the Model box flickered, a test saw it)
+        self._offering = self._awaited_starter is not None
+        try:
+            for progress in self.encoders.prepare(cancel):
+                if self._awaited_starter is not None and self.encoders.ready():
+                    self._offer_starter()  # the assets are there: the starter searches while the word table is built
+                yield progress
+        finally:
+            self._offering = False
         self._offer_starter()
         before = self.catalog.version()
         changed = True

@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, QSize, Qt, QThreadPool, Signal
 from PySide6.QtGui import QImage, QImageIOHandler, QImageReader, QPixmap
 
 from app.service_api import SearchServiceLike
-from app.workers import Worker
+from app.workers import Worker, while_alive
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,9 @@ class ThumbnailCache(QObject):
         # an unreadable file is reported once by _store, not as a traceback per request (a library with many of
         # them logged two tracebacks for each one scrolled past)
         worker.expected_errors = (ThumbnailError, MediaError, OSError)
-        worker.signals.returned.connect(lambda images: self._store(service, what, media_id, images))
-        worker.signals.errored.connect(lambda exc: self._store(service, what, media_id, None, exc))
+        # while_alive: a reply that comes after the cache (its window) is gone is dropped, not an exception
+        worker.signals.returned.connect(while_alive(self, lambda images: self._store(service, what, media_id, images)))
+        worker.signals.errored.connect(while_alive(self, lambda exc: self._store(service, what, media_id, None, exc)))
         worker.start(self._pool, priority=0 if what == "thumb" else 1)
 
     def _store(self, service: Any, what: str, media_id: int, images: list[QImage] | None,

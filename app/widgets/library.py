@@ -33,7 +33,7 @@ from app.service_api import SearchServiceLike
 from app.state import LibrarySnapshot, LibraryState
 from app.tasks import off_thread, start
 from app.widgets.plaintext import ask, plain_label, plain_tooltip, plural, show_message
-from app.workers import Worker
+from app.workers import Worker, while_alive
 from engine.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -284,9 +284,9 @@ class LibraryPanel(QWidget):
         self.resume_button.setVisible(False)
         worker = Worker(job)
         worker.signals.progress.connect(self._show_progress_record)
-        worker.signals.returned.connect(lambda _: self._job_ended("done", what))
-        worker.signals.cancelled.connect(lambda: self._job_ended("cancelled", what))
-        worker.signals.errored.connect(lambda exc: self._job_ended("failed", what, exc))
+        worker.signals.returned.connect(while_alive(self, lambda _: self._job_ended("done", what)))
+        worker.signals.cancelled.connect(while_alive(self, lambda: self._job_ended("cancelled", what)))
+        worker.signals.errored.connect(while_alive(self, lambda exc: self._job_ended("failed", what, exc)))
         self._job, self.last_progress = worker, None
         self.progress.setRange(0, 0)  # busy until the first record says how much there is
         self.progress_label.setText(f"{what}…")

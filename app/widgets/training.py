@@ -33,11 +33,11 @@ from app.widgets.trainingview import (
     METHODS,
     Comparison,
     RunProgress,
+    chart_title,
     describe_training_set,
 )
 from app.workers import Worker, serial_pool, while_alive
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
-from engine.loop.figures import MIN_MEANINGFUL_ITEMS
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed
 from engine.trainercontract import events
 from engine.trainercontract.runfolder import find_interrupted_run, saved_checkpoint
@@ -351,15 +351,12 @@ class TrainingDialog(TrainingForm):
         self.frame_epochs()
         if training_set is not None:
             held = int(training_set.n_heldout_items)
-            self.charted = held >= MIN_MEANINGFUL_ITEMS  # the result table's floor: 1 item scores rsum 600
-            if self.charted:
-                self.val_plot.setTitle(f"trainer's check: model alone, {held} held-aside items")
-                self.val_plot.setToolTip(f"rsum of the model alone on the {held} held-aside items after each epoch "
-                                         "(epoch 0: the model it starts from); the table below ranks as the app does")
-            else:
-                self.val_plot.setTitle(f"trainer's check: not charted, too few held-aside items ({held})")
-                self.val_plot.setToolTip(f"Under {MIN_MEANINGFUL_ITEMS} held-aside items the trainer's per-epoch rsum "
-                                         "means nothing (one item alone scores 600); the log still lists it")
+            title = chart_title(held)
+            self.charted = title is not None
+            self.val_plot.setTitle(title[0] if title else f"trainer's check: not charted, too few held-aside items "
+                                   f"({held})")
+            self.val_plot.setToolTip(title[1] if title else "Too few held-aside items for the trainer's per-epoch "
+                                     "rsum to mean anything (one item alone scores 600); the log still lists it")
         self._set_state("running", f"Starting {result.method}…")
 
     def _on_done(self, event: events.Done) -> None:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from app.service_api import ZERO_SHOT
 from app.widgets.plaintext import plain_label, plain_tooltip
-from engine.loop.figures import Figure, comparison_text, report_figure
+from engine.loop.figures import MIN_MEANINGFUL_ITEMS, Figure, comparison_text, report_figure
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
 # One line per method for the picker, in a user's words. trainer/methods/registry.py holds the technical
@@ -279,3 +279,14 @@ class ComparisonBox(QGroupBox):
         """The "Use it and re-index" button may sit in the dialog's button row: it comes and goes with the box."""
         super().setVisible(visible)
         self.use_button.setVisible(visible)
+
+
+def chart_title(held: int) -> tuple[str, str] | None:
+    """The title and tooltip of the trainer's per-epoch check over ``held`` held-aside items, or None where there
+    are too few for it to mean anything (the result table's floor, :data:`engine.loop.figures.MIN_MEANINGFUL_ITEMS`:
+    one item alone scores rsum 600): then the chart stays empty and says why."""
+    if held < MIN_MEANINGFUL_ITEMS:
+        return None
+    return (f"trainer's check: model alone, {held} held-aside items",
+            f"rsum of the model alone on the {held} held-aside items after each epoch (epoch 0: the model it starts "
+            "from); the table below ranks as the app does")
