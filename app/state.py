@@ -148,11 +148,8 @@ class LibraryState(QObject):
         if generation != self._generation:
             return
         self._reading = False
-        opened = not self._read_once
         aspects = aspects_changed(self.snapshot if self._read_once else None, snapshot)
         self.snapshot, self._read_once = snapshot, True
-        if opened:
-            self._warm_search()
         if aspects:
             self.changed.emit(snapshot, aspects)
         if self._again:
@@ -171,13 +168,3 @@ class LibraryState(QObject):
         if text != self.activity:
             self.activity = text
             self.activity_changed.emit(text)
-            if not text:  # a job ended (indexing, a re-index under another model): its indexes are stale
-                self._warm_search()
-
-    def _warm_search(self) -> None:
-        """While the library is idle, build what its next search needs in the background (the encoders, its
-        indexes, the model's vectors: seconds at 10,000 items), so the user's first query answers at once."""
-        service = self._service
-        if service is not None and not self.activity:
-            run_in_background(service.warm_search, pool=self._pool, priority=-5,
-                              on_error=lambda exc: log.debug("warming the search: %s", exc))

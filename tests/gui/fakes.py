@@ -423,10 +423,6 @@ class FakeService:
     def assets_ready(self) -> bool:
         return self._assets
 
-    def warm_search(self) -> bool:
-        self.calls.append(("warm_search", ()))
-        return self._assets and bool(self._entries)
-
     def missing_assets(self, gate: threading.Event) -> None:
         """Test helper: a fresh home whose assets the next index run prepares once ``gate`` is set."""
         self.prepare_gate, self._assets = gate, False
