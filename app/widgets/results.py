@@ -257,7 +257,10 @@ class ResultsView(QListView):
     def doItemsLayout(self) -> None:
         # A batched layout starts again from the first row, and until its last batch the scroll bar only
         # covers the rows laid out so far: remember where the user was, to come back there (updateGeometries).
-        if self.layoutMode() is QListView.LayoutMode.Batched and self._anchor is None:
+        # Only a grid scrolled away from its top has a place to come back to: the lookup (indexAt) runs on the
+        # layout that is about to be replaced, so it is not made when there is nothing to keep.
+        if (self.layoutMode() is QListView.LayoutMode.Batched and self._anchor is None
+                and self.verticalScrollBar().value() > 0):
             top = self.first_row_shown()
             if top.isValid() and top.row() > 0:
                 self._anchor = QPersistentModelIndex(top)
