@@ -204,10 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_MISSING_LIBRARIES
     from PySide6.QtWidgets import QApplication
 
+    from app.collector import collect_on_gui_thread
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    collect_on_gui_thread(app)  # a pool thread must never free the window's widgets (app/collector.py)
     app.setApplicationName("Polyseek")
     app.setOrganizationName("Polyseek")
     settings = GuiSettings()

@@ -12,6 +12,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from app import qtcompat  # noqa: E402, F401  (PySide6 emit() work-around, before any signal)
+from app.collector import collect_on_gui_thread  # noqa: E402
 from tests.gui.fakes import FakeService, make_media_folder  # noqa: E402
 
 
@@ -22,6 +23,15 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("POLYSEEK_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def gui_thread_collection(qapp) -> Iterator[None]:
+    """As in the app (app.main): Python's cycles are collected on the GUI thread, never by a pool thread that
+    happens to allocate (app/collector.py); the interpreter collects again once the test is over."""
+    collector = collect_on_gui_thread(qapp)
+    yield
+    collector.stop()
 
 
 @pytest.fixture
