@@ -29,7 +29,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
 
 from app.service_api import ModelInfo, SearchServiceLike
-from app.workers import run_in_background, while_alive
+from app.workers import Worker, run_in_background, while_alive
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ class LibraryState(QObject):
         self._reading = False
         self._again = False  # changes arrived while a read was on its way
         self._generation = 0
+        self._warming: Worker | None = None  # the background warm-up of the next search (_warm_search)
         self.activity = ""
         self._timer = QTimer(self, singleShot=True, interval=COALESCE_MS)
         self._timer.timeout.connect(self.refresh)
@@ -111,6 +112,9 @@ class LibraryState(QObject):
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self._warming is not None:  # the library it warms is going (the window closes, another opens)
+            self._warming.cancel()
+            self._warming = None
         self._service, self.snapshot, self._read_once = service, LibrarySnapshot(), False
         self._generation += 1
         self._reading = self._again = False
@@ -148,8 +152,11 @@ class LibraryState(QObject):
         if generation != self._generation:
             return
         self._reading = False
+        opened = not self._read_once
         aspects = aspects_changed(self.snapshot if self._read_once else None, snapshot)
         self.snapshot, self._read_once = snapshot, True
+        if opened:
+            self._warm_search()
         if aspects:
             self.changed.emit(snapshot, aspects)
         if self._again:
@@ -168,3 +175,16 @@ class LibraryState(QObject):
         if text != self.activity:
             self.activity = text
             self.activity_changed.emit(text)
+            if not text:  # a job ended (indexing, a re-index under another model): its indexes are stale
+                self._warm_search()
+
+    def _warm_search(self) -> None:
+        """While the library is idle, build what its next search needs in the background (the encoders, its
+        indexes, the model's vectors: seconds at 10,000 items), so the user's first query answers at once."""
+        service = self._service
+        if service is None or self.activity:
+            return
+        if self._warming is not None:  # an earlier one built what is now stale (or has not begun): this one counts
+            self._warming.cancel()
+        self._warming = run_in_background(service.warm_search, pool=self._pool, priority=-5,
+                                          on_error=lambda exc: log.debug("warming the search: %s", exc))

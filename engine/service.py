@@ -283,6 +283,17 @@ class SearchService:
             return None
         return self.catalog.media_ids(Path(folder) if folder is not None else None, kind)
 
+    def warm_search(self, cancel: CancelToken | None = None) -> bool:
+        """Build what a first search needs, off the user's clock: the text encoders' sessions, the library's
+        zero-shot index and its clips' frames, the active model's item and frame vectors (at 9,200 items these
+        took the first query 2 s on an idle machine, 4-5 s in the app, issue #44 point 19). The GUI calls it in
+        the background when a library opens and when indexing ends; a query asked meanwhile waits on the same
+        indexes' locks instead of building them twice. False when there is nothing to warm (no assets yet, an
+        empty library, or ``cancel`` set before it began: the library closed while the job waited its turn)."""
+        if (cancel is not None and cancel.cancelled) or not self.assets_ready():
+            return False
+        return self.rank_text("a photo") is not None
+
     @single_threaded
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""

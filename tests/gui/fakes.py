@@ -221,6 +221,7 @@ class FakeService:
         # a fresh home (issue #44): set an Event and the assets are missing until the next index run has waited
         # for it ("preparing" them); searches fail as the real ones do meanwhile
         self.prepare_gate: threading.Event | None = None
+        self.warm_gate: threading.Event | None = None  # test helper: hold warm_search until set
         self._assets = True
 
     @classmethod
@@ -422,6 +423,12 @@ class FakeService:
 
     def assets_ready(self) -> bool:
         return self._assets
+
+    def warm_search(self, cancel: CancelToken | None = None) -> bool:
+        self.calls.append(("warm_search", (cancel,)))
+        if self.warm_gate is not None:  # test helper: a warm-up that runs until the gate opens
+            self.warm_gate.wait(10)
+        return not (cancel is not None and cancel.cancelled) and self._assets and bool(self._entries)
 
     def missing_assets(self, gate: threading.Event) -> None:
         """Test helper: a fresh home whose assets the next index run prepares once ``gate`` is set."""

@@ -26,3 +26,24 @@ def test_an_item_is_a_hit_of_no_search_with_its_captions_and_the_models_guess(
         assert hit.captions == ("a dog with a ball",) and hit.guess == "golden retriever, tennis ball"
     finally:
         service.close()
+
+
+def test_warming_the_search_builds_nothing_without_assets_or_once_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#44 point 19: ``warm_search`` runs the first search's work ahead of the user; a fresh home (no assets) and
+    a closed library (the GUI cancelled the job before its turn came) make it a no-op."""
+    from engine.progress import CancelToken
+
+    monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))
+    service = SearchService.open("warm-test")
+    try:
+        ranked: list[str] = []
+        monkeypatch.setattr(service, "rank_text", lambda text: ranked.append(text) or ("ranked",))
+        assert service.warm_search() is False and ranked == []  # no assets yet
+        monkeypatch.setattr(service, "assets_ready", lambda: True)
+        cancel = CancelToken()
+        cancel.cancel()
+        assert service.warm_search(cancel) is False and ranked == []
+        assert service.warm_search(CancelToken()) is True and ranked == ["a photo"]
+    finally:
+        service.close()

@@ -1,0 +1,44 @@
+"""#44 (point 19): the first search after a start answers at once. The library builds what a search needs (the
+encoders, its indexes, the model's vectors) in the background when it opens and again when a job that changed
+it ends, and a window that closes meanwhile cancels that work instead of leaving it running."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from tests.gui.conftest import indexed_service, shown_window
+from tests.gui.fakes import make_media_folder
+
+
+def warm_ups(service) -> list:
+    return [args[0] for name, args in service.calls if name == "warm_search"]
+
+
+def small_folder(path: Path) -> Path:
+    return make_media_folder(path, n_images=3, n_gifs=0, video=False, broken=False)
+
+
+def test_the_search_is_warmed_when_the_library_opens_and_again_after_indexing(qtbot, tmp_path: Path) -> None:
+    service = indexed_service(tmp_path / "fake", small_folder(tmp_path / "a"))
+    window = shown_window(qtbot, service)
+    try:
+        qtbot.waitUntil(lambda: len(warm_ups(service)) == 1, timeout=5000)  # on opening, before any query
+        assert not any(name == "search_text" for name, _ in service.calls)
+        with qtbot.waitSignal(window.library.indexing_finished, timeout=10000):
+            window.library.add_folder(small_folder(tmp_path / "b"))
+        qtbot.waitUntil(lambda: len(warm_ups(service)) == 2, timeout=5000)  # the job made the indexes stale
+    finally:
+        window.shutdown()
+
+
+def test_closing_the_window_cancels_a_warm_up_in_progress(qtbot, tmp_path: Path) -> None:
+    service = indexed_service(tmp_path / "fake", small_folder(tmp_path / "a"))
+    service.warm_gate = threading.Event()
+    window = shown_window(qtbot, service)
+    qtbot.waitUntil(lambda: len(warm_ups(service)) == 1, timeout=5000)
+    cancel = warm_ups(service)[0]
+    assert cancel is not None and not cancel.cancelled
+    threading.Timer(0.5, service.warm_gate.set).start()  # the warm-up ends a moment after the close began
+    window.shutdown()  # cancels it, then waits for the pool
+    assert cancel.cancelled
