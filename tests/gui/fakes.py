@@ -222,6 +222,7 @@ class FakeService:
         # for it ("preparing" them); searches fail as the real ones do meanwhile
         self.prepare_gate: threading.Event | None = None
         self.warm_gate: threading.Event | None = None  # test helper: hold warm_search until set
+        self.warm_ups: list[CancelToken | None] = []  # each warm_search's cancel token
         self._assets = True
 
     @classmethod
@@ -425,7 +426,7 @@ class FakeService:
         return self._assets
 
     def warm_search(self, cancel: CancelToken | None = None) -> bool:
-        self.calls.append(("warm_search", (cancel,)))
+        self.warm_ups.append(cancel)  # apart from ``calls``: it runs in the background whenever the library opens
         if self.warm_gate is not None:  # test helper: a warm-up that runs until the gate opens
             self.warm_gate.wait(10)
         return not (cancel is not None and cancel.cancelled) and self._assets and bool(self._entries)

@@ -11,10 +11,6 @@ from tests.gui.conftest import indexed_service, shown_window
 from tests.gui.fakes import make_media_folder
 
 
-def warm_ups(service) -> list:
-    return [args[0] for name, args in service.calls if name == "warm_search"]
-
-
 def small_folder(path: Path) -> Path:
     return make_media_folder(path, n_images=3, n_gifs=0, video=False, broken=False)
 
@@ -23,11 +19,11 @@ def test_the_search_is_warmed_when_the_library_opens_and_again_after_indexing(qt
     service = indexed_service(tmp_path / "fake", small_folder(tmp_path / "a"))
     window = shown_window(qtbot, service)
     try:
-        qtbot.waitUntil(lambda: len(warm_ups(service)) == 1, timeout=5000)  # on opening, before any query
+        qtbot.waitUntil(lambda: len(service.warm_ups) == 1, timeout=5000)  # on opening, before any query
         assert not any(name == "search_text" for name, _ in service.calls)
         with qtbot.waitSignal(window.library.indexing_finished, timeout=10000):
             window.library.add_folder(small_folder(tmp_path / "b"))
-        qtbot.waitUntil(lambda: len(warm_ups(service)) == 2, timeout=5000)  # the job made the indexes stale
+        qtbot.waitUntil(lambda: len(service.warm_ups) == 2, timeout=5000)  # the job made the indexes stale
     finally:
         window.shutdown()
 
@@ -36,8 +32,8 @@ def test_closing_the_window_cancels_a_warm_up_in_progress(qtbot, tmp_path: Path)
     service = indexed_service(tmp_path / "fake", small_folder(tmp_path / "a"))
     service.warm_gate = threading.Event()
     window = shown_window(qtbot, service)
-    qtbot.waitUntil(lambda: len(warm_ups(service)) == 1, timeout=5000)
-    cancel = warm_ups(service)[0]
+    qtbot.waitUntil(lambda: len(service.warm_ups) == 1, timeout=5000)
+    cancel = service.warm_ups[0]
     assert cancel is not None and not cancel.cancelled
     threading.Timer(0.5, service.warm_gate.set).start()  # the warm-up ends a moment after the close began
     window.shutdown()  # cancels it, then waits for the pool
