@@ -56,6 +56,13 @@ class Encoders:
 
         return self._get("backbone", lambda: Backbone(self._assets))
 
+    def release_backbone(self) -> None:
+        """Let the stock backbone's session go (reopened on next use, a fraction of a second). ONNX Runtime's CPU
+        arena keeps its largest run's activations for the session's life: ~200 MB that an indexed library then
+        held until the app quit (issue #44 point 19). A caller still running it keeps its own reference."""
+        with self._lock:
+            self._cache.pop("backbone", None)
+
     @property
     def class_names(self) -> list[str]:
         from engine.features.backbone import class_names

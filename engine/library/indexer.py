@@ -78,6 +78,10 @@ class Indexer:
             self._extractor = self._extractor_factory()
         return self._extractor
 
+    def release(self) -> None:
+        """Drop the feature extractor (and with it the backbone it runs) until the next index run needs one."""
+        self._extractor = None
+
     def index(self, roots: Iterable[Path], cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Index ``roots`` (folders or single files), yielding progress; raises Cancelled when cancelled."""
         cancel = cancel or CancelToken()

@@ -64,6 +64,27 @@ def test_first_index_records_kinds_features_pseudo_captions_and_failures(service
     assert len(pseudo) == 1 and "red" in pseudo[0].text  # the colour attribute of the regions
 
 
+def test_an_index_run_lets_the_backbone_session_go_when_it_ends(service, library):
+    """#44 point 19: the backbone's ONNX session keeps its largest run's activations (~200 MB) for its life; an
+    index run lets it go at its end, done or cancelled, and the next run opens it again."""
+    def holds_backbone() -> bool:
+        return "backbone" in service.encoders._cache or service.indexer._extractor is not None
+
+    run(service.index_paths([library]))
+    assert not holds_backbone()
+    make_jpeg(library / "blue.jpg", (70, 50), BLUE)
+    run(service.index_paths([library]))  # opened again for the new photo
+    assert service.catalog.media_by_path(library / "blue.jpg").status == "ok" and not holds_backbone()
+    make_jpeg(library / "green.jpg", (70, 50), GREEN)
+    cancel = CancelToken()
+    progress = service.index_paths([library], cancel)
+    next(progress)
+    cancel.cancel()
+    with pytest.raises(Cancelled):
+        run(progress)
+    assert not holds_backbone()
+
+
 def test_reindex_handles_add_modify_move_delete(service, library):
     run(service.index_paths([library]))
     red = service.catalog.media_by_path(library / "red.jpg")
