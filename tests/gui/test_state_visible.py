@@ -12,7 +12,7 @@ from PySide6.QtGui import QMovie
 from app.widgets.clips import SAMPLED_FRAMES, matched_frame
 from app.widgets.hittext import browse_line, compact_verdict, verdict_lines
 from app.widgets.resultsmodel import STATE_ROLE
-from app.widgets.viewer import MATCH_HOLD_MS
+from app.widgets.clips import MATCH_HOLD_MS
 from engine.library.browse import AnnotationState
 from engine.media.sampling import FRAMES_PER_ITEM, frame_indices
 from engine.types import MediaKind
