@@ -22,7 +22,6 @@ from PySide6.QtGui import (
     QDragEnterEvent,
     QDropEvent,
     QGuiApplication,
-    QImage,
     QKeyEvent,
     QResizeEvent,
 )
@@ -32,28 +31,28 @@ from app import itemopen as items
 from app.follow import ResultsFollow
 from app.heldsearch import HeldSearch
 from app.layout import WindowLayout, column
-from app.menus import WindowMenus
+from app.menus import WindowCommands, WindowMenus
 from app.modelchanges import ModelChanges
-from app.search import BrowseOptions, SearchSession
+from app.search import SearchSession
 from app.service_api import SearchServiceLike
 from app.settings import GuiSettings
 from app.state import LibrarySnapshot, LibraryState
-from app.tasks import off_thread, start
 from app.transfer import AnnotationTransfer
 from app.widgets.annotate import AnnotationPanel
 from app.widgets.browsebar import BrowseBar
 from app.widgets.dialogs import PreferencesDialog, ShortcutsDialog
-from app.widgets.images import ThumbnailCache, read_image
+from app.widgets.images import ThumbnailCache
 from app.widgets.inspector import Inspector
 from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
-from app.widgets.plaintext import plain_label, plain_tooltip, show_message
+from app.widgets.plaintext import plain_label, show_message
 from app.widgets.results import ResultsView
 from app.widgets.resultsmodel import RELEVANCE_ROLE, ResultsModel
 from app.widgets.screen import clamp_to_screen, fit_to_screen
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
 from app.widgets.viewer import Viewer
+from app.windowsearch import WindowSearch
 from app.workers import serial_pool
 from engine import paths
 from engine.types import SearchHit
@@ -83,20 +82,18 @@ class MainWindow(QMainWindow):
         self.state = LibraryState(self.pool, self)
         self.follow = ResultsFollow(self._rerun, lambda: self.library.is_indexing, lambda: self.session.browsing,
                                     lambda: self.results_model.rowCount(), self)  # when the results re-run (#44)
-        self._keep_media: int | None = None  # the item to select again when a re-run's first page arrives
         self.training_dialog: TrainingDialog | None = None
         self.models_dialog: ModelsDialog | None = None
         self.viewer: Viewer | None = None
         self._models: list[Any] = []
-        self._searched = False  # example queries are offered until the first search
-        self._no_good_match = ""  # the status bar's last "No good match" (taken back by a search with a good one)
         self._quit_requested = False  # File > Quit: the close asks first while indexing (closeEvent)
         self.setWindowTitle("Polyseek")
         self.setAcceptDrops(True)
         self._build()
-        self.menus = WindowMenus(self)
+        self.menus = WindowMenus(self, self._commands(), self.annotate.undo_stack, self.annotate.caption_edit)
         self.undo_action, self.redo_action = self.menus.undo_action, self.menus.redo_action
         self.held = HeldSearch(self, self.search)  # a query typed while a first start prepares the assets
+        self.searching.held = self.held
         self._restore()
         self.set_service(service)
 
@@ -118,6 +115,11 @@ class MainWindow(QMainWindow):
         self.panels = WindowLayout(self.search_bar, self.library, centre, self.inspector, self.annotate)
         self.splitter, self.right_splitter = self.panels.splitter, self.panels.right_splitter
         self.setCentralWidget(self.panels.body)
+        self.searching = WindowSearch(
+            self, self.session, self.settings, self.pool, self.state, search_bar=self.search_bar,
+            browse_bar=self.browse_bar, results=self.results, results_model=self.results_model,
+            inspector=self.inspector, annotate=self.annotate, header=self.empty_label, status=self._status,
+            status_bar=self.statusBar)
         self._connect()
 
     def _connect(self) -> None:
@@ -128,22 +130,22 @@ class MainWindow(QMainWindow):
         bar.text_search.connect(self.search)
         bar.media_search.connect(self.search)
         bar.browse_requested.connect(lambda: self.search(None))
-        self.browse_bar.options_changed.connect(self._browse_options_changed)
-        self.browse_bar.example_chosen.connect(self._search_example_query)
+        self.browse_bar.options_changed.connect(self.searching.browse_options_changed)
+        self.browse_bar.example_chosen.connect(self.searching.search_example_query)
         self.state.changed.connect(self._library_changed)
-        self.state.activity_changed.connect(lambda _text: self._rows_changed())
-        self.annotate.verdict_changed.connect(self._verdict_changed)
+        self.state.activity_changed.connect(lambda _text: self.searching.rows_changed())
+        self.annotate.verdict_changed.connect(self.searching.verdict_changed)
         self.annotate.saved.connect(self._status)
         self.results.find_similar_requested.connect(self.find_similar)
         self.results.open_requested.connect(self.open_viewer)
         self.inspector.frame_opened.connect(lambda hit, frame: self.open_viewer(hit, start=frame))
-        bar.cutoff_changed.connect(self._cutoff_changed)
+        bar.cutoff_changed.connect(self.searching.cutoff_changed)
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
-        self.results_model.page_loaded.connect(self._page_loaded)
-        self.results_model.rowsRemoved.connect(self._rows_changed)  # a rejected item left the results
-        self.results_model.rowsInserted.connect(self._rows_changed)  # ... and came back (undo)
-        self.results_model.search_failed.connect(self._search_failed)
+        self.results_model.page_loaded.connect(self.searching.page_loaded)
+        self.results_model.rowsRemoved.connect(self.searching.rows_changed)  # a rejected item left the results
+        self.results_model.rowsInserted.connect(self.searching.rows_changed)  # ... and came back (undo)
+        self.results_model.search_failed.connect(self.searching.search_failed)
         self.annotate.next_requested.connect(self.results.select_next)
         self.annotate.previous_requested.connect(self.results.select_previous)
         self.annotate.captions_changed.connect(self.results_model.set_captions)
@@ -167,6 +169,19 @@ class MainWindow(QMainWindow):
         # Tab goes from the query to the results and on to the caption line (not to the model picker)
         QWidget.setTabOrder(bar.edit, self.results)
         QWidget.setTabOrder(self.results, self.annotate.caption_edit)
+
+    def _commands(self) -> WindowCommands:
+        """What the menus' actions run (:mod:`app.menus`)."""
+        return WindowCommands(
+            add_folder=lambda: self.library.add_folder(), search_by_example=self.search_bar.choose_example,
+            reindex=self.library.reindex, purge_missing=self.transfer.confirm_purge_missing,
+            export_annotations=self.transfer.choose_export, import_annotations=self.transfer.choose_import,
+            quit=self.request_quit, judge=self.judge, find_similar=self.find_similar,
+            preferences=self.open_preferences, next_item=self.results.select_next,
+            previous_item=self.results.select_previous, focus_search=self.focus_search,
+            focus_caption=self.focus_caption, focus_results=self.focus_results, open_large=self.open_viewer,
+            train=self.open_training, manage_models=self.open_models, shortcuts=self.open_shortcuts,
+            open_logs=self.open_logs)
 
     def _window_claims(self, edit: QLineEdit, event: QKeyEvent) -> bool:
         return self.menus.claims(edit, event)
@@ -241,138 +256,16 @@ class MainWindow(QMainWindow):
 
     # --- searching
     def search(self, query: str | Path | None, keep: int | None = None, rerun: bool = False) -> None:
-        """Run a text or example-file search (None: list the library); the grid fills page by page. ``keep``: the
-        media id to select again when the first page holds it; ``rerun``: the same query again, in place."""
-        self.session.set_query(query)
-        self.session.min_probability = self.search_bar.min_probability
-        if query is not None:
-            self._searched = True
-        self.browse_bar.set_browsing(self.session.browsing, show_examples=not self._searched)
-        self._keep_media = keep
-        if keep is None:  # a re-run leaves the item on show (and a caption being typed) alone
-            self.inspector.show_hit(None, None)
-            self.annotate.set_item(None, None)
-        fetch = None if self.held.hold(query) else self.session.page_fetcher()
-        text = self.session.query if isinstance(self.session.query, str) else None
-        service = self.service
-        states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
-        self.results_model.searched = (self.state.snapshot.indexed or None) if not self.session.scope() else None
-        self.results_model.set_fetch(fetch, scored=not self.session.browsing, states=states,
-                                     hide_rejected=text is not None, count=self.session.listing_counter(),
-                                     keep_rows=rerun)
-        self.empty_label.setToolTip(plain_tooltip(self.session.full_query()))  # the header shows it on one line
-        if fetch is not None and not self.results_model.replacing:
-            verb = "Listing" if self.session.browsing else "Searching"
-            self.empty_label.setText(f"{verb} {self.session.describe()}…")
-        elif self.held.query is not None:
-            self._rows_changed()
-        if isinstance(query, Path) and keep is None:
-            self._load_example_picture(query)
-
-    def _load_example_picture(self, path: Path) -> None:
-        """Show the example a search is made by (its thumbnail, made off the GUI thread like the results')."""
-        service = self.service
-        if service is not None:
-            start(self._show_example_picture(service, path))
-
-    async def _show_example_picture(self, service: SearchServiceLike, path: Path) -> None:
-        def load() -> QImage:
-            return read_image(service.file_thumbnail(path, 128))
-
-        try:
-            image: QImage | None = await off_thread(self, load, pool=self.pool, priority=9)
-        except Exception:  # noqa: BLE001 - the search goes on without the picture
-            image = None
-        self.search_bar.set_example_picture(path, image)
-
-    def _browse_options_changed(self, options: BrowseOptions) -> None:
-        old, self.session.browse = self.session.browse, options
-        self.settings.browse_sort = options.sort  # the next start lists the library the same way
-        narrowed = (old.kind, old.folder) != (options.kind, options.folder)
-        if self.session.browsing or narrowed:  # kind and folder narrow a search too
-            self.search(self.session.query)
-
-    def _search_example_query(self, text: str) -> None:
-        self.search_bar.edit.setText(text)
-        self.search_bar.submit()
-        self.search_bar.edit.setFocus()
-
-    def _cutoff_changed(self, cutoff: float | None) -> None:
-        self.settings.cutoff_percent = self.search_bar.cutoff.value()
-        if isinstance(self.session.query, str) and cutoff != self.session.min_probability:
-            self.search(self.session.query)
-
-    def _page_loaded(self, added: int) -> None:
-        total = self.results_model.rowCount()
-        self.empty_label.setText(self._summary(total))
-        if self.results_model.pages_loaded != 1:
-            return
-        self._say_no_good_match(total)
-        keep, self._keep_media = self._keep_media, None
-        kept = self.results_model.row_of(keep) if keep is not None else None
-        if kept is not None:
-            self.results.select_row(kept)
-        elif total and not self.results.currentIndex().isValid() and keep is None:
-            self.results.select_row(0)
+        """Run a text or example-file search (None: list the library); see :meth:`WindowSearch.search`."""
+        self.searching.search(query, keep, rerun)
 
     def judge(self, label: int) -> None:
         """Accept (+1) / reject (-1) the selected results for the query: several at once, or the current one."""
-        selected = self.results.selected_hits()
-        if len(selected) > 1:
-            self.annotate.judge_many([hit.media_id for hit in selected], label)
-        else:
-            self.annotate.judge(label)
-
-    def _verdict_changed(self, media_id: int, label: int, query: str) -> None:
-        """A rejected item leaves the results of its query; undoing the verdict brings it back."""
-        if self.session.query != query:
-            return
-        if label < 0:
-            current = self.results.current_hit()
-            row = self.results_model.row_of(media_id)
-            self.results_model.drop(media_id)
-            if row is not None and current is not None and current.media_id == media_id:
-                self.results.select_row(row)  # the next result takes its place, and is the one selected
-            return
-        row = self.results_model.restore(media_id)
-        if row is not None:
-            self.results.select_row(row)
-        else:
-            self.results_model.refresh_states([media_id])
+        self.searching.judge(label)
 
     def find_similar(self, hit: SearchHit | None = None) -> None:
         """Search by the current (or given) result as an example."""
-        hit = hit or self.results.current_hit()
-        if hit is None:
-            self._status("Select a result first: Find similar searches by it.")
-            return
-        self.search_bar.search_example(Path(hit.path))
-
-    def _rows_changed(self) -> None:
-        if not self.results_model.is_loading:
-            self.empty_label.setText(self._summary(self.results_model.rowCount()))
-
-    def _summary(self, total: int) -> str:
-        if self.held.query is not None:
-            return self.held.describe(self.session.describe())
-        best = self.results_model.hit(0) if total else None
-        return self.session.summary(total, more=self.results_model.canFetchMore(), busy=self.state.activity,
-                                    best=best)
-
-    def _search_failed(self, message: str) -> None:
-        """A search that failed because a first start is still preparing the assets waits for them instead."""
-        if self.held.hold(self.session.query):
-            self._rows_changed()
-        else:
-            self._status(f"Search failed: {message}")
-
-    def _say_no_good_match(self, total: int) -> None:
-        """The status bar repeats a search's "No good match" (a search with a good one takes it back)."""
-        if self.session.no_good_match(self.results_model.hit(0) if total else None):
-            self._no_good_match = self._summary(total)
-            self._status(self._no_good_match)
-        elif self._no_good_match and self.statusBar().currentMessage() == self._no_good_match:
-            self.statusBar().clearMessage()
+        self.searching.find_similar(hit)
 
     def _show_hit(self, hit: SearchHit | None) -> None:
         index = self.results.currentIndex()
@@ -428,7 +321,7 @@ class MainWindow(QMainWindow):
         """What changed during the job reaches the results now (see :meth:`_library_changed`)."""
         self.annotate.refresh_suggestions()  # new items (or a re-index under another model) change the picks
         self.follow.indexing_finished()
-        self._rows_changed()
+        self.searching.rows_changed()
 
     # --- dialogs
     def open_training(self) -> TrainingDialog:

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import torch
 
-from trainer.data import PairSet, TrainingData
+from trainer.data import PairSet
 from trainer.finetune import Pixels, Trunk
 from trainer.methods import PairBatch
+from trainer.splits import TrainingData
 from trainer.textencoder import Tokenized
 
 SAME = -1  # per_clip: as many captions of a GIF/video as of a photo (per_item)

@@ -396,9 +396,10 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
                     json_progress: bool = False) -> dict[str, Any]:
     """The ``evaluate`` report of a model folder on one split of a caption folder."""
     from trainer.checkpoint import load_model
-    from trainer.data import DataError, FeatureNeeds, FeatureSource, split_view
+    from trainer.data import DataError, FeatureNeeds, FeatureSource
     from trainer.evaluation import encode_pairs, evaluate_pairs, rerank_report, similarity_matrix
     from trainer.finetune import model_pairs
+    from trainer.splits import split_view
     from trainer.train import Reporter
 
     model = load_model(model_dir, device)

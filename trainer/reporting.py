@@ -1,4 +1,5 @@
-"""How a training process reports and is stopped: progress events (``--json-progress``) and stop requests.
+"""How a training process reports and is stopped: progress events (``--json-progress``), the time left they
+carry (:class:`Eta`) and stop requests.
 
 Only rank 0 reports. SIGINT / SIGTERM (or the events' reader going away) set a :class:`StopRequest`; the loop
 (:mod:`trainer.train`) finishes its step, writes a resumable checkpoint and raises :class:`Interrupted`.
@@ -94,3 +95,26 @@ class Reporter:
                 self.emit(events.StageProgress(stage, p.done, p.total, p.message))
 
         return report
+
+
+class Eta:
+    """Seconds left: the mean step time of this process so far times the steps left, plus validations."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.steps = 0
+        self.val_s = 0.0
+        self.val_count = 0
+
+    def tick(self) -> None:
+        self.steps += 1
+
+    def validation(self, seconds: float) -> None:
+        self.val_s += seconds
+        self.val_count += 1
+
+    def eta(self, steps_left: int, validations_left: int) -> float:
+        train_s = time.monotonic() - self.start - self.val_s
+        per_step = train_s / max(1, self.steps)
+        per_validation = self.val_s / self.val_count if self.val_count else 0.0
+        return round(per_step * steps_left + per_validation * validations_left, 1)

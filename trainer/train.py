@@ -25,7 +25,6 @@ from the last checkpoint, mid-epoch included. Distributed data parallel: :mod:`t
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import signal
 import time
@@ -42,7 +41,7 @@ from engine.progress import Progress
 from engine.trainercontract import events
 from trainer import checkpoint as ckpt
 from trainer.batches import epoch_batches, make_batch
-from trainer.data import FeatureNeeds, FeatureSource, PairSet, TrainingData, load_training_data
+from trainer.data import FeatureNeeds, FeatureSource, PairSet
 from trainer.device import Dist, gpu_peak, init_distributed, resolve_device, shard, wrap
 from trainer.evaluation import evaluate_pairs, nan_to_none, quick_rsum
 from trainer.finetune import (
@@ -55,6 +54,7 @@ from trainer.finetune import (
     save_best,
     with_visual,
 )
+from trainer.learntfrom import trained_on, write_caption_words
 from trainer.methods import MethodConfig, PairBatch, RetrievalModel, build_loss, build_model, get_method
 from trainer.phasetwo import PhaseTwo, batch_visual, open_inputs, phase_two
 from trainer.recipes import (  # noqa: F401 - re-exported: the trainer's callers import them from here
@@ -75,7 +75,8 @@ from trainer.recipes import (  # noqa: F401 - re-exported: the trainer's callers
     resolve_settings,
     update_after_validation,
 )
-from trainer.reporting import Interrupted, Reporter, StopRequest
+from trainer.reporting import Eta, Interrupted, Reporter, StopRequest
+from trainer.splits import TrainingData, load_training_data
 from trainer.textencoder import encode_captions, with_text
 from trainer.warmstart import WarmStart, begin_warm_start, start_text, warm_start_config
 
@@ -294,20 +295,20 @@ def _validation_subset(val: PairSet, limit: int, seed: int) -> PairSet:
 def _loop(run: Run) -> None:
     """Phase one (the warm-up on cached features), then phase two when ``finetune_epochs`` asks for it."""
     state, settings = run.state, run.settings
-    timer = _Eta()
+    timer = Eta()
     if state.finetune_from is None:
         _phase(run, 0, settings.epochs, timer)
         if settings.finetune_epochs:
             _begin_finetune(run)
     if state.finetune_from is not None:
         try:  # a fresh ETA: a fine-tuning step costs 100x a warm-up step
-            _phase(run, state.finetune_from, state.finetune_from + settings.finetune_epochs, _Eta())
+            _phase(run, state.finetune_from, state.finetune_from + settings.finetune_epochs, Eta())
         finally:
             if run.phase_two is not None:
                 run.phase_two.close()
 
 
-def _phase(run: Run, first: int, end: int, timer: _Eta) -> None:
+def _phase(run: Run, first: int, end: int, timer: Eta) -> None:
     """Epochs ``first`` .. ``end`` - 1 (the schedule restarts at ``first``), until early stopping."""
     state, settings, parts = run.state, run.settings, run.phase_two
     while state.epoch < end and not state.stopped_early:
@@ -430,7 +431,7 @@ def _validation_pairs(run: Run) -> PairSet:
     return val
 
 
-def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: _Eta, train_s: float) -> None:
+def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: Eta, train_s: float) -> None:
     """Validate (rank 0), keep the best weights, update the schedule, checkpoint, report."""
     state, parts = run.state, run.phase_two
     started = time.monotonic()
@@ -477,68 +478,10 @@ def _finish(run: Run) -> dict[str, Any]:
                   finetune_from=run.state.finetune_from, **gpu_peak(run.device))
     report = nan_to_none(report)
     ckpt.write_json(out / ckpt.METRICS_FILE, report)
-    export_folder(out, run.model, out / ckpt.ONNX_DIR, trained_on=_trained_on(run))
-    _write_caption_words(run, out)
+    export_folder(out, run.model, out / ckpt.ONNX_DIR,
+                  trained_on=trained_on(run.data.train, run.data.pseudo, run.options.init_from))
+    write_caption_words(out, run.data.train, run.options.init_from)
     run.state.finished = True
     ckpt.atomic_write_text(out / ckpt.STATE_FILE, run.state.to_json() + "\n")
     run.reporter.emit(events.Done(str(out), report))
     return report
-
-
-def _trained_on(run: Run) -> dict[str, int]:
-    """How many photos and clips each visual branch learnt from (``trained_on`` in the manifest): this run's
-    annotated and pseudo pairs plus, for a warm start, what the model it started from had learnt from. The engine
-    never ranks with a branch that learnt from nothing (:mod:`engine.search.trained`)."""
-    counts = {"image": 0, "video": 0}
-    for pairs in (run.data.train, run.data.pseudo):
-        if pairs is not None:
-            clips = int(np.asarray(pairs.visual.is_clip).sum())
-            counts["video"] += clips
-            counts["image"] += len(pairs.visual.is_clip) - clips
-    if run.options.init_from is not None:
-        try:
-            manifest = Path(run.options.init_from) / ckpt.ONNX_DIR / "manifest.json"
-            before = json.loads(manifest.read_text()).get("trained_on")
-        except (OSError, ValueError):
-            before = None
-        for kind, n in (before or {}).items():
-            if kind in counts:
-                counts[kind] += int(n)
-    return counts
-
-
-def _write_caption_words(run: Run, out: Path) -> None:
-    """The content words of this run's training captions, counted, plus those of the model it started from
-    (:mod:`engine.features.vocabulary`: the search tells the user's own words from the ones the model knows)."""
-    from engine.features.vocabulary import count_caption_words, read_caption_words, write_caption_words
-
-    captions = list(run.data.train.captions) if run.data.train is not None else []
-    counts, total = count_caption_words(captions), len(captions)
-    before = read_caption_words(Path(run.options.init_from)) if run.options.init_from is not None else None
-    if before is not None:
-        counts.update(before[0])
-        total += before[1]
-    write_caption_words(out, counts, total)
-
-
-class _Eta:
-    """Seconds left: the mean step time of this process so far times the steps left, plus validations."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.steps = 0
-        self.val_s = 0.0
-        self.val_count = 0
-
-    def tick(self) -> None:
-        self.steps += 1
-
-    def validation(self, seconds: float) -> None:
-        self.val_s += seconds
-        self.val_count += 1
-
-    def eta(self, steps_left: int, validations_left: int) -> float:
-        train_s = time.monotonic() - self.start - self.val_s
-        per_step = train_s / max(1, self.steps)
-        per_validation = self.val_s / self.val_count if self.val_count else 0.0
-        return round(per_step * steps_left + per_validation * validations_left, 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QThreadPool, Signal
-from PySide6.QtGui import QColor, QIcon, QKeyEvent, QKeySequence, QPainter, QPixmap, QUndoStack
+from PySide6.QtGui import QColor, QIcon, QKeyEvent, QKeySequence, QUndoStack
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -35,6 +35,7 @@ from app.widgets.annotationcommands import AddCaption, CaptionIds, DeleteCaption
 from app.widgets.images import ThumbnailCache
 from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
+from app.widgets.provenance import PROVENANCE, PROVENANCE_MARK, provenance_summary
 from app.workers import Worker, while_alive
 from engine.types import SearchHit
 
@@ -67,49 +68,6 @@ SUGGESTION_HEADINGS = {
 class CaptionEdit(WindowKeysEdit):
     """The caption line; the window's shortcuts (Ctrl+Right / Ctrl+Left next / previous item...) win over
     its line-editing keys (see :mod:`app.widgets.keys`)."""
-
-
-# How a caption's origin shows in the list: (what the tooltip calls it, text colour, italic)
-PROVENANCE = {
-    "user": ("written by you", None, False),
-    "imported": ("imported from a caption file", "#5b3fa0", False),
-    "pseudo": ("the model's guess (not yours; training weighs it less)", "#808080", True),
-}
-
-
-def _mark(colour: str) -> QPixmap:
-    """A small coloured dot in front of a caption: its origin at a glance."""
-    pixmap = QPixmap(10, 10)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setBrush(QColor(colour))
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.drawEllipse(1, 1, 8, 8)
-    painter.end()
-    return pixmap
-
-
-class _Marks(dict):
-    """Provenance dots, made on first use (a QPixmap needs the QApplication)."""
-
-    COLOURS = {"user": "#2858aa", "imported": "#7a5cc0", "pseudo": "#a0a0a0"}
-
-    def get(self, source: str, default: Any = None) -> Any:  # type: ignore[override]
-        if source not in self and source in self.COLOURS:
-            self[source] = _mark(self.COLOURS[source])
-        return super().get(source, default)
-
-
-PROVENANCE_MARK = _Marks()
-
-
-def provenance_summary(captions: list[Any]) -> str:
-    """" — 1 yours · 2 imported · 1 model's guess" for a heading ("" without captions)."""
-    names = {"user": "yours", "imported": "imported", "pseudo": "model's guess"}
-    counts = [(names[src], sum(1 for c in captions if str(getattr(c, "source", "")) == src)) for src in names]
-    parts = [f"{n} {name}" for name, n in counts if n]
-    return f" — {' · '.join(parts)}" if parts else ""
 
 
 class AnnotationPanel(QWidget):

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.features.featureschema import CODEC_FLOAT16, CODEC_SQRT8, MIGRATIONS
 from engine.sqlitestore import CatalogError, SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,6 @@ FEATURES_FILENAME = "features.sqlite"
 DEFAULT_MAX_LOCAL_ITEMS = 50_000
 _F16 = np.dtype("<f2")
 _F32 = np.dtype("<f4")
-CODEC_FLOAT16 = 0  # locals.codec: (n, D) float16, the only format before schema v3
-# locals.codec 1 was a linear 8-bit scale, never released; such a row reads as damaged (recomputed by readers)
-CODEC_SQRT8 = 2  # locals.codec: n float32 offsets, n float32 ranges, then (n, D) uint8 square-root codes
 _I16 = np.dtype("<i2")
 PAGE_SIZE = 65536  # SQLite's largest page, for a new store
 _F16_MAX = float(np.finfo(np.float16).max)
@@ -126,46 +124,6 @@ def top_k_classes(probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(-np.take_along_axis(probs, part, axis=-1), axis=-1, kind="stable")
     ids = np.take_along_axis(part, order, axis=-1)
     return ids.astype(np.int16), np.take_along_axis(probs, ids, axis=-1).astype(np.float16)
-
-
-# ---------------------------------------------------------------------------------------------- schema
-
-
-def _schema_v1(conn: sqlite3.Connection) -> None:
-    """Small per-item fields in ``items``; the big ones in their own tables so reading globals stays fast."""
-    conn.execute(
-        """CREATE TABLE items (
-            id INTEGER PRIMARY KEY, content_hash TEXT NOT NULL, backbone TEXT NOT NULL, dim INTEGER NOT NULL,
-            global_feature BLOB NOT NULL, region_k INTEGER, region_top_ids BLOB, region_top_probs BLOB,
-            image_top_ids BLOB, image_top_probs BLOB, created_at REAL NOT NULL,
-            UNIQUE (content_hash, backbone))"""
-    )
-    for table, count in (("locals", "n_regions"), ("frames", "n_frames")):
-        conn.execute(
-            f"""CREATE TABLE {table} (
-                item_id INTEGER PRIMARY KEY REFERENCES items(id) ON DELETE CASCADE,
-                {count} INTEGER NOT NULL, data BLOB NOT NULL)"""
-        )
-
-
-def _schema_v2(conn: sqlite3.Connection) -> None:
-    """The number of ``locals`` rows, kept by triggers (cascaded deletes of items fire them too), so storing a
-    batch reads one row instead of counting a table whose rows are ~125 KB each (a scan that grew with the
-    library: 19 ms a batch at 8,000 photos, every batch)."""
-    conn.execute("CREATE TABLE counts (name TEXT PRIMARY KEY, n INTEGER NOT NULL)")
-    conn.execute("INSERT INTO counts (name, n) VALUES ('locals', (SELECT COUNT(*) FROM locals))")
-    conn.execute("CREATE TRIGGER locals_added AFTER INSERT ON locals "
-                 "BEGIN UPDATE counts SET n = n + 1 WHERE name = 'locals'; END")
-    conn.execute("CREATE TRIGGER locals_removed AFTER DELETE ON locals "
-                 "BEGIN UPDATE counts SET n = n - 1 WHERE name = 'locals'; END")
-
-
-def _schema_v3(conn: sqlite3.Connection) -> None:
-    """How each ``locals`` row is encoded; the rows already there are float16 and stay readable as they are."""
-    conn.execute(f"ALTER TABLE locals ADD COLUMN codec INTEGER NOT NULL DEFAULT {CODEC_FLOAT16}")
-
-
-_MIGRATIONS = (_schema_v1, _schema_v2, _schema_v3)
 
 
 # ---------------------------------------------------------------------------------------------- encoding
@@ -365,7 +323,7 @@ class FeatureStore(SQLiteStore):
         # local features are a 125 KB blob: on 4 KB pages SQLite chains 31 overflow pages for it, on 64 KB
         # pages 2; writing 384 of them took 0.56 ms of CPU (0.94 ms wall) each with 4 KB pages, 0.31 (0.32)
         # with 64 KB ones, and indexing writes one per photo.
-        super().__init__(path, _MIGRATIONS, first_pragmas=(f"PRAGMA page_size={PAGE_SIZE}",
+        super().__init__(path, MIGRATIONS, first_pragmas=(f"PRAGMA page_size={PAGE_SIZE}",
                                                            "PRAGMA auto_vacuum=INCREMENTAL"))
 
     def __enter__(self) -> FeatureStore:

@@ -8,7 +8,7 @@ item, higher = more worth annotating, and :func:`pick` takes the ``n`` best:
   every other policy must beat.
 - **sigma** (:func:`uncertainty_scores`): PCME (Chun et al. 2021, §3.2.1) encodes each item as a Gaussian
   whose spread is the model's uncertainty; the score is the geometric mean of sigma (the Gaussian's volume,
-  the same value :func:`engine.search.modelrunner.uncertainty` shows). PCME fig. 6-7 show R@1 falling as sigma
+  the same value :func:`engine.search.pcme.uncertainty` shows). PCME fig. 6-7 show R@1 falling as sigma
   rises, so high-sigma items are the ones retrieval gets wrong.
 - **head disagreement** (:func:`head_disagreement`): a multi-head model (PVSE's K embeddings, A3VSE's K
   heads) gives each item K vectors. When the heads retrieve different captions the item is ambiguous to the

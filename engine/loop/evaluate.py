@@ -125,7 +125,7 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
     def scores_of(records: list[FeatureRecord]) -> np.ndarray:
         items = [trained.encode_media_features(_with_local(r)) for r in records]
         if trained.runner.probabilistic:
-            from engine.search.modelrunner import model_match_probability
+            from engine.search.pcme import model_match_probability
 
             mu = np.concatenate([e.mu for e in items])
             log_sigma = np.concatenate([e.log_sigma for e in items])

@@ -6,7 +6,7 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    library's folder whose media are symbolic links to the library's files. Split ``train`` holds the annotated
    items (their user and imported captions, plus the queries of accepted pairs) - A3VSE's annotated corpus D^l -
    and every un-annotated item with no caption at all, which the trainer pairs with its regional-semantics
-   pseudo caption: A3VSE's D^u (Huang et al. 2019, §3.2 and §4.1; ``trainer.data.load_training_data`` with
+   pseudo caption: A3VSE's D^u (Huang et al. 2019, §3.2 and §4.1; ``trainer.splits.load_training_data`` with
    ``with_pseudo``). Split ``heldout`` holds the annotated items kept aside, which the run never trains on.
 2. **Before**: the model searches use now (a trained one or the zero-shot ranking) is scored on ``heldout``.
 3. **Training**: ``python -m trainer train ... --json-progress`` in its own process

@@ -4,7 +4,7 @@
 the library's files. Split ``train`` holds the annotated items (their user and imported captions, plus the
 queries of accepted pairs) - A3VSE's annotated corpus D^l - and every un-annotated item with no caption at all,
 which the trainer pairs with its regional-semantics pseudo caption: A3VSE's D^u (Huang et al. 2019, §3.2 and
-§4.1; ``trainer.data.load_training_data`` with ``with_pseudo``). Split ``heldout`` holds the annotated items
+§4.1; ``trainer.splits.load_training_data`` with ``with_pseudo``). Split ``heldout`` holds the annotated items
 kept aside, which the run never trains on (the whole loop: :mod:`engine.loop.retrain`).
 
 Un-annotated items are sampled. A library of 100,000 items would otherwise put 100,000 pseudo pairs (and their

@@ -46,8 +46,8 @@ POLICIES = {"pvse": ("random", "head-disagreement"), "pcme": ("random", "sigma")
 def sparse_split_of(args: argparse.Namespace) -> Any:
     """The ``--setting`` split exactly as the trainer builds it (same views, same seed)."""
     from engine.library.captionfolder import load_caption_folder
-    from trainer.data import resolve_splits
     from trainer.sparse import sparse_split_folder
+    from trainer.splits import resolve_splits
 
     train_view, _ = resolve_splits(load_caption_folder(args.data), "train", "dev", SEED)
     return sparse_split_folder(train_view, sparse_config(args.setting))

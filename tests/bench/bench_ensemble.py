@@ -50,8 +50,9 @@ def main() -> int:
 
     from engine.trainercontract.metrics import retrieval_report
     from trainer.checkpoint import load_model
-    from trainer.data import FeatureNeeds, FeatureSource, split_view
+    from trainer.data import FeatureNeeds, FeatureSource
     from trainer.evaluation import encode_pairs, similarity_matrix
+    from trainer.splits import split_view
 
     view = split_view(args.data, args.split)
     source = FeatureSource.open()

@@ -46,7 +46,7 @@ def measure(model_dir: Path, data: Path, split: str) -> dict:
     import torch
 
     from trainer.checkpoint import load_model
-    from trainer.data import FeatureNeeds, FeatureSource, split_view
+    from trainer.data import FeatureNeeds, FeatureSource
     from trainer.evaluation import (
         encode_pairs,
         report_from_scores,
@@ -56,6 +56,7 @@ def measure(model_dir: Path, data: Path, split: str) -> dict:
     )
     from trainer.finetune import model_pairs
     from trainer.methods.pcme import PCMEModel
+    from trainer.splits import split_view
 
     device = torch.device("cpu")
     model = load_model(model_dir, device)

@@ -15,8 +15,9 @@ from engine.library.captionfolder import load_caption_folder
 from engine.loop.trainingset import HELDOUT_SPLIT, TRAIN_SPLIT, is_held_aside
 from engine.workspace import Workspace
 from tests.synthetic import make_toy_photo_folder
-from trainer.data import FeatureNeeds, FeatureSource, load_training_data
+from trainer.data import FeatureNeeds, FeatureSource
 from trainer.sparse import SparseConfig
+from trainer.splits import load_training_data
 
 LIBRARY = "loop"
 N_ITEMS = 24

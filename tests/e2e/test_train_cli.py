@@ -19,7 +19,8 @@ import pytest
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from tests.synthetic import make_toy_photo_folder
-from trainer.data import FeatureNeeds, FeatureSource, split_view
+from trainer.data import FeatureNeeds, FeatureSource
+from trainer.splits import split_view
 
 TIMEOUT = 240
 

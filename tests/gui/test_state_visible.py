@@ -9,10 +9,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QMovie
 
-from app.widgets.clips import SAMPLED_FRAMES, matched_frame
+from app.widgets.clips import MATCH_HOLD_MS, SAMPLED_FRAMES, matched_frame
 from app.widgets.hittext import browse_line, compact_verdict, verdict_lines
 from app.widgets.resultsmodel import STATE_ROLE
-from app.widgets.viewer import MATCH_HOLD_MS
 from engine.library.browse import AnnotationState
 from engine.media.sampling import FRAMES_PER_ITEM, frame_indices
 from engine.types import MediaKind

@@ -226,7 +226,7 @@ def test_space_pauses_a_video_the_slider_seeks_and_the_text_says_where(qtbot, vi
 
 def test_a_video_still_opens_at_its_matched_frame_and_space_keeps_it_there(qtbot, viewer, tmp_path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("app.widgets.viewer.MATCH_HOLD_MS", 200)
+    monkeypatch.setattr("app.widgets.clipplayback.MATCH_HOLD_MS", 200)
     monkeypatch.setattr("app.widgets.clips.MATCH_HOLD_MS", 200)  # the video decoding thread holds it too
     path = mg.make_video(tmp_path / "clip.mp4", 40, size=(64, 48), fps=10.0)
     viewer.show_hit(SearchHit(999, str(path), MediaKind.VIDEO, 0.0, frame=5))

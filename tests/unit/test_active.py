@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.loop.active import ActiveLearningError, head_disagreement, pick, uncertainty_scores
-from engine.search.modelrunner import uncertainty
+from engine.search.pcme import uncertainty
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -256,7 +256,7 @@ def test_the_local_count_follows_every_write(tmp_path: Path) -> None:
 
 
 def test_a_version_1_store_gets_its_count_on_opening(tmp_path: Path) -> None:
-    from engine.features.featurestore import _MIGRATIONS
+    from engine.features.featureschema import MIGRATIONS as _MIGRATIONS
     from engine.sqlitestore import SQLiteStore
 
     path = tmp_path / "features.sqlite"
@@ -339,7 +339,7 @@ def test_local_codes_refuse_what_is_not_finite(store: FeatureStore) -> None:
 
 def _old_store(path: Path) -> dict[str, np.ndarray]:
     """A schema v2 file as Polyseek wrote it before 8-bit codes: float16 local rows, three columns."""
-    from engine.features.featurestore import _MIGRATIONS
+    from engine.features.featureschema import MIGRATIONS as _MIGRATIONS
     from engine.sqlitestore import SQLiteStore
 
     rng = np.random.default_rng(11)

@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.search.modelrunner import (
-    ModelInputError,
-    ModelLoadError,
-    ModelRunner,
+from engine.search.modelrunner import ModelInputError, ModelLoadError, ModelRunner
+from engine.search.pcme import (
     closed_form_match_probability,
     match_probability,
     match_probability_from_samples,

@@ -228,7 +228,7 @@ def _export_untrained(method: str, dest: Path, **overrides) -> Path:
 
 
 def test_suggestions_follow_the_active_model(service, tmp_path):
-    from engine.search.modelrunner import uncertainty
+    from engine.search.pcme import uncertainty
 
     ids = sorted(m.id for m in service.catalog.iter_media())
     service.add_caption(ids[0], "a red picture")

@@ -117,7 +117,7 @@ def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff
 def test_pcme_explanation_places_the_item_uncertainty_among_the_library(service, tmp_path):
     """The inspector's calibrated reading: the percentage of the library's items at most as uncertain as
     the item, from the uncertainties the engine stored for every item (the least certain item reads 100)."""
-    from engine.search.modelrunner import uncertainty
+    from engine.search.pcme import uncertainty
 
     service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme", match_distance="csd")))
     hits = service.search_text("a blue picture", top=10)

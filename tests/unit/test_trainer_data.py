@@ -21,10 +21,9 @@ from trainer.data import (
     TextFeatures,
     VisualFeatures,
     _even_frames,
-    load_training_data,
-    resolve_splits,
 )
 from trainer.sparse import SparseConfig
+from trainer.splits import load_training_data, resolve_splits
 from trainer.train import epoch_batches
 
 CPU = torch.device("cpu")

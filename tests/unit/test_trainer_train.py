@@ -18,10 +18,11 @@ from engine.features.featurestore import FeatureStore
 from tests.synthetic import make_motion_gif_folder, make_toy_photo_folder
 from trainer import checkpoint as ckpt
 from trainer.cli import parse_overrides
-from trainer.data import FeatureNeeds, FeatureSource, split_view
+from trainer.data import FeatureNeeds, FeatureSource
 from trainer.evaluation import encode_pairs, similarity_matrix
 from trainer.methods import ConfigError, list_methods, load_manifest
 from trainer.sparse import SparseConfig
+from trainer.splits import split_view
 from trainer.train import (
     RECIPES,
     Interrupted,

@@ -1,10 +1,11 @@
 """Multi-vector index: K L2-normalised embeddings per item, searched by PVSE's K x K max-cosine (§3.4).
 
-Four rooms: :mod:`~engine.search.vectorindex.scoring` (the K x K rule in numpy, the errors),
+Five rooms: :mod:`~engine.search.vectorindex.scoring` (the K x K rule in numpy, the errors),
 :mod:`~engine.search.vectorindex.ann` (the approximate faiss backends: HNSW, IVF, both),
 :mod:`~engine.search.vectorindex.stored` (one consistent view of the stored rows, the lookups made for it, the
-files' header and arrays read back) and :mod:`~engine.search.vectorindex.index` (:class:`MultiVectorIndex`: exact
-and approximate search over the stored vectors, adding, removing, saving and loading). The measurements behind
+files' header and arrays read back), :mod:`~engine.search.vectorindex.index` (:class:`MultiVectorIndex`: exact
+and approximate search over the stored vectors, adding and removing) and :mod:`~engine.search.vectorindex.indexfiles`
+(its saving and loading). The measurements behind
 the defaults are in docs/benchmarks.md ("The vector index's approximate search").
 """
 

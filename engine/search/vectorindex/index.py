@@ -25,67 +25,53 @@ lists) run outside it under a separate writer lock. New items reach the faiss in
 Memory: the stored vectors are float32, or float16 from :data:`FLOAT16_FROM` floats per item (``storage``;
 docs/benchmarks.md, "Memory", has the sizes at 1M items).
 
-Files (:meth:`MultiVectorIndex.save`): ``index.json`` (format version, model id, dims, parameters, which
-data folder is current) plus a data folder with ``ids.npy``, ``slots.npy``, ``vectors.npy`` and the faiss
-files. A save writes a new data folder, then replaces ``index.json`` atomically, then deletes the old folder,
-so a crash leaves the previous index readable. Nothing is pickled.
+Files: :mod:`engine.search.vectorindex.indexfiles` (:meth:`MultiVectorIndex.save` and ``load``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import threading
 import time
 import typing
 import weakref
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
 
-from engine.files import atomic_write_text
 from engine.search.vectorindex.ann import (
     BUILD_THREADS,
     SEARCH_THREADS,
     Ann,
     AnnParams,
-    read_ann,
     set_faiss_threads,
 )
+from engine.search.vectorindex.indexfiles import IndexFiles
 from engine.search.vectorindex.scoring import (
-    IndexFileError,
     IndexInputError,
-    ModelMismatchError,
     dot,
     normalise,
     top_rows,
 )
 from engine.search.vectorindex.stored import (
-    FORMAT,
-    FORMAT_VERSION,
     Data,
     IdRows,
     Kept,
-    load_array,
-    read_header,
+    empty_data,
+    grown_data,
     tail_start,
 )
 
 log = logging.getLogger(__name__)
 
-INDEX_FILE = "index.json"
 Storage = Literal["auto", "float32", "float16"]
 FLOAT16_FROM = 2048  # storage="auto": float16 from this many floats per item (K * D), see "Memory"
 _SCORE_BLOCK = 1 << 23  # floats per block of exact scores: bounds temporary memory to ~32 MB
 EXACT_FLOATS = 1 << 24  # stored floats up to which exact search is the default (64 MB read per query)
-_GROW_ROWS = 1 << 17  # most spare rows one growth of the stored arrays adds (0.8 GB at K=3, D=1024, float16)
 
 
-class MultiVectorIndex:
+class MultiVectorIndex(IndexFiles):
     """Items with K unit vectors each, searched by the K x K max-cosine rule (module docstring).
 
     ``storage`` is the
@@ -111,7 +97,7 @@ class MultiVectorIndex:
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()  # searches and short mutations
         self._write_lock = threading.RLock()  # one writer at a time; held through long rebuilds
-        self._data = self._empty_data()
+        self._data = empty_data(0, self.heads, self.dim, self.storage)
         self._ann: Ann | None = None
         self._row_of_id: dict[int, int] = {}
         self._id_rows: IdRows | None = None  # the current view's lookup table, made on first use
@@ -360,7 +346,7 @@ class MultiVectorIndex:
         once: each growth copies them (old and new copy side by side), which at 100,000 items of the 1024-d
         starter added ~260 MB to the peak resident memory of embedding a library."""
         with self._write_lock:
-            grown = self._grown(self._data, max(0, int(extra)))
+            grown = grown_data(self._data, max(0, int(extra)), self.heads, self.dim, self.storage)
             with self._lock:
                 self._data = grown
 
@@ -375,7 +361,7 @@ class MultiVectorIndex:
             present = [i for i in ids.tolist() if i in self._row_of_id]
             if present:
                 self._remove_known(np.array(present, np.int64))
-            grown = self._grown(self._data, len(ids))
+            grown = grown_data(self._data, len(ids), self.heads, self.dim, self.storage)
             with self._lock:
                 self._data = self._append(grown, ids, vectors)
             self._maintain()
@@ -449,21 +435,6 @@ class MultiVectorIndex:
             if self._ann is not None:
                 self._ann.remove(slots, self.heads)
 
-    def _empty_data(self, capacity: int = 0) -> Data:
-        return Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
-                     np.zeros((capacity, self.heads, self.dim), self.storage), np.zeros(capacity, bool),
-                     np.zeros(0, np.int64), 0, 0)
-
-    def _grown(self, data: Data, extra: int) -> Data:
-        """``data`` with room for ``extra`` more rows; a bigger copy is made outside the search lock."""
-        if data.size + extra <= len(data.ids):
-            return data
-        capacity = max(data.size + extra, len(data.ids) + min(len(data.ids) // 2, _GROW_ROWS), 1024)
-        bigger = self._empty_data(capacity)
-        for name in ("ids", "slots", "vectors", "alive"):
-            getattr(bigger, name)[:data.size] = getattr(data, name)[:data.size]
-        return replace(bigger, row_of_slot=data.row_of_slot, size=data.size, count=data.count)
-
     def _append(self, data: Data, ids: np.ndarray, vectors: np.ndarray) -> Data:
         start, stop = data.size, data.size + len(ids)
         first_slot = len(data.row_of_slot)
@@ -495,7 +466,7 @@ class MultiVectorIndex:
         if data.count == data.size:
             return
         keep = np.flatnonzero(data.alive[:data.size])
-        compact = self._empty_data(len(keep))
+        compact = empty_data(len(keep), self.heads, self.dim, self.storage)
         for name in ("ids", "slots", "vectors"):
             getattr(compact, name)[:] = getattr(data, name)[keep]
         compact.alive[:] = True
@@ -516,80 +487,3 @@ class MultiVectorIndex:
             self._ann = ann
         log.info("built %s index over %d items in %.1f s", ann.kind, data.count,
                  time.perf_counter() - started)
-
-    # -- files ---------------------------------------------------------------------------------------
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the index into the folder ``path`` (created if needed); see the module docstring."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        with self._write_lock:
-            self._compact()
-            data, ann = self._data, self._ann
-            name = f"data-{time.time_ns():x}"
-            staging = folder / f".{name}.tmp"
-            staging.mkdir()
-            try:
-                self._write_data(staging, data, ann)
-                os.replace(staging, folder / name)
-                atomic_write_text(folder / INDEX_FILE, json.dumps(self._header(name, data, ann), indent=2))
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-        for old in folder.glob("data-*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
-
-    @staticmethod
-    def _write_data(staging: Path, data: Data, ann: Ann | None) -> None:
-        np.save(staging / "ids.npy", data.ids[:data.size])
-        np.save(staging / "slots.npy", data.slots[:data.size])
-        np.save(staging / "vectors.npy", data.vectors[:data.size])
-        if ann is not None:
-            ann.write(staging)
-
-    def _header(self, name: str, data: Data, ann: Ann | None) -> dict[str, Any]:
-        return {"format": FORMAT, "version": FORMAT_VERSION, "model_id": self.model_id, "dim": self.dim,
-                "heads": self.heads, "metric": self.metric,
-                "storage": self.storage,
-                "count": data.count, "data": name,
-                "next_slot": len(data.row_of_slot), "params": asdict(self.params),
-                "ann": ann.describe() if ann else None}
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], model_id: str | None = None,
-             params: AnnParams | None = None) -> MultiVectorIndex:
-        """Read an index saved by :meth:`save`.
-
-        ``model_id``, when given, must equal the saved one (:class:`ModelMismatchError` otherwise: an index
-        is only valid for the model version that made its vectors). ``params`` overrides the saved
-        search parameters (the saved faiss index is kept).
-        """
-        folder = Path(path)
-        header = read_header(folder / INDEX_FILE)
-        if model_id is not None and header["model_id"] != model_id:
-            raise ModelMismatchError(f"{folder / INDEX_FILE}: index built for model {header['model_id']!r}, "
-                                     f"not {model_id!r}; rebuild it")
-        storage = header.get("storage", "float32")  # files written before float16 storage existed
-        if storage not in ("float32", "float16"):
-            raise IndexFileError(f"{folder / INDEX_FILE}: unknown vector storage {storage!r}")
-        index = cls(header["dim"], header["heads"], header["metric"], header["model_id"],
-                    params or AnnParams.from_dict(header["params"]),
-                    storage=storage)
-        index._restore(folder / header["data"], header)
-        return index
-
-    def _restore(self, data_dir: Path, header: dict[str, Any]) -> None:
-        ids = load_array(data_dir / "ids.npy", np.int64, (header["count"],))
-        slots = load_array(data_dir / "slots.npy", np.int64, (header["count"],))
-        vectors = load_array(data_dir / "vectors.npy", np.dtype(self.storage).type,
-                              (header["count"], self.heads, self.dim))
-        if len(slots) and (slots.min() < 0 or slots.max() >= header["next_slot"]):
-            raise IndexFileError(f"{data_dir / 'slots.npy'}: slot numbers outside 0..{header['next_slot']}")
-        row_of_slot = np.full(header["next_slot"], -1, np.int64)
-        row_of_slot[slots] = np.arange(len(slots))
-        count = len(ids)
-        self._data = Data(ids, slots, vectors, np.ones(count, bool), row_of_slot, count, count)
-        self._row_of_id = dict(zip(ids.tolist(), range(len(ids)), strict=True))
-        if header["ann"] is not None:
-            self._ann = read_ann(data_dir, header["ann"], self.dim)

@@ -1,7 +1,8 @@
 """The multi-vector index's stored rows and their files (:mod:`engine.search.vectorindex.index` uses them).
 
 :class:`Data` is one consistent view of the stored items, swapped as a whole by every change; :class:`IdRows` and
-:class:`Kept` are lookups made for one view and dropped with it. :func:`read_header` and :func:`load_array` read an
+:class:`Kept` are lookups made for one view and dropped with it; :func:`empty_data` and :func:`grown_data` make the
+arrays of a new view. :func:`read_header` and :func:`load_array` read an
 index's files back, checking each against what the header promises.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,25 @@ from engine.search.vectorindex.scoring import IndexFileError
 
 FORMAT = "polyseek-multivector-index"
 FORMAT_VERSION = 1
+GROW_ROWS = 1 << 17  # most spare rows one growth of the stored arrays adds (0.8 GB at K=3, D=1024, float16)
+
+
+def empty_data(capacity: int, heads: int, dim: int, storage: str) -> Data:
+    """Stored arrays with room for ``capacity`` items of ``heads`` x ``dim`` vectors (``storage``: their dtype)."""
+    return Data(np.zeros(capacity, np.int64), np.zeros(capacity, np.int64),
+                np.zeros((capacity, heads, dim), storage), np.zeros(capacity, bool),
+                np.zeros(0, np.int64), 0, 0)
+
+
+def grown_data(data: Data, extra: int, heads: int, dim: int, storage: str) -> Data:
+    """``data`` with room for ``extra`` more rows; a bigger copy is made outside the search lock."""
+    if data.size + extra <= len(data.ids):
+        return data
+    capacity = max(data.size + extra, len(data.ids) + min(len(data.ids) // 2, GROW_ROWS), 1024)
+    bigger = empty_data(capacity, heads, dim, storage)
+    for name in ("ids", "slots", "vectors", "alive"):
+        getattr(bigger, name)[:data.size] = getattr(data, name)[:data.size]
+    return replace(bigger, row_of_slot=data.row_of_slot, size=data.size, count=data.count)
 
 
 def tail_start(data: Data, ann: Ann) -> int:
