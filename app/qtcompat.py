@@ -82,9 +82,4 @@ def protect_singletons() -> set[str]:
     return set(_applied)
 
 
-def protect_bool_singletons() -> bool:
-    """Whether ``True`` / ``False`` are protected (kept for callers of the first version of this module)."""
-    return "bool" in protect_singletons()
-
-
 protect_singletons()

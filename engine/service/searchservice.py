@@ -139,7 +139,7 @@ class SearchService(LibraryModels):
             yield from self.indexer.index(targets, cancel)
             changed = self.catalog.version() != before
         finally:
-            # the backbone's session with its arena: 520 -> ~300 MB once 9,200 items were indexed in the GUI
+            # the backbone's session and its arena of activations (~200 MB in a plain process) until the next run
             self.indexer.release()
             self.encoders.release_backbone()
             # A re-scan that found nothing new keeps the loaded indexes (no reload at 100k items). One that did
