@@ -139,7 +139,7 @@ class SearchService(LibraryModels):
             yield from self.indexer.index(targets, cancel)
             changed = self.catalog.version() != before
         finally:
-            # the backbone's session and its arena of activations (~200 MB in a plain process) until the next run
+            # let the backbone's session go: its arena keeps ~200 MB of activations; the next run reopens it
             self.indexer.release()
             self.encoders.release_backbone()
             # A re-scan that found nothing new keeps the loaded indexes (no reload at 100k items). One that did
