@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import paths
+from engine import heap, paths
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.library.catalog import CaptionRecord, Catalog, MediaRecord, MediaStatus
@@ -142,6 +142,7 @@ class SearchService(LibraryModels):
             # let the backbone's session go: its arena keeps ~200 MB of activations; the next run reopens it
             self.indexer.release()
             self.encoders.release_backbone()
+            heap.trim()  # and what indexing's threads freed, kept in their malloc arenas until asked for
             # A re-scan that found nothing new keeps the loaded indexes (no reload at 100k items). One that did
             # keeps the active model open: its sync below embeds the new items and drops the gone ones; reopening
             # it (its ONNX sessions and vector index) cost ~0.3 s per run, 8 % of indexing 384 photos.
