@@ -14,7 +14,6 @@ The active model's encoders turn the cached backbone features into K embeddings 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
 from engine.trainercontract.exportformat import model_export_dir as model_export_dir  # callers import it here
+from engine.trainercontract.runfolder import read_metrics
 from engine.types import Explanation, MediaKind
 
 log = logging.getLogger(__name__)
@@ -403,7 +403,7 @@ def _project_pair(mu_q, logsig_q, mu_i, logsig_i):
 def _validation_curves(model_dir: Path) -> tuple[dict, str] | None:
     """``metrics.json``'s ``r1_by_uncertainty_decile`` of a model folder and the split it was measured on."""
     try:
-        metrics = json.loads((model_dir / "metrics.json").read_text(encoding="utf-8"))
+        metrics = read_metrics(model_dir)
     except (OSError, ValueError):
         return None
     curves = metrics.get("r1_by_uncertainty_decile") if isinstance(metrics, dict) else None

@@ -17,6 +17,7 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import Catalog
 from engine.progress import CancelToken, Progress, staged
 from engine.trainercontract.exportformat import is_probabilistic
+from engine.trainercontract.runfolder import read_metrics
 from engine.types import ZERO_SHOT, ModelInfo
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,6 @@ class LibraryModels:
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str:
         """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
-        import json
 
         from engine.search.modelrunner import ModelRunner
         from engine.trainercontract.exportformat import model_export_dir
@@ -140,8 +140,7 @@ class LibraryModels:
         runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=self.encoders.backbone.id)
         if runner.manifest.backbone is not None:
             self.encoders.for_model(runner)  # its backbone graph must open, or registering fails here
-        metrics_file = model_dir / "metrics.json"
-        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        metrics = read_metrics(model_dir)
         name = name or model_dir.name
         existing = {m.name: m for m in self.catalog.models()}
         if name in existing and Path(existing[name].path) != model_dir:
