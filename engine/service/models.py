@@ -132,7 +132,6 @@ class LibraryModels:
 
     def register_model(self, model_dir: Path, name: str | None = None) -> str:
         """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
-
         from engine.search.modelrunner import ModelRunner
         from engine.trainercontract.exportformat import model_export_dir
 
