@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.recipes import TrainingError
+from trainer.runsettings import TrainingError
 
 
 @dataclass(frozen=True)

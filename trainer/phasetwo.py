@@ -33,7 +33,7 @@ from trainer.finetune import (
     trunk_outputs,
 )
 from trainer.methods import RetrievalModel
-from trainer.recipes import RunSettings
+from trainer.runsettings import RunSettings
 from trainer.textencoder import Tokenized, TorchMiniLM, load_text_encoder
 
 

@@ -10,7 +10,7 @@ those kept at N + 1 - so sparsity levels differ only in how much is annotated, n
 The trainer's ``--annotated-fraction F --captions-per-image N`` flags build a :class:`SparseConfig`.
 
 ``extra_annotated`` names items annotated on top of the seeded fraction, with all their captions: an
-active-learning round (:mod:`engine.loop.active`) picks them among the un-annotated items and "annotates" them,
+active-learning round (:mod:`engine.loop.activelearning`) picks them among the un-annotated items and "annotates" them,
 and the split is otherwise the same as without them.
 """
 

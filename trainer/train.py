@@ -2,7 +2,7 @@
 
 One run (``python -m trainer train``) resolves the method's recipe (``MethodSpec.recipe``: its config overrides,
 optimizer, learning rate, schedule, epochs, batch size) and the user's options into typed settings
-(:class:`trainer.recipes.RunSettings`) plus the user's ``--set`` overrides, loads the
+(:class:`trainer.runsettings.RunSettings`) plus the user's ``--set`` overrides, loads the
 caption folder's features (:mod:`trainer.data`), and trains with gradient clipping (2.0), AMP on CUDA,
 early stopping on the validation rsum and a checkpoint after every epoch (:mod:`trainer.checkpoint`).
 At the end the best epoch's weights are evaluated on the whole validation split (``metrics.json``) and
@@ -57,7 +57,8 @@ from trainer.finetune import (
 from trainer.learntfrom import trained_on, write_caption_words
 from trainer.methods import MethodConfig, PairBatch, RetrievalModel, build_loss, build_model, get_method
 from trainer.phasetwo import PhaseTwo, batch_visual, open_inputs, phase_two
-from trainer.recipes import (  # noqa: F401 - re-exported: the trainer's callers import them from here
+from trainer.reporting import Eta, Interrupted, Reporter, StopRequest
+from trainer.runsettings import (  # noqa: F401 - re-exported: the trainer's callers import them from here
     FEATURE_DIM_FIELDS,
     FINETUNE_DEFAULTS,
     RECIPES,
@@ -75,7 +76,6 @@ from trainer.recipes import (  # noqa: F401 - re-exported: the trainer's callers
     resolve_settings,
     update_after_validation,
 )
-from trainer.reporting import Eta, Interrupted, Reporter, StopRequest
 from trainer.splits import TrainingData, load_training_data
 from trainer.textencoder import encode_captions, with_text
 from trainer.warmstart import WarmStart, begin_warm_start, start_text, warm_start_config

@@ -20,7 +20,7 @@ from trainer import checkpoint as ckpt
 from trainer.data import PairSet
 from trainer.finetune import finetuned_backbone
 from trainer.methods import MethodConfig, RetrievalModel, build_model
-from trainer.recipes import TrainingError, TrainOptions
+from trainer.runsettings import TrainingError, TrainOptions
 from trainer.textencoder import finetuned_text
 
 # L2-SP strength of a warm start, chosen on tests/bench/bench_user_loop.py (see docs/benchmarks.md).

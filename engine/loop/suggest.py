@@ -1,5 +1,5 @@
-"""What to annotate next in a library: the active-learning policies of :mod:`engine.loop.active` applied to the
-active model's encodings of the un-annotated items.
+"""What to annotate next in a library: the active-learning policies of :mod:`engine.loop.activelearning` applied to
+the active model's encodings of the un-annotated items.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def resolve_policy(trained: TrainedSearch | None, policy: str = "auto") -> str:
 
 def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy: str = "auto",
             rng: np.random.Generator | None = None) -> list[tuple[int, float]]:
-    """``(media_id, score)`` of the un-annotated items worth annotating next, best first (:mod:`engine.loop.active`).
+    """``(media_id, score)`` of the un-annotated items worth annotating next, best first
+    (:mod:`engine.loop.activelearning`).
 
     ``uncertainty`` needs an active PCME model (score: geometric mean of the item's sigma); ``disagreement``
     an active model with K >= 2 heads (score: 1 - mean Jaccard overlap of the heads' nearest library captions,
@@ -47,7 +48,7 @@ def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy
     first that applies in that order. ``trained`` is the active :class:`engine.search.trained.TrainedSearch`, or None
     while the zero-shot ranking is active.
     """
-    from engine.loop import active
+    from engine.loop import activelearning as active
 
     if policy not in SUGGEST_POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(SUGGEST_POLICIES)}, got {policy!r}")

@@ -5,7 +5,7 @@
 
 Start from the ``10%x5`` setting of ``bench_sparse.py`` (600 training images with all 5 captions, seed 0;
 ``--setting`` picks another) and train each method there (the ``none`` row). Its model then scores the 5,400
-un-annotated training images with a policy of :mod:`engine.loop.active`, the ``--add`` best get all 5 of their
+un-annotated training images with a policy of :mod:`engine.loop.activelearning`, the ``--add`` best get all 5 of their
 captions (``SparseConfig.extra_annotated``), and the same method is trained again from scratch with the same
 budget and seed; the dev R@10 of each retrained model (both directions) says how much each policy's picks helped:
 
@@ -58,7 +58,7 @@ def policy_scores(policy: str, model_dir: Path, split: Any, source: Any, args: a
     """(N,) scores of the un-annotated images that have features, and their files (same order)."""
     import torch
 
-    from engine.loop.active import head_disagreement, uncertainty_scores
+    from engine.loop.activelearning import head_disagreement, uncertainty_scores
     from trainer.checkpoint import load_model
     from trainer.data import FeatureNeeds
     from trainer.evaluation import encode_captions, encode_items
@@ -84,7 +84,7 @@ def policy_scores(policy: str, model_dir: Path, split: Any, source: Any, args: a
 
 def choose(policy: str, scores: np.ndarray, files: list[str], args: argparse.Namespace) -> list[str]:
     """The ``--add`` files the policy annotates next."""
-    from engine.loop.active import pick
+    from engine.loop.activelearning import pick
 
     rng = np.random.default_rng(args.random_seed)
     index = pick(scores, args.add, rng=rng, policy="random" if policy == "random" else "score")

@@ -1,4 +1,4 @@
-"""Active-learning policies (engine.loop.active) against naive references on tiny seeded data."""
+"""Active-learning policies (engine.loop.activelearning) against naive references on tiny seeded data."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from engine.loop.active import ActiveLearningError, head_disagreement, pick, uncertainty_scores
+from engine.loop.activelearning import ActiveLearningError, head_disagreement, pick, uncertainty_scores
 from engine.search.pcme import uncertainty
 
 
@@ -74,7 +74,7 @@ def test_head_disagreement_extremes() -> None:
 
 
 def test_head_disagreement_works_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.loop.active as active
+    import engine.loop.activelearning as active
 
     rng = np.random.default_rng(4)
     items, captions = _unit(rng.normal(size=(9, 3, 4))), rng.normal(size=(15, 4))

@@ -8,7 +8,7 @@ import torch
 
 from trainer.finetune import optimizer_groups
 from trainer.methods import ImageInput, PairBatch, TextInput, build_config, build_loss, build_model
-from trainer.recipes import RECIPES, make_optimizer
+from trainer.runsettings import RECIPES, make_optimizer
 
 torch.set_num_threads(1)
 

@@ -1,6 +1,6 @@
 """How a method trains by default: the recipe each method module registers beside its model (``MethodSpec.recipe``).
 
-Standard library only; the trainer's loop (:mod:`trainer.recipes`, :mod:`trainer.train`) applies it.
+Standard library only; the trainer's loop (:mod:`trainer.runsettings`, :mod:`trainer.train`) applies it.
 """
 
 from __future__ import annotations
