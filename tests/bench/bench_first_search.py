@@ -24,20 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tools.gui_memory import rss_mb  # noqa: E402  (the GUI process's resident memory, as tools/gui_memory.py reads it)
+
 QUERIES = ("a man is cooking in a kitchen", "a dog running on the grass", "people dancing on a stage",
            "a red car parked on the street", "children playing in the snow", "a cartoon character is running",
            "a woman singing into a microphone", "a bowl of fruit on a table", "two men playing basketball",
            "a city skyline at night", "a cat sleeping on a sofa", "a boat on a lake", "a group of people hiking",
            "a plate of food", "a man riding a bicycle", "a girl with a balloon", "waves crashing on the beach",
            "a person giving a speech", "a bird on a branch", "a crowd at a concert", "a horse in a field")
-
-
-def rss_mb() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) // 1024
-    return 0
 
 
 def main() -> int:
