@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import Qt, QThreadPool, Signal
+from PySide6.QtCore import QStandardPaths, Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -215,7 +215,7 @@ class LibraryPanel(QWidget):
         if self._service is None:
             return
         if folder is None:
-            chosen = QFileDialog.getExistingDirectory(self, "Add a folder to the library")
+            chosen = QFileDialog.getExistingDirectory(self, "Add a folder to the library", str(self.folder_to_browse()))
             if not chosen:
                 return
             folder = Path(chosen)
@@ -226,6 +226,15 @@ class LibraryPanel(QWidget):
             return
         self.refresh()
         self.index([folder])
+
+    def folder_to_browse(self) -> Path:
+        """Where "Add folder" opens: beside the library's last folder, else the user's Pictures, else their home
+        (not the directory the app happened to be started from)."""
+        roots = self.state.snapshot.roots
+        if roots and roots[-1].parent.is_dir():
+            return roots[-1].parent
+        pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+        return Path(pictures) if pictures and Path(pictures).is_dir() else Path.home()
 
     def _remove_selected(self) -> None:
         item = self.roots_list.currentItem()

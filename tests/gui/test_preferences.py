@@ -77,3 +77,18 @@ def test_cancel_changes_nothing(qtbot, window, service: FakeService) -> None:
     dialog.reject()
     assert GuiSettings().training_device == "auto" and GuiSettings().cutoff_percent == 0
     assert not any(name == "set_active_model" for name, _ in service.calls)
+
+
+def test_add_folder_opens_beside_the_librarys_folders_not_where_the_app_was_started(
+        qtbot, window, service: FakeService, tmp_path: Path, monkeypatch) -> None:
+    """The new-user pass (#44): "Add folder..." opened the directory the app was started from (the repository)."""
+    qtbot.waitUntil(lambda: bool(window.library.state.snapshot.roots), timeout=3000)
+    shown: list[str] = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory",
+                        lambda parent, title, folder="", *a: shown.append(folder) or "")
+    window.library.add_folder()
+    assert shown == [str(service.roots()[-1].parent)]
+    window.library.state.set_service(None)  # a library without folders: the user's Pictures or home
+    shown.clear()
+    window.library.add_folder()
+    assert shown and Path(shown[0]) != Path.cwd() and Path(shown[0]).is_dir()
