@@ -71,8 +71,10 @@ def your_words_note(query: str, media_id: int, words: UserWords, encoders: Encod
         cover, near = found.lexical.get(media_id, 0.0), found.semantic.get(media_id, 0.0)
         meaning = "says what the search says" if near >= 0.8 else "is close in meaning" if near > 0.3 else \
             "is far from the search in meaning"
-        lines.append(f"What you wrote counts here: {quoted(False)} covers {cover:.0%} of this search's words and "
-                     f"{meaning}.")
+        # every word of the search written on the item (a name): how far the whole caption is from the few words
+        # of the search says nothing more, and "far in meaning" beside a strong match read as a contradiction
+        said = "." if cover >= 0.995 else f" and {meaning}."
+        lines.append(f"What you wrote counts here: {quoted(False)} covers {cover:.0%} of this search's words{said}")
     if found.rejected.get(media_id, 0.0) > 0:
         lines.append(f"You rejected this item for {quoted(True)}, a search like this one: its chance of matching "
                      f"is cut by {found.rejected[media_id]:.0%}.")

@@ -120,6 +120,13 @@ def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: SearchSer
     assert "far from the search in meaning" in notes
 
 
+def test_the_inspector_does_not_call_a_name_that_covers_the_whole_search_far_in_meaning(library: SearchService):
+    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    library.add_caption(media[2].id, "Doctor Nova explains space dust")
+    notes = " ".join(library.explain("Doctor Nova", media[2].id).notes)
+    assert "covers 100% of this search's words." in notes and "in meaning" not in notes
+
+
 def test_a_name_covers_in_full_an_everyday_word_hardly():
     labels = {"biscuit": (0.5, (1, 2)), "beach": (0.5, (3,))}
     cover = evidence.novel_cover(labels, {"biscuit": 0.5, "beach": 0.25}, {"biscuit": 1.0, "beach": 0.02})
