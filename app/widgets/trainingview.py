@@ -130,6 +130,7 @@ class Comparison:
     decision: str = ""
     library: bool = False  # measured on the library's held-aside annotations (else a caption folder's split)
     heldout: int | None = None  # the library's held-aside items (None: a caption folder's split)
+    interval: str = ""  # how sure the rsum differences are, in one line (RetrainResult.interval_line; "": not measured)
 
     @classmethod
     def of(cls, result: Any) -> Comparison:
@@ -139,7 +140,7 @@ class Comparison:
                    "; ".join(result.measure_warnings) or None, Path(result.data), str(result.val_split),
                    measured=ts is None or int(ts.n_heldout_items) > 0, activated=result.activated,
                    decision=result.decision, library=ts is not None,
-                   heldout=int(ts.n_heldout_items) if ts is not None else None)
+                   heldout=int(ts.n_heldout_items) if ts is not None else None, interval=result.interval_line())
 
     @property
     def set_name(self) -> str:
@@ -178,8 +179,8 @@ class Comparison:
         return f"too few {where} ({items})"
 
     def note(self) -> str:
-        """The lines under the table: the comparison (or why there is none), what the curve measures instead,
-        and the rule's decision."""
+        """The lines under the table: the comparison (or why there is none), how sure its differences are (the
+        paired-bootstrap intervals, when measured), what the curve measures instead, and the rule's decision."""
         if not self.measured:
             return ("Nothing was held aside (too few annotations), so the two models cannot be compared yet: "
                     "annotate more items and train again.")
@@ -189,6 +190,8 @@ class Comparison:
             text += " Text → item recall (%) in the table; rsum adds R@1/5/10 of both directions."
         if self.old_error:
             text += f" The active model could not be measured: {self.old_error}"
+        if self.interval:  # its own line: how sure the differences are (the decision below does not rest on it yet)
+            text += f"\n{self.interval[0].upper()}{self.interval[1:]}."
         text += ("\nThe curve above is the trainer's own check (the model alone, without the zero-shot semantics "
                  "the app ranks with): its figures differ from these.")
         if self.decision:  # a library retrain: the rule `polyseek retrain` applies has decided

@@ -49,9 +49,11 @@ def compare_models(service: SearchService, new_model: str, old_model: str | None
                    seed: int = 0) -> ModelComparison:
     """Measure a registered new model and the old one (None: zero-shot) on the held-aside split of a training
     folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply :func:`gate`.
-    The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing."""
+    The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing. Both
+    models' reports keep their per-query ranks, so the gate states how sure each difference is
+    (:meth:`ModelComparison.measure_intervals`)."""
     out = ModelComparison(new_model, old_model)
-    evaluate = partial(evaluate_on, service)
+    evaluate = partial(evaluate_on, service, per_query=True)
     old = _old_evaluator(evaluate, old_model, out)
     pseudo = (pseudo_check_set(service.catalog, Path(folder).parent / "pseudo-check", seed)
               if old_model is not None else None)  # zero-shot wrote the pseudo captions itself
@@ -66,5 +68,6 @@ def compare_models(service: SearchService, new_model: str, old_model: str | None
         out.pseudo_before = old(pseudo, None)
         if out.pseudo_before is not None:
             out.pseudo_after = evaluate(pseudo, None, new_model)
+    out.measure_intervals()
     out.activated, out.decision = gate(out)
     return out

@@ -30,18 +30,20 @@ Evaluate = Callable[..., dict[str, Any]]
 
 
 def evaluate_on(service: SearchService, folder: Path, split: str | None, model: str | None = None,
-                distractors: Sequence[Path] = ()) -> dict[str, Any]:
+                distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
     """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
     of the service's library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
-    ranking. ``distractors`` (trained models): more media each caption's item is ranked among."""
+    ranking. ``distractors`` (trained models): more media each caption's item is ranked among. ``per_query``: the
+    report keeps each query's rank (``ranks``), which the gate's interval compares query by query."""
     if model in (None, ZERO_SHOT):
-        return evaluate_zero_shot(Path(folder), split, service.features, service.encoders)
-    return evaluate_trained(service, Path(folder), split, model, distractors)
+        return evaluate_zero_shot(Path(folder), split, service.features, service.encoders, per_query=per_query)
+    return evaluate_trained(service, Path(folder), split, model, distractors, per_query=per_query)
 
 
 def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, encoders,
-                       progress=None) -> dict:
-    """R@K both ways of the zero-shot ranking on one split of a caption folder."""
+                       progress=None, per_query: bool = False) -> dict:
+    """R@K both ways of the zero-shot ranking on one split of a caption folder (``per_query``: with each query's
+    rank, :func:`engine.trainercontract.metrics.retrieval_report`)."""
     data = load_caption_folder(folder)
     if split:
         if split not in data.splits():
@@ -58,7 +60,7 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     position = {item: row for row, item in enumerate(keep)}
     captions = [(position[i], text) for i, text in data.captions if i in position]
     scores = zero_shot_matrix([hashes[i] for i in keep], [t for _, t in captions], store, encoders)
-    report = retrieval_report(scores, np.array([m for m, _ in captions]))
+    report = retrieval_report(scores, np.array([m for m, _ in captions]), per_query=per_query)
     report["model"] = ZERO_SHOT
     report["split"] = split or "all"
     report["n_failed"] = len(paths_) - len(keep)
@@ -96,13 +98,13 @@ def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
 
 
 def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
-                     distractors: Sequence[Path] = (), fused: bool = True) -> dict[str, Any]:
+                     distractors: Sequence[Path] = (), fused: bool = True, per_query: bool = False) -> dict[str, Any]:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
     ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
     :func:`engine.trainercontract.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way
     the app ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
-    judged on what the user gets; False: the model alone."""
+    judged on what the user gets; False: the model alone. ``per_query``: the report keeps each query's rank."""
     from engine.search.trained import TrainedSearch
     from engine.search.vectorindex import kxk_scores
 
@@ -146,7 +148,8 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
         both = fused_matrix(both, zero)
         scores, distracting = both[:len(keep)], (both[len(keep):] if distracting is not None else None)
     report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
-                              distractors=distracting.astype(np.float64) if distracting is not None else None)
+                              distractors=distracting.astype(np.float64) if distracting is not None else None,
+                              per_query=per_query)
     report.update(model=model, method=trained.runner.method, split=split or "all",
                   n_failed=len(view.items) - len(keep))
     return report

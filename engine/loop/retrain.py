@@ -39,6 +39,7 @@ from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
 from engine.loop.evaluate import evaluate_on
 from engine.loop.gate import ModelComparison
+from engine.loop.interval import RsumInterval, intervals_line
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
 from engine.progress import Cancelled, CancelToken, Progress, staged
@@ -144,10 +145,19 @@ class RetrainResult:
     pseudo_after: dict[str, Any] | None = None
     activated: bool = False
     decision: str = ""  # why the new model was or was not activated (:func:`gate`)
+    heldout_interval: RsumInterval | None = None  # new - old rsum on the held-aside annotations, how sure
+    pseudo_interval: RsumInterval | None = None  # the same on the pseudo pairs (:mod:`engine.loop.interval`)
+
+    def interval_line(self) -> str:
+        """Both intervals in one line (:func:`engine.loop.interval.intervals_line`; "" when not measured)."""
+        return intervals_line(self.heldout_interval, self.pseudo_interval)
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
         from engine.trainercontract.metrics import rounded
+
+        def interval(value: RsumInterval | None) -> dict[str, Any] | None:
+            return value.as_dict() if value is not None else None
 
         ts = self.training_set
         return rounded({
@@ -157,8 +167,10 @@ class RetrainResult:
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
             "before": self.before, "after": self.after, "trainer_metrics": self.trainer_metrics,
-            "init_from": self.init_from, "pseudo_before": self.pseudo_before, "pseudo_after": self.pseudo_after,
-            "activated": self.activated, "decision": self.decision, "warnings": self.warnings})
+            "init_from": self.init_from, "pseudo_before": self.pseudo_before,
+            "pseudo_after": self.pseudo_after, "heldout_interval": interval(self.heldout_interval),
+            "pseudo_interval": interval(self.pseudo_interval), "activated": self.activated,
+            "decision": self.decision, "warnings": self.warnings})
 
     def summary_lines(self) -> list[str]:
         """Before/after R@1/5/10 on the held-aside annotations, as lines for a terminal."""
@@ -235,7 +247,8 @@ class Retrain:
         comparison = self._compare(result)
         result.warnings.extend(comparison.warnings)
         result.measure_warnings = list(comparison.warnings)
-        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision"):
+        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision", "heldout_interval",
+                      "pseudo_interval"):
             setattr(result, name_, getattr(comparison, name_))
         if options.always_activate and not result.activated:
             result.activated, result.decision = True, f"activated as asked ({result.decision})"

@@ -124,22 +124,31 @@ def _direction(ranks: np.ndarray, n_candidates: int, ks: Sequence[int]) -> dict[
 
 
 def retrieval_report(S: np.ndarray, caption_to_media: np.ndarray, ks: Sequence[int] = (1, 5, 10),
-                     distractors: np.ndarray | None = None) -> dict:
+                     distractors: np.ndarray | None = None, per_query: bool = False) -> dict:
     """The ``evaluate --json`` record: R@k, medr, meanr, nmr both ways, rsum, n_media, n_captions.
 
     ``rsum`` is the sum of every R@k of both directions. Values are plain Python floats and ints.
     ``distractors`` (D, n_captions): scores of the captions against D more media that none of them describes;
     text-to-media then ranks each caption's media among all n_media + D (a small evaluation set searched inside
     a library, as a user searches), media-to-text is unchanged; the report adds ``n_distractors``.
+    ``per_query`` (off by default: not part of ``evaluate --json``): the report adds ``ranks`` =
+    ``{"t2i": [one rank per caption], "i2t": [one rank per media with a caption, in media order],
+    "caption_media": caption_to_media}``, so two reports of the same set (same media and captions, same order)
+    compare query by query (:mod:`engine.loop.interval`).
     """
-    i2t = _direction(ranks_i2t(S, caption_to_media), S.shape[1], ks)
+    i2t_ranks = ranks_i2t(S, caption_to_media)
+    i2t = _direction(i2t_ranks, S.shape[1], ks)
     gallery = S if distractors is None or not len(distractors) else np.vstack([S, distractors])
-    t2i = _direction(ranks_t2i(gallery, caption_to_media), gallery.shape[0], ks)
+    t2i_ranks = ranks_t2i(gallery, caption_to_media)
+    t2i = _direction(t2i_ranks, gallery.shape[0], ks)
     rsum = sum(i2t[f"r{k}"] + t2i[f"r{k}"] for k in ks)
     report = {"i2t": i2t, "t2i": t2i, "rsum": float(rsum), "n_media": int(S.shape[0]),
               "n_captions": int(S.shape[1])}
     if distractors is not None:
         report["n_distractors"] = int(len(distractors))
+    if per_query:
+        report["ranks"] = {"t2i": t2i_ranks.tolist(), "i2t": i2t_ranks.tolist(),
+                           "caption_media": np.asarray(caption_to_media, dtype=np.int64).tolist()}
     return report
 
 

@@ -76,6 +76,12 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
         ts = result["training_set"]
         assert (ts["annotated_items"], ts["heldout_items"]) == (N_ANNOTATED, len(held))
         assert ts["unannotated_items"] == len(lib["unannotated"]) and ts["captions"] == N_ANNOTATED + 1
+        # how sure the difference is (issue #43): the held-aside items resampled; no pseudo pairs from zero-shot
+        interval = result["heldout_interval"]
+        assert interval["items"] == len(held) and interval["resamples"] == 2000 and interval["level"] == 0.9
+        assert interval["low"] <= interval["difference"] <= interval["high"]
+        assert interval["verdict"] in ("better", "worse", "cannot tell") and result["pseudo_interval"] is None
+        assert interval["difference"] == pytest.approx(result["after"]["rsum"] - result["before"]["rsum"], abs=1e-3)
         folder = load_caption_folder(ts["folder"])
         assert len(folder.split(TRAIN_SPLIT).items) == N_ITEMS - len(held)  # D^l plus D^u
         assert len(folder.split(HELDOUT_SPLIT).items) == len(held)

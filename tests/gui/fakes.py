@@ -838,26 +838,28 @@ class FakeService:
 
     def compare_models(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                        seed: int = 0) -> Any:
-        """The engine's rule (``engine.loop.gate.gate``) on this fake's evaluations (no pseudo pairs here)."""
+        """The engine's rule (``engine.loop.gate.gate``) on this fake's evaluations (no pseudo pairs here), with
+        the interval of the difference measured from their per-query ranks, as the engine's ``compare_models``."""
         from engine.loop.gate import ModelComparison, gate
 
         self.calls.append(("compare_models", (new_model, str(folder), split, old_model)))
         verdict = ModelComparison(new_model, old_model)
         if split is not None:
-            verdict.before = self.evaluate_on(folder, split, old_model)
-            verdict.after = self.evaluate_on(folder, split, new_model)
+            verdict.before = self.evaluate_on(folder, split, old_model, per_query=True)
+            verdict.after = self.evaluate_on(folder, split, new_model, per_query=True)
+        verdict.measure_intervals()
         verdict.activated, verdict.decision = gate(verdict)
         return verdict
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None,
-                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
+                    distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
         """Retrieval metrics (``engine.trainercontract.metrics.retrieval_report``) of split ``split`` of a caption
         folder.
 
         The fake has no real models, so every model ranks the same way: by how close an item's colour is to
         the colour words of the caption (an unnamed colour scores 0). ``model`` must exist (None or
         ``zero-shot``: the zero-shot ranking, as in the engine). ``distractors`` are ignored: the fake ranks
-        each split on its own.
+        each split on its own. ``per_query``: the report keeps each query's rank, as the engine's.
         """
         self.calls.append(("evaluate_on", (str(folder), split, model)))
         if model is not None and model != "zero-shot" and model not in {n for n, _, _ in self._models}:
@@ -874,7 +876,7 @@ class FakeService:
             target = caption_colour(text)
             if target is not None:
                 scores[:, c] = [-float(np.linalg.norm(f - target)) for f in features]
-        report = retrieval_report(scores, np.asarray(view.caption_item_indices()))
+        report = retrieval_report(scores, np.asarray(view.caption_item_indices()), per_query=per_query)
         report.update(split=split, model=model or "zero-shot")
         return report
 

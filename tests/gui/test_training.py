@@ -252,11 +252,12 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
     monkeypatch.setattr("engine.loop.gate.MIN_HELDOUT_ALONE", 3)  # ... and no pseudo pairs beside them
     real = service.evaluate_on
 
-    def worse_for_new(folder, split, model=None, distractors=()):  # the new model ranks every caption's item last
-        report = real(folder, split, model, distractors)
+    def worse_for_new(folder, split, model=None, distractors=(), per_query=False):  # the new model ranks every
+        report = real(folder, split, model, distractors, per_query=per_query)  # caption's item last
         if model not in (None, "zero-shot"):
             report = {**report, "rsum": 0.0, "t2i": {**report["t2i"], "r1": 0.0, "r10": 0.0},
                       "i2t": {**report["i2t"], "r1": 0.0, "r10": 0.0}}
+            report.pop("ranks", None)  # the figures above are made up: no per-query ranks stand behind them
         return report
 
     monkeypatch.setattr(service, "evaluate_on", worse_for_new)
@@ -278,6 +279,28 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
     with qtbot.waitSignal(dlg.use_model_requested) as use:  # one click away
         dlg.use_button.click()
     assert use.args == [comparison.new_name]
+
+
+def test_the_result_states_the_interval_of_the_difference_in_one_line_under_the_table(
+        qtbot, library_dialog: TrainingDialog, service: FakeService, monkeypatch) -> None:
+    """Issue #43: the paired-bootstrap interval of new - old rsum reaches the dialog through the job's result (the
+    fake ranks every model alike: a difference of 0 that cannot tell), and the rule's decision is as before."""
+    caption_some(service, 11)
+    monkeypatch.setattr(training_module, "HOLDOUT", 0.5)
+    monkeypatch.setattr("engine.loop.gate.MIN_HELDOUT_ALONE", 3)
+    dlg = library_dialog
+    dlg.set_source(SOURCE_LIBRARY)
+    dlg.epochs.setValue(2)
+    with qtbot.waitSignal(dlg.comparison_ready, timeout=20000) as ready:
+        dlg.start_button.click()
+    comparison = ready.args[0]
+    held = dlg.training_set.n_heldout_items
+    line = (f"New - old rsum, paired bootstrap over the items: held-aside annotations ({held} items) "
+            "difference +0 (90 % interval +0..+0: cannot tell).")
+    assert comparison.interval and line in dlg.result_note.text().splitlines()
+    assert dlg.result_note.text().splitlines()[1] == line  # the line right under the comparison of the table
+    assert comparison.activated and "difference +0 (90 % interval +0..+0: cannot tell)" in comparison.decision
+    assert "ranks" not in comparison.new and "ranks" not in comparison.old
 
 
 def test_a_library_without_annotations_fails_with_the_reason(qtbot, library_dialog: TrainingDialog) -> None:

@@ -188,3 +188,98 @@ def test_from_zero_shot_a_few_held_aside_items_alone_do_not_decide():
     assert gate(_result(_report(12, 12), _report(12, 12)))[0]
     held = _report(4, 4)  # with the pseudo-pair check beside it, 3+ held-aside items count
     assert gate(_result(held, held, (_report(200, 120), _report(200, 120))))[0]
+
+
+# ------------------------------------------------------------------- the interval the gate states (issue #43)
+
+
+def _ranked(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
+    """:func:`_report` with its per-query ranks (``retrieval_report(per_query=True)``)."""
+    scores = np.zeros((n, n))
+    rng = np.random.default_rng(n)
+    for i in range(n):
+        scores[i] = rng.random(n)
+        scores[i, i] = 2.0 if i < hits_in_top10 else -1.0
+        if hits_in_top10 - slipped <= i < hits_in_top10:
+            scores[i, (i + 1) % n] = 3.0
+    return retrieval_report(scores, np.arange(n), per_query=True)
+
+
+@pytest.mark.parametrize(("before", "after", "pseudo"), [
+    ((40, 40), (40, 20), None), ((40, 20), (40, 30), None), ((50, 50), (50, 50, 1), None),
+    ((50, 50), (50, 50, 3), None), ((40, 30), (40, 30), ((200, 120), (200, 100))),
+    ((40, 30), (40, 30), ((200, 120), (200, 120))), ((4, 4), (4, 4, 1), None)])
+def test_the_decision_line_states_the_intervals_and_the_rule_is_unchanged(before, after, pseudo):
+    plain = _result(_report(*before), _report(*after), pseudo and (_report(*pseudo[0]), _report(*pseudo[1])))
+    ranked = _result(_ranked(*before), _ranked(*after), pseudo and (_ranked(*pseudo[0]), _ranked(*pseudo[1])))
+    ranked.measure_intervals()
+    plain.measure_intervals()
+    assert plain.heldout_interval is None and plain.pseudo_interval is None  # no ranks: nothing to state
+    activated, why = gate(ranked)
+    assert activated == gate(plain)[0]  # the interval is stated, not yet the rule
+    interval = ranked.heldout_interval
+    assert interval is not None and interval.difference == pytest.approx(ranked.after["rsum"] - ranked.before["rsum"])
+    assert "ranks" not in ranked.before and "ranks" not in ranked.after  # summarised by the interval
+    # the line names each measure it states (all of them when activated, the failing ones when not) with its interval
+    assert ("held-aside rsum" in why) == (f"on {before[0]} items (R@10 " in why and f"), {interval.text()}" in why)
+    if "pseudo-pair rsum" in why:
+        assert f"pseudo-pair rsum {ranked.pseudo_before['rsum']:.0f} -> {ranked.pseudo_after['rsum']:.0f}, " \
+               f"{ranked.pseudo_interval.text()}" in why
+
+
+def test_a_clear_loss_is_stated_as_worse_in_the_decision_line():
+    result = _result(_ranked(40, 40), _ranked(40, 20))
+    result.measure_intervals()
+    activated, why = gate(result)
+    assert not activated and result.heldout_interval.verdict == "worse"
+    assert why.startswith(f"not activated: held-aside rsum {result.before['rsum']:.0f} -> "
+                          f"{result.after['rsum']:.0f} on 40 items (R@10 ") and ": worse)" in why
+
+
+def test_compare_models_on_a_real_library_fills_both_intervals(library, monkeypatch, tmp_path):
+    import engine.loop.trainingset as trainingset
+    from engine.loop.compare import compare_models
+    from engine.loop.interval import RsumInterval
+
+    service, good, bad = library
+    monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)  # the toy library's 10 un-annotated items
+    service.set_active_model(str(good))
+    new = service.register_model(bad, "bad-v2")
+    ts = service.export_training_set(tmp_path / "training-set", holdout=0.4)
+    out = compare_models(service, new, good.name, ts.folder, ts.val_split)
+    assert isinstance(out.heldout_interval, RsumInterval) and isinstance(out.pseudo_interval, RsumInterval)
+    assert out.heldout_interval.items == out.after["n_media"] == ts.n_heldout_items
+    assert out.heldout_interval.difference == pytest.approx(out.after["rsum"] - out.before["rsum"])
+    assert out.pseudo_interval.difference == pytest.approx(out.pseudo_after["rsum"] - out.pseudo_before["rsum"])
+    assert out.heldout_interval.low <= out.heldout_interval.difference <= out.heldout_interval.high
+    # the line names each measure it states (all when activated, the failing ones when not) with its interval
+    assert "items (R@10 " in out.decision and f"), {out.heldout_interval.text()}" in out.decision
+    assert (f", {out.pseudo_interval.text()}" in out.decision) == ("pseudo-pair rsum" in out.decision)
+    unmeasured = ModelComparison(new, good.name, out.before, out.after, out.pseudo_before, out.pseudo_after)
+    assert gate(unmeasured)[0] == out.activated  # the rule is the same with or without the intervals
+    assert all("ranks" not in r for r in (out.before, out.after, out.pseudo_before, out.pseudo_after))
+
+
+def test_retrain_json_carries_the_intervals(library, monkeypatch):
+    import json
+
+    import engine.loop.trainingset as trainingset
+
+    service, good, bad = library
+    monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
+    service.set_active_model(str(good))
+    _retrain_into(monkeypatch, bad)
+    result = _run(service)
+    record = json.loads(json.dumps(result.to_json()))
+    keys = {"difference", "low", "high", "level", "resamples", "items", "verdict"}
+    for name, interval in (("heldout_interval", result.heldout_interval), ("pseudo_interval", result.pseudo_interval)):
+        assert set(record[name]) == keys and interval is not None
+        assert record[name]["verdict"] == interval.verdict in ("better", "worse", "cannot tell")
+        assert record[name]["difference"] == pytest.approx(interval.difference, abs=1e-4)
+        assert record[name]["resamples"] == 2000
+    assert record["heldout_interval"]["items"] == result.training_set.n_heldout_items
+    assert "ranks" not in record["before"] and "ranks" not in record["pseudo_after"]
+    assert result.interval_line().startswith("new - old rsum, paired bootstrap over the items: held-aside "
+                                            f"annotations ({result.training_set.n_heldout_items} items) difference ")
+    empty = RetrainResult(None).to_json()
+    assert empty["heldout_interval"] is None and empty["pseudo_interval"] is None
