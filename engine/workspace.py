@@ -60,10 +60,10 @@ class Workspace(SearchService):
         return build_training_set(self.catalog, dest, holdout, seed)
 
     def evaluate_on(self, folder: Path, split: str | None, model: str | None = None,
-                    distractors: Sequence[Path] = ()) -> dict[str, Any]:
+                    distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
         """R@1/5/10 both ways and rsum of a registered model (None: zero-shot) on one split of a caption folder
-        (:func:`engine.loop.evaluate.evaluate_on`)."""
-        return evaluate_on(self, Path(folder), split, model, distractors)
+        (:func:`engine.loop.evaluate.evaluate_on`; ``per_query``: with each query's rank)."""
+        return evaluate_on(self, Path(folder), split, model, distractors, per_query=per_query)
 
     def compare_models(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
                        seed: int = 0) -> ModelComparison:
