@@ -64,11 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app import qtcompat  # noqa: F401
+    from app.collector import collect_on_gui_thread
     from app.main import open_service
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
 
     app = QApplication([])
+    collect_on_gui_thread(app)  # as app.main does (app/collector.py)
 
     def wait(done: Callable[[], bool], timeout_s: float = 900) -> None:
         end = time.monotonic() + timeout_s

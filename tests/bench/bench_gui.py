@@ -153,6 +153,7 @@ def stall_while_indexing(n: int) -> dict:
     from PySide6.QtWidgets import QApplication
 
     import app.qtcompat  # noqa: F401
+    from app.collector import collect_on_gui_thread
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
     from engine.workspace import Workspace
@@ -166,6 +167,7 @@ def stall_while_indexing(n: int) -> dict:
         ImageDraw.Draw(img).ellipse([40 + i % 50, 30, 200, 190], fill=((i * 11) % 255, 80, 160))
         img.save(folder / f"p{i:04d}.jpg")
     app = QApplication.instance() or QApplication([])
+    collect_on_gui_thread(app)  # as app.main does (app/collector.py)
     service = Workspace.open("bench", Path(os.environ["POLYSEEK_ASSETS"]) if "POLYSEEK_ASSETS" in os.environ
                                  else None)
     window = MainWindow(GuiSettings(), service)
@@ -188,6 +190,7 @@ def stall_while_training(n_items: int, epochs: int) -> dict:
     from PySide6.QtWidgets import QApplication
 
     import app.qtcompat  # noqa: F401
+    from app.collector import collect_on_gui_thread
     from app.widgets.training import TrainingDialog
     from tests.synthetic import make_toy_photo_folder
 
@@ -198,6 +201,7 @@ def stall_while_training(n_items: int, epochs: int) -> dict:
     folder = Path(home) / "toy"
     make_toy_photo_folder(folder, n_items, seed=3, dev_fraction=0.25)
     app = QApplication.instance() or QApplication([])
+    collect_on_gui_thread(app)  # as app.main does (app/collector.py)
     extra = ("--preset", "test", "--batch-size", "8", "--patience", "100000", "--schedule", "constant")
     dialog = TrainingDialog([sys.executable, "-m", "trainer"], Path(home) / "models", str(folder), extra_args=extra)
     dialog.device.setCurrentText("cpu")
