@@ -170,10 +170,18 @@ class PreferencesDialog(QDialog):
         self.resize(560, 480)
 
     def show_folders(self, roots: list[Path]) -> None:
+        """List ``roots``; the folder the user selected stays selected (the library is read again whenever it
+        changes, every second while indexing: a rebuilt list lost the selection and Remove then did nothing)."""
+        names = [str(root) for root in roots]
+        if names == self.folder_names():
+            return
+        chosen = self.folders.currentItem().text() if self.folders.currentItem() is not None else None
         self.folders.clear()
-        for root in roots:
-            self.folders.addItem(str(root))
-            self.folders.item(self.folders.count() - 1).setToolTip(plain_tooltip(str(root)))
+        for name in names:
+            self.folders.addItem(name)
+            self.folders.item(self.folders.count() - 1).setToolTip(plain_tooltip(name))
+        if chosen in names:
+            self.folders.setCurrentRow(names.index(chosen))
 
     def folder_names(self) -> list[str]:
         return [self.folders.item(row).text() for row in range(self.folders.count())]
