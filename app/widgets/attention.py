@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QGraphicsEllipseItem, QLabel, QSizePolicy, QVBoxLa
 
 from app.widgets.clips import matched_frame
 from app.widgets.plaintext import plain_label
+from app.widgets.plots import StillPlot
 
 HEAD_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _HEATMAP = pg.colormap.get("inferno")
@@ -219,12 +220,9 @@ def add_head_row(layout: QVBoxLayout, head: int, matched: bool, view: QWidget) -
 
 
 def plot_widget(height: int) -> pg.PlotWidget:
-    plot = pg.PlotWidget(background=None)
+    plot = StillPlot(background=None)
     plot.setMinimumHeight(height)
     plot.setMaximumHeight(height + 40)
-    plot.setMenuEnabled(False)
-    plot.setMouseEnabled(x=False, y=False)
-    plot.hideButtons()
     return plot
 
 

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
 from app.settings import DEVICES
 from app.widgets.plaintext import plain_label
+from app.widgets.plots import StillPlot
 from app.widgets.screen import fit_to_screen, scrolled
 from app.widgets.trainingview import METHOD_DESCRIPTIONS, METHODS, ComparisonBox, RunProgress, format_eta
 from engine.trainercontract import events
@@ -126,7 +127,7 @@ class TrainingForm(QDialog):
         self._layout(form)
 
     def _plot(self, title: str, x_label: str) -> pg.PlotWidget:
-        plot = pg.PlotWidget(background=None, title=title)
+        plot = StillPlot(background=None, title=title)
         plot.setLabel("bottom", x_label)
         plot.showGrid(x=True, y=True, alpha=0.2)
         plot.setMinimumHeight(160)

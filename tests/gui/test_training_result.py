@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QRect
+from PySide6.QtCore import QPoint, QRect, Qt
 
 from app.widgets.trainingview import Comparison, ComparisonBox
 from tests.gui.test_training_figures import _report
@@ -79,4 +79,28 @@ def test_the_dialog_keeps_its_size_when_a_run_ends(qtbot, window) -> None:
     assert button.isVisible() and button.isEnabled()
     where = QRect(button.mapTo(dialog, QPoint(0, 0)), button.size())
     assert dialog.rect().contains(where), (where, dialog.rect())
+    dialog.close()
+
+
+def test_the_mouse_wheel_over_a_chart_scrolls_the_dialog_and_leaves_the_chart_alone(qtbot, window) -> None:
+    """Seen in the GUI: a wheel turn over the training dialog's chart zoomed it out of its data, and the dialog,
+    which scrolls, did not move while the pointer was over a chart. The chart now leaves the event unaccepted, so
+    Qt hands a real (spontaneous) wheel event on to the scroll area around it; a synthesized one, as here, is not
+    propagated by Qt, so the test checks the chart's side: not taken, not zoomed."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QWheelEvent
+    from PySide6.QtWidgets import QApplication
+
+    dialog = window.open_training()
+    qtbot.waitExposed(dialog)
+    for plot in (dialog.loss_plot, dialog.val_plot):
+        plot.plot([1, 2, 3], [3.0, 2.0, 1.0])
+        ranges = plot.viewRange()
+        centre = QPointF(plot.width() / 2, plot.height() / 2)
+        wheel = QWheelEvent(centre, plot.mapToGlobal(centre), QPoint(0, 0), QPoint(0, -120),
+                            Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                            False)
+        QApplication.sendEvent(plot.viewport(), wheel)
+        assert not wheel.isAccepted()  # left for the dialog's scroll area
+        assert plot.viewRange() == ranges  # not zoomed
     dialog.close()
