@@ -296,6 +296,8 @@ class SearchService(LibraryModels):
         empty library, or ``cancel`` set before it began: the library closed while the job waited its turn)."""
         if (cancel is not None and cancel.cancelled) or not self.assets_ready():
             return False
+        if not self.catalog.counts()["status"].get(MediaStatus.OK, 0):  # an empty library: nothing to build, and
+            return False  # opening the encoders for nothing took the GIL from a first index run starting beside it
         warmed = self.rank_text("a photo") is not None
         heap.trim()  # what building them needed only for a moment (reading 9,200 items' features)
         return warmed

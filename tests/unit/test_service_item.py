@@ -30,8 +30,8 @@ def test_an_item_is_a_hit_of_no_search_with_its_captions_and_the_models_guess(
 
 def test_warming_the_search_builds_nothing_without_assets_or_once_cancelled(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """#44 point 19: ``warm_search`` runs the first search's work ahead of the user; a fresh home (no assets) and
-    a closed library (the GUI cancelled the job before its turn came) make it a no-op."""
+    """#44 point 19: ``warm_search`` runs the first search's work ahead of the user; a fresh home (no assets), an
+    empty library and a closed one (the GUI cancelled the job before its turn came) make it a no-op."""
     from engine.progress import CancelToken
 
     monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))
@@ -41,6 +41,10 @@ def test_warming_the_search_builds_nothing_without_assets_or_once_cancelled(
         monkeypatch.setattr(service, "rank_text", lambda text: ranked.append(text) or ("ranked",))
         assert service.warm_search() is False and ranked == []  # no assets yet
         monkeypatch.setattr(service, "assets_ready", lambda: True)
+        assert service.warm_search(CancelToken()) is False and ranked == []  # an empty library: nothing to build
+        root = service.catalog.add_root(tmp_path / "photos")
+        media_id, _ = service.catalog.upsert_media(tmp_path / "photos" / "dog.jpg", 10, 1, "hash-dog", root)
+        service.catalog.set_media_ok(media_id, "image", "jpeg", 64, 48, 1, None, "backbone")  # indexed
         cancel = CancelToken()
         cancel.cancel()
         assert service.warm_search(cancel) is False and ranked == []
