@@ -14,9 +14,9 @@ from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
 from engine.trainercontract.metrics import retrieval_report
 
 
-def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
+def _report(n: int, hits_in_top10: int, slipped: int = 0, per_query: bool = False) -> dict:
     """A retrieval report over ``n`` items, one caption each: the first ``hits_in_top10`` rank first (of those,
-    the last ``slipped`` rank second instead), the others last."""
+    the last ``slipped`` rank second instead), the others last; ``per_query``: with each query's rank."""
     scores = np.zeros((n, n))
     rng = np.random.default_rng(n)
     for i in range(n):
@@ -24,7 +24,7 @@ def _report(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
         scores[i, i] = 2.0 if i < hits_in_top10 else -1.0
         if hits_in_top10 - slipped <= i < hits_in_top10:
             scores[i, (i + 1) % n] = 3.0  # caption i's item 2nd; item i+1's caption 2nd: one slip each way
-    return retrieval_report(scores, np.arange(n))
+    return retrieval_report(scores, np.arange(n), per_query=per_query)
 
 
 def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> ModelComparison:
@@ -195,14 +195,7 @@ def test_from_zero_shot_a_few_held_aside_items_alone_do_not_decide():
 
 def _ranked(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
     """:func:`_report` with its per-query ranks (``retrieval_report(per_query=True)``)."""
-    scores = np.zeros((n, n))
-    rng = np.random.default_rng(n)
-    for i in range(n):
-        scores[i] = rng.random(n)
-        scores[i, i] = 2.0 if i < hits_in_top10 else -1.0
-        if hits_in_top10 - slipped <= i < hits_in_top10:
-            scores[i, (i + 1) % n] = 3.0
-    return retrieval_report(scores, np.arange(n), per_query=True)
+    return _report(n, hits_in_top10, slipped, per_query=True)
 
 
 @pytest.mark.parametrize(("before", "after", "pseudo"), [
