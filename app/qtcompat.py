@@ -16,6 +16,8 @@ The fix gives ``True``, ``False`` and ``None`` the same status they have on CPyt
 so large it never reaches zero. It is applied only where a leak is measured (a probe emits a signal / calls
 a void method and watches the count), only on CPython < 3.12, and only when the count sits where CPython
 keeps it.
+
+And one cost: the binding reads the source of every module imported after it (:func:`skip_feature_source_scans`).
 """
 
 from __future__ import annotations
@@ -82,4 +84,24 @@ def protect_singletons() -> set[str]:
     return set(_applied)
 
 
+def skip_feature_source_scans() -> bool:
+    """PySide6's ``__feature__`` support (``snake_case``, ``true_property``) reads the source of every module
+    imported after it (``inspect.getsource``, to see whether the module mentions PySide6), holding the interpreter
+    lock: 61 of the 434 ms that importing the engine's indexing and search modules took, and what a background
+    job's first imports cost the event loop. This app selects no feature, so every module is marked as one the
+    feature switch ignores, without reading it. True when the hook was found and replaced."""
+    import PySide6.QtCore  # noqa: F401  (installs the feature support this replaces a part of)
+
+    feature = sys.modules.get("shibokensupport.feature")
+    if feature is None or not callable(getattr(feature, "_mod_uses_pyside", None)):
+        return False
+    feature._mod_uses_pyside = _uses_no_feature
+    return True
+
+
+def _uses_no_feature(module: object) -> bool:
+    return False
+
+
 protect_singletons()
+skip_feature_source_scans()
