@@ -33,7 +33,7 @@ from app.service_api import SearchServiceLike
 from app.state import LibrarySnapshot, LibraryState
 from app.tasks import off_thread, start
 from app.widgets.plaintext import ask, plain_label, plain_tooltip, plural, show_message
-from app.workers import Worker, while_alive
+from app.workers import Worker, lower_this_thread, while_alive
 from engine.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -291,7 +291,11 @@ class LibraryPanel(QWidget):
         """Run a progress generator ``job(cancel)`` with this panel's bar and Cancel button."""
         self._last_job = (job, what)
         self.resume_button.setVisible(False)
-        worker = Worker(job)
+        def at_low_priority(cancel: Any) -> Iterator[Progress]:
+            lower_this_thread()  # the indexing pool's own thread: the GUI thread gets a core first
+            return job(cancel)
+
+        worker = Worker(at_low_priority)
         worker.signals.progress.connect(self._show_progress_record)
         worker.signals.returned.connect(while_alive(self, lambda _: self._job_ended("done", what)))
         worker.signals.cancelled.connect(while_alive(self, lambda: self._job_ended("cancelled", what)))
