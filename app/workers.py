@@ -246,7 +246,7 @@ def lower_this_thread(nice: int = BACKGROUND_NICE) -> bool:
     """Run the calling thread, and the threads it starts from now on (ONNX Runtime's, the decoders' and the hashers'
     inherit it), at a lower CPU priority, so the GUI thread gets a core first when all are busy: as an index run
     started, its threads took both cores of the test machine and the event loop waited 60-80 ms. Linux only (per
-    thread there); True when lowered."""
+    thread there); True when the thread now runs at ``nice`` or lower (it may have already)."""
     if not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
         return False
     thread = threading.get_native_id()
