@@ -326,11 +326,14 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
     terms = list(labels)
     if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
         from engine.features import vocabulary
+        from engine.features.regional import content_words
 
         known = trained.caption_words[0]
         # captions of other people only: after a retrain the model has read the user's own captions too, and
-        # "Shadow", their dog, must not turn into the shadows the starter read about
-        return {term: vocabulary.novelty(known.get(term, 0) - len(labels[term][1])) for term in terms}
+        # "Shadow", their dog, must not turn into the shadows the starter read about. A word the counts leave out
+        # as no content word ("through", "while") is in nearly every caption the model read: nothing new
+        return {term: vocabulary.novelty(known.get(term, 0) - len(labels[term][1])) if content_words(term) else 0.0
+                for term in terms}
     sample = fixed_sample(len(ids))
     out: dict[str, float] = {}
     encoded = trained.encode_text(terms)[0] if trained is not None else None

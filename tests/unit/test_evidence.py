@@ -165,3 +165,42 @@ def test_a_photo_added_after_the_names_shares_them_when_it_looks_like_a_named_on
     list(library.index_paths([later]))
     again = next(m.id for m in library.catalog.iter_media() if Path(m.path).name == "again.jpg")
     assert [h.media_id for h in library.search_text("Biscuit", top=3)][2] == again
+
+
+class _Index:
+    """A trained model's stored vectors (id -> (K, D)), as :class:`MultiVectorIndex` answers ``known`` / ``get``."""
+
+    def __init__(self, vectors: dict[int, np.ndarray]) -> None:
+        self.vectors = vectors
+
+    def known(self, ids: np.ndarray) -> np.ndarray:
+        return np.array([int(i) in self.vectors for i in ids], bool)
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        return np.stack([self.vectors[int(i)] for i in ids]).astype(np.float32)
+
+
+def test_a_name_moves_the_models_query_toward_the_items_it_is_written_on():
+    """"Biscuit jumps" asks the model for what looks like the photos named Biscuit and jumps: the query's heads turn
+    toward the mean of those items' vectors (by how new the word is), stay unit, and an item the model has not
+    embedded is skipped; nothing named, or a word on fewer items than a name is written on, leaves the query as it
+    is."""
+    from types import SimpleNamespace
+
+    from engine.search.modelrunner import Encoded
+    from engine.search.ranking import ground_names
+
+    e = np.eye(4, dtype=np.float32)
+    vectors = {1: e[[0, 0]], 2: e[[0, 1]], 3: e[[0, 0]], 4: e[[0, 1]], 5: e[[2, 2]]}  # K = 2 heads an item
+    trained = SimpleNamespace(index=_Index(vectors))
+    query = Encoded(np.stack([e[[3, 2]]]))  # (1, K, D)
+    assert ground_names(query, trained, {}, {}) is query
+    assert ground_names(query, trained, {"henna": (1, 2, 99)}, {"henna": 1.0}) is query  # a rare word on two
+    moved = ground_names(query, trained, {"biscuit": (1, 2, 3, 4, 99)}, {"biscuit": 1.0}, weight=2.0)
+    assert moved.emb.shape == query.emb.shape
+    np.testing.assert_allclose(np.linalg.norm(moved.emb, axis=-1), 1.0, rtol=1e-6)
+    toward = np.array([0.75, 0.25, 0, 0], np.float32) / np.linalg.norm([0.75, 0.25])  # items 1-4; 99 skipped
+    assert (moved.emb[0] @ toward > query.emb[0] @ toward + 0.3).all()
+    assert moved.emb[0, 0, 3] > moved.emb[0, 0, 2] == 0  # the query's own meaning stays first
+    # a word the model already reads (novelty 0) moves nothing
+    assert ground_names(query, trained, {"dog": (1, 2, 3, 4, 5)}, {"dog": 0.0}) is query
