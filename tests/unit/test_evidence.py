@@ -204,3 +204,15 @@ def test_a_name_moves_the_models_query_toward_the_items_it_is_written_on():
     assert moved.emb[0, 0, 3] > moved.emb[0, 0, 2] == 0  # the query's own meaning stays first
     # a word the model already reads (novelty 0) moves nothing
     assert ground_names(query, trained, {"dog": (1, 2, 3, 4, 5)}, {"dog": 0.0}) is query
+
+
+def test_a_function_word_the_caption_counts_leave_out_is_not_a_name():
+    """The model's caption counts hold content words only: "through" is missing from them because it is in nearly
+    every caption, not because the model never read it; "Biscuit" is missing because it is the user's own."""
+    from types import SimpleNamespace
+
+    trained = SimpleNamespace(caption_words=({"dog": 5000, "grass": 900}, 10000))
+    labels = {w: (0.3, (1, 2, 3, 4)) for w in ("through", "while", "biscuit", "dog")}
+    novelty = evidence.word_novelty(labels, np.arange(10), None, trained, None)
+    assert novelty["through"] == novelty["while"] == 0.0
+    assert novelty["biscuit"] == 1.0 and novelty["dog"] < 0.01
