@@ -66,7 +66,7 @@ def collect(service, queries: list[tuple[str, set[int]]], situation: str, out: l
         order = np.argsort(ranking.rows)
         assert len(ranking.rows) == n
         feats = {}
-        for name in ("dense", "model", "lexical", "semantic", "spread", "novel"):
+        for name in ("dense", "model", "lexical", "semantic", "spread", "novel", "described"):
             part = ranking.parts.get(name)
             feats[name] = np.zeros(n, np.float32) if part is None else np.asarray(part, np.float32)[order]
         label = np.isin(ids, np.fromiter(positives, np.int64, len(positives)))
@@ -143,7 +143,7 @@ def design(records: list, features: list[str], equal: bool = False, weigh: dict[
     for r in records:
         n = len(r["label"])
         made = calibration.features(r["dense"], r["share"], 1000, r["model"], r["lexical"], r["semantic"],
-                                    r["spread"], r["novel"])
+                                    r["spread"], r["novel"], r.get("described"))
         cols = [np.full(n, float(made[f])) if np.ndim(made[f]) == 0 else np.asarray(made[f], np.float64)
                 for f in features]
         xs.append(np.stack(cols, axis=1))

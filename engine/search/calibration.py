@@ -12,6 +12,9 @@ The ranking's evidence (:mod:`engine.search.evidence`) becomes a handful of feat
   the model, :data:`engine.search.ranking.OWN_WORD`), on a log scale (:func:`familiar_feature`): made-up words
   carry no evidence, and an item's z-score for them is noise;
 - ``log_items``: the library's size (the chance that any one item is *the* item falls with it);
+- ``dense_described``: the known dense sum of an item the user wrote what it is on (a caption, an accepted query):
+  the fit discounts the model's guess about an item whose caption says what it is (without it a described item
+  had the guess *and* its caption's cover, and came first for queries about similar photos);
 - ``lexical``, ``semantic``, ``spread``: the user's words (:mod:`engine.search.words`): how much of the whole query
   an item's captions cover, how close they are in meaning, and the share its look-alikes pass on; ``lexical_full``
   and ``semantic_full``, their hinges above :data:`FULL`: a caption that says what the query says is evidence, one
@@ -39,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 FEATURES = ("dense", "dense_known", "dense_high", "model_cos", "familiar", "log_items", "lexical", "lexical_full",
-            "semantic", "semantic_full", "spread", "novel")
+            "semantic", "semantic_full", "spread", "novel", "dense_described")
 HIGH = 2.0  # where the hinge feature dense_high starts (z-units of the known dense sum)
 FULL = 0.6  # where lexical_full / semantic_full start: a caption that says most of what the query says
 FILE = "calibration.json"
@@ -80,7 +83,7 @@ class Calibration:
             return 0.0 if v is None else float(v if np.ndim(v) == 0 else np.asarray(v)[at])
 
         groups = {"models": ("dense", "dense_known", "dense_high", "model_cos", "familiar"),
-                  "captions": ("lexical", "lexical_full", "semantic", "semantic_full", "novel"),
+                  "captions": ("lexical", "lexical_full", "semantic", "semantic_full", "novel", "dense_described"),
                   "look_alikes": ("spread",),
                   "start": ("log_items",)}
         out = {g: sum(self.coef.get(f, 0.0) * value(f) for f in names) for g, names in groups.items()}
@@ -103,7 +106,8 @@ class Calibration:
 
 def features(dense: np.ndarray, share: float, n_items: int, model_cos: np.ndarray | None = None,
              lexical: np.ndarray | None = None, semantic: np.ndarray | None = None,
-             spread: np.ndarray | None = None, novel: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
+             spread: np.ndarray | None = None, novel: np.ndarray | None = None,
+             described: np.ndarray | None = None) -> dict[str, np.ndarray | float]:
     """The features of :data:`FEATURES` from the ranking's evidence (the one place they are made: the search and
     ``tools/fit_calibration.py`` both call it). ``share``: the query's familiar share (:func:`familiarity`)."""
     known = np.asarray(dense, np.float32) * np.float32(share)
@@ -120,6 +124,8 @@ def features(dense: np.ndarray, share: float, n_items: int, model_cos: np.ndarra
         out["spread"] = spread
     if novel is not None:
         out["novel"] = novel
+    if described is not None:
+        out["dense_described"] = known * np.asarray(described, np.float32)
     return out
 
 

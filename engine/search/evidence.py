@@ -106,6 +106,7 @@ class UserEvidence:
     spread: np.ndarray
     rejected: np.ndarray
     novel: np.ndarray | None = None  # the lexical cover by words new to the ranking (names), :func:`novel_cover`
+    described: np.ndarray | None = None  # 1 where the user wrote what the item is (a caption or accepted query)
 
 
 def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
@@ -146,7 +147,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
             total = total - np.float32(calibrated.frames_bias) * log_frames.astype(np.float32)
         parts["dense"] = total
         words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread,
-                                         "novel": user.novel}
+                                         "novel": user.novel, "described": user.described}
         features = calibration.features(total, familiar, n_items if n_items is not None else len(rows),
                                         parts.get("model"), **words)
         parts.update(words)

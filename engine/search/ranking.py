@@ -90,8 +90,9 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
     named = np.array([*shared, *match.positive, *match.rejected], np.int64)
     rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
     novel = evidence.novel_cover(match.labels, match.shares, novelty)
+    described = dict.fromkeys(indexes.user_words().described(), 1.0) if "words" in kinds else {}
     user = evidence.UserEvidence(*(evidence.on_rows(v, ids, rows) for v in
-                                   (match.lexical, match.semantic, shared, match.rejected, novel)))
+                                   (match.lexical, match.semantic, shared, match.rejected, novel, described)))
     content = content_words(text)
     share = sum(novelty.get(w, 0.0) for w in set(content)) / len(set(content)) if content else 0.0
     calibrated = calibration.load("model" if "model" in dense else "zero_shot")

@@ -93,6 +93,10 @@ class UserWords:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def described(self) -> list[int]:
+        """The items the user wrote what they are on (a caption or an accepted query; not a rejection)."""
+        return sorted(set(self.media[~self.rejected].tolist()))
+
     def _rows_with(self, term: str) -> np.ndarray:
         phrase = '"' + term.replace('"', "") + '"'
         with self._lock:

@@ -20,7 +20,7 @@ N = 40
 
 def _ranking(lexical: dict[int, float], semantic: dict[int, float] | None = None,
              rejected: dict[int, float] | None = None, familiar: float = 1.0,
-             novel: dict[int, float] | None = None) -> evidence.Ranking:
+             novel: dict[int, float] | None = None, described: dict[int, float] | None = None) -> evidence.Ranking:
     """A 40-item library whose model clearly prefers item 0 (about 4 standard deviations above the rest, as the
     best match of a real search stands) and finds item 7 a little better than typical (about 1)."""
     rng = np.random.default_rng(0)
@@ -34,7 +34,7 @@ def _ranking(lexical: dict[int, float], semantic: dict[int, float] | None = None
         return out
 
     user = evidence.UserEvidence(column(lexical), column(semantic), np.zeros(N, np.float32), column(rejected),
-                                 column(novel))
+                                 column(novel), column(described) if described is not None else None)
     return evidence.fuse({"model": evidence.ArrayEvidence("model", cos)}, np.arange(N),
                          calibrated=calibration.load("model"), user=user, familiar=familiar, n_items=N)
 
@@ -57,6 +57,19 @@ def test_a_caption_sharing_one_word_of_four_does_not_outrank_the_models_clear_be
     # a caption that says what the query says does, and a name the user gave (all of the query, new to the model)
     assert _first(_ranking({7: 1.0}, {7: 1.0})) == 7
     assert _first(_ranking({7: 1.0}, novel={7: 1.0})) == 7
+
+
+def test_what_the_user_wrote_an_item_is_counts_before_the_models_guess_about_it():
+    """An item the user described (a caption that says nothing of this query) loses some of the model's evidence:
+    the caption says what it is, the model's score only guesses. Item 0 (the model's clear best, 4 standard
+    deviations up) captioned "a red car" for a query about a dog loses more than one unit of log-odds, the others
+    nothing; captioned with the query's words, it stays first."""
+    plain = _ranking({})
+    assert calibration.load("model").coef["dense_described"] < 0
+    described = _ranking({}, described={0: 1.0})
+    assert described.total[0] < plain.total[0] - 1.0
+    np.testing.assert_allclose(described.total[1:], plain.total[1:], rtol=1e-6)
+    assert _first(_ranking({0: 1.0}, {0: 1.0}, described={0: 1.0})) == 0
 
 
 def test_a_rejection_removes_and_the_probabilities_say_how_likely():
