@@ -58,6 +58,7 @@ class Ranking:
     frames: np.ndarray | None = None  # per library row: the frame of a clip that matched best (-1: none)
     head_pairs: np.ndarray | None = None  # per library row: (query head, item head) of the model's best match
     query: dict[str, float] = field(default_factory=dict)  # the calibration's per-query features (familiar, ...)
+    names: dict[str, int] = field(default_factory=dict)  # the user's names the model's query was moved by: items
     features: dict = field(default_factory=dict)  # every feature the calibration weighed (the inspector reads them)
     calibrated: object = None  # the :class:`engine.search.calibration.Calibration` that made ``total`` (or None)
 

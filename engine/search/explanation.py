@@ -98,6 +98,9 @@ def ranking_note(ranking, position: int) -> str | None:
         said.append(f"its look-alikes among the items you named {adds['look_alikes']:+.1f}")
     rejected = parts.get("rejected")
     tail = " It was rejected for a search like this one." if rejected is not None and rejected[position] > 0 else ""
+    for word, items in sorted(ranking.names.items()):  # a name moved the model's query (ranking.ground_names)
+        tail += (f" The model read \u201c{word}\u201d, a name you wrote on {items} items, as what those items look "
+                 "like.")
     return (f"{fitted.word(p).capitalize()} match, {percent(p)}: the chance that this is what the search asks for, "
             f"calibrated on photos and videos no model here trained on. Log-odds: start {adds['start']:+.1f} (one item "
             f"among the library's), " + ", ".join(said) + "." + tail)

@@ -28,13 +28,14 @@ NAME_ITEMS = 4
 
 
 def ground_names(encoded, trained, named: dict[str, tuple[int, ...]], novelty: dict[str, float],
-                 weight: float | None = None):
+                 weight: float | None = None, used: dict[str, int] | None = None):
     """The model's query with the user's own words read through their items: each head of the query vector moves
     toward the mean of the model's vectors of the items a word is written on (weighted by how new the word is to
     the model and by how many items carry it: :data:`NAME_PRIOR`, :data:`NAME_ITEMS`) and is normalised again, so
     "Biscuit jumps over a log" asks the model for something that looks like the photos named Biscuit *and* jumps
     over a log (the look-alikes' spread, :func:`spread`, adds evidence; this asks for both at once). Items the
-    model has not embedded are skipped; nothing named: ``encoded`` itself."""
+    model has not embedded are skipped; nothing named: ``encoded`` itself. ``used`` (filled in): each word that
+    moved the query, with its number of items (the inspector says so)."""
     from dataclasses import replace
 
     weight = NAME_LOOK if weight is None else weight
@@ -48,6 +49,8 @@ def ground_names(encoded, trained, named: dict[str, tuple[int, ...]], novelty: d
         mean = normalise(vectors).mean(axis=0)
         strength = novelty.get(word, 1.0) * (len(ids) / (len(ids) + NAME_PRIOR) if len(ids) >= NAME_ITEMS else 0.0)
         look += strength * mean / max(float(np.linalg.norm(mean)), 1e-9)
+        if strength > 0 and used is not None:
+            used[word] = len(ids)
     if not look.any():
         return encoded
     moved = {"emb": normalise(encoded.emb + weight * look)}
@@ -78,12 +81,12 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
     if "zero_shot" in kinds or trained is None:
         _, words = indexes.zero_shot_query(text, exclude=own, sentence=sentence)
         dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, indexes.frames())
-    encoded = None
+    encoded, names = None, {}
     if trained is not None:
         encoded, _ = trained.encode_text([text], minilm=stock)
         named = {w: match.labels[w][1] for w in own if w in match.labels}
         if named and NAME_LOOK:
-            encoded = ground_names(encoded, trained, named, novelty)
+            encoded = ground_names(encoded, trained, named, novelty, used=names)
         if "model" in kinds:
             dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
     shared = spread(match.labels, indexes.look_alikes().nearest, novelty) if match.labels else {}
@@ -109,4 +112,5 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
         content, lambda w: w not in own and (encoders.minilm.knows(w) or encoders.glove.knows(w)))
     ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
                             familiar=familiar, n_items=len(ids), log_frames=log_frames)
+    ranking.names.update(names if "model" in dense else {})
     return ids, ranking, trained, encoded

@@ -155,3 +155,12 @@ def test_a_clip_scored_by_its_best_frame_loses_the_frames_bias():
     ranking = evidence.fuse({"model": cos}, rows, calibrated=fitted, familiar=1.0, n_items=4, log_frames=frames)
     assert int(ranking.rows[ranking.order()[0]]) == 0  # the photo first, the clip just below
     assert ranking.parts["dense"][0] - ranking.parts["dense"][1] == pytest.approx(fitted.frames_bias * np.log(8))
+
+
+def test_the_inspector_says_when_a_name_moved_the_models_query():
+    from engine.search.explanation import ranking_note
+
+    ranking = _ranking({0: 1.0}, novel={0: 1.0})
+    assert "a name you wrote" not in ranking_note(ranking, 0)
+    ranking.names["biscuit"] = 7
+    assert "\u201cbiscuit\u201d, a name you wrote on 7 items" in ranking_note(ranking, 0)

@@ -196,7 +196,9 @@ def test_a_name_moves_the_models_query_toward_the_items_it_is_written_on():
     query = Encoded(np.stack([e[[3, 2]]]))  # (1, K, D)
     assert ground_names(query, trained, {}, {}) is query
     assert ground_names(query, trained, {"henna": (1, 2, 99)}, {"henna": 1.0}) is query  # a rare word on two
-    moved = ground_names(query, trained, {"biscuit": (1, 2, 3, 4, 99)}, {"biscuit": 1.0}, weight=2.0)
+    used: dict[str, int] = {}
+    moved = ground_names(query, trained, {"biscuit": (1, 2, 3, 4, 99)}, {"biscuit": 1.0}, weight=2.0, used=used)
+    assert used == {"biscuit": 4}  # the inspector says which name moved the query, and on how many items
     assert moved.emb.shape == query.emb.shape
     np.testing.assert_allclose(np.linalg.norm(moved.emb, axis=-1), 1.0, rtol=1e-6)
     toward = np.array([0.75, 0.25, 0, 0], np.float32) / np.linalg.norm([0.75, 0.25])  # items 1-4; 99 skipped
