@@ -80,7 +80,8 @@ def _retrain_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout", type=float, default=DEFAULT_HOLDOUT,
                    help=f"fraction of the annotated items kept aside for evaluation (default {DEFAULT_HOLDOUT})")
     p.add_argument("--holdout-seed", type=int, default=0, help="seed of the held-aside choice (keep it fixed)")
-    p.add_argument("--epochs", type=int, default=None, help="default: the method's recipe (the paper's schedule)")
+    p.add_argument("--epochs", type=int, default=None, help="default: 20 from the active model, 10 from random "
+                   "weights (what the training dialog proposes)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--preset", default=None, choices=["paper", "test"], help="trainer preset ('test': tiny)")
     p.add_argument("--batch-size", type=int, default=None)

@@ -27,6 +27,7 @@ import argparse
 import csv
 import json
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -156,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-items", type=int, nargs="+", default=[RECIPE["val_items"]],
                         help="photos of each --data folder's train split held aside to pick the epoch")
     parser.add_argument("--seed", type=int, default=RECIPE["seed"])
+    parser.add_argument("--method", default=RECIPE["method"], help="the trainer's method (the shipped one: vse)")
+    parser.add_argument("--trainer-args", default="", help="more trainer options, one string (e.g. '--set "
+                        "num_embeds=2')")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--epoch-captions", type=int, default=RECIPE["epoch_captions"],
                         help="captions of each item an epoch reads (0: all)")
@@ -178,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                                args.seed)
         if args.words_only:
             return _write_words(work, out)
-        command = [*TRAINER_PROGRAM, "train", "--method", RECIPE["method"], "--data", str(work),
+        command = [*TRAINER_PROGRAM, "train", "--method", args.method, "--data", str(work),
                    "--train-split", SPLIT_TRAIN, "--val-split", SPLIT_VAL, "--out", str(run),
                    "--seed", str(args.seed), "--device", args.device,
                    "--epoch-captions", str(args.epoch_captions), "--clip-captions", str(args.clip_captions),
-                   "--set", f"clip_input={args.clip_input}"]
+                   "--set", f"clip_input={args.clip_input}", *shlex.split(args.trainer_args)]
         print("running", " ".join(command), flush=True)
         subprocess.run(command, check=True)
         staging = out.with_name(out.name + ".tmp")
@@ -194,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         half_precision(staging / "model.safetensors")
         drop_untrained_branches(staging)
         metrics = json.loads((run / "metrics.json").read_text())
-        record = {**RECIPE, "clip_input": args.clip_input, "epoch_captions": args.epoch_captions,
+        record = {**RECIPE, "method": args.method, "clip_input": args.clip_input, "epoch_captions": args.epoch_captions,
                   "clip_captions": args.clip_captions, "val_items": vals if len(vals) > 1 else vals[0],
                   "seed": args.seed, **sizes,
                   "data": " + ".join(d.name for d in datas),
                   "command": "python tools/build_starter.py --data " + " ".join(str(d) for d in args.data)
-                  + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else ""),
+                  + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else "")
+                  + (f" --method {args.method}" if args.method != RECIPE["method"] else "")
+                  + (f" --trainer-args '{args.trainer_args}'" if args.trainer_args else ""),
                   "validation": {k: metrics.get(k) for k in ("rsum", "best_epoch", "epochs")},
                   "terms": _terms(datas)}
         (staging / "starter.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -53,7 +53,6 @@ __all__ = ["METHODS", "METHOD_DESCRIPTIONS", "SOURCES", "SOURCE_FOLDER", "SOURCE
 STOP_WAIT_MS = int(STOP_WAIT_S * 1000)  # how long Cancel lets the trainer save its checkpoint before killing it
 CLOSE_WAIT_MS = 15_000  # closing the dialog (or the app) during a run blocks this long at most
 LIBRARY_METHOD = DEFAULT_METHOD  # a library's run with no trained model to continue (engine.loop.defaults)
-COLD_EPOCHS = 10  # the form's epochs for a run from random weights
 HOLDOUT = DEFAULT_HOLDOUT  # share of the annotated items kept aside to compare the old and the new model
 HOLDOUT_SEED = 0
 
@@ -182,8 +181,7 @@ class TrainingDialog(TrainingForm):
             return
         from engine.workspace import planned_epochs
 
-        planned = planned_epochs(active_model(list(self._service.models())), self.method.currentText(),
-                                 COLD_EPOCHS)
+        planned = planned_epochs(active_model(list(self._service.models())), self.method.currentText())
         if self.epochs.value() == self._planned_epochs and planned != self._planned_epochs:
             self.epochs.setValue(planned)
         self._planned_epochs = planned

@@ -76,7 +76,7 @@ class TrainingForm(QDialog):
         split_row.addWidget(self.train_split)
         split_row.addWidget(QLabel("validation"))
         split_row.addWidget(self.val_split)
-        self.epochs = QSpinBox(minimum=1, maximum=1000, value=10)
+        self.epochs = QSpinBox(minimum=1, maximum=1000, value=10)  # then engine.loop.retrain.planned_epochs
         self.epochs.setToolTip("The epochs this run trains: for a retrain that starts from the active model, the "
                                "budget the engine uses for one (change it if you like; what is shown is what runs)")
         self.finetune = QSpinBox(minimum=0, maximum=100, value=0, suffix=" epochs", specialValueText="off")

@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 WARM_START_EPOCHS = 20
 WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--patience", "20",
                                     "--schedule", "constant")
+# A library's retrain from random weights (``polyseek retrain --from-scratch``, the training dialog's form): its
+# few hundred annotations at most take seconds an epoch, and the gate keeps the old model if the run is worse.
+COLD_START_EPOCHS = 10
 WARM_START_PSEUDO_WEIGHT = {"vse": 1.0}  # methods whose config has pseudo_weight (A3VSE has its own D^u terms)
 
 
@@ -73,10 +76,11 @@ def warm_start_from(active: ModelInfo | None, method: str | None, warm_start: bo
     return start if has_weights(start) else None
 
 
-def planned_epochs(active: ModelInfo | None, method: str | None, cold_epochs: int) -> int:
+def planned_epochs(active: ModelInfo | None, method: str | None, cold_epochs: int = COLD_START_EPOCHS) -> int:
     """The epochs a library retrain runs unless told otherwise: :data:`WARM_START_EPOCHS` when it warm-starts
-    (:func:`warm_start_from`), else ``cold_epochs``. The training dialog shows this before Start and passes what it
-    shows, so the form never says 10 and then trains 20."""
+    (:func:`warm_start_from`), else ``cold_epochs`` (:data:`COLD_START_EPOCHS`). The CLI's retrain and the training
+    dialog both ask it: the form shows this before Start and passes what it shows, so it never says 10 and then
+    trains 20."""
     return WARM_START_EPOCHS if warm_start_from(active, method) is not None else cold_epochs
 
 
@@ -105,7 +109,8 @@ class RetrainOptions:
     holdout: float = DEFAULT_HOLDOUT
     seed: int = 0
     epochs: int | None = None  # None: WARM_START_EPOCHS for a warm start, else ``cold_epochs``
-    cold_epochs: int | None = None  # epochs of a run from random weights (None: the method's recipe)
+    cold_epochs: int | None = None  # epochs of a run from random weights (None: COLD_START_EPOCHS on the library's
+    # annotations, the method's recipe on a caption folder)
     device: str | None = None  # the trainer's --device (None: its default, auto)
     overrides: tuple[str, ...] = ()  # "key=value", the trainer's --set
     trainer_args: tuple[str, ...] = ()
@@ -227,7 +232,8 @@ class Retrain:
         yield from self._training_data(result)
         method, start = self._method_and_start()
         result.method, result.init_from = method, str(start) if start is not None else None
-        result.epochs = options.epochs or (WARM_START_EPOCHS if start is not None else options.cold_epochs)
+        cold = options.cold_epochs or (COLD_START_EPOCHS if options.data is None else None)  # a folder: its recipe
+        result.epochs = options.epochs or (WARM_START_EPOCHS if start is not None else cold)
         name, out = self._name_and_folder(method)
         try:
             cancel.raise_if_cancelled()

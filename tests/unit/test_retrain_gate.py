@@ -276,3 +276,18 @@ def test_retrain_json_carries_the_intervals(library, monkeypatch):
                                             f"annotations ({result.training_set.n_heldout_items} items) difference ")
     empty = RetrainResult(None).to_json()
     assert empty["heldout_interval"] is None and empty["pseudo_interval"] is None
+
+
+def test_a_retrain_from_random_weights_takes_the_epochs_the_dialog_proposes(library, monkeypatch):
+    """One training policy: ``polyseek retrain --from-scratch`` and the training dialog (which shows
+    :func:`planned_epochs` before Start) give a library's run from random weights the same epochs."""
+    from engine.loop.retrain import COLD_START_EPOCHS, WARM_START_EPOCHS, planned_epochs
+
+    service, good, _ = library
+    service.set_active_model(str(good))
+    _retrain_into(monkeypatch, good)
+    job = Retrain(service, RetrainOptions(holdout=0.4, warm_start=False))
+    for _ in job.run():
+        pass
+    assert job.result.epochs == COLD_START_EPOCHS == planned_epochs(None, "vse")
+    assert planned_epochs(next(m for m in service.models() if m.active), None) == WARM_START_EPOCHS
