@@ -11,6 +11,8 @@ caption. Measured with the starter active:
 - the bare name as a query: how many of its 16 are in the top 16;
 - the *other* photos of that dog: their captions, renamed the same way, as queries against the library without
   the 48 captioned photos: R@10 (the photo in the top 10);
+- ordinary searches: 300 photos that are none of the dogs' asked by one caption each, R@10 over the whole library
+  (``ordinary_r10``: a retrain on the names must not cost them, #43);
 - a rejected result: one of the top hits of a renamed query rejected, its rank after (must leave the top 60) and
   for a paraphrase (leave the top 10).
 
@@ -138,6 +140,25 @@ def r10_among_uncaptioned(service, queries: list[tuple[str, str]], taken: set[in
     return round(100 * float(np.mean(hits)), 1)
 
 
+def ordinary_queries(files: list[str], caps: dict[str, list[str]], dogs: dict[str, list[str]],
+                     count: int = 300) -> list[tuple[str, str]]:
+    """Ordinary searches beside the names (#43: a retrain on the names must not cost them): ``count`` photos that
+    are none of the three dogs' (a seeded choice), each asked by one seeded caption of its own."""
+    named = {f for fs in dogs.values() for f in fs}
+    others = [f for f in files if f not in named]
+    random.Random(1).shuffle(others)
+    return [(f, random.Random(f).choice(caps[f])) for f in others[:count]]
+
+
+def r10_whole_library(service, queries: list[tuple[str, str]], by_name: dict[str, int]) -> float:
+    """R@10 (percent) of ``(photo file, query)`` pairs through the app's ranking, every item of the library ranked."""
+    hits = []
+    for f, q in queries:
+        ids, ranking, _, _ = service.rank_text(q)
+        hits.append(by_name[f] in {int(ids[ranking.rows[p]]) for p in ranking.order()[:10]})
+    return round(100 * float(np.mean(hits)), 1)
+
+
 def caption_hundred(service, files: list[str], caps: dict[str, list[str]]) -> tuple[dict[str, int], list[str]]:
     """The general loop's library state: the starter active, the user's captions cleared, then 100 photos (the
     first of a seeded shuffle of ``files``) captioned once with a seeded caption of theirs. Returns the items' ids
@@ -217,6 +238,7 @@ def main() -> int:
     service.set_active_model("starter")  # an earlier run's retrain may have left its model active
     by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     captioned, queries, taken = name_dogs(service, files, caps, dogs, by_name)
+    ordinary = ordinary_queries(files, caps, dogs)
     results: dict = {"split": args.split, "photos": len(files), "per_dog": {n: len(c) for n, c in captioned.items()},
                      "others": {n: len({f for f, _ in q}) for n, q in queries.items()}}
     def measure(row: str, evidence: set[str]) -> None:
@@ -229,6 +251,7 @@ def main() -> int:
                             "others_r10": r10_among_uncaptioned(service, queries[name], taken, by_name),
                             "queries": len(queries[name])}
         record["mean_others_r10"] = round(float(np.mean([record[n]["others_r10"] for n in DOGS.values()])), 1)
+        record["ordinary_r10"] = r10_whole_library(service, ordinary, by_name)
         results[row] = record
         print(row, json.dumps(record), flush=True)
 

@@ -31,7 +31,8 @@ from PIL import Image, ImageDraw
 
 from engine.features.assets import PREPARE_MESSAGE
 from engine.library.captionfolder import load_caption_folder, write_caption_folder
-from engine.loop.trainingset import MARKER_FILE
+from engine.loop.suggest import SUGGEST_POLICIES  # the engine's own rules, never a copy that can drift
+from engine.loop.trainingset import MARKER_FILE, training_warning
 from engine.progress import CancelToken, Progress
 from engine.search.calibration import Calibration, sigmoid
 from engine.trainercontract.metrics import retrieval_report
@@ -51,8 +52,6 @@ COLOURS = {
     "orange": (240, 130, 30),
 }
 SHAPES = ("circle", "square", "triangle")
-MIN_ANNOTATED = 10  # fewer annotated items than this gets the "too few annotations" warning
-SUGGEST_POLICIES = ("auto", "diversity")
 # The fake's calibration: its score (the share of the query's words an item's name and captions hold) as the one
 # feature; every word: ~98 % (strong), half of them: ~27 % (good), none: ~0.2 % (weak). Thresholds as shipped.
 FAKE_CALIBRATION = Calibration({"lexical": 10.0}, -6.0, strong=0.5, good=0.024, fitted_on="the fake's word overlap")
@@ -829,10 +828,7 @@ class FakeService:
             dest = self.workdir / f"training-set-{self._id()}"
         write_caption_folder(dest, paths, rows, splits, copy_media=True, overwrite=True)
         (Path(dest) / MARKER_FILE).write_text("written by polyseek\n", encoding="utf-8")  # as the engine's export
-        warning = None
-        if len(annotated) < MIN_ANNOTATED:
-            warning = (f"too few annotations: {len(annotated)} annotated items (at least {MIN_ANNOTATED} "
-                       "are needed for a trustworthy comparison); the new model may be worse than the old")
+        warning = training_warning(len(annotated), n_held)
         return FakeTrainingSet(Path(dest), "train", "heldout", len(annotated), len(rows), n_held, len(bare),
                                warning)
 
