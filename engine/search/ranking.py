@@ -1,8 +1,9 @@
 """The ranking of a sentence over a library, in one room (issue #40): every kind of evidence gathered here and fused
 by :func:`engine.search.evidence.fuse` on the calibrated scale of :mod:`engine.search.calibration`.
 
-The service asks :func:`rank_sentence` and pages its result; the inspector reads the same ranking's numbers
-(:func:`engine.search.explanation.ranking_note`); the benchmarks and ``tools/fit_calibration.py`` read its parts.
+The service asks :func:`rank_sentence` and pages its result (:func:`page_of_hits`); the inspector reads the same
+ranking's numbers (:func:`engine.search.explanation.ranking_note`); the benchmarks and ``tools/fit_calibration.py``
+read its parts.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from collections.abc import Collection
 import numpy as np
 
 from engine.features.regional import content_words
+from engine.library.browse import split_captions
+from engine.library.catalog import MediaStatus
 from engine.search import calibration, evidence
 from engine.search.vectorindex.scoring import normalise
 from engine.search.words import WordsMatch, spread
+from engine.types import MediaKind, SearchHit
 
 OWN_WORD = 0.5  # novelty (evidence.word_novelty) from which a word the user wrote is read as theirs alone
 # What a name's items look like, in the model's query (:func:`ground_names`): its weight, a pseudo-count (a name on
@@ -114,3 +118,54 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
                             familiar=familiar, n_items=len(ids), log_frames=log_frames)
     ranking.names.update(names if "model" in dense else {})
     return ids, ranking, trained, encoded
+
+
+def page_of_hits(catalog, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
+                 min_probability: float | None, scope: np.ndarray | None = None,
+                 exclude: int | None = None) -> list[SearchHit]:
+    """A page of a ranking (:func:`rank_sentence`'s, or a picture's) as the hits a search returns: the calibrated
+    probability and its word for every model, PCME's uncertainty beside it; ``min_probability`` drops what falls
+    under it (a probabilistic model without a calibration: its own match probability, PCME eq. 2); ``scope``: the
+    only media ids kept; ``exclude``: one left out (Find similar's own item). Two catalog reads for the page; an
+    item gone since the index was loaded is skipped."""
+    order = ranking.order()
+    if scope is not None:
+        order = order[np.isin(ids[ranking.rows[order]], scope)]
+    if exclude is not None:
+        order = order[ids[ranking.rows[order]] != exclude]
+    probabilistic = trained is not None and encoded is not None and trained.runner.probabilistic
+    calibrated = ranking.parts.get("probability")
+    picked: list[tuple[int, float, float | None, float | None]] = []  # (position, score, prob, uncertainty)
+    if calibrated is not None:  # one calibrated probability for every model (#40); PCME adds its sigma
+        if min_probability is not None:
+            order = order[calibrated[order] >= min_probability]
+        chosen = order[offset:offset + top]
+        unc = (trained.match_probability(encoded, ids[ranking.rows[chosen]])[1].tolist()
+               if probabilistic and len(chosen) else [None] * len(chosen))
+        picked = [(int(p), float(ranking.total[p]), float(calibrated[p]), u)
+                  for p, u in zip(chosen.tolist(), unc, strict=True)]
+    elif not probabilistic:
+        picked = [(int(p), float(ranking.total[p]), None, None) for p in order[offset:offset + top]]
+    else:
+        want, start, kept = offset + top, 0, []
+        while len(kept) < want and start < len(order):
+            chunk = order[start:start + max(want, 200)]
+            start += len(chunk)
+            prob, unc = trained.match_probability(encoded, ids[ranking.rows[chunk]])
+            for p, pr, un in zip(chunk.tolist(), prob.tolist(), unc.tolist(), strict=True):
+                if min_probability is None or pr >= min_probability:
+                    kept.append((p, float(ranking.total[p]), float(pr), float(un)))
+        picked = kept[offset:offset + top]
+    page = [int(ids[ranking.rows[p]]) for p, *_ in picked]
+    records, texts = catalog.media_of(page), catalog.captions_of(page)
+    hits = []
+    for p, score, prob, unc in picked:
+        row = int(ranking.rows[p])
+        media = records.get(int(ids[row]))
+        if media is None or media.status == MediaStatus.MISSING:  # gone since the index was loaded
+            continue
+        captions, guess = split_captions(texts.get(media.id, ()))
+        word = ranking.calibrated.word(prob) if ranking.calibrated is not None and prob is not None else None
+        hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
+                              ranking.head_pair_of(row), ranking.frame_of(row), guess, word))
+    return hits

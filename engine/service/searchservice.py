@@ -31,9 +31,10 @@ from engine.library.catalog.snapshots import Restored
 from engine.library.indexer import Indexer
 from engine.progress import CancelToken, Progress
 from engine.search.libraryindexes import LibraryIndexes
+from engine.search.ranking import page_of_hits
 from engine.search.threads import single_threaded
 from engine.service.models import LibraryModels
-from engine.types import CaptionSource, Explanation, MediaDetails, MediaKind, ModelInfo, SearchHit
+from engine.types import CaptionSource, Explanation, MediaDetails, ModelInfo, SearchHit
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class SearchService(LibraryModels):
         ranked = self.rank_text(text)
         if ranked is None:
             return []
-        return self._ranked_hits(*ranked, top, offset, min_probability, self._scope(kind, folder))
+        return page_of_hits(self.catalog, *ranked, top, offset, min_probability, self._scope(kind, folder))
 
     def _scope(self, kind: str | None, folder: Path | None) -> np.ndarray | None:
         """The media ids a search may return (None: every item)."""
@@ -308,55 +309,6 @@ class SearchService(LibraryModels):
         from engine.search.ranking import rank_sentence
 
         return rank_sentence(text, self.indexes, self.encoders, self.active_trained(), self.evidence)
-
-    def _ranked_hits(self, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,
-                     min_probability: float | None, scope: np.ndarray | None = None,
-                     exclude: int | None = None) -> list[SearchHit]:
-        """A page of a fused ranking as hits; a probabilistic model adds its match probability (PCME eq. 2) and
-        drops what falls under ``min_probability``; ``scope``: the only media ids kept."""
-        from engine.library.browse import split_captions
-
-        order = ranking.order()
-        if scope is not None:
-            order = order[np.isin(ids[ranking.rows[order]], scope)]
-        if exclude is not None:
-            order = order[ids[ranking.rows[order]] != exclude]
-        probabilistic = trained is not None and encoded is not None and trained.runner.probabilistic
-        calibrated = ranking.parts.get("probability")
-        picked: list[tuple[int, float, float | None, float | None]] = []  # (position, score, prob, uncertainty)
-        if calibrated is not None:  # one calibrated probability for every model (#40); PCME adds its sigma
-            if min_probability is not None:
-                order = order[calibrated[order] >= min_probability]
-            chosen = order[offset:offset + top]
-            unc = (trained.match_probability(encoded, ids[ranking.rows[chosen]])[1].tolist()
-                   if probabilistic and len(chosen) else [None] * len(chosen))
-            picked = [(int(p), float(ranking.total[p]), float(calibrated[p]), u)
-                      for p, u in zip(chosen.tolist(), unc, strict=True)]
-        elif not probabilistic:
-            picked = [(int(p), float(ranking.total[p]), None, None) for p in order[offset:offset + top]]
-        else:
-            want, start, kept = offset + top, 0, []
-            while len(kept) < want and start < len(order):
-                chunk = order[start:start + max(want, 200)]
-                start += len(chunk)
-                prob, unc = trained.match_probability(encoded, ids[ranking.rows[chunk]])
-                for p, pr, un in zip(chunk.tolist(), prob.tolist(), unc.tolist(), strict=True):
-                    if min_probability is None or pr >= min_probability:
-                        kept.append((p, float(ranking.total[p]), float(pr), float(un)))
-            picked = kept[offset:offset + top]
-        page = [int(ids[ranking.rows[p]]) for p, *_ in picked]
-        records, texts = self.catalog.media_of(page), self.catalog.captions_of(page)  # two reads for the page
-        hits = []
-        for p, score, prob, unc in picked:
-            row = int(ranking.rows[p])
-            media = records.get(int(ids[row]))
-            if media is None or media.status == MediaStatus.MISSING:  # gone since the index was loaded
-                continue
-            captions, guess = split_captions(texts.get(media.id, ()))
-            word = ranking.calibrated.word(prob) if ranking.calibrated is not None and prob is not None else None
-            hits.append(SearchHit(media.id, str(media.path), MediaKind(media.kind), score, captions, prob, unc,
-                                  ranking.head_pair_of(row), ranking.frame_of(row), guess, word))
-        return hits
 
     def query_carries_evidence(self, text: str) -> bool:
         """False when the active trained model's text encoder knows none of the query's content words
@@ -392,7 +344,7 @@ class SearchService(LibraryModels):
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
         itself = self.catalog.media_by_path(Path(path).resolve()) if exclude_example else None
-        return self._ranked_hits(ids, ranking, None, None, top, offset, None, self._scope(kind, folder),
+        return page_of_hits(self.catalog, ids, ranking, None, None, top, offset, None, self._scope(kind, folder),
                                  exclude=itself.id if itself is not None else None)
 
     def file_thumbnail(self, path: Path, size: int = 256) -> Path:
