@@ -1,7 +1,7 @@
 """The inspector: why one result matched one query.
 
 It draws what the active model really has (``service.explain(query, media_id)``; the words and numbers come from
-:mod:`engine.search.explain`): per-head attention only where the model has attention (PVSE / A3VSE heads side by
+:mod:`engine.search.readings`): per-head attention only where the model has attention (PVSE / A3VSE heads side by
 side, PCME's one map; over a strip of frames for GIFs and videos), the query's words tinted by each head (never
 the text encoder's [CLS] / [SEP]), the K x K head-to-head similarity with the matched pair. A model without
 attention (VSE, K = 1, and the zero-shot ranking) says so and shows instead which classes seen in the item's
@@ -50,7 +50,7 @@ from app.widgets.clips import matched_frame
 from app.widgets.images import read_image, read_scaled
 from app.widgets.plaintext import plain_tooltip
 from app.workers import run_in_background
-from engine.search.explain import (
+from engine.search.readings import (
     ellipse_axes,
     ellipse_magnification,
     sigma_text,

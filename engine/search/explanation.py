@@ -1,6 +1,6 @@
 """Why an item matched a query, as the inspector shows it: the trained model's attention, or (a model without
 attention, or none) which classes seen in the item's regions match the query's words, and what the user wrote on
-the item that the ranking counted. What such an explanation can honestly say is :mod:`engine.search.explain`.
+the item that the ranking counted. What such an explanation can honestly say is :mod:`engine.search.readings`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from engine.features.featurestore import FeatureStore
 from engine.features.regional import content_words
 from engine.library.catalog import MediaRecord
 from engine.media import MediaError
-from engine.search.explain import word_matches
+from engine.search.readings import word_matches
 from engine.search.trained import TrainedSearch
 from engine.search.vectorindex.scoring import normalise
 from engine.search.words import UserWords
@@ -108,7 +108,7 @@ def ranking_note(ranking, position: int) -> str | None:
 
 def _word_matches(query: str, record: MediaRecord, features: FeatureStore, encoders: Encoders) -> tuple:
     """Each content word of ``query`` against the item's regional semantics
-    (:func:`engine.search.explain.word_matches`); empty when the item has none stored."""
+    (:func:`engine.search.readings.word_matches`); empty when the item has none stored."""
     feats = features.get(record.content_hash, encoders.backbone.id)
     if feats is None or feats.region_top_ids is None or feats.region_top_probs is None:
         return ()
@@ -119,7 +119,7 @@ def _word_matches(query: str, record: MediaRecord, features: FeatureStore, encod
 
 def _zero_shot_explanation(matches: tuple) -> Explanation:
     """The zero-shot ranking has no attention: it ranks by the classes seen in the item's regions, so it explains
-    by which of them match the query's words (``matches``, :func:`engine.search.explain.word_matches`)."""
+    by which of them match the query's words (``matches``, :func:`engine.search.readings.word_matches`)."""
     empty = np.zeros((0, 0), np.float32)
     found = [m for m in matches if m.class_name is not None]
     note = ("zero-shot ranking: no trained model, no attention; items are ranked by the classes seen in their "

@@ -25,9 +25,9 @@ from engine.features.text import carries_evidence
 from engine.features.vocabulary import read_caption_words
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
-from engine.search.explain import calibrated_reading, query_words
 from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
+from engine.search.readings import calibrated_reading, query_words
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
 from engine.trainercontract.exportformat import model_export_dir as model_export_dir  # callers import it here
 from engine.trainercontract.runfolder import read_metrics

@@ -3,7 +3,7 @@
     python tests/bench/bench_word_floor.py --home DIR [--data ../shared/datasets] [--out bench-results/word-floor.json]
 
 The inspector shows, for each word of a search, the ImageNet class among the item's regions that matches it best
-and their MiniLM cosine (:func:`engine.search.explain.word_matches`); below the zero-shot ranking's floor (0.3) it
+and their MiniLM cosine (:func:`engine.search.readings.word_matches`); below the zero-shot ranking's floor (0.3) it
 says nothing matches. Pairs such as "rug -> Pomeranian (0.38)" read as nonsense. On the 500 Flickr8k *train*
 photos the starter held aside, each photo's own caption words (what people said it shows) are matched against its
 regions, and as many words of other photos' captions that none of its own captions use (what it does not show).
@@ -34,7 +34,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "word-floor.json")
     args = parser.parse_args()
     from engine.features.regional import content_words
-    from engine.search.explain import word_matches
+    from engine.search.readings import word_matches
     from tests.bench.bench_domains import domains, open_library, use_home
 
     if not use_home(args.home, args.data, starter=True):

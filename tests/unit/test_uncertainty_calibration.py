@@ -1,10 +1,10 @@
-"""PCME's uncertainty read against the model's own validation split (engine.search.explain.calibrated_reading)."""
+"""PCME's uncertainty read against the model's own validation split (engine.search.readings.calibrated_reading)."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.search.explain import calibrated_reading
+from engine.search.readings import calibrated_reading
 
 EDGES = [0.01, 0.02, 0.03, 0.04, 0.05]  # four groups
 

@@ -212,7 +212,7 @@ def test_the_explanation_says_what_the_user_wrote_that_counted(indexed):
 def test_the_inspector_names_no_class_a_person_would_not_accept():
     """#44: "rug -> Pomeranian (0.38)" read as nonsense; below SHOWN_FLOOR (chosen on train-side captions) the word
     names nothing, above it the class is shown."""
-    from engine.search.explain import SHOWN_FLOOR, word_matches
+    from engine.search.readings import SHOWN_FLOOR, word_matches
 
     classes = np.eye(3, 4, dtype=np.float32)  # three classes, unit embeddings
     ids, probs = np.array([[0, 1], [2, 0]]), np.array([[0.6, 0.3], [0.5, 0.2]], np.float32)
