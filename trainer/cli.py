@@ -432,7 +432,7 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
 
 def _export(args: argparse.Namespace) -> int:
     from trainer.checkpoint import load_model
-    from trainer.finetune import export_folder
+    from trainer.exporting import export_folder
 
     model_dir = _model_dir(args.model)
     manifest = export_folder(model_dir, load_model(model_dir), args.out)

@@ -430,22 +430,3 @@ def model_pairs(model_dir: Path, pairs: PairSet, data_root: Path, device: torch.
                                    with_tokens=pairs.text.tokens is not None)
         pairs = with_text(pairs, features)
     return pairs
-
-
-def export_folder(model_dir: Path, head: RetrievalModel, out: Path, trained_on: dict[str, int] | None = None) -> dict:
-    """Export a model folder's head, with its fine-tuned backbone and text encoder where it has them;
-    ``trained_on``: the photos and clips its visual branches learnt from (the manifest's ``trained_on``)."""
-    from trainer.methods import export_model
-    from trainer.textencoder import export_text, finetuned_text, load_text_encoder
-
-    found = finetuned_backbone(model_dir)
-    backbone = None
-    if found is not None:
-        tuned = load_backbone(found[1])
-        backbone = lambda dest: export_backbone(tuned, found[0], dest)  # noqa: E731
-    text_found = finetuned_text(model_dir)
-    text = None
-    if text_found is not None:
-        encoder = load_text_encoder(text_found[2], text_found[1])
-        text = lambda dest: export_text(encoder, text_found[0], dest)  # noqa: E731
-    return export_model(head, out, backbone=backbone, text=text, trained_on=trained_on)

@@ -44,9 +44,9 @@ from trainer.batches import epoch_batches, make_batch
 from trainer.data import FeatureNeeds, FeatureSource, PairSet
 from trainer.device import Dist, gpu_peak, init_distributed, resolve_device, shard, wrap
 from trainer.evaluation import evaluate_pairs, nan_to_none, quick_rsum
+from trainer.exporting import export_folder
 from trainer.finetune import (
     backbone_features,
-    export_folder,
     finetuned_backbone,
     model_pairs,
     optimizer_groups,
