@@ -84,9 +84,14 @@ def main() -> int:
         record["domains"].append(row)
         print(json.dumps(row), flush=True)
         service.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    _write(args.out, record)
     return 0
+
+
+def _write(out: Path, record: dict) -> None:
+    """The record as indented JSON (the folder made if needed), rewritten whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
