@@ -8,6 +8,7 @@ read its parts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 import numpy as np
@@ -116,8 +117,15 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str])
         content, lambda w: w not in own and (encoders.minilm.knows(w) or encoders.glove.knows(w)))
     ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
                             familiar=familiar, n_items=len(ids), log_frames=log_frames)
-    ranking.names.update(names if "model" in dense else {})
+    if "model" in dense:  # each name as the query spells it ("Biscuit", not the index's "biscuit")
+        ranking.names.update({_as_written(word, text): items for word, items in names.items()})
     return ids, ranking, trained, encoded
+
+
+def _as_written(term: str, text: str) -> str:
+    """``term`` (lower case, as the user-words index keys it) spelt as it appears in ``text``, else itself."""
+    found = re.search(rf"\b{re.escape(term)}\w*", text, re.IGNORECASE)
+    return found.group(0) if found else term
 
 
 def page_of_hits(catalog, ids: np.ndarray, ranking, trained, encoded, top: int, offset: int,

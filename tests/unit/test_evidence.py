@@ -218,3 +218,12 @@ def test_a_function_word_the_caption_counts_leave_out_is_not_a_name():
     novelty = evidence.word_novelty(labels, np.arange(10), None, trained, None)
     assert novelty["through"] == novelty["while"] == 0.0
     assert novelty["biscuit"] == 1.0 and novelty["dog"] < 0.01
+
+
+def test_the_inspector_names_a_name_as_the_search_spells_it():
+    """The note that a name moved the model's query quotes it as the user typed it, not as the index keys it."""
+    from engine.search.ranking import _as_written
+
+    assert _as_written("biscuit", "Biscuit jumps over a log") == "Biscuit"
+    assert _as_written("run", "dogs running") == "running"
+    assert _as_written("pearl", "a white dog") == "pearl"
