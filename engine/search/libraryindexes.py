@@ -17,6 +17,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.features.regional import content_words
 from engine.library.catalog import Catalog, MediaStatus
+from engine.search.shots import pooled_distributions, shot_labels
 from engine.search.words import LookAlikes, UserWords
 from engine.search.zeroshot import ZeroShotIndex, frame_distributions
 from engine.types import CaptionSource, MediaKind
@@ -59,9 +60,10 @@ class LibraryIndexes:
             return self.zero_shot_built
 
     def frames(self) -> tuple[np.ndarray, ZeroShotIndex]:
-        """``(owner rows, ZeroShotIndex)`` of every sampled frame of the library's clips (rows of
-        :meth:`zero_shot`'s ids): a frame's class distribution is the per-class maximum over its regions'
-        top classes, normalised (the regional half of an item's distribution, A3VSE §3.2)."""
+        """``(owner rows, ZeroShotIndex)`` of every shot of the library's clips (rows of :meth:`zero_shot`'s ids;
+        :mod:`engine.search.shots`): a frame's class distribution is the per-class maximum over its regions' top
+        classes, normalised (the regional half of an item's distribution, A3VSE §3.2), a shot's the mean of its
+        frames'."""
         with self._lock:
             if self._frames is None:
                 ids, index = self.zero_shot()
@@ -77,8 +79,10 @@ class LibraryIndexes:
                     r = records.get(m.content_hash)
                     if r is None or r.frames is None or r.region_top_ids is None:
                         continue
-                    for frame_ids, frame_probs in frame_distributions(r.region_top_ids, r.region_top_probs,
-                                                                      len(r.frames), k):
+                    per_frame = frame_distributions(r.region_top_ids, r.region_top_probs, len(r.frames), k)
+                    if len(per_frame) != len(r.frames):
+                        continue
+                    for frame_ids, frame_probs in pooled_distributions(per_frame, shot_labels(r.frames), k):
                         owners.append(row_of[m.id])
                         tops.append((frame_ids, frame_probs))
                 frame_index = ZeroShotIndex(self.encoders.class_embeddings,
@@ -88,8 +92,8 @@ class LibraryIndexes:
             return self._frames
 
     def log_frames(self) -> np.ndarray:
-        """Per row of :meth:`zero_shot`'s ids, the log of the item's sampled frames (0 for a photo): how far a
-        clip's best-of-T score stands above one draw (the calibration's ``frames_bias``). Made once per state."""
+        """Per row of :meth:`zero_shot`'s ids, the log of the item's shots (0 for a photo): how far a clip's best of
+        T shots stands above one draw (the calibration's ``frames_bias``). Made once per state."""
         with self._lock:
             if self._log_frames is None:
                 owners, _ = self.frames()

@@ -28,6 +28,7 @@ from engine.progress import CancelToken, Progress
 from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
 from engine.search.readings import calibrated_reading, query_words
+from engine.search.shots import pooled_shots, shot_labels
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
 from engine.trainercontract.exportformat import model_export_dir as model_export_dir  # callers import it here
 from engine.trainercontract.runfolder import read_metrics
@@ -49,6 +50,7 @@ class TrainedSearch:
         self._index: MultiVectorIndex | None = None
         self._library_uncertainties: np.ndarray | None = None
         self._frames: tuple[np.ndarray, np.ndarray] | None = None  # frame_vectors(), until the library changes
+        self._frame_at = np.zeros((0, 1), np.int64)  # frame_vectors(): per clip and block position, its frame
         # the words of its training captions, counted (engine.features.vocabulary); None: the model has no record
         self.caption_words: tuple[dict[str, int], int] | None = None
         # PCME: metrics.json's R@1 per uncertainty decile on the model's validation split, and that split's name
@@ -200,6 +202,7 @@ class TrainedSearch:
         if self._frames is None:
             ids: list[int] = []
             blocks: list[np.ndarray] = []
+            frame_at: list[np.ndarray] = []  # per clip, per position of its block: the sampled frame shown
             clips = [m for m in self.catalog.iter_media(MediaStatus.OK) if m.kind != MediaKind.IMAGE]
             t_max, k = self.runner.manifest.max_frames, self.runner.num_embeddings
             for start in range(0, len(clips), BATCH):
@@ -210,11 +213,14 @@ class TrainedSearch:
                         if m.content_hash in records and records[m.content_hash].frames is not None]
                 if not keep:
                     continue
-                frames = np.stack([_even_frames(f, t_max) for _, f in keep]).astype(np.float32)  # (n, T, C)
+                shots = [_shots(_even_frames(f, t_max), t_max) for _, f in keep]
+                frames = np.stack([s for s, _ in shots])  # (n, T, C): each clip's shots, the last one repeated
                 emb = self._encode_pooled(frames.reshape(-1, frames.shape[-1])).emb  # (n T, K, D)
                 blocks.append(emb.reshape(len(keep), t_max * k, -1).astype(np.float16))
+                frame_at.extend(at for _, at in shots)
                 ids.extend(m.id for m, _ in keep)
             dim = self.runner.embed_dim
+            self._frame_at = np.array(frame_at, np.int64).reshape(-1, t_max)
             self._frames = (np.array(ids, np.int64),
                             np.concatenate(blocks) if blocks else np.zeros((0, t_max * k, dim), np.float16))
         return self._frames
@@ -249,6 +255,12 @@ class TrainedSearch:
             return self._encode_clips([record])
         return self._encode_pooled(record.global_[None].astype(np.float32))
 
+    def encode_shots(self, record) -> np.ndarray:
+        """A clip's shots embedded (S, K, D), as the ranking scores them (:meth:`frame_vectors`,
+        :mod:`engine.search.shots`)."""
+        frames = _even_frames(record.frames, self.runner.manifest.max_frames)
+        return self._encode_pooled(pooled_shots(frames, shot_labels(frames))[0]).emb
+
     def encode_frames(self, record) -> np.ndarray:
         """A clip's frames embedded one by one (T, K, D) (see :meth:`frame_vectors`)."""
         return self._encode_pooled(record.frames.astype(np.float32)).emb
@@ -280,7 +292,7 @@ class TrainedSearch:
                 where = np.flatnonzero(hit)
                 better = best > scores[where]
                 scores[where[better]] = best[better]
-                frames[where[better]] = pairs[better, 1] // self.runner.num_embeddings
+                frames[where[better]] = self._frame_at[rows[better], pairs[better, 1] // self.runner.num_embeddings]
                 head_pairs[where[better]] = np.stack([pairs[better, 0], pairs[better, 1] % self.runner.num_embeddings],
                                                      axis=1)
         return scores, frames, head_pairs
@@ -360,6 +372,14 @@ class TrainedSearch:
 
 def normalise_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-9)
+
+
+def _shots(frames: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(count, C)`` features of a clip's shots (:mod:`engine.search.shots`: near-identical frames pooled), the
+    last shot repeated to ``count`` (a maximum is unchanged), and per position the sampled frame it shows."""
+    means, representative = pooled_shots(frames, shot_labels(frames))
+    keep = np.minimum(np.arange(count), len(means) - 1)
+    return means[keep].astype(np.float32), representative[keep]
 
 
 def _even_frames(frames: np.ndarray, count: int) -> np.ndarray:

@@ -31,9 +31,11 @@ def main() -> int:
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets")
     parser.add_argument("--biases", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0])
+    parser.add_argument("--shots", type=float, nargs="+", default=None,
+                        help="shot thresholds to sweep (engine.search.shots.SHOT_COSINE; default: the shipped one)")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "clip-bias-train.json")
     args = parser.parse_args()
-    from engine.search import calibration
+    from engine.search import calibration, shots
     from tests.bench.bench_domains import domains, make_clips, open_library, use_home
 
     if not use_home(args.home, args.data, starter=True):
@@ -44,7 +46,11 @@ def main() -> int:
     by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     shipped = calibration.load
     results = []
-    for bias in args.biases:
+    for threshold, bias in [(t, b) for t in (args.shots or [shots.SHOT_COSINE]) for b in args.biases]:
+        shots.SHOT_COSINE = threshold
+        service.indexes.drop()  # the clips' shots are built again at this threshold
+        if service.active_trained() is not None:
+            service.active_trained()._frames = None
         calibration.load = lambda kind, path=None, b=bias: dataclasses.replace(shipped(kind, path), frames_bias=b)
         rows: dict[str, list[tuple[bool, bool]]] = {"slideshow": [], "zoom": []}
         for path, group in clips:
@@ -53,7 +59,7 @@ def main() -> int:
                 for caption in caps[f]:
                     hits = [h.media_id for h in service.search_text(caption, top=10)]
                     rows[kind].append((by_path[path.name] in hits, by_path[f] in hits))
-        record: dict = {"frames_bias": bias}
+        record: dict = {"shot_cosine": threshold, "frames_bias": bias}
         for kind, pairs in rows.items():
             clip, photo = (round(100 * float(np.mean([p[i] for p in pairs])), 1) for i in (0, 1))
             record[kind] = {"queries": len(pairs), "clip_r10": clip, "photo_r10": photo, "gap": round(clip - photo, 1)}

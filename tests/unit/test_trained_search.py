@@ -54,9 +54,9 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     query, _ = trained.encode_text(["a red square"])
     expected, _ = kxk_scores(query.emb[0], vectors)
     by_id = dict(zip(ids.tolist(), expected.tolist(), strict=True))
-    # a GIF is also scored by each of its frames (image encoder), and ranks by the best of all
+    # a GIF is also scored by each of its shots (near-identical frames pooled; image encoder), and ranks by the best
     gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
-    frames = trained.encode_frames(service.features.get(gif.content_hash, service.encoders.backbone.id))
+    frames = trained.encode_shots(service.features.get(gif.content_hash, service.encoders.backbone.id))
     by_id[gif.id] = max(by_id[gif.id], float(kxk_scores(query.emb[0], frames)[0].max()))
     assert [h.media_id for h in hits] == sorted(by_id, key=lambda i: (-by_id[i], i))
     assert all(h.head_pair is not None for h in hits)
