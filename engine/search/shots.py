@@ -2,11 +2,12 @@
 
 A clip is found by what any part of it shows: it is scored by the best of its frames. But the best of several
 near-identical frames stands above one frame by chance alone: a GIF that slowly zooms into one photo was found more
-often than the photo itself (its best crop of nine), while a slideshow, whose frames of one photo are identical, was
-not. So consecutive frames whose backbone features stay close to the first frame of their run (cosine
->= :data:`SHOT_COSINE`) are one shot, and a shot is scored as the mean of its frames (their mean feature, their mean
-class distribution): a clip's score is the best of its *shots*, and the calibration's ``frames_bias`` counts shots,
-not frames. The threshold sits between what the backbone's global features measured (bench-results/shots.json):
+often than the photo itself (its best crop of eight), while a slideshow, whose frames of one photo are identical,
+was not. So consecutive frames whose backbone features stay close to the first frame of their run (cosine
+>= :data:`SHOT_COSINE`) are one shot, and a shot is scored as the mean of its frames (the model: the mean of their
+scores; the zero-shot semantics: their mean class distribution). A clip's score is the best of its *shots*, the
+calibration's ``frames_bias`` counts shots, not frames, and the frame a viewer opens at is the best frame of the
+best shot. The threshold sits between what the backbone's global features measured (docs/benchmarks.md, "Clips"):
 consecutive crops of one slowly zoomed photo 0.86-0.96 (to the first crop 0.69-0.83), a slideshow's cut 0.21-0.34,
 consecutive frames of a real video (MSR-VTT, 2 frames a second) anywhere from 0.4 to 0.98.
 """
@@ -34,17 +35,18 @@ def shot_labels(frames: np.ndarray, threshold: float | None = None) -> np.ndarra
     return labels
 
 
-def pooled_shots(frames: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(shots (S, C), representative frame per shot (S,))``: each shot's mean feature, and the frame of the shot
-    nearest that mean (the one a viewer opens at)."""
-    frames = np.asarray(frames, np.float32)
-    count = int(labels.max()) + 1 if len(labels) else 0
-    means = np.stack([frames[labels == s].mean(axis=0) for s in range(count)]) if count else frames[:0]
-    unit = frames / np.maximum(np.linalg.norm(frames, axis=1, keepdims=True), 1e-9)
-    centre = means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-9)
-    representative = np.array([int(np.flatnonzero(labels == s)[np.argmax(unit[labels == s] @ centre[s])])
-                               for s in range(count)], np.int64)
-    return means, representative
+def shot_scores(frame_scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per clip (a row of ``frame_scores`` (n, T): each sampled frame's score; of ``labels`` (n, T): each frame's
+    shot, -1 for a frame that only pads a short clip), ``(the best shot's mean score, the best frame of that shot)``:
+    the clip's score and the frame a viewer opens at."""
+    n, t = frame_scores.shape
+    member = (labels[:, :, None] == np.arange(t)[None, None, :]).astype(np.float32)  # (n, T frames, T shots)
+    count = member.sum(axis=1)
+    means = np.einsum("nt,nts->ns", frame_scores.astype(np.float32), member) / np.maximum(count, 1)
+    means[count == 0] = -np.inf
+    best = means.argmax(axis=1)
+    inside = np.where(labels == best[:, None], frame_scores, -np.inf)
+    return means[np.arange(n), best].astype(np.float32), inside.argmax(axis=1).astype(np.int64)
 
 
 def pooled_distributions(distributions: list[tuple[np.ndarray, np.ndarray]], labels: np.ndarray, k: int

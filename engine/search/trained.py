@@ -28,7 +28,7 @@ from engine.progress import CancelToken, Progress
 from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
 from engine.search.readings import calibrated_reading, query_words
-from engine.search.shots import pooled_shots, shot_labels
+from engine.search.shots import shot_labels, shot_scores
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
 from engine.trainercontract.exportformat import model_export_dir as model_export_dir  # callers import it here
 from engine.trainercontract.runfolder import read_metrics
@@ -50,7 +50,7 @@ class TrainedSearch:
         self._index: MultiVectorIndex | None = None
         self._library_uncertainties: np.ndarray | None = None
         self._frames: tuple[np.ndarray, np.ndarray] | None = None  # frame_vectors(), until the library changes
-        self._frame_at = np.zeros((0, 1), np.int64)  # frame_vectors(): per clip and block position, its frame
+        self._shot_of = np.zeros((0, 1), np.int64)  # frame_vectors(): per clip and sampled frame, its shot
         # the words of its training captions, counted (engine.features.vocabulary); None: the model has no record
         self.caption_words: tuple[dict[str, int], int] | None = None
         # PCME: metrics.json's R@1 per uncertainty decile on the model's validation split, and that split's name
@@ -196,13 +196,14 @@ class TrainedSearch:
 
     def frame_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, vectors (n, T * K, D))``: every clip of the library with each of its frames embedded by the
-        image encoder (frames past a short clip's end repeat its last one, which leaves a maximum unchanged), so
-        a GIF or a video is found by what any part of it shows. Computed from the feature store on first use and
-        kept until the library changes (:meth:`sync`)."""
+        image encoder (frames past a short clip's end repeat its last one and belong to no shot), so a GIF or a
+        video is found by what any part of it shows: :meth:`score_ids` scores a clip by its best shot
+        (:mod:`engine.search.shots`: near-identical frames together, by their mean score). Computed from the
+        feature store on first use and kept until the library changes (:meth:`sync`)."""
         if self._frames is None:
             ids: list[int] = []
             blocks: list[np.ndarray] = []
-            frame_at: list[np.ndarray] = []  # per clip, per position of its block: the sampled frame shown
+            shot_of: list[np.ndarray] = []  # per clip, per sampled frame: its shot (engine.search.shots)
             clips = [m for m in self.catalog.iter_media(MediaStatus.OK) if m.kind != MediaKind.IMAGE]
             t_max, k = self.runner.manifest.max_frames, self.runner.num_embeddings
             for start in range(0, len(clips), BATCH):
@@ -213,14 +214,13 @@ class TrainedSearch:
                         if m.content_hash in records and records[m.content_hash].frames is not None]
                 if not keep:
                     continue
-                shots = [_shots(_even_frames(f, t_max), t_max) for _, f in keep]
-                frames = np.stack([s for s, _ in shots])  # (n, T, C): each clip's shots, the last one repeated
+                frames = np.stack([_even_frames(f, t_max) for _, f in keep]).astype(np.float32)  # (n, T, C)
                 emb = self._encode_pooled(frames.reshape(-1, frames.shape[-1])).emb  # (n T, K, D)
                 blocks.append(emb.reshape(len(keep), t_max * k, -1).astype(np.float16))
-                frame_at.extend(at for _, at in shots)
+                shot_of.extend(_shot_labels(f, t_max) for _, f in keep)
                 ids.extend(m.id for m, _ in keep)
             dim = self.runner.embed_dim
-            self._frame_at = np.array(frame_at, np.int64).reshape(-1, t_max)
+            self._shot_of = np.array(shot_of, np.int64).reshape(-1, t_max)
             self._frames = (np.array(ids, np.int64),
                             np.concatenate(blocks) if blocks else np.zeros((0, t_max * k, dim), np.float16))
         return self._frames
@@ -255,12 +255,6 @@ class TrainedSearch:
             return self._encode_clips([record])
         return self._encode_pooled(record.global_[None].astype(np.float32))
 
-    def encode_shots(self, record) -> np.ndarray:
-        """A clip's shots embedded (S, K, D), as the ranking scores them (:meth:`frame_vectors`,
-        :mod:`engine.search.shots`)."""
-        frames = _even_frames(record.frames, self.runner.manifest.max_frames)
-        return self._encode_pooled(pooled_shots(frames, shot_labels(frames))[0]).emb
-
     def encode_frames(self, record) -> np.ndarray:
         """A clip's frames embedded one by one (T, K, D) (see :meth:`frame_vectors`)."""
         return self._encode_pooled(record.frames.astype(np.float32)).emb
@@ -268,7 +262,7 @@ class TrainedSearch:
     def score_ids(self, query: Encoded, ids: np.ndarray, keep: bool = False
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(scores, frames, head_pairs)`` of library items ``ids`` for one encoded query: the K x K max cosine of
-        the stored vectors (PCME: of the means), a clip's the best of those and of each of its frames; ``frames`` is
+        the stored vectors (PCME: of the means), a clip's the best of those and of its shots; ``frames`` is
         the frame that matched best (-1: a photo, or the clip as a whole). Items the model has not embedded
         score -1. ``keep``: these ids are asked every query (a ranking's fixed sample): the index keeps their
         vectors (:meth:`MultiVectorIndex.scores_where_known`)."""
@@ -288,13 +282,17 @@ class TrainedSearch:
             hit = clip_ids[order[at]] == ids
             if hit.any():
                 rows = order[at[hit]]
-                best, pairs = kxk_scores(q, vectors[rows].astype(np.float32))
+                k = self.runner.num_embeddings
+                blocks = vectors[rows].astype(np.float32)  # (h, T * K, D)
+                h, t = len(rows), blocks.shape[1] // k
+                per_frame, frame_pairs = kxk_scores(q, blocks.reshape(h * t, k, -1))
+                best, frame = shot_scores(per_frame.reshape(h, t), self._shot_of[rows])
+                pairs = frame_pairs.reshape(h, t, 2)[np.arange(h), frame]
                 where = np.flatnonzero(hit)
                 better = best > scores[where]
                 scores[where[better]] = best[better]
-                frames[where[better]] = self._frame_at[rows[better], pairs[better, 1] // self.runner.num_embeddings]
-                head_pairs[where[better]] = np.stack([pairs[better, 0], pairs[better, 1] % self.runner.num_embeddings],
-                                                     axis=1)
+                frames[where[better]] = frame[better]
+                head_pairs[where[better]] = pairs[better]
         return scores, frames, head_pairs
 
     def candidate_ids(self, query: Encoded, n: int) -> np.ndarray:
@@ -374,12 +372,13 @@ def normalise_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-9)
 
 
-def _shots(frames: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(count, C)`` features of a clip's shots (:mod:`engine.search.shots`: near-identical frames pooled), the
-    last shot repeated to ``count`` (a maximum is unchanged), and per position the sampled frame it shows."""
-    means, representative = pooled_shots(frames, shot_labels(frames))
-    keep = np.minimum(np.arange(count), len(means) - 1)
-    return means[keep].astype(np.float32), representative[keep]
+def _shot_labels(frames: np.ndarray, count: int) -> np.ndarray:
+    """Per position of :func:`_even_frames`' ``count`` frames, its shot (:mod:`engine.search.shots`); -1 where a
+    short clip's last frame only repeats (a repeat would weigh its shot's mean)."""
+    labels = np.full(count, -1, np.int64)
+    real = min(len(frames), count)
+    labels[:real] = shot_labels(_even_frames(frames, count)[:real])
+    return labels
 
 
 def _even_frames(frames: np.ndarray, count: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from engine.search.shots import SHOT_COSINE, pooled_distributions, pooled_shots, shot_labels
+from engine.search.shots import SHOT_COSINE, pooled_distributions, shot_labels, shot_scores
 
 
 def _unit(*vectors):
@@ -36,14 +36,16 @@ def test_a_single_frame_and_no_frames():
     assert shot_labels(np.zeros((0, 4))).tolist() == []
 
 
-def test_a_shot_is_the_mean_of_its_frames_shown_by_the_frame_nearest_it():
-    frames = _unit([1, 0.1, 0], [1, 0, 0], [1, -0.3, 0], [0, 0, 1])
-    labels = np.array([0, 0, 0, 1])
-    means, representative = pooled_shots(frames, labels)
-    assert means.shape == (2, 3)
-    assert means[0] == pytest.approx(frames[:3].mean(axis=0))
-    assert means[1] == pytest.approx(frames[3])
-    assert representative.tolist() == [1, 3]  # frame 1 lies nearest the first shot's mean
+def test_a_clip_scores_its_best_shots_mean_and_opens_at_that_shots_best_frame():
+    scores = np.array([[0.9, 0.5, 0.6, 0.6],  # a zoom's lucky crop (0.9) in a shot of mean 0.7; a still shot at 0.6
+                       [0.3, 0.8, 0.8, 0.8]], np.float32)
+    labels = np.array([[0, 0, 1, 1],
+                       [0, 1, -1, -1]])  # the second clip has two frames; its last one repeats as padding
+    best, frame = shot_scores(scores, labels)
+    assert best == pytest.approx([0.7, 0.8])
+    assert frame.tolist() == [0, 1]
+    alone = shot_scores(np.array([[0.4, 0.9]], np.float32), np.array([[0, 1]]))
+    assert alone[0] == pytest.approx([0.9]) and alone[1].tolist() == [1]  # every frame its own shot: the best
 
 
 def test_a_shots_class_distribution_is_the_mean_of_its_frames():
@@ -58,11 +60,10 @@ def test_a_shots_class_distribution_is_the_mean_of_its_frames():
     assert pooled[1][0][0] == 9 and pooled[1][1][0] == pytest.approx(1.0)
 
 
-def test_the_ranking_scores_a_clips_shots_and_shows_the_frame_nearest_each():
-    from engine.search.trained import _shots
+def test_a_short_clips_repeated_last_frame_belongs_to_no_shot():
+    from engine.search.trained import _shot_labels
 
     a, b = np.eye(2, dtype=np.float32)
-    means, shown = _shots(np.stack([a, a, b]), 4)  # two frames of one picture, then another picture
-    assert means.shape == (4, 2)
-    assert means[0] == pytest.approx(a) and all(m == pytest.approx(b) for m in means[1:])  # the last shot repeats
-    assert shown.tolist() == [0, 2, 2, 2]
+    assert _shot_labels(np.stack([a, a, b]), 5).tolist() == [0, 0, 1, -1, -1]
+    many = np.stack([a] * 10 + [b] * 10)  # longer than the sampled count: evenly spread, no padding
+    assert _shot_labels(many, 4).tolist() == [0, 0, 1, 1]
