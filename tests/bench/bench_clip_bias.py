@@ -36,7 +36,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "clip-bias-train.json")
     args = parser.parse_args()
     from engine.search import calibration, shots
-    from tests.bench.bench_domains import domains, make_clips, open_library, use_home
+    from tests.bench.bench_domains import domains, make_clips, open_library, use_home, write_json
 
     if not use_home(args.home, args.data, starter=True):
         return 0
@@ -68,8 +68,7 @@ def main() -> int:
         print(json.dumps(record), flush=True)
     calibration.load = shipped
     service.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    write_json(args.out, results)
     return 0
 
 

@@ -62,7 +62,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "companion.json")
     args = parser.parse_args()
     from engine.search.trained import TrainedSearch
-    from tests.bench.bench_domains import domains, open_library, report, use_home
+    from tests.bench.bench_domains import domains, open_library, report, use_home, write_json
 
     if not use_home(args.home, args.data, starter=True):
         return 0
@@ -102,8 +102,7 @@ def main() -> int:
         record["wall_s"] = round(time.monotonic() - started, 1)
         results.append(record)
         service.close()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    write_json(args.out, results)
     return 0
 
 

@@ -80,6 +80,12 @@ def domains(data: Path) -> dict[str, tuple[Path, list[str], dict[str, list[str]]
     return out
 
 
+def write_json(path: Path, record) -> None:
+    """A benchmark's record written to ``path`` (its folder made), indented."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
 def use_home(home: Path, data: Path, starter: bool = False) -> bool:
     """Point the engine at the benchmark's ``POLYSEEK_HOME`` (``starter``: new libraries get the shipped starter);
     False, with a line saying so, when the datasets folder ``data`` is absent."""
