@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.search.zeroshot import top_distribution
+
 SHOT_COSINE = 0.7  # a frame joins the running shot while its cosine with the shot's first frame is at least this
 
 
@@ -60,10 +62,5 @@ def pooled_distributions(distributions: list[tuple[np.ndarray, np.ndarray]], lab
         for ids, probs in members:
             for c, p in zip(ids.tolist(), probs.tolist(), strict=True):
                 mass[c] = mass.get(c, 0.0) + p / len(members)
-        ranked = sorted(mass.items(), key=lambda cp: -cp[1])[:k]
-        while len(ranked) < k:
-            ranked.append((ranked[-1][0] if ranked else 0, 0.0))
-        top_ids = np.array([c for c, _ in ranked], np.int64)
-        top_probs = np.array([p for _, p in ranked], np.float32)
-        out.append((top_ids, top_probs / max(float(top_probs.sum()), 1e-9)))
+        out.append(top_distribution(mass, k))
     return out

@@ -217,7 +217,7 @@ class TrainedSearch:
                 frames = np.stack([_even_frames(f, t_max) for _, f in keep]).astype(np.float32)  # (n, T, C)
                 emb = self._encode_pooled(frames.reshape(-1, frames.shape[-1])).emb  # (n T, K, D)
                 blocks.append(emb.reshape(len(keep), t_max * k, -1).astype(np.float16))
-                shot_of.extend(_shot_labels(f, t_max) for _, f in keep)
+                shot_of.extend(_shot_labels(picked, len(f)) for picked, (_, f) in zip(frames, keep, strict=True))
                 ids.extend(m.id for m, _ in keep)
             dim = self.runner.embed_dim
             self._shot_of = np.array(shot_of, np.int64).reshape(-1, t_max)
@@ -372,12 +372,12 @@ def normalise_rows(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-9)
 
 
-def _shot_labels(frames: np.ndarray, count: int) -> np.ndarray:
-    """Per position of :func:`_even_frames`' ``count`` frames, its shot (:mod:`engine.search.shots`); -1 where a
-    short clip's last frame only repeats (a repeat would weigh its shot's mean)."""
-    labels = np.full(count, -1, np.int64)
-    real = min(len(frames), count)
-    labels[:real] = shot_labels(_even_frames(frames, count)[:real])
+def _shot_labels(picked: np.ndarray, frames: int) -> np.ndarray:
+    """Per frame :func:`_even_frames` picked of a clip of ``frames`` frames, its shot (:mod:`engine.search.shots`);
+    -1 where a short clip's last frame only repeats (a repeat would weigh its shot's mean)."""
+    labels = np.full(len(picked), -1, np.int64)
+    real = min(frames, len(picked))
+    labels[:real] = shot_labels(picked[:real])
     return labels
 
 

@@ -185,10 +185,16 @@ def frame_distributions(region_ids: np.ndarray, region_probs: np.ndarray, frames
         for c, p in zip(ids.tolist(), probs.tolist(), strict=True):
             if p > best.get(c, 0.0):
                 best[c] = p
-        ranked = sorted(best.items(), key=lambda cp: -cp[1])[:k]
-        while len(ranked) < k:  # fewer distinct classes than k: zero-probability padding
-            ranked.append((ranked[-1][0] if ranked else 0, 0.0))
-        top_ids = np.array([c for c, _ in ranked], np.int64)
-        top_probs = np.array([p for _, p in ranked], np.float32)
-        out.append((top_ids, top_probs / max(float(top_probs.sum()), 1e-9)))
+        out.append(top_distribution(best, k))
     return out
+
+
+def top_distribution(mass: dict[int, float], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, probabilities)`` of the ``k`` classes with most ``mass`` (class -> weight), normalised to sum to 1;
+    fewer distinct classes than ``k`` are padded with zero probability."""
+    ranked = sorted(mass.items(), key=lambda cp: -cp[1])[:k]
+    while len(ranked) < k:
+        ranked.append((ranked[-1][0] if ranked else 0, 0.0))
+    top_ids = np.array([c for c, _ in ranked], np.int64)
+    top_probs = np.array([p for _, p in ranked], np.float32)
+    return top_ids, top_probs / max(float(top_probs.sum()), 1e-9)

@@ -221,19 +221,29 @@ def make_clips(home: Path, images: Path, files: list[str], zooms: int = 25) -> l
     return clips
 
 
-def clip_interval(pairs: list[tuple[int, bool, bool]], draws: int = 2000) -> tuple[float, float]:
-    """95 % interval of (clip R@10 - photo R@10) in points, resampling whole clips (a clip's queries go
-    together): ``pairs`` are (clip, clip in top 10, photo in top 10)."""
-    by_clip: dict[int, list[float]] = {}
-    for clip, a, b in pairs:
-        by_clip.setdefault(clip, []).append(float(a) - float(b))
-    groups = list(by_clip.values())
+def grouped_bootstrap(keys: list, deltas: list[float], levels: tuple[float, float] = (2.5, 97.5),
+                      draws: int = 2000) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of ``deltas`` in points (x 100), the interval at percentiles ``levels`` from a bootstrap
+    that resamples whole groups (the deltas with the same key go together: a clip's or a photo's queries)."""
+    by_key: dict = {}
+    for key, delta in zip(keys, deltas, strict=True):
+        by_key.setdefault(key, []).append(float(delta))
+    groups = list(by_key.values())
     rng = np.random.default_rng(0)
-    gaps = []
+    means = []
     for _ in range(draws):
         picked = [groups[i] for i in rng.integers(0, len(groups), len(groups))]
-        gaps.append(100.0 * float(np.mean([g for group in picked for g in group])))
-    return round(float(np.percentile(gaps, 2.5)), 1), round(float(np.percentile(gaps, 97.5)), 1)
+        means.append(100.0 * float(np.mean([g for group in picked for g in group])))
+    mean = 100.0 * float(np.mean([g for group in groups for g in group]))
+    low, high = (round(float(np.percentile(means, q)), 1) for q in levels)
+    return round(mean, 1), low, high
+
+
+def clip_interval(pairs: list[tuple[int, bool, bool]]) -> tuple[float, float]:
+    """95 % interval of (clip R@10 - photo R@10) in points, resampling whole clips (a clip's queries go
+    together): ``pairs`` are (clip, clip in top 10, photo in top 10)."""
+    _, low, high = grouped_bootstrap([c for c, _, _ in pairs], [float(a) - float(b) for _, a, b in pairs])
+    return low, high
 
 
 def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[str]], tag: str = "",

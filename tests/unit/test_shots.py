@@ -61,9 +61,10 @@ def test_a_shots_class_distribution_is_the_mean_of_its_frames():
 
 
 def test_a_short_clips_repeated_last_frame_belongs_to_no_shot():
-    from engine.search.trained import _shot_labels
+    from engine.search.trained import _even_frames, _shot_labels
 
     a, b = np.eye(2, dtype=np.float32)
-    assert _shot_labels(np.stack([a, a, b]), 5).tolist() == [0, 0, 1, -1, -1]
+    short = np.stack([a, a, b])
+    assert _shot_labels(_even_frames(short, 5), len(short)).tolist() == [0, 0, 1, -1, -1]
     many = np.stack([a] * 10 + [b] * 10)  # longer than the sampled count: evenly spread, no padding
-    assert _shot_labels(many, 4).tolist() == [0, 0, 1, 1]
+    assert _shot_labels(_even_frames(many, 4), len(many)).tolist() == [0, 0, 1, 1]
