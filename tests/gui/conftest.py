@@ -1,4 +1,5 @@
-"""GUI test setup: headless Qt, an isolated Polyseek home (settings, logs, caches), a fake service."""
+"""GUI test setup: headless Qt, an isolated Polyseek home (settings, logs, caches), and the real
+:class:`engine.workspace.Workspace` over the encoders' stand-in (tests/standins.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -13,7 +17,11 @@ import pytest  # noqa: E402
 
 from app import qtcompat  # noqa: E402, F401  (PySide6 emit() work-around, before any signal)
 from app.collector import collect_on_gui_thread  # noqa: E402
-from tests.gui.fakes import FakeService, make_media_folder  # noqa: E402
+from engine.workspace import Workspace  # noqa: E402
+from tests.standins import StandinEncoders, export_tiny_model, make_media_folder  # noqa: E402
+
+PVSE, PCME = "tiny-pvse", "tiny-pcme"  # the two models every test library has registered (none active)
+_MODELS: dict[str, Path] = {}
 
 
 @pytest.fixture(autouse=True)
@@ -34,22 +42,44 @@ def gui_thread_collection(qapp) -> Iterator[None]:
     collector.stop()
 
 
-@pytest.fixture
-def media_folder(tmp_path: Path) -> Path:
-    return make_media_folder(tmp_path / "media")
+def tiny_models() -> dict[str, Path]:
+    """A tiny real PVSE (K=2 heads) and PCME export over the stand-in's features, made once per test run."""
+    if not _MODELS:
+        root = Path(tempfile.mkdtemp(prefix="polyseek-tiny-models-"))
+        atexit.register(shutil.rmtree, root, True)
+        _MODELS[PVSE] = export_tiny_model("pvse", root / PVSE, {"rsum": 301.5}, num_embeds=2)
+        _MODELS[PCME] = export_tiny_model("pcme", root / PCME, {"rsum": 288.0})
+    return _MODELS
 
 
-def indexed_service(store: Path, *folders: Path) -> FakeService:
-    """A fake service (its files under ``store``) with ``folders`` added and indexed."""
-    fake = FakeService(store)
+def open_workspace(name: str = "gui", encoders: StandinEncoders | None = None, models: bool = True) -> Workspace:
+    """The real workspace of library ``name`` in this test's home, over the encoders' stand-in; with ``models``
+    the two tiny models registered (zero-shot ranking stays active)."""
+    from engine.features.featurestore import FeatureStore
+    from engine.library.catalog import Catalog
+    from engine.paths import home, library_dir
+
+    folder = library_dir(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    ws = Workspace(name, Catalog(folder / "catalog.sqlite"), FeatureStore(home() / "features.sqlite"),
+                   encoders or StandinEncoders(), folder / "thumbnails")
+    if models:
+        for path in tiny_models().values():
+            ws.models.register(path)
+    return ws
+
+
+def indexed_service(store: Path, *folders: Path, **options) -> Workspace:
+    """A workspace (library named after ``store``) with ``folders`` added and indexed."""
+    ws = open_workspace(Path(store).name, **options)
     for folder in folders:
-        fake.add_root(folder)
-    for _ in fake.index_paths():
+        ws.library.add_root(folder)
+    for _ in ws.library.index():
         pass
-    return fake
+    return ws
 
 
-def shown_window(qtbot, service: FakeService):
+def shown_window(qtbot, service: Workspace):
     """A main window over ``service``, shown; the caller shuts it down (``window.shutdown()``)."""
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
@@ -61,14 +91,21 @@ def shown_window(qtbot, service: FakeService):
 
 
 @pytest.fixture
-def service(tmp_path: Path, media_folder: Path) -> FakeService:
-    """A fake service with the media folder added and indexed."""
-    return indexed_service(tmp_path / "fake", media_folder)
+def media_folder(tmp_path: Path) -> Path:
+    return make_media_folder(tmp_path / "media")
 
 
 @pytest.fixture
-def window(qtbot, service: FakeService) -> Iterator:
-    """A main window over the indexed fake service, closed (and its workers drained) after the test."""
+def service(tmp_path: Path, media_folder: Path) -> Iterator[Workspace]:
+    """The real workspace over the stand-in with the media folder added and indexed."""
+    ws = indexed_service(tmp_path / "gui", media_folder)
+    yield ws
+    ws.close()
+
+
+@pytest.fixture
+def window(qtbot, service: Workspace) -> Iterator:
+    """A main window over the indexed workspace, closed (and its workers drained) after the test."""
     win = shown_window(qtbot, service)
     yield win
     win.shutdown()
