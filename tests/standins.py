@@ -21,6 +21,7 @@ Tiny real trained models (PVSE with K heads and attention maps, PCME with sigma)
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,7 +59,12 @@ class StandinBackbone:
     id = "standin-colour-shape"
     image_size = 56
 
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s  # a slow machine: seconds per picture
+
     def __call__(self, images: np.ndarray) -> BackboneOutput:
+        if self.delay_s:
+            time.sleep(self.delay_s * len(images))
         parts = [_see(image) for image in images]
         return BackboneOutput(*(np.stack([p[i] for p in parts]) for i in range(7)))
 
@@ -144,11 +150,11 @@ class StandinText:
 
 class StandinEncoders(Encoders):
     """The pretrained encoders' stand-in (module docstring); ``ready`` is False until ``prepare`` has run when
-    built with ``prepared=False`` (a fresh home's missing assets)."""
+    built with ``prepared=False`` (a fresh home's missing assets); ``delay_s``: a slow machine's backbone."""
 
-    def __init__(self, prepared: bool = True) -> None:
+    def __init__(self, prepared: bool = True, delay_s: float = 0.0) -> None:
         super().__init__(None)
-        self.prepared = prepared
+        self.prepared, self.delay_s = prepared, delay_s
         self.gate = None  # a threading.Event prepare waits for (a fresh home's assets being prepared)
 
     def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
@@ -174,7 +180,7 @@ class StandinEncoders(Encoders):
     @property
     def backbone(self):
         self._require()
-        return self._get("backbone", StandinBackbone)
+        return self._get("backbone", lambda: StandinBackbone(self.delay_s))
 
     @property
     def class_names(self) -> list[str]:

@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
 
 import atexit  # noqa: E402
+import inspect  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
@@ -109,3 +110,65 @@ def window(qtbot, service: Workspace) -> Iterator:
     win = shown_window(qtbot, service)
     yield win
     win.shutdown()
+
+
+# -- looking at the workspace from a test ------------------------------------------------------------------------
+
+
+def user_pairs(ws: Workspace) -> dict[int, tuple[str, int, int]]:
+    """The user's accepted (+1) and rejected (-1) pairs in the catalog: ``{id: (query, media_id, label)}``."""
+    return {p.id: (p.query, p.media_id, p.label) for p in ws.catalog.pairs(source="user")}
+
+
+def media_ids(ws: Workspace) -> list[int]:
+    """Every indexed item's id, in id order."""
+    return sorted(int(m) for m in ws.catalog.media_ids())
+
+
+def by_name(ws: Workspace, name: str) -> int:
+    """The id of the one indexed item whose file name starts with ``name``."""
+    (found,) = [m for m in media_ids(ws) if ws.library.media(m).path.name.startswith(name)]
+    return found
+
+
+# the workspace's flat method each part's call forwards to while both exist (h45: the flat ones are going)
+_FLAT = {"search.text": "search_text", "search.example": "search_media", "search.warm": "warm_search",
+         "library.browse": "browse", "library.browse_count": "browse_count", "library.index": "index_paths",
+         "annotations.add_caption": "add_caption", "annotations.export": "export_annotations",
+         "annotations.import_file": "import_annotations", "annotations.suggest": "suggest_annotations",
+         "models.activate": "set_active_model", "models.register": "register_model",
+         "models.evaluate": "evaluate_on", "models.training_set": "export_training_set",
+         "annotations.states": "annotation_states"}
+
+
+def replace_call(ws: Workspace, monkeypatch: pytest.MonkeyPatch, name: str, make) -> None:
+    """Put ``make(real)`` in the place of the workspace's ``part.method`` ``name``, whichever way the app reaches it
+    (a part's method, or the flat method it forwards to while that exists)."""
+    flat = _FLAT.get(name)
+    part, method = name.split(".")
+    owner, attr = (ws, flat) if flat and hasattr(type(ws), flat) else (getattr(ws, part), method)
+    monkeypatch.setattr(owner, attr, make(getattr(owner, attr)))
+
+
+class CallLog(list):
+    """What the window asked the workspace for, in order: ``(part.method, arguments by name)`` for each spied call,
+    whichever way the app reaches it (a part's method, or the flat method it forwards to while that exists)."""
+
+    def __init__(self, ws: Workspace, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+        super().__init__()
+        for name in names:
+            part, method = name.split(".")
+            signature = inspect.signature(getattr(type(getattr(ws, part)), method))
+            replace_call(ws, monkeypatch, name, lambda real, name=name, sig=signature: self._recording(name, sig, real))
+
+    def _recording(self, name: str, signature: inspect.Signature, real):
+        def call(*args, **kwargs):
+            bound = signature.bind(None, *args, **kwargs)  # None: the part itself
+            bound.apply_defaults()
+            self.append((name, dict(list(bound.arguments.items())[1:])))
+            return real(*args, **kwargs)
+        return call
+
+    def named(self, name: str) -> list[dict]:
+        """The arguments of each call of ``name``, in order."""
+        return [args for n, args in self if n == name]

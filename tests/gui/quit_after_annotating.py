@@ -20,7 +20,8 @@ def run(workdir: Path) -> int:
     from PySide6.QtWidgets import QApplication
 
     import app.main as entry
-    from tests.gui.fakes import FakeService, make_media_folder
+    from engine.workspace import Workspace
+from tests.standins import make_media_folder
 
     dialogs: list[str] = []
 
@@ -29,8 +30,8 @@ def run(workdir: Path) -> int:
         print("ERROR DIALOG", title, text, file=sys.stderr)
 
     service = FakeService(workdir / "fake")
-    service.add_root(make_media_folder(workdir / "media"))
-    for _ in service.index_paths():
+    service.library.add_root(make_media_folder(workdir / "media"))
+    for _ in service.library.index():
         pass
     import engine.workspace
 

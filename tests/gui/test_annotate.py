@@ -5,7 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.widgets.annotate import CAPTION_ID_ROLE
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
+from tests.gui.conftest import user_pairs
 from tests.gui.test_search import search
 
 
@@ -19,7 +20,7 @@ def captions_shown(window) -> list[str]:
     return [lst.item(i).text() for i in range(lst.count())]
 
 
-def test_typing_a_caption_saves_it_and_moves_to_the_next_item(qtbot, window, service: FakeService) -> None:
+def test_typing_a_caption_saves_it_and_moves_to_the_next_item(qtbot, window, service: Workspace) -> None:
     search(qtbot, window, "red circle")
     first = window.results.current_hit()
     panel = window.annotate
@@ -50,10 +51,10 @@ def test_ctrl_arrows_step_through_results_even_from_the_caption_box(qtbot, windo
     assert window.results.currentIndex().row() == 0
 
 
-def test_edit_and_delete_a_caption_then_undo_both(qtbot, window, service: FakeService) -> None:
+def test_edit_and_delete_a_caption_then_undo_both(qtbot, window, service: Workspace) -> None:
     search(qtbot, window, "green")
     hit = window.results.current_hit()
-    caption_id = service.add_caption(hit.media_id, "green thing")
+    caption_id = service.annotations.add_caption(hit.media_id, "green thing")
     panel = window.annotate
     panel.refresh()
     settle(qtbot, window)
@@ -61,22 +62,22 @@ def test_edit_and_delete_a_caption_then_undo_both(qtbot, window, service: FakeSe
     assert item.data(CAPTION_ID_ROLE) == caption_id
     item.setText("a green triangle")  # what an in-place edit does
     settle(qtbot, window)
-    assert service.captions(hit.media_id)[0].text == "a green triangle"
+    assert service.annotations.captions(hit.media_id)[0].text == "a green triangle"
     panel.captions_list.setCurrentRow(0)
     panel.delete_button.click()
     settle(qtbot, window)
-    assert service.captions(hit.media_id) == []
+    assert service.annotations.captions(hit.media_id) == []
     assert captions_shown(window) == []
     panel.undo_stack.undo()  # the delete: the caption comes back (with a new id)
     settle(qtbot, window)
-    assert [c.text for c in service.captions(hit.media_id)] == ["a green triangle"]
+    assert [c.text for c in service.annotations.captions(hit.media_id)] == ["a green triangle"]
     panel.undo_stack.undo()  # the edit, applied to the re-created caption
     settle(qtbot, window)
-    assert [c.text for c in service.captions(hit.media_id)] == ["green thing"]
+    assert [c.text for c in service.annotations.captions(hit.media_id)] == ["green thing"]
     assert captions_shown(window) == ["green thing"]
 
 
-def test_accept_and_reject_store_pairs_and_undo_removes_them(qtbot, window, service: FakeService) -> None:
+def test_accept_and_reject_store_pairs_and_undo_removes_them(qtbot, window, service: Workspace) -> None:
     search(qtbot, window, "blue square")
     first = window.results.current_hit()
     panel = window.annotate
@@ -88,8 +89,8 @@ def test_accept_and_reject_store_pairs_and_undo_removes_them(qtbot, window, serv
     assert second.media_id != first.media_id
     panel.reject_button.click()
     settle(qtbot, window)
-    labels = sorted((q, m, label) for q, m, label in service.pairs().values())
+    labels = sorted((q, m, label) for q, m, label in user_pairs(service).values())
     assert labels == sorted([("blue square", first.media_id, 1), ("blue square", second.media_id, -1)])
     qtbot.keyClick(window.results, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     settle(qtbot, window)
-    assert [(q, m, label) for q, m, label in service.pairs().values()] == [("blue square", first.media_id, 1)]
+    assert [(q, m, label) for q, m, label in user_pairs(service).values()] == [("blue square", first.media_id, 1)]

@@ -11,7 +11,8 @@ from PySide6.QtGui import QColor
 from app.widgets.hittext import relevance, relevance_line
 from app.widgets.resultsmodel import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE
 from engine.types import CaptionSource, MediaKind, SearchHit, percent
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
+from tests.gui.conftest import user_pairs
 from tests.gui.test_keyboard import ALT, CTRL, focused, press, settle, start_typing_a_query
 
 SHIFT = Qt.KeyboardModifier.ShiftModifier
@@ -28,7 +29,7 @@ def state_of(window, media_id: int):
     return None if r is None else model.data(model.index(r), STATE_ROLE)
 
 
-def test_a_rejected_item_leaves_the_results_and_undo_brings_it_back(qtbot, window, service: FakeService) -> None:
+def test_a_rejected_item_leaves_the_results_and_undo_brings_it_back(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "red")
     before = ids(window)
     rejected = before[0]
@@ -49,7 +50,7 @@ def test_a_rejected_item_leaves_the_results_and_undo_brings_it_back(qtbot, windo
     assert sorted(ids(window)) == sorted(before[1:])
 
 
-def test_badges_follow_captions_and_verdicts(qtbot, window, service: FakeService) -> None:
+def test_badges_follow_captions_and_verdicts(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "green")
     first = window.results.current_hit().media_id
     press(qtbot, Qt.Key.Key_E, CTRL)
@@ -69,10 +70,10 @@ def test_badges_follow_captions_and_verdicts(qtbot, window, service: FakeService
     assert "✎ captioned" in model.data(model.index(model.row_of(first)), Qt.ItemDataRole.ToolTipRole)
 
 
-def test_caption_provenance_is_visibly_different(qtbot, window, service: FakeService) -> None:
+def test_caption_provenance_is_visibly_different(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "blue")
     hit = window.results.current_hit()
-    service.add_caption(hit.media_id, "mine")
+    service.annotations.add_caption(hit.media_id, "mine")
     service.add_caption_from(hit.media_id, "from a file", CaptionSource.IMPORTED)
     service.add_caption_from(hit.media_id, "a guess", CaptionSource.PSEUDO)
     window.annotate.refresh()
@@ -88,7 +89,7 @@ def test_caption_provenance_is_visibly_different(qtbot, window, service: FakeSer
     assert QColor(colours["mine"]) != QColor(colours["a guess"])
 
 
-def test_select_several_and_reject_them_at_once_one_undo(qtbot, window, service: FakeService) -> None:
+def test_select_several_and_reject_them_at_once_one_undo(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "circle")
     first_three = ids(window)[:3]
     press(qtbot, Qt.Key.Key_Down)  # into the grid
@@ -97,15 +98,15 @@ def test_select_several_and_reject_them_at_once_one_undo(qtbot, window, service:
     assert sorted(h.media_id for h in window.results.selected_hits()) == sorted(first_three)
     press(qtbot, Qt.Key.Key_R, ALT)
     settle(qtbot, window)
-    assert sorted(m for _, m, label in service.pairs().values() if label == -1) == sorted(first_three)
+    assert sorted(m for _, m, label in user_pairs(service).values() if label == -1) == sorted(first_three)
     assert not set(first_three) & set(ids(window))
     press(qtbot, Qt.Key.Key_Z, CTRL)  # one step undoes the batch
     settle(qtbot, window)
-    assert service.pairs() == {}
+    assert user_pairs(service) == {}
     assert set(first_three) <= set(ids(window))
 
 
-def test_find_similar_searches_by_the_current_result(qtbot, window, service: FakeService) -> None:
+def test_find_similar_searches_by_the_current_result(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "yellow")
     press(qtbot, Qt.Key.Key_Right, CTRL)
     hit = window.results.current_hit()
@@ -118,7 +119,7 @@ def test_find_similar_searches_by_the_current_result(qtbot, window, service: Fak
 
 
 def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_score(qtbot, window,
-                                                                                    service: FakeService) -> None:
+                                                                                    service: Workspace) -> None:
     qtbot.waitUntil(lambda: bool(window.state.snapshot.indexed), timeout=3000)  # "of N items": the count is read
     start_typing_a_query(qtbot, window, "red circle")
     model = window.results_model
@@ -136,7 +137,7 @@ def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_sco
     # its band and its words say the same standing (issue #44)
     assert first.label == "good match" and "clearly above the library's typical item" in first.explanation
     service.calibration = None  # no calibration file: a PCME model's own probability, said as before
-    service.set_active_model("fake-pcme")
+    service.models.activate("tiny-pcme")
     window.search_bar.edit.setText("red circle")
     window.search_bar.submit()
     qtbot.waitUntil(lambda: model.rowCount() > 0 and model.hit(0).match_probability is not None, timeout=3000)
@@ -190,7 +191,7 @@ def test_the_inspector_says_the_relevance_in_words(qtbot, window) -> None:
     assert text.startswith("strong match · 98% — ranked 1st of ") and "an estimated 98% probability" in text
 
 
-def test_the_models_guess_has_no_badge_but_stays_in_the_tooltip(qtbot, window, service: FakeService,
+def test_the_models_guess_has_no_badge_but_stays_in_the_tooltip(qtbot, window, service: Workspace,
                                                                 monkeypatch) -> None:
     """Issue #44 (#10): every item carries the model's guess, so a "model's guess" badge said nothing and covered
     the picture; the badges a person's work earns stay."""
@@ -200,7 +201,7 @@ def test_the_models_guess_has_no_badge_but_stays_in_the_tooltip(qtbot, window, s
     guessed, captioned = ids(window)[:2]
     for media_id in (guessed, captioned):  # as indexing gives every item its guess
         service.add_caption_from(media_id, "a blue shape (Frisbee)", CaptionSource.PSEUDO)
-    service.add_caption(captioned, "my blue thing")
+    service.annotations.add_caption(captioned, "my blue thing")
     with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
         press(qtbot, Qt.Key.Key_Return)  # the search again: its hits carry the guess
     qtbot.waitUntil(lambda: state_of(window, guessed) is not None and "pseudo" in state_of(window, guessed).sources

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from engine.types import MediaKind, SearchHit
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
+from tests.gui.conftest import CallLog, open_workspace, replace_call
 from tests.gui.test_search import search
 
 
@@ -28,9 +28,9 @@ def choose(qtbot, window, combo, value) -> None:
         combo.setCurrentIndex(combo.findData(value))
 
 
-def test_the_window_opens_on_the_library_not_an_empty_page(qtbot, window, service: FakeService) -> None:
+def test_the_window_opens_on_the_library_not_an_empty_page(qtbot, window, service: Workspace) -> None:
     wait_listed(qtbot, window)
-    indexed = service.counts()["total"] - service.counts()["failed"]
+    indexed = service.library.counts()["total"] - service.library.counts()["failed"]
     assert window.results_model.rowCount() == indexed
     assert window.session.browsing and window.browse_bar.pickers.isVisible()
     assert window.browse_bar.examples.isVisible()  # example queries on a first start
@@ -38,7 +38,7 @@ def test_the_window_opens_on_the_library_not_an_empty_page(qtbot, window, servic
     assert window.results.currentIndex().row() == 0  # and something is selected to annotate
 
 
-def test_sort_and_filter_the_library(qtbot, window, service: FakeService, media_folder: Path) -> None:
+def test_sort_and_filter_the_library(qtbot, window, service: Workspace, media_folder: Path) -> None:
     wait_listed(qtbot, window)
     bar = window.browse_bar
     choose(qtbot, window, bar.sort, "name")
@@ -47,8 +47,8 @@ def test_sort_and_filter_the_library(qtbot, window, service: FakeService, media_
     assert names(window) and all(window.results_model.hit(r).kind is MediaKind.ANIMATION
                                  for r in range(window.results_model.rowCount()))
     choose(qtbot, window, bar.kind, None)
-    red = next(h for h in service.browse() if "red" in Path(h.path).name)
-    service.add_caption(red.media_id, "a red thing")
+    red = next(h for h in service.library.browse() if "red" in Path(h.path).name)
+    service.annotations.add_caption(red.media_id, "a red thing")
     choose(qtbot, window, bar.annotation, "captioned")
     assert names(window) == [Path(red.path).name]
     assert bar.folder.findData(str(media_folder.resolve())) > 0  # the library's folder can be picked
@@ -75,71 +75,67 @@ def test_escape_in_the_search_box_goes_back_to_the_library(qtbot, window) -> Non
     assert window.session.browsing and edit.text() == "" and window.browse_bar.sort.isVisible()
 
 
-def test_an_example_query_runs_as_a_search(qtbot, window, service: FakeService) -> None:
+def test_an_example_query_runs_as_a_search(qtbot, window, service: Workspace, monkeypatch) -> None:
     wait_listed(qtbot, window)
+    calls = CallLog(service, monkeypatch, "search.text")
     example = "a bouncing red ball"
     with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
         window.browse_bar.examples.linkActivated.emit(example)
     assert window.search_bar.edit.text() == example
-    assert ("search_text", (example, 60, 0, None)) in service.calls
+    assert calls.named("search.text") and all(args["text"] == example for args in calls.named("search.text"))
 
 
-def test_caption_progress_counts_what_the_user_wrote(qtbot, window, service: FakeService) -> None:
+def test_caption_progress_counts_what_the_user_wrote(qtbot, window, service: Workspace) -> None:
     wait_listed(qtbot, window)
-    total = service.counts()["total"] - service.counts()["failed"]
+    total = service.library.counts()["total"] - service.library.counts()["failed"]
     qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"0 of {total} indexed items captioned", timeout=3000)
     window.annotate.caption_edit.setText("first caption")
     window.annotate.save_caption_and_advance()
     qtbot.waitUntil(lambda: window.browse_bar.progress.text() == f"1 of {total} indexed items captioned", timeout=3000)
 
 
-def _search_under_cutoff(qtbot, window, service: FakeService, cutoff: int, query: str) -> None:
+def _search_under_cutoff(qtbot, window, service: Workspace, cutoff: int, query: str) -> None:
     """A PCME model active, the cutoff at ``cutoff`` %, ``query`` searched: nothing comes back."""
-    service.set_active_model("fake-pcme")
+    service.models.activate("tiny-pcme")
     window.refresh_models()
     # the window has seen the switch (and re-run what it showed) before the search below, which must be the last
-    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pcme", timeout=3000)
     assert window.search_bar.cutoff.isEnabled()
     window.search_bar.cutoff.setValue(cutoff)
     search(qtbot, window, query)
     assert window.results_model.rowCount() == 0
 
 
-def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: FakeService) -> None:
+def test_an_empty_result_under_the_cutoff_says_why(qtbot, window, service: Workspace) -> None:
     _search_under_cutoff(qtbot, window, service, 99, "nothing matches this")
     assert "reaches a match probability of 0.99" in window.empty_label.text()
     assert "lower the p ≥ cutoff" in window.empty_label.text()
 
 
 def test_a_query_the_model_has_no_words_for_says_so_instead_of_blaming_the_cutoff(qtbot, window,
-                                                                                  service: FakeService) -> None:
+                                                                                  service: Workspace) -> None:
     _search_under_cutoff(qtbot, window, service, 10, "zxqv blorf")
     assert "knows none of its words" in window.empty_label.text()
     assert "lower the p" not in window.empty_label.text()
 
 
-class BigLibrary(FakeService):
-    """A fake library of ``n`` listed items that exist only as hits (no files: thumbnails fail, as for a
-    library on an unplugged drive, and the grid draws placeholders)."""
+def big_library(tmp_path: Path, monkeypatch, n: int, stated: bool = False) -> tuple[Workspace, CallLog]:
+    """A real (empty) workspace that lists ``n`` items which exist only as hits: what is big is the listing, so
+    its three calls are stood in for (no files: thumbnails fail, as for a library on an unplugged drive, and the
+    grid draws placeholders); ``stated``: every item has a caption of the user's."""
+    from engine.library.browse import AnnotationState
 
-    def __init__(self, workdir: Path, n: int) -> None:
-        super().__init__(workdir)
-        self.n = n
-
-    def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
-               kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
-        self.calls.append(("browse", (top, offset, sort, folder, kind, annotation)))
-        return [SearchHit(i, f"/big/item{i:05d}.jpg", MediaKind.IMAGE, 0.0)
-                for i in range(offset, min(offset + top, self.n))]
-
-    def browse_count(self, folder: Path | None = None, kind: str | None = None, annotation: str = "all") -> int:
-        return self.n
-
-    def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
-        return {}
+    service = open_workspace(tmp_path.name, models=False)
+    replace_call(service, monkeypatch, "library.browse", lambda real: lambda top=60, offset=0, *a, **k: [
+        SearchHit(i, f"/big/item{i:05d}.jpg", MediaKind.IMAGE, 0.0) for i in range(offset, min(offset + top, n))])
+    replace_call(service, monkeypatch, "library.browse_count", lambda real: lambda *a, **k: n)
+    state = AnnotationState(sources=frozenset({"user"}))
+    replace_call(service, monkeypatch, "annotations.states",
+                 lambda real: lambda ids, query=None: {m: state for m in ids} if stated else {})
+    return service, CallLog(service, monkeypatch, "library.browse")
 
 
-def open_window(qtbot, service: FakeService):
+def open_window(qtbot, service: Workspace):
     """A main window over ``service``, its listing's first page shown."""
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
@@ -151,8 +147,9 @@ def open_window(qtbot, service: FakeService):
     return window
 
 
-def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_shows_them(qtbot, tmp_path) -> None:
-    service = BigLibrary(tmp_path / "big", 20_000)
+def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_shows_them(qtbot, tmp_path,
+                                                                                       monkeypatch) -> None:
+    service, calls = big_library(tmp_path, monkeypatch, 20_000)
     window = open_window(qtbot, service)
     model, view = window.results_model, window.results
     # every row is there from the start, so scrolling never inserts rows (a QListView lays all of them out
@@ -170,7 +167,7 @@ def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_show
                           check_params_cb=lambda hit: hit is not None and hit.media_id == 19_999):
         qtbot.keyClick(view, Qt.Key.Key_End)  # the last page is fetched when its rows are painted
     assert view.currentIndex().row() == 19_999 and view.current_hit().path.endswith("item19999.jpg")
-    offsets = [args[1] for name, args in service.calls if name == "browse"]
+    offsets = [args["offset"] for args in calls.named("library.browse")]
     assert 0 in offsets and 19_980 in offsets and len(offsets) < 10  # not the 332 pages in between
     assert not inserted
     shown = view.first_row_shown().row()
@@ -181,15 +178,7 @@ def test_a_big_library_is_listed_whole_and_its_pages_fetched_where_the_grid_show
     qtbot.keyClick(view, Qt.Key.Key_Home)
     assert view.current_hit().media_id == 0
     window.shutdown()
-
-
-class StatedLibrary(BigLibrary):
-    """A big library whose every item has an annotation state (a caption of the user's)."""
-
-    def annotation_states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
-        from engine.library.browse import AnnotationState
-
-        return {m: AnnotationState(sources=frozenset({"user"})) for m in media_ids}
+    service.close()
 
 
 def test_a_long_scroll_keeps_only_the_pages_painted_last(qtbot, tmp_path, monkeypatch) -> None:
@@ -198,7 +187,7 @@ def test_a_long_scroll_keeps_only_the_pages_painted_last(qtbot, tmp_path, monkey
     from app.widgets.resultsmodel import ResultsModel
 
     monkeypatch.setattr(ResultsModel, "KEPT_PAGES", 4)
-    service = StatedLibrary(tmp_path / "big", 3_000)
+    service, calls = big_library(tmp_path, monkeypatch, 3_000, stated=True)
     window = open_window(qtbot, service)
     model, view, size = window.results_model, window.results, window.results_model.page_size
 
@@ -213,6 +202,7 @@ def test_a_long_scroll_keeps_only_the_pages_painted_last(qtbot, tmp_path, monkey
     assert model.hit(0) is not None and model.hit(5 * size) is None  # pinned / let go
     assert set(model._states) == set(model._rows) == {model.hit(row).media_id for row in held}
     show(5 * size)  # painted again: fetched again
-    offsets = [args[1] for name, args in service.calls if name == "browse"]
+    offsets = [args["offset"] for args in calls.named("library.browse")]
     assert offsets.count(5 * size) == 2
     window.shutdown()
+    service.close()

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from tests.gui.conftest import indexed_service, shown_window
-from tests.gui.fakes import make_media_folder
+from tests.standins import make_media_folder
 
 
 def small_folder(path: Path) -> Path:

@@ -12,7 +12,6 @@ from PySide6.QtCore import Qt
 
 from app.main import DEMO_ACTIVITY
 from tests.gui.conftest import shown_window
-from tests.gui.fakes import FakeService
 
 
 @pytest.fixture

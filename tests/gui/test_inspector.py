@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QImage
 
 from app.widgets.attention import TokenStrip, bin_weights, heatmap_image, overlay
 from app.widgets.inspector import ellipse_axes
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 from tests.gui.test_search import search
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_token_strip_paints_markup_as_text(qtbot, token: str, parsed: str) -> No
     assert _ink_columns(strips[parsed]) < literal - 4
 
 
-def test_hovering_an_animation_cycles_its_preview_frames(qtbot, window, service: FakeService) -> None:
+def test_hovering_an_animation_cycles_its_preview_frames(qtbot, window, service: Workspace) -> None:
     search(qtbot, window, "bouncing ball")
     model, view = window.results_model, window.results
     row = next(r for r in range(model.rowCount()) if model.hit(r).kind.value == "animation")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QWidget
 
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
+from tests.gui.conftest import user_pairs
 
 CTRL = Qt.KeyboardModifier.ControlModifier
 ALT = Qt.KeyboardModifier.AltModifier
@@ -55,7 +56,7 @@ def test_ctrl_arrows_step_through_results_from_the_search_box(qtbot, window) -> 
     assert window.search_bar.edit.text() == "square"
 
 
-def test_ctrl_e_then_enter_captions_the_current_item_not_the_query(qtbot, window, service: FakeService) -> None:
+def test_ctrl_e_then_enter_captions_the_current_item_not_the_query(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "red")
     first = window.results.current_hit()
     press(qtbot, Qt.Key.Key_E, CTRL)
@@ -70,21 +71,21 @@ def test_ctrl_e_then_enter_captions_the_current_item_not_the_query(qtbot, window
     assert focused() is window.annotate.caption_edit  # ready for the next caption
 
 
-def test_reject_then_ctrl_z_in_the_search_box_undoes_the_reject(qtbot, window, service: FakeService) -> None:
+def test_reject_then_ctrl_z_in_the_search_box_undoes_the_reject(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "blue")
     first = window.results.current_hit()
     press(qtbot, Qt.Key.Key_R, ALT)
     settle(qtbot, window)
-    assert list(service.pairs().values()) == [("blue", first.media_id, -1)]
+    assert list(user_pairs(service).values()) == [("blue", first.media_id, -1)]
     assert focused() is window.search_bar.edit
     assert window.undo_action.text() == "&Undo reject for “blue”"
     press(qtbot, Qt.Key.Key_Z, CTRL)
     settle(qtbot, window)
-    assert service.pairs() == {}
+    assert user_pairs(service) == {}
     assert window.search_bar.edit.text() == "blue"  # the query text was not what got undone
 
 
-def test_accept_and_reject_keys_act_on_the_item_on_show_and_f1_says_how(qtbot, window, service: FakeService) -> None:
+def test_accept_and_reject_keys_act_on_the_item_on_show_and_f1_says_how(qtbot, window, service: Workspace) -> None:
     """Issue #32, point 5: Alt+A used to move the selection on, so the next Alt+R rejected a photo the user had
     not looked at. Now a verdict never moves on by itself: Alt+A then Alt+R judge the same item; a rejected item
     leaves the results and the one that takes its place is selected; Ctrl+Right moves on; F1 says all this."""
@@ -98,7 +99,7 @@ def test_accept_and_reject_keys_act_on_the_item_on_show_and_f1_says_how(qtbot, w
     after = window.results_model.hit(row(window) + 1)
     press(qtbot, Qt.Key.Key_R, ALT)  # the user changes their mind about the item on show
     settle(qtbot, window)
-    assert [(q, m, label) for q, m, label in service.pairs().values()] == [
+    assert [(q, m, label) for q, m, label in user_pairs(service).values()] == [
         ("green", first.media_id, +1), ("green", first.media_id, -1)]
     qtbot.waitUntil(lambda: window.results_model.row_of(first.media_id) is None, timeout=3000)  # it left
     assert window.results.current_hit().media_id == after.media_id  # the next one took its place, selected
@@ -106,7 +107,7 @@ def test_accept_and_reject_keys_act_on_the_item_on_show_and_f1_says_how(qtbot, w
     assert "stays" in rows["Alt+A"] and "next result takes their place" in rows["Alt+R"]
 
 
-def test_ctrl_z_while_typing_a_caption_undoes_the_typing(qtbot, window, service: FakeService) -> None:
+def test_ctrl_z_while_typing_a_caption_undoes_the_typing(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "red")
     press(qtbot, Qt.Key.Key_R, ALT)  # something the annotation undo could take back
     settle(qtbot, window)
@@ -114,7 +115,7 @@ def test_ctrl_z_while_typing_a_caption_undoes_the_typing(qtbot, window, service:
     type_text(qtbot, "oops")
     press(qtbot, Qt.Key.Key_Z, CTRL)
     assert window.annotate.caption_edit.text() == ""
-    assert len(service.pairs()) == 1  # the reject stays
+    assert len(user_pairs(service)) == 1  # the reject stays
 
 
 def test_down_and_tab_leave_the_search_box_for_the_grid(qtbot, window) -> None:

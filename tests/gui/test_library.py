@@ -9,7 +9,9 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 
 from app.widgets.library import LibraryPanel, format_counts
 from app.workers import serial_pool
-from tests.gui.fakes import FakeService, make_media_folder
+from engine.workspace import Workspace
+from tests.gui.conftest import user_pairs
+from tests.standins import make_media_folder
 
 
 @pytest.fixture
@@ -59,7 +61,7 @@ def test_cancel_stops_indexing_part_way(qtbot, panel, tmp_path: Path) -> None:
         qtbot.waitUntil(lambda: panel.progress.value() >= 2, timeout=3000)
         panel.cancel_button.click()
     assert finished.args == ["cancelled"]
-    indexed = service.counts()["total"]
+    indexed = service.library.counts()["total"]
     assert 2 <= indexed < 34
     assert not panel.is_indexing
 
@@ -99,7 +101,7 @@ def test_a_second_folder_waits_for_the_running_job(qtbot, panel, tmp_path: Path)
     panel.add_folder(second)
     qtbot.waitUntil(lambda: len(outcomes) == 2, timeout=5000)
     assert outcomes == ["done", "done"]
-    assert service.counts()["image"] == 8
+    assert service.library.counts()["image"] == 8
 
 
 def test_a_failing_job_is_reported_not_raised(qtbot, panel, tmp_path: Path) -> None:
@@ -139,21 +141,21 @@ def _asking(monkeypatch: pytest.MonkeyPatch, answer: bool) -> list[str]:
     return asked
 
 
-def _annotations(service: FakeService) -> list[tuple[str, str, object]]:
-    rows = [(service.media(c.media_id).path.name, "caption", c.text) for c in service._captions.values()]
-    rows += [(service.media(m).path.name, "pair", (q, label)) for q, m, label in service.pairs().values()]
+def _annotations(service: Workspace) -> list[tuple[str, str, object]]:
+    rows = [(service.library.media(c.media_id).path.name, "caption", c.text) for c in service._captions.values()]
+    rows += [(service.library.media(m).path.name, "pair", (q, label)) for q, m, label in user_pairs(service).values()]
     return sorted(rows, key=repr)
 
 
 def test_removing_a_folder_names_the_captions_and_verdicts_that_go_and_where_they_are_kept(
         qtbot, two_folders, monkeypatch: pytest.MonkeyPatch) -> None:
     window, service, gifs, home = two_folders
-    ids = {service.media(m).path.name: m for m in service._entries}
-    in_gifs = sorted(name for name, m in ids.items() if gifs in service.media(m).path.parents)
-    service.add_caption(ids[in_gifs[0]], "a red circle")
-    service.add_caption(ids[in_gifs[1]], "the green one")
-    service.accept_pair("something red", ids[in_gifs[0]])
-    service.add_caption(ids[sorted(set(ids) - set(in_gifs))[0]], "at home")  # not in the folder: not counted
+    ids = {service.library.media(m).path.name: m for m in service._entries}
+    in_gifs = sorted(name for name, m in ids.items() if gifs in service.library.media(m).path.parents)
+    service.annotations.add_caption(ids[in_gifs[0]], "a red circle")
+    service.annotations.add_caption(ids[in_gifs[1]], "the green one")
+    service.annotations.accept_pair("something red", ids[in_gifs[0]])
+    service.annotations.add_caption(ids[sorted(set(ids) - set(in_gifs))[0]], "at home")  # not in the folder: not counted
     before = _annotations(service)
 
     asked = _asking(monkeypatch, False)
@@ -163,12 +165,12 @@ def test_removing_a_folder_names_the_captions_and_verdicts_that_go_and_where_the
         f"Stop indexing {gifs}?\nIts 5 items leave the library (the files are not touched).\n\n"
         "2 captions and 1 accepted/rejected verdict you wrote or imported go with them. A snapshot of your "
         "annotations is saved first: File ▸ Import annotations from a COCO captions JSON… puts them back.")
-    assert gifs in service.roots() and _annotations(service) == before  # No keeps everything
+    assert gifs in service.library.roots() and _annotations(service) == before  # No keeps everything
 
     asked = _asking(monkeypatch, True)
     window.library.remove_folder(gifs)
     qtbot.waitUntil(lambda: "saved in" in window.statusBar().currentMessage(), timeout=3000)
-    assert service.roots() == [home]
+    assert service.library.roots() == [home]
     [snapshot] = sorted((service.workdir / "snapshots").glob("annotations-*-remove-root.json"))
     assert window.statusBar().currentMessage() == (
         f"Removed {gifs} from the library (5 items; the files are not touched). Your captions and verdicts are "
@@ -179,8 +181,8 @@ def test_removing_a_folder_names_the_captions_and_verdicts_that_go_and_where_the
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text().replace("&", "") == "File")
     restore = next(a for a in file_menu.actions()
                    if a.text().replace("&", "") == "Import annotations from a COCO captions JSON…")
-    service.add_root(gifs)
-    for _ in service.index_paths([gifs]):
+    service.library.add_root(gifs)
+    for _ in service.library.index([gifs]):
         pass
     monkeypatch.setattr("app.transfer.QFileDialog.getOpenFileName", lambda *_a, **_k: (str(snapshot), ""))
     with qtbot.waitSignal(window.annotations_transferred, timeout=3000) as done:

@@ -12,7 +12,8 @@ import pytest
 from app import main as app_main
 from app.mainwindow import MainWindow
 from app.settings import GuiSettings, settings_file
-from tests.gui.fakes import FakeService, make_media_folder
+from engine.workspace import Workspace
+from tests.standins import make_media_folder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,7 +100,7 @@ def test_failing_to_open_shows_the_reason(qtbot, monkeypatch: pytest.MonkeyPatch
     window.shutdown()
 
 
-def test_window_state_persists_in_the_isolated_home(qtbot, isolated_home: Path, service: FakeService) -> None:
+def test_window_state_persists_in_the_isolated_home(qtbot, isolated_home: Path, service: Workspace) -> None:
     first = MainWindow(GuiSettings(), service)
     qtbot.addWidget(first)
     first.resize(700, 500)

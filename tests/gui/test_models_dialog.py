@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from app.widgets.models import revert_target
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 from tests.gui.test_search import search
 
 
@@ -27,12 +27,12 @@ def test_revert_goes_to_the_model_registered_before_the_active_one(names, active
     assert revert_target([info(n, n == active) for n in names]) == target
 
 
-def open_dialog(qtbot, window, service: FakeService):
+def open_dialog(qtbot, window, service: Workspace):
     window.refresh_models()
     qtbot.waitUntil(lambda: [(m.name, m.active) for m in window._models]
-                    == [(m.name, m.active) for m in service.models()], timeout=3000)
+                    == [(m.name, m.active) for m in service.models.all()], timeout=3000)
     dialog = window.open_models()
-    assert dialog.table.rowCount() == len(service.models())
+    assert dialog.table.rowCount() == len(service.models.all())
     return dialog
 
 
@@ -45,40 +45,40 @@ def names(dialog) -> list[str]:
     return [dialog.table.item(r, 0).text() for r in range(dialog.table.rowCount())]
 
 
-def active(service: FakeService) -> str:
-    return next(m.name for m in service.models() if m.active)
+def active(service: Workspace) -> str:
+    return next(m.name for m in service.models.all() if m.active)
 
 
-def test_rename_keeps_the_model_active_and_refuses_a_taken_name(qtbot, window, service: FakeService,
+def test_rename_keeps_the_model_active_and_refuses_a_taken_name(qtbot, window, service: Workspace,
                                                                 monkeypatch) -> None:
-    service.set_active_model("fake-pvse")
+    service.models.activate("tiny-pvse")
     search(qtbot, window, "red")
     dialog = open_dialog(qtbot, window, service)
-    select(dialog, "fake-pvse")
+    select(dialog, "tiny-pvse")
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("  holiday   photos ", True))
     searches = sum(name == "search_text" for name, _ in service.calls)
     dialog.rename_button.click()
     qtbot.waitUntil(lambda: "holiday photos" in names(dialog), timeout=3000)
     qtbot.waitUntil(lambda: sum(name == "search_text" for name, _ in service.calls) > searches, timeout=3000)
-    assert active(service) == "holiday photos" and "fake-pvse" not in names(dialog)
+    assert active(service) == "holiday photos" and "tiny-pvse" not in names(dialog)
     assert dialog.selected_name() == "holiday photos"  # the selection follows the model
     # the rename is awaited off the GUI thread (app/tasks.py): its message may follow the refreshed list
-    qtbot.waitUntil(lambda: "Renamed fake-pvse to holiday photos" in dialog.status.text(), timeout=3000)
+    qtbot.waitUntil(lambda: "Renamed tiny-pvse to holiday photos" in dialog.status.text(), timeout=3000)
     calls = len(service.calls)
-    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("fake-pcme", True))
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("tiny-pcme", True))
     dialog.rename_button.click()
     assert "exists already" in dialog.status.text() and len(service.calls) == calls
     select(dialog, "zero-shot")
     assert not dialog.rename_button.isEnabled() and not dialog.delete_button.isEnabled()
 
 
-def test_delete_asks_first_and_the_active_model_cannot_be_deleted(qtbot, window, service: FakeService,
+def test_delete_asks_first_and_the_active_model_cannot_be_deleted(qtbot, window, service: Workspace,
                                                                  monkeypatch) -> None:
-    service.set_active_model("fake-pcme")
+    service.models.activate("tiny-pcme")
     dialog = open_dialog(qtbot, window, service)
-    select(dialog, "fake-pcme")
+    select(dialog, "tiny-pcme")
     assert not dialog.delete_button.isEnabled() and "active model" in dialog.delete_button.toolTip()
-    select(dialog, "fake-pvse")
+    select(dialog, "tiny-pvse")
     assert dialog.delete_button.isEnabled()
     asked: list[str] = []
 
@@ -87,30 +87,30 @@ def test_delete_asks_first_and_the_active_model_cannot_be_deleted(qtbot, window,
 
     monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.No))
     dialog.delete_button.click()
-    assert len(asked) == 1 and "fake-pvse" in asked[0] and "folder on disk is kept" in asked[0]
-    assert "fake-pvse" in [m.name for m in service.models()]
+    assert len(asked) == 1 and "tiny-pvse" in asked[0] and "folder on disk is kept" in asked[0]
+    assert "tiny-pvse" in [m.name for m in service.models.all()]
     monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
     dialog.delete_button.click()
-    qtbot.waitUntil(lambda: "fake-pvse" not in names(dialog), timeout=3000)
-    assert [m.name for m in service.models()] == ["zero-shot", "fake-pcme"] and active(service) == "fake-pcme"
+    qtbot.waitUntil(lambda: "tiny-pvse" not in names(dialog), timeout=3000)
+    assert [m.name for m in service.models.all()] == ["zero-shot", "tiny-pcme"] and active(service) == "tiny-pcme"
     assert window.search_bar.model_combo.count() == 2  # the search bar's picker follows
 
 
-def test_revert_steps_back_to_the_previous_model_then_zero_shot(qtbot, window, service: FakeService) -> None:
-    service.set_active_model("fake-pcme")
+def test_revert_steps_back_to_the_previous_model_then_zero_shot(qtbot, window, service: Workspace) -> None:
+    service.models.activate("tiny-pcme")
     dialog = open_dialog(qtbot, window, service)
-    assert dialog.revert_button.text() == "Revert to fake-pvse"
+    assert dialog.revert_button.text() == "Revert to tiny-pvse"
     dialog.revert_button.click()
     qtbot.waitUntil(lambda: dialog.revert_button.text() == "Revert to zero-shot", timeout=3000)
-    assert active(service) == "fake-pvse"
+    assert active(service) == "tiny-pvse"
     dialog.revert_button.click()
     qtbot.waitUntil(lambda: not dialog.revert_button.isEnabled(), timeout=3000)
     assert active(service) == "zero-shot"
 
 
-def test_the_starter_stays(qtbot, window, service: FakeService, tmp_path) -> None:
+def test_the_starter_stays(qtbot, window, service: Workspace, tmp_path) -> None:
     (tmp_path / "starter-abc").mkdir()
-    service.register_model(tmp_path / "starter-abc", "starter")
+    service.models.register(tmp_path / "starter-abc", "starter")
     dialog = open_dialog(qtbot, window, service)
     select(dialog, "starter")
     assert dialog.activate_button.isEnabled()
@@ -119,13 +119,13 @@ def test_the_starter_stays(qtbot, window, service: FakeService, tmp_path) -> Non
 
 
 def test_a_model_switched_by_another_process_shows_when_the_window_comes_back(qtbot, window,
-                                                                            service: FakeService) -> None:
+                                                                            service: Workspace) -> None:
     """#44 (15): `polyseek models --activate` in a terminal while the app runs; the Model box kept the old one."""
     from PySide6.QtCore import Qt
 
     qtbot.waitUntil(lambda: window.search_bar.model_combo.count() > 0, timeout=3000)
-    assert window.search_bar.model_combo.currentData() != "fake-pcme"
-    service._active = "fake-pcme"  # another process wrote the catalog: this process is not told
+    assert window.search_bar.model_combo.currentData() != "tiny-pcme"
+    service._active = "tiny-pcme"  # another process wrote the catalog: this process is not told
     window._application_state_changed(Qt.ApplicationState.ApplicationInactive)  # away: nothing read
     window._application_state_changed(Qt.ApplicationState.ApplicationActive)  # back to the window
-    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pcme", timeout=3000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 from tests.gui.test_models_dialog import open_dialog, select
 
 LONG = {"rsum": 250.8, "n_media": 1500, "n_captions": 3500, "split": "a-validation-split-with-a-very-long-name"}
@@ -16,18 +16,18 @@ def active_column(dialog) -> int:
     return next(c for c in range(dialog.table.columnCount()) if header(c).text() == "Active")
 
 
-def test_the_active_column_stays_in_view_after_make_active(qtbot, window, service: FakeService) -> None:
+def test_the_active_column_stays_in_view_after_make_active(qtbot, window, service: Workspace) -> None:
     service._models = [(name, method, LONG) for name, method, _ in service._models]
     dialog = open_dialog(qtbot, window, service)
     dialog.resize(720, 360)
     qtbot.waitExposed(dialog)
-    select(dialog, "fake-pcme")
+    select(dialog, "tiny-pcme")
     dialog.table.setCurrentCell(dialog.table.currentRow(), 2)  # a click on its figure
     dialog.activate_button.click()
-    qtbot.waitUntil(lambda: any(m.active and m.name == "fake-pcme" for m in window._models), timeout=5000)
+    qtbot.waitUntil(lambda: any(m.active and m.name == "tiny-pcme" for m in window._models), timeout=5000)
     qtbot.wait(50)
     table, column = dialog.table, active_column(dialog)
-    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "fake-pcme")
+    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "tiny-pcme")
     assert table.item(row, column).text() == "●"
     cell = table.visualItemRect(table.item(row, column))
     assert table.viewport().rect().contains(cell), (cell, table.viewport().rect())

@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 
 from tests.gui.conftest import indexed_service, shown_window
-from tests.gui.fakes import make_media_folder
+from tests.standins import make_media_folder
 
 
 def header_count(window) -> int:

@@ -10,7 +10,7 @@ import pytest
 
 import app.widgets.library as library_module
 from tests.gui.conftest import shown_window
-from tests.gui.fakes import FakeService, make_media_folder
+from tests.standins import make_media_folder
 
 RESUMING = "Resuming indexing"  # app.widgets.library.RESUMING
 
@@ -19,18 +19,18 @@ def interrupted_library(tmp_path: Path, qtbot, n: int = 24) -> tuple[FakeService
     """A fake library whose indexing stopped part way (as a quit leaves it): some items indexed, the rest pending."""
     service = FakeService(tmp_path / "fake", index_delay_s=0.03)
     folder = make_media_folder(tmp_path / "media", n_images=n, n_gifs=0, video=False, broken=False)
-    service.add_root(folder)
-    run = service.index_paths()
+    service.library.add_root(folder)
+    run = service.library.index()
     for _ in range(6):
         next(run)
     run.close()  # stopped mid-run, as the app's quit cancels it
-    assert 0 < service.counts()["pending"] < n
+    assert 0 < service.library.counts()["pending"] < n
     return service, folder
 
 
 def test_a_restart_resumes_the_items_left_pending_with_progress(qtbot, tmp_path: Path) -> None:
     service, _ = interrupted_library(tmp_path, qtbot)
-    pending = service.counts()["pending"]
+    pending = service.library.counts()["pending"]
     window = shown_window(qtbot, service)  # the next start opens the same library
     try:
         qtbot.waitUntil(lambda: window.library.is_indexing, timeout=5000)
@@ -40,7 +40,7 @@ def test_a_restart_resumes_the_items_left_pending_with_progress(qtbot, tmp_path:
         with qtbot.waitSignal(window.library.indexing_finished, timeout=20000) as finished:
             pass
         assert finished.args == ["done"]
-        assert service.counts().get("pending", 0) == 0
+        assert service.library.counts().get("pending", 0) == 0
         qtbot.waitUntil(lambda: "pending" not in window.library.counts_label.text(), timeout=5000)
     finally:
         window.shutdown()
@@ -48,8 +48,8 @@ def test_a_restart_resumes_the_items_left_pending_with_progress(qtbot, tmp_path:
 
 def test_a_library_with_nothing_pending_does_not_index_at_start(qtbot, tmp_path: Path) -> None:
     service = FakeService(tmp_path / "fake")
-    service.add_root(make_media_folder(tmp_path / "media", n_images=3, n_gifs=0, video=False, broken=False))
-    for _ in service.index_paths():
+    service.library.add_root(make_media_folder(tmp_path / "media", n_images=3, n_gifs=0, video=False, broken=False))
+    for _ in service.library.index():
         pass
     window = shown_window(qtbot, service)
     try:
@@ -78,4 +78,4 @@ def test_quitting_while_indexing_asks_and_says_it_resumes_next_start(
         assert len(asked) == 2 and not window.isVisible()
     finally:
         window.shutdown()
-    assert service.counts()["pending"] > 0  # stopped; the next start resumes it (the test above)
+    assert service.library.counts()["pending"] > 0  # stopped; the next start resumes it (the test above)

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from app.widgets.inspector import uncertainty_reading
 from app.widgets.resultsmodel import HIT_ROLE
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 
 
 def search(qtbot, window, text: str) -> None:
@@ -23,10 +23,10 @@ def wait_explained(qtbot, window) -> None:
     qtbot.waitUntil(lambda: window.inspector.explanation is not None, timeout=3000)
 
 
-def test_text_search_fills_grid_in_rank_order(qtbot, window, service: FakeService) -> None:
+def test_text_search_fills_grid_in_rank_order(qtbot, window, service: Workspace) -> None:
     search(qtbot, window, "red circle")
     model = window.results_model
-    assert model.rowCount() == service.counts()["total"] - service.counts()["failed"]
+    assert model.rowCount() == service.library.counts()["total"] - service.library.counts()["failed"]
     first = model.data(model.index(0), HIT_ROLE)
     assert Path(first.path).name.startswith("red_circle")
     scores = [model.hit(r).score for r in range(model.rowCount())]
@@ -42,8 +42,8 @@ def test_thumbnails_load_off_thread_into_the_model(qtbot, window) -> None:
     assert not model.data(index, Qt.ItemDataRole.DecorationRole).isNull()
 
 
-def test_first_result_is_selected_and_explained_with_k_heads(qtbot, window, service: FakeService) -> None:
-    service.set_active_model("fake-pcme")
+def test_first_result_is_selected_and_explained_with_k_heads(qtbot, window, service: Workspace) -> None:
+    service.models.activate("tiny-pcme")
     search(qtbot, window, "red square")
     wait_explained(qtbot, window)
     inspector = window.inspector
@@ -76,8 +76,8 @@ def test_uncertainty_reads_as_a_place_in_the_library(percentile: float, items: i
     assert uncertainty_reading(percentile, items) == reading
 
 
-def test_animation_shows_a_frame_strip_per_head(qtbot, window, service: FakeService) -> None:
-    service.set_active_model("fake-pvse")
+def test_animation_shows_a_frame_strip_per_head(qtbot, window, service: Workspace) -> None:
+    service.models.activate("tiny-pvse")
     search(qtbot, window, "bouncing ball")
     hit = window.results.current_hit()
     assert hit.kind.value == "animation"
@@ -96,7 +96,7 @@ def test_zero_shot_shows_the_notes_instead_of_heads(qtbot, window) -> None:
     assert window.inspector.head_views == []
 
 
-def test_search_by_example_file(qtbot, window, media_folder: Path, service: FakeService) -> None:
+def test_search_by_example_file(qtbot, window, media_folder: Path, service: Workspace) -> None:
     example = next(media_folder.glob("orange_*.png"))
     with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
         window.search_bar.search_example(example)
@@ -121,11 +121,11 @@ def test_pasting_a_file_url_searches_by_example(qtbot, window, media_folder: Pat
     assert blocker.args == [example]
 
 
-def test_infinite_scroll_fetches_pages_until_the_end(qtbot, window, service: FakeService) -> None:
+def test_infinite_scroll_fetches_pages_until_the_end(qtbot, window, service: Workspace) -> None:
     window.results_model.page_size = 4
     search(qtbot, window, "circle")
     model = window.results_model
-    total = service.counts()["total"] - service.counts()["failed"]
+    total = service.library.counts()["total"] - service.library.counts()["failed"]
     for _ in range(4):  # the view asks for more while its viewport is not full / scrolled to the end
         window.results.select_row(model.rowCount() - 1)
         if model.rowCount() == total:
@@ -138,7 +138,7 @@ def test_infinite_scroll_fetches_pages_until_the_end(qtbot, window, service: Fak
 
 
 def test_cutoff_slider_for_every_model_whose_results_carry_a_probability(qtbot, window,
-                                                                         service: FakeService) -> None:
+                                                                         service: Workspace) -> None:
     bar = window.search_bar
     qtbot.waitUntil(lambda: bar.model_combo.count() > 0, timeout=3000)  # the models, read off the GUI thread
     assert bar.model_combo.currentData() == "zero-shot"
@@ -154,7 +154,7 @@ def test_cutoff_slider_for_every_model_whose_results_carry_a_probability(qtbot, 
     window.refresh_models()
     qtbot.waitUntil(lambda: not bar.cutoff.isEnabled(), timeout=3000)
     assert bar.min_probability is None
-    service.set_active_model("fake-pcme")
+    service.models.activate("tiny-pcme")
     window.refresh_models()
     qtbot.waitUntil(bar.cutoff.isEnabled, timeout=3000)
     assert bar.min_probability == 0.5
@@ -217,7 +217,7 @@ def test_queries_are_shown_as_plain_text(qtbot, window) -> None:
     assert "<b>red</b>" in window.empty_label.text()
 
 
-def test_a_very_long_query_is_shown_on_one_line_and_searched_in_full(qtbot, window, service: FakeService) -> None:
+def test_a_very_long_query_is_shown_on_one_line_and_searched_in_full(qtbot, window, service: Workspace) -> None:
     """Issue #44 (#6): a 2,000-character query was echoed in full above the grid (about 14 lines)."""
     query = " ".join(f"blorf{n}" for n in range(250))[:2000]
     window.resize(1320, 820)  # as wide as the first start makes it (the test screen is only 800 wide)
@@ -236,7 +236,7 @@ def test_a_very_long_query_is_shown_on_one_line_and_searched_in_full(qtbot, wind
 
 
 def test_a_picture_search_lets_go_of_the_sentence_and_a_new_sentence_searches_by_words(
-        qtbot, window, service: FakeService) -> None:
+        qtbot, window, service: Workspace) -> None:
     """Issue #44 (#7): Find similar left "yellow" in the box beside "Example: …": which was searched?"""
     search(qtbot, window, "yellow")
     hit = window.results_model.hit(0)

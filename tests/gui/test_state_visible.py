@@ -15,12 +15,12 @@ from app.widgets.resultsmodel import STATE_ROLE
 from engine.library.browse import AnnotationState
 from engine.media.sampling import FRAMES_PER_ITEM, frame_indices
 from engine.types import MediaKind
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 from tests.gui.test_browse import choose, wait_listed
 from tests.gui.test_search import search, wait_explained
 
 
-def by_name(service: FakeService, prefix: str) -> int:
+def by_name(service: Workspace, prefix: str) -> int:
     return next(i for i, e in service._entries.items() if e.media.path.name.startswith(prefix))
 
 
@@ -35,10 +35,10 @@ def test_browse_line_names_the_latest_query_and_counts_the_others() -> None:
     assert chars == "✓ “a dog o…”  +1"
 
 
-def test_the_judged_filter_says_which_query_each_item_was_judged_for(qtbot, window, service: FakeService) -> None:
+def test_the_judged_filter_says_which_query_each_item_was_judged_for(qtbot, window, service: Workspace) -> None:
     ball, square = by_name(service, "red_circle"), by_name(service, "blue_")
-    service.accept_pair("a red <b>ball</b>", ball)
-    service.reject_pair("a green square", square)
+    service.annotations.accept_pair("a red <b>ball</b>", ball)
+    service.annotations.reject_pair("a green square", square)
     wait_listed(qtbot, window)
     choose(qtbot, window, window.browse_bar.annotation, "judged")
     model = window.results_model
@@ -57,11 +57,11 @@ def test_the_judged_filter_says_which_query_each_item_was_judged_for(qtbot, wind
     assert "accepted for" not in viewer.caption.text()
 
 
-def test_a_verdict_given_in_the_viewer_shows_there_once_saved(qtbot, window, service: FakeService) -> None:
+def test_a_verdict_given_in_the_viewer_shows_there_once_saved(qtbot, window, service: Workspace) -> None:
     search(qtbot, window, "red circle")
     viewer = window.open_viewer()
     first = viewer.hit
-    service.accept_pair("red circle", first.media_id)  # as Alt+A would, then the grid re-reads the state
+    service.annotations.accept_pair("red circle", first.media_id)  # as Alt+A would, then the grid re-reads the state
     window.results_model.refresh_states([first.media_id])
     qtbot.waitUntil(lambda: "accepted for “red circle”" in viewer.caption.text(), timeout=3000)
 
@@ -73,8 +73,8 @@ def test_matched_frame_is_the_frame_indexing_sampled(n_total: int) -> None:
     assert [matched_frame(k, n_total) for k in range(SAMPLED_FRAMES)] == frame_indices(n_total)
 
 
-def clip_hit(qtbot, window, service: FakeService, query: str, kind: MediaKind):
-    service.set_active_model("fake-pvse")
+def clip_hit(qtbot, window, service: Workspace, query: str, kind: MediaKind):
+    service.models.activate("tiny-pvse")
     search(qtbot, window, query)
     model = window.results_model
     row = next(r for r in range(model.rowCount()) if model.hit(r).kind is kind)
@@ -133,7 +133,7 @@ def test_the_inspector_outlines_the_matched_frame(qtbot, window, service) -> Non
 
 
 def test_the_inspector_of_a_photo_outlines_no_frame(qtbot, window, service) -> None:
-    service.set_active_model("fake-pvse")
+    service.models.activate("tiny-pvse")
     search(qtbot, window, "red circle")
     wait_explained(qtbot, window)
     assert window.inspector.matched_shown is None and window.inspector.match_label is None

@@ -13,7 +13,6 @@ from app.mainwindow import MainWindow
 from app.settings import GuiSettings
 from app.widgets.annotate import TICK
 from engine.library.captionfolder import load_caption_folder
-from tests.gui.fakes import FakeService
 from tests.gui.test_annotate import captions_shown, settle
 from tests.gui.test_search import search
 
@@ -25,11 +24,11 @@ def loaded_suggestions(qtbot, window) -> list[int]:
 
 def test_suggestions_list_the_uncaptioned_items_the_service_ranks_first(qtbot, window, service) -> None:
     ids = loaded_suggestions(qtbot, window)
-    assert ids == [media_id for media_id, _ in service.suggest_annotations(20, "auto")]
+    assert ids == [media_id for media_id, _ in service.annotations.suggest(20, "auto")]
     assert ("suggest_annotations", (20, "auto")) in service.calls
     panel = window.annotate
     first = panel.suggestions.item(0)
-    assert Path(service.media(ids[0]).path).name in first.toolTip()  # the name is in the tooltip, not the list
+    assert Path(service.library.media(ids[0]).path).name in first.toolTip()  # the name is in the tooltip, not the list
     assert first.text() == ""
     qtbot.waitUntil(lambda: all(panel.suggestion_shows_thumbnail(r) for r in range(len(ids))), timeout=5000)
     # no model active in the fake: a random sample, and the heading says so
@@ -75,8 +74,8 @@ def test_annotations_export_and_import_into_another_library(qtbot, window, servi
                                                             media_folder: Path, fmt: str) -> None:
     search(qtbot, window, "red circle")
     hit = window.results.current_hit()
-    service.add_caption(hit.media_id, "a red ball on a table")
-    service.add_caption(hit.media_id, "something round and red")
+    service.annotations.add_caption(hit.media_id, "a red ball on a table")
+    service.annotations.add_caption(hit.media_id, "something round and red")
     dest = tmp_path / ("export" if fmt == "folder" else "export.json")
     with qtbot.waitSignal(window.annotations_transferred, timeout=5000) as done:
         window.export_annotations(dest, fmt)
@@ -141,13 +140,13 @@ def test_the_file_menu_offers_the_transfers(window) -> None:
 
 def test_use_model_activates_it_and_reindexes(qtbot, window, service) -> None:
     with qtbot.waitSignal(window.model_switched, timeout=5000) as switched:
-        window.activate_and_reindex("fake-pvse")
-    assert switched.args == ["fake-pvse"] and service._active == "fake-pvse"
+        window.activate_and_reindex("tiny-pvse")
+    assert switched.args == ["tiny-pvse"] and service._active == "tiny-pvse"
     assert window.library.is_indexing or any(name == "set_active_model" for name, _ in service.calls)
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
-    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pvse", timeout=5000)
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pvse", timeout=5000)
     # the engine's one switch (SearchService.switch_model), not a second spelling of it in the window
-    assert ("switch_model", ("fake-pvse",)) in service.calls
+    assert ("switch_model", ("tiny-pvse",)) in service.calls
 
 
 def test_the_window_training_dialog_registers_and_switches(qtbot, window, service, tmp_path: Path) -> None:
@@ -156,7 +155,7 @@ def test_the_window_training_dialog_registers_and_switches(qtbot, window, servic
     from app.widgets.training import SOURCE_LIBRARY
 
     for media_id in sorted(service._entries)[:3]:
-        service.add_caption(media_id, f"item {media_id}")
+        service.annotations.add_caption(media_id, f"item {media_id}")
     window.settings.trainer_command = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
     dialog = window.open_training()
     dialog.set_source(SOURCE_LIBRARY)
@@ -188,8 +187,8 @@ def test_the_heading_says_why_this_order_and_follows_the_active_model(qtbot, win
     loaded_suggestions(qtbot, window)
     panel = window.annotate
     assert panel.suggestion_policy == "random"
-    for model, policy, words in (("fake-pcme", "uncertainty", "least sure"),
-                                 ("fake-pvse", "disagreement", "heads disagree")):
+    for model, policy, words in (("tiny-pcme", "uncertainty", "least sure"),
+                                 ("tiny-pvse", "disagreement", "heads disagree")):
         with qtbot.waitSignal(panel.suggestions_loaded, timeout=5000):  # switching the model refreshes the list
             window.activate_model(model)
         assert panel.suggestion_policy == policy and words in panel.suggest_heading.text()
@@ -198,7 +197,7 @@ def test_the_heading_says_why_this_order_and_follows_the_active_model(qtbot, win
 
 def test_suggestions_refresh_when_the_library_changes(qtbot, window, service, tmp_path) -> None:
     before = loaded_suggestions(qtbot, window)
-    from tests.gui.fakes import make_media_folder
+    from tests.standins import make_media_folder
 
     more = make_media_folder(tmp_path / "more", n_images=3, n_gifs=0, video=False, broken=False)
     with qtbot.waitSignal(window.annotate.suggestions_loaded, timeout=10000):

@@ -16,8 +16,8 @@ from app.widgets.training import SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog, 
 from app.widgets.trainingview import RunProgress, describe_training_set, format_eta, headline
 from engine.trainercontract.command import TrainerRequest
 from engine.trainercontract.runfolder import saved_checkpoint
+from engine.workspace import Workspace
 from tests.gui.fake_trainer import metrics as fake_metrics
-from tests.gui.fakes import FakeService
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
 
@@ -192,23 +192,23 @@ def test_a_missing_trainer_program_fails_cleanly(qtbot, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def library_dialog(qtbot, tmp_path: Path, service: FakeService):
+def library_dialog(qtbot, tmp_path: Path, service: Workspace):
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
     qtbot.addWidget(dlg)
     yield dlg
     dlg.close()
 
 
-def caption_some(service: FakeService, n: int) -> list[int]:
-    ids = sorted(h.media_id for h in service.search_text("x", top=100))[:n]
+def caption_some(service: Workspace, n: int) -> list[int]:
+    ids = sorted(h.media_id for h in service.search.text("x", top=100))[:n]
     for i, media_id in enumerate(ids):
-        name = Path(service.media(media_id).path).stem.replace("_", " ")
-        service.add_caption(media_id, f"a picture of a {name} number {i}")
+        name = Path(service.library.media(media_id).path).stem.replace("_", " ")
+        service.annotations.add_caption(media_id, f"a picture of a {name} number {i}")
     return ids
 
 
 def test_training_on_the_library_exports_shows_counts_and_compares_models(
-        qtbot, library_dialog: TrainingDialog, service: FakeService) -> None:
+        qtbot, library_dialog: TrainingDialog, service: Workspace) -> None:
     caption_some(service, 5)
     dlg = library_dialog
     dlg.set_source(SOURCE_LIBRARY)
@@ -228,9 +228,9 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
     # `polyseek retrain` applies (the fake ranks every model alike: not worse, so the new one is activated)
     assert ("evaluate_on", (str(ts.folder), "heldout", None)) in service.calls
     assert ("evaluate_on", (str(ts.folder), "heldout", comparison.new_name)) in service.calls
-    assert comparison.old == service.evaluate_on(ts.folder, "heldout") | {"model": "zero-shot"}
+    assert comparison.old == service.models.evaluate(ts.folder, "heldout") | {"model": "zero-shot"}
     assert comparison.new["rsum"] == comparison.old["rsum"] and comparison.old_name == "zero-shot"
-    assert comparison.new_name in {m.name for m in service.models()}
+    assert comparison.new_name in {m.name for m in service.models.all()}
     # one item held aside cannot say "not worse": kept, not activated, one click away
     assert not comparison.activated and "too little to compare" in comparison.decision
     table = dlg.result_table
@@ -246,7 +246,7 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
 
 
 def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated(
-        qtbot, library_dialog: TrainingDialog, service: FakeService, monkeypatch) -> None:
+        qtbot, library_dialog: TrainingDialog, service: Workspace, monkeypatch) -> None:
     caption_some(service, 11)
     monkeypatch.setattr(training_module, "HOLDOUT", 0.5)  # the fake library has 11 items: hold 3+ aside
     monkeypatch.setattr("engine.loop.gate.MIN_HELDOUT_ALONE", 3)  # ... and no pseudo pairs beside them
@@ -282,7 +282,7 @@ def test_a_library_retrain_worse_than_the_active_model_is_kept_but_not_activated
 
 
 def test_the_result_states_the_interval_of_the_difference_in_one_line_under_the_table(
-        qtbot, library_dialog: TrainingDialog, service: FakeService, monkeypatch) -> None:
+        qtbot, library_dialog: TrainingDialog, service: Workspace, monkeypatch) -> None:
     """Issue #43: the paired-bootstrap interval of new - old rsum reaches the dialog through the job's result (the
     fake ranks every model alike: a difference of 0 that cannot tell), and the rule's decision is as before."""
     caption_some(service, 11)
@@ -312,7 +312,7 @@ def test_a_library_without_annotations_fails_with_the_reason(qtbot, library_dial
     assert not library_dialog.running
 
 
-def test_the_library_source_needs_a_service(qtbot, dialog: TrainingDialog, service: FakeService) -> None:
+def test_the_library_source_needs_a_service(qtbot, dialog: TrainingDialog, service: Workspace) -> None:
     item = dialog.source.model().item(1)
     assert not item.isEnabled()
     dialog.set_service(service)
@@ -322,15 +322,15 @@ def test_the_library_source_needs_a_service(qtbot, dialog: TrainingDialog, servi
     assert dialog.source_key() == "folder"
 
 
-def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path, service: FakeService) -> None:
+def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path, service: Workspace) -> None:
     from engine.library.captionfolder import write_caption_folder
-    from tests.gui.fakes import make_media_folder
+    from tests.standins import make_media_folder
 
     media = make_media_folder(tmp_path / "cf-media", n_images=6, n_gifs=0, video=False, broken=False)
     files = sorted(media.glob("*.png"))
     rows = [(i, f"a {f.stem.split('_')[0]} {f.stem.split('_')[1]}") for i, f in enumerate(files)]
     write_caption_folder(tmp_path / "cf", files, rows, ["train"] * 3 + ["dev"] * 3)
-    service.set_active_model("fake-pvse")
+    service.models.activate("tiny-pvse")
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "cf"), service=service)
     qtbot.addWidget(dlg)
     dlg.set_source(SOURCE_FOLDER)  # with a library the dialog opens on its annotations
@@ -339,15 +339,15 @@ def test_a_folder_run_is_compared_on_its_validation_split(qtbot, tmp_path: Path,
         dlg.start()
     comparison = ready.args[0]
     assert comparison.split == "dev" and comparison.data == tmp_path / "cf"
-    assert comparison.old_name == "fake-pvse"  # the active model, named (None would mean zero-shot)
-    assert ("evaluate_on", (str(tmp_path / "cf"), "dev", "fake-pvse")) in service.calls
+    assert comparison.old_name == "tiny-pvse"  # the active model, named (None would mean zero-shot)
+    assert ("evaluate_on", (str(tmp_path / "cf"), "dev", "tiny-pvse")) in service.calls
     assert comparison.old["n_media"] == 3 and comparison.old["t2i"]["r1"] == 100.0  # colour words find them
     assert "split “dev” of cf" in dlg.result_note.text()
     dlg.close()
 
 
 def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dialog: TrainingDialog,
-                                                             service: FakeService) -> None:
+                                                             service: Workspace) -> None:
     caption_some(service, 1)  # one annotated item: none can be held aside
     library_dialog.set_source(SOURCE_LIBRARY)
     library_dialog.epochs.setValue(1)
@@ -356,7 +356,7 @@ def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dial
     comparison = ready.args[0]
     assert library_dialog.training_set.n_heldout_items == 0 and not comparison.measured
     assert not any(name == "evaluate_on" for name, _ in service.calls)
-    assert comparison.new_name in {m.name for m in service.models()}  # registered all the same
+    assert comparison.new_name in {m.name for m in service.models.all()}  # registered all the same
     table = library_dialog.result_table
     assert table.item(1, 1).text().startswith("not measured: too few held-aside items (0)")
     assert [table.item(1, c).text() for c in range(2, 5)] == ["—"] * 3
@@ -367,7 +367,7 @@ def test_with_nothing_held_aside_the_models_are_not_compared(qtbot, library_dial
 
 
 def test_a_dialog_deleted_before_its_comparison_arrives_is_left_alone(qtbot, tmp_path: Path,
-                                                                      service: FakeService) -> None:
+                                                                      service: Workspace) -> None:
     import shiboken6
 
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", str(tmp_path / "data"), service=service)

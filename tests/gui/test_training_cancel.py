@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from app.widgets.training import SOURCE_LIBRARY, TrainingDialog
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
 
 
-def caption_some(service: FakeService, n: int) -> None:
-    for i, media_id in enumerate(sorted(h.media_id for h in service.search_text("x", top=100))[:n]):
-        service.add_caption(media_id, f"a picture number {i}")
+def caption_some(service: Workspace, n: int) -> None:
+    for i, media_id in enumerate(sorted(h.media_id for h in service.search.text("x", top=100))[:n]):
+        service.annotations.add_caption(media_id, f"a picture number {i}")
 
 
-def started_retrain(qtbot, tmp_path: Path, service: FakeService, epochs: int) -> TrainingDialog:
+def started_retrain(qtbot, tmp_path: Path, service: Workspace, epochs: int) -> TrainingDialog:
     """A retrain of the library's captions (5 of them) for ``epochs`` epochs, started from the dialog."""
     caption_some(service, 5)
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
@@ -33,7 +33,7 @@ def started_retrain(qtbot, tmp_path: Path, service: FakeService, epochs: int) ->
 
 
 def test_a_retrain_cancelled_before_its_first_checkpoint_removes_its_training_set(
-        qtbot, tmp_path: Path, service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
+        qtbot, tmp_path: Path, service: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TRAINER_LOAD_S", "60")  # still loading its data when Cancel comes
     dlg = started_retrain(qtbot, tmp_path, service, epochs=3)
     qtbot.waitUntil(lambda: "loading data" in dlg.log_view.toPlainText(), timeout=30000)
@@ -49,7 +49,7 @@ def test_a_retrain_cancelled_before_its_first_checkpoint_removes_its_training_se
 
 
 def test_a_retrain_cancelled_with_a_checkpoint_keeps_what_resume_needs(
-        qtbot, tmp_path: Path, service: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
+        qtbot, tmp_path: Path, service: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.1")
     dlg = started_retrain(qtbot, tmp_path, service, epochs=50)
     qtbot.waitUntil(lambda: len(dlg.losses) >= 2, timeout=30000)

@@ -17,7 +17,7 @@ from app.widgets.trainingview import Comparison, ComparisonBox, RunProgress
 from engine.trainercontract import events
 from engine.trainercontract.metrics import retrieval_report
 from engine.types import ModelInfo
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
 FLOOR = 30  # held-aside items under which a figure is "not meaningful yet" (engine/loop/figures.py says why)
@@ -49,12 +49,12 @@ def _cells(box: ComparisonBox, row: int) -> list[str]:
     return [box.table.item(row, c).text() for c in range(1, 5)]
 
 
-def test_the_form_shows_the_epochs_a_warm_start_trains(qtbot, tmp_path: Path, service: FakeService) -> None:
-    folder = service.workdir / "fake-pvse"  # a trained model with weights: a retrain warm-starts from it
+def test_the_form_shows_the_epochs_a_warm_start_trains(qtbot, tmp_path: Path, service: Workspace) -> None:
+    folder = service.workdir / "tiny-pvse"  # a trained model with weights: a retrain warm-starts from it
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.safetensors").write_bytes(b"weights")
     (folder / "config.json").write_text('{"method": "pvse"}')
-    service.set_active_model("fake-pvse")
+    service.models.activate("tiny-pvse")
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
     qtbot.addWidget(dlg)
     dlg.set_source(SOURCE_LIBRARY)

@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 from app.widgets.training import METHOD_DESCRIPTIONS, METHODS, SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
 
 
-def test_with_a_library_the_dialog_opens_on_its_annotations(qtbot, tmp_path: Path, service: FakeService) -> None:
+def test_with_a_library_the_dialog_opens_on_its_annotations(qtbot, tmp_path: Path, service: Workspace) -> None:
     with_library = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "/some/folder", service=service)
     without = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "/some/folder")
     late = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "/some/folder")  # the library opened afterwards
@@ -41,9 +41,9 @@ def test_the_gui_describes_exactly_the_trainers_methods() -> None:
     assert list(METHODS) == list_methods() and set(METHOD_DESCRIPTIONS) == set(METHODS)
 
 
-def test_a_reopened_dialog_starts_clean(qtbot, window, service: FakeService) -> None:
+def test_a_reopened_dialog_starts_clean(qtbot, window, service: Workspace) -> None:
     for media_id in sorted(service._entries)[:3]:
-        service.add_caption(media_id, f"item {media_id}")
+        service.annotations.add_caption(media_id, f"item {media_id}")
     window.settings.trainer_command = FAKE_TRAINER
     dialog = window.open_training()
     assert dialog.source_key() == SOURCE_LIBRARY
@@ -64,10 +64,10 @@ def test_a_reopened_dialog_starts_clean(qtbot, window, service: FakeService) -> 
     assert again.model_dir is None and again.comparison is None
 
 
-def test_a_reopened_dialog_offers_an_unfinished_run(qtbot, window, service: FakeService, monkeypatch) -> None:
+def test_a_reopened_dialog_offers_an_unfinished_run(qtbot, window, service: Workspace, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.2")
     for media_id in sorted(service._entries)[:3]:
-        service.add_caption(media_id, f"item {media_id}")
+        service.annotations.add_caption(media_id, f"item {media_id}")
     window.settings.trainer_command = FAKE_TRAINER
     dialog = window.open_training()
     dialog.epochs.setValue(50)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.widgets.training import SOURCE_FOLDER, TrainingDialog
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
 from tests.synthetic import make_toy_photo_folder
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ def toy(tmp_path: Path, assets_dir: Path) -> Path:
 
 
 @pytest.fixture
-def real_dialog(qtbot, tmp_path: Path, toy: Path, service: FakeService):
+def real_dialog(qtbot, tmp_path: Path, toy: Path, service: Workspace):
     dlg = TrainingDialog(TRAINER, tmp_path / "models", str(toy), extra_args=TINY, service=service)
     dlg.set_source(SOURCE_FOLDER)  # with a library the dialog opens on its annotations
     dlg.device.setCurrentText("cpu")
@@ -48,7 +48,7 @@ def real_dialog(qtbot, tmp_path: Path, toy: Path, service: FakeService):
 
 
 def test_real_training_plots_live_progress_and_compares_with_the_active_model(
-        qtbot, real_dialog: TrainingDialog, service: FakeService, toy: Path) -> None:
+        qtbot, real_dialog: TrainingDialog, service: Workspace, toy: Path) -> None:
     dlg = real_dialog
     dlg.epochs.setValue(2)
     updates: list[bool] = []  # whether the trainer was still running at each loss-plot update
@@ -79,9 +79,9 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     assert comparison.split == "dev" and comparison.data == toy
     # both models measured by the one evaluation path (the service's evaluate_on) on the same dev split
     assert ("evaluate_on", (str(toy), "dev", comparison.new_name)) in service.calls
-    assert comparison.new == service.evaluate_on(toy, "dev", comparison.new_name)
+    assert comparison.new == service.models.evaluate(toy, "dev", comparison.new_name)
     assert comparison.old["n_media"] == comparison.new["n_media"] == metrics["n_media"] == 6
-    assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models()}
+    assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models.all()}
     # six dev items are under the floor of engine.loop.figures: no numbers set side by side, the reason instead
     assert dlg.result_table.item(1, 4).text() == "—" and "Not meaningful yet: only 6 items" in dlg.result_note.text()
     assert dlg.use_button.isEnabled()

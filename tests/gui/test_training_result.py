@@ -45,16 +45,16 @@ def test_the_figure_that_exists_is_shown_beside_the_one_that_could_not_be_measur
 
 def test_use_it_and_reindex_names_the_active_model_and_says_when_the_reindex_ended(qtbot, window) -> None:
     dialog = window.open_training()
-    comparison = _comparison(2, new_name="fake-pcme", old_name="zero-shot")
+    comparison = _comparison(2, new_name="tiny-pcme", old_name="zero-shot")
     dialog.comparison = comparison
     dialog.result_box.show_comparison(comparison)
     table = dialog.result_table
-    assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text() == "fake-pcme (new)"
+    assert table.item(0, 0).text() == "zero-shot (active)" and table.item(1, 0).text() == "tiny-pcme (new)"
     dialog.use_button.click()
-    qtbot.waitUntil(lambda: table.item(1, 0).text() == "fake-pcme (new, active)", timeout=10000)
+    qtbot.waitUntil(lambda: table.item(1, 0).text() == "tiny-pcme (new, active)", timeout=10000)
     assert table.item(0, 0).text() == "zero-shot (was active)"
     qtbot.waitUntil(lambda: "re-indexed" in dialog.status.text(), timeout=10000)
-    assert dialog.status.text().startswith("fake-pcme is active and the library is re-indexed with it")
+    assert dialog.status.text().startswith("tiny-pcme is active and the library is re-indexed with it")
     assert not dialog.use_button.isEnabled()
     dialog.close()
 

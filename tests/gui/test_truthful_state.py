@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
 from app.widgets.resultsmodel import RELEVANCE_ROLE
 from engine.types import CaptionSource, MediaKind
-from tests.gui.fakes import FakeService, make_media_folder
+from engine.workspace import Workspace
+from tests.standins import make_media_folder
 
 
 def listed(qtbot, window, n: int | None = None) -> None:
@@ -89,7 +90,7 @@ def test_point1_the_starter_is_active_during_the_first_run_on_a_fresh_home(qtbot
     startup.start()
     qtbot.waitUntil(lambda: window.service is not None, timeout=20000)
     # the assets were not there yet: the starter waits for them, listed as the model searches will use (#44)
-    assert [(m.name, m.active) for m in window.service.models()] == [("zero-shot", False), ("starter", True)]
+    assert [(m.name, m.active) for m in window.service.models.all()] == [("zero-shot", False), ("starter", True)]
     combo = window.search_bar.model_combo
     qtbot.waitUntil(lambda: combo.currentData() == "starter", timeout=60000)
     dialog = window.open_models()  # Manage models shows it at once too
@@ -136,17 +137,17 @@ def test_point4_undoing_a_reject_brings_the_count_back(qtbot, window) -> None:
     assert window.empty_label.text().startswith(f"{total} results")
 
 
-def test_point4_switching_the_model_anywhere_reruns_the_query(qtbot, window, service: FakeService) -> None:
+def test_point4_switching_the_model_anywhere_reruns_the_query(qtbot, window, service: Workspace) -> None:
     searched(qtbot, window, "red")
     assert window.results_model.hit(0).uncertainty is None  # sigma: the PCME model's alone
     current = window.results.current_hit()
-    window.activate_and_reindex("fake-pcme")  # the training dialog's "Use it and re-index": a switch, then a re-index
+    window.activate_and_reindex("tiny-pcme")  # the training dialog's "Use it and re-index": a switch, then a re-index
     qtbot.waitUntil(lambda: window.results_model.rowCount() > 0
                     and window.results_model.hit(0).uncertainty is not None, timeout=5000)
-    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "fake-pcme", timeout=3000)
+    qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pcme", timeout=3000)
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
     assert window.results.current_hit().media_id == current.media_id  # the item on show stays selected
-    service.set_active_model(None)  # another process or dialog reverts it: the window follows too
+    service.models.activate(None)  # another process or dialog reverts it: the window follows too
     qtbot.waitUntil(lambda: window.results_model.rowCount() > 0
                     and window.results_model.hit(0).uncertainty is None, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "zero-shot", timeout=3000)
@@ -168,7 +169,7 @@ def test_point5_show_in_folder_without_a_file_manager_says_where_the_file_is(qtb
         box.close()
 
 
-def test_point5_delete_caption_with_only_the_models_guess_explains(qtbot, window, service: FakeService) -> None:
+def test_point5_delete_caption_with_only_the_models_guess_explains(qtbot, window, service: Workspace) -> None:
     from app.widgets.annotate import GUESS_NOT_DELETABLE
 
     listed(qtbot, window)
@@ -206,7 +207,7 @@ def test_point5_cancelled_indexing_offers_resume(qtbot, tmp_path) -> None:
     service.index_delay_s = 0.0
     with qtbot.waitSignal(panel.indexing_finished, timeout=10000) as resumed:
         panel.resume_button.click()
-    assert resumed.args == ["done"] and service.counts()["image"] == 30
+    assert resumed.args == ["done"] and service.library.counts()["image"] == 30
     assert not panel.resume_button.isVisibleTo(panel)
     window.shutdown()
 
@@ -247,7 +248,7 @@ def test_point6_the_example_is_shown_and_kind_and_folder_narrow_the_search(qtbot
 
 
 # --- point 7: cosmetics --------------------------------------------------------------------------------------
-def test_point7_counts_are_plural_only_when_many(qtbot, window, service: FakeService, monkeypatch) -> None:
+def test_point7_counts_are_plural_only_when_many(qtbot, window, service: Workspace, monkeypatch) -> None:
     asked: list[str] = []
     monkeypatch.setattr(service, "missing_summary", lambda: (1, 1, 2))
     monkeypatch.setattr(QMessageBox, "question", staticmethod(
@@ -268,7 +269,7 @@ def test_point7_verdict_and_caption_badges_fit_a_120px_thumbnail() -> None:
     assert fit_badges(["✓ accepted"], metrics.horizontalAdvance, 400) == ["✓ accepted"]  # room: words
 
 
-def test_point7_the_models_guess_is_never_quoted_as_a_caption(qtbot, window, service: FakeService) -> None:
+def test_point7_the_models_guess_is_never_quoted_as_a_caption(qtbot, window, service: Workspace) -> None:
     listed(qtbot, window)
     hit = window.results.current_hit()
     service.add_caption_from(hit.media_id, "a shape on a plain background", CaptionSource.PSEUDO)

@@ -11,7 +11,8 @@ from PySide6.QtGui import QMovie
 from PySide6.QtWidgets import QApplication
 
 from engine.types import MediaKind
-from tests.gui.fakes import FakeService
+from engine.workspace import Workspace
+from tests.gui.conftest import user_pairs
 from tests.gui.test_keyboard import ALT, press, settle, start_typing_a_query
 
 
@@ -53,7 +54,7 @@ def test_a_gif_plays_in_the_viewer(qtbot, window) -> None:
     assert shown(window)
 
 
-def test_a_video_plays_and_stops_when_the_viewer_closes(qtbot, window, service: FakeService) -> None:
+def test_a_video_plays_and_stops_when_the_viewer_closes(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "sliding")
     assert window.results.current_hit().kind is MediaKind.VIDEO
     open_from_the_grid(qtbot, window)
@@ -82,7 +83,7 @@ def test_a_stuck_video_decoder_does_not_freeze_closing_the_viewer(qtbot, window,
     qtbot.waitUntil(lambda: not viewer._unstopped, timeout=5000)  # it ends, and is let go, on its own
 
 
-def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, service: FakeService,
+def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, service: Workspace,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("app.widgets.viewer.VideoReader.run", lambda self: self.failed.emit())
     start_typing_a_query(qtbot, window, "sliding")
@@ -90,7 +91,7 @@ def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, ser
     qtbot.waitUntil(lambda: len(window.viewer._frames) > 1 and window.viewer._timer.isActive(), timeout=3000)
 
 
-def test_judge_from_the_viewer_and_show_in_folder(qtbot, window, service: FakeService,
+def test_judge_from_the_viewer_and_show_in_folder(qtbot, window, service: Workspace,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[QUrl] = []
     monkeypatch.setattr("app.widgets.desktop.QDesktopServices.openUrl", lambda url: opened.append(url) or True)
@@ -99,7 +100,7 @@ def test_judge_from_the_viewer_and_show_in_folder(qtbot, window, service: FakeSe
     open_from_the_grid(qtbot, window)
     press(qtbot, Qt.Key.Key_R, ALT)
     settle(qtbot, window)
-    assert ("red", first.media_id, -1) in service.pairs().values()
+    assert ("red", first.media_id, -1) in user_pairs(service).values()
     assert window.viewer.hit is not None and window.viewer.hit.media_id != first.media_id  # moved on
     window.viewer.folder_button.click()
     assert [Path(u.toLocalFile()) for u in opened] == [Path(window.viewer.hit.path).parent]

@@ -16,8 +16,9 @@ from app.widgets.images import ThumbnailCache
 from app.widgets.viewer import Viewer
 from app.widgets.zoomview import ZOOM_STEP
 from engine.types import MediaKind, SearchHit
+from engine.workspace import Workspace
 from tests import mediagen as mg
-from tests.gui.fakes import FakeService, make_media_folder
+from tests.standins import make_media_folder
 
 PHOTO_SIZE = (1600, 1200)
 
@@ -31,18 +32,18 @@ def gradient(size: tuple[int, int]) -> np.ndarray:
 
 
 @pytest.fixture
-def library(tmp_path: Path) -> FakeService:
+def library(tmp_path: Path) -> Workspace:
     folder = make_media_folder(tmp_path / "media", n_images=2, n_gifs=1, video=False, broken=False)
     mg.make_jpeg_with_exif(folder / "camera.jpg", pixels=gradient(PHOTO_SIZE))
     service = FakeService(tmp_path / "fake")
-    service.add_root(folder)
-    for _ in service.index_paths():
+    service.library.add_root(folder)
+    for _ in service.library.index():
         pass
     return service
 
 
 @pytest.fixture
-def viewer(qtbot, library: FakeService) -> Viewer:
+def viewer(qtbot, library: Workspace) -> Viewer:
     pool = QThreadPool.globalInstance()
     cache = ThumbnailCache(pool)
     cache.set_service(library)
@@ -53,9 +54,9 @@ def viewer(qtbot, library: FakeService) -> Viewer:
     return viewer
 
 
-def hit_of(service: FakeService, name: str, frame: int | None = None) -> SearchHit:
+def hit_of(service: Workspace, name: str, frame: int | None = None) -> SearchHit:
     media_id = next(i for i, e in service._entries.items() if e.media.path.name.startswith(name))
-    media = service.media(media_id)
+    media = service.library.media(media_id)
     return SearchHit(media_id, str(media.path), media.kind, 0.0, frame=frame)
 
 
@@ -64,7 +65,7 @@ def key(qtbot, viewer: Viewer, which: Qt.Key, modifiers=Qt.KeyboardModifier.NoMo
     qtbot.keyClick(viewer.picture, which, modifiers)
 
 
-def open_photo(qtbot, viewer: Viewer, library: FakeService) -> None:
+def open_photo(qtbot, viewer: Viewer, library: Workspace) -> None:
     viewer.show_hit(hit_of(library, "camera"))
     qtbot.waitUntil(lambda: viewer.picture.pixmap() is not None, timeout=5000)
 
@@ -270,7 +271,7 @@ def test_a_gif_pauses_and_seeks_both_ways(qtbot, viewer, library) -> None:
 
 
 @pytest.fixture
-def dated(tmp_path: Path) -> FakeService:
+def dated(tmp_path: Path) -> Workspace:
     """Three photos modified in the order a, b, c; taken: a in 2014, c (no EXIF: its mtime, 2019), b in 2022."""
     import os
     from datetime import datetime
@@ -287,7 +288,7 @@ def dated(tmp_path: Path) -> FakeService:
     return indexed_service(tmp_path / "fake-dated", folder)
 
 
-def test_the_library_sorts_by_date_taken(qtbot, dated: FakeService) -> None:
+def test_the_library_sorts_by_date_taken(qtbot, dated: Workspace) -> None:
     from tests.gui.conftest import shown_window
     from tests.gui.test_browse import choose, names, wait_listed
 
@@ -307,7 +308,7 @@ def test_the_library_sorts_by_date_taken(qtbot, dated: FakeService) -> None:
         window.shutdown()
 
 
-def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: FakeService) -> None:
+def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: Workspace) -> None:
     """Issue #44: the order picked in the browse bar was forgotten at a restart."""
     from app.settings import settings_file
     from tests.gui.conftest import shown_window
@@ -332,7 +333,7 @@ def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: FakeService
         second.shutdown()
 
 
-def test_a_saved_sort_this_version_does_not_offer_lists_newest_first(qtbot, dated: FakeService) -> None:
+def test_a_saved_sort_this_version_does_not_offer_lists_newest_first(qtbot, dated: Workspace) -> None:
     from app.settings import GuiSettings
     from tests.gui.conftest import shown_window
     from tests.gui.test_browse import names, wait_listed
