@@ -44,12 +44,16 @@ def gui_thread_collection(qapp) -> Iterator[None]:
 
 
 def tiny_models() -> dict[str, Path]:
-    """A tiny real PVSE (K=2 heads) and PCME export over the stand-in's features, made once per test run."""
+    """A tiny real PVSE (K=2 heads) and PCME export over the stand-in's features, made once per test run; beside
+    them one export per method the fake trainer (tests/gui/fake_trainer.py) hands in as a finished run's."""
     if not _MODELS:
         root = Path(tempfile.mkdtemp(prefix="polyseek-tiny-models-"))
         atexit.register(shutil.rmtree, root, True)
         _MODELS[PVSE] = export_tiny_model("pvse", root / PVSE, {"rsum": 301.5}, num_embeds=2)
         _MODELS[PCME] = export_tiny_model("pcme", root / PCME, {"rsum": 288.0})
+        for method in ("vse", "pvse", "pcme", "a3vse"):
+            export_tiny_model(method, root / "trainer" / method, **({"num_embeds": 2} if method == "pvse" else {}))
+        os.environ["FAKE_TRAINER_EXPORTS"] = str(root / "trainer")
     return _MODELS
 
 

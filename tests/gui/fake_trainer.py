@@ -7,7 +7,8 @@ checkpoint, and the "stopped" event says nothing is resumable). Like the real tr
 end of every epoch (``trainer_state.json`` naming ``last-*.safetensors`` and ``optimizer-*.pt``, as
 ``trainer.checkpoint`` does), and SIGTERM stops it after the current step with a "stopped" event, a checkpoint that
 ``--resume`` continues from, and exit status 143. ``FAKE_TRAINER_IGNORE_TERM=1`` makes it a trainer too busy to
-answer SIGTERM (it must be killed). A finished run writes ``config.json`` and ``metrics.json``.
+answer SIGTERM (it must be killed). A finished run writes ``config.json`` and ``metrics.json`` and, from
+``FAKE_TRAINER_EXPORTS/<method>`` (tests/gui/conftest.py: ``tiny_models``), a real tiny export of that method.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -109,6 +111,9 @@ def main() -> int:
     final = {**metrics(total), "split": args.val_split, "method": args.method}
     (out / "metrics.json").write_text(json.dumps(final))
     (out / "config.json").write_text(json.dumps({"method": args.method}))
+    exports = Path(os.environ.get("FAKE_TRAINER_EXPORTS", "/nonexistent")) / args.method / "onnx"
+    if exports.is_dir():
+        shutil.copytree(exports, out / "onnx", dirs_exist_ok=True)
     print(json.dumps({"event": "done", "model_dir": str(out), "val": final}), flush=True)
     return 0
 
