@@ -50,11 +50,13 @@ def _cells(box: ComparisonBox, row: int) -> list[str]:
 
 
 def test_the_form_shows_the_epochs_a_warm_start_trains(qtbot, tmp_path: Path, service: Workspace) -> None:
-    folder = service.workdir / "tiny-pvse"  # a trained model with weights: a retrain warm-starts from it
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.safetensors").write_bytes(b"weights")
-    (folder / "config.json").write_text('{"method": "pvse"}')
-    service.models.activate("tiny-pvse")
+    import shutil
+
+    from tests.gui.conftest import PVSE, tiny_models
+
+    folder = shutil.copytree(tiny_models()[PVSE], tmp_path / "trained-pvse")  # a trained model with weights:
+    (folder / "model.safetensors").write_bytes(b"weights")  # a retrain warm-starts from it
+    service.models.activate(str(folder))
     dlg = TrainingDialog(FAKE_TRAINER, tmp_path / "models", "", service=service)
     qtbot.addWidget(dlg)
     dlg.set_source(SOURCE_LIBRARY)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.widgets.training import METHOD_DESCRIPTIONS, METHODS, SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog
 from engine.workspace import Workspace
+from tests.gui.conftest import media_ids
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
 
@@ -42,7 +43,7 @@ def test_the_gui_describes_exactly_the_trainers_methods() -> None:
 
 
 def test_a_reopened_dialog_starts_clean(qtbot, window, service: Workspace) -> None:
-    for media_id in sorted(service._entries)[:3]:
+    for media_id in media_ids(service)[:3]:
         service.annotations.add_caption(media_id, f"item {media_id}")
     window.settings.trainer_command = FAKE_TRAINER
     dialog = window.open_training()
@@ -66,7 +67,7 @@ def test_a_reopened_dialog_starts_clean(qtbot, window, service: Workspace) -> No
 
 def test_a_reopened_dialog_offers_an_unfinished_run(qtbot, window, service: Workspace, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_TRAINER_STEP_S", "0.2")
-    for media_id in sorted(service._entries)[:3]:
+    for media_id in media_ids(service)[:3]:
         service.annotations.add_caption(media_id, f"item {media_id}")
     window.settings.trainer_command = FAKE_TRAINER
     dialog = window.open_training()

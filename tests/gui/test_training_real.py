@@ -2,8 +2,8 @@
 
 The ``test`` preset shrinks every layer, so a run is a few seconds (mostly feature extraction with the
 prepared ONNX assets); the engine's retraining job, the trainer's events, plots, cancel with a resumable
-checkpoint, resume, registration and the comparison are all the real thing. The library is the FakeService,
-whose ``evaluate_on`` measures both models on the same validation split.
+checkpoint, resume, registration and the comparison are all the real thing. So is the library: a workspace over
+the prepared assets (the features the trainer's model reads), which measures both models on the same split.
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ def toy(tmp_path: Path, assets_dir: Path) -> Path:
     folder = tmp_path / "toy"
     make_toy_photo_folder(folder, 24, seed=1, dev_fraction=0.25)
     return folder
+
+
+@pytest.fixture
+def service(assets_dir: Path):
+    """An empty library over the real assets: the trainer's model reads the real backbone's features."""
+    ws = Workspace.open("real-training", assets_dir)
+    yield ws
+    ws.close()
 
 
 @pytest.fixture
@@ -77,8 +85,7 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     assert dict(dlg.rsums)[metrics["best_epoch"]] == pytest.approx(metrics["rsum"])  # the kept epoch's figures
     comparison = ready.args[0]
     assert comparison.split == "dev" and comparison.data == toy
-    # both models measured by the one evaluation path (the service's evaluate_on) on the same dev split
-    assert ("evaluate_on", (str(toy), "dev", comparison.new_name)) in service.calls
+    # both models measured by the one evaluation path (the workspace's) on the same dev split
     assert comparison.new == service.models.evaluate(toy, "dev", comparison.new_name)
     assert comparison.old["n_media"] == comparison.new["n_media"] == metrics["n_media"] == 6
     assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models.all()}
