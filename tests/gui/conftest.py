@@ -176,3 +176,17 @@ class CallLog(list):
     def named(self, name: str) -> list[dict]:
         """The arguments of each call of ``name``, in order."""
         return [args for n, args in self if n == name]
+
+    def has(self, name: str, **arguments) -> bool:
+        """Whether ``name`` was called with these arguments (and any others)."""
+        return any(all(args.get(k) == v for k, v in arguments.items()) for args in self.named(name))
+
+    def last(self, *names: str) -> tuple[str, dict]:
+        """The last call of any of ``names``."""
+        return [(n, args) for n, args in self if n in names][-1]
+
+
+@pytest.fixture
+def calls(service: Workspace, monkeypatch: pytest.MonkeyPatch) -> CallLog:
+    """What the window asks ``service`` for from now on (every part method of :data:`_FLAT`)."""
+    return CallLog(service, monkeypatch, *_FLAT)
