@@ -231,7 +231,7 @@ def draw_shape(colour: tuple[int, int, int], shape: str, size: int = 96, shift: 
 
 def make_media_folder(folder: Path, n_images: int = 8, n_gifs: int = 2, video: bool = True,
                       broken: bool = True) -> Path:
-    """Stills ``<colour>_<shape>_<i>.png``, GIFs of a bouncing ball, an MP4 of a sliding blue square and a file
+    """Stills ``<colour>_<shape>_<i>.png``, GIFs of a bouncing ball, an MP4 of a sliding blue square (then a red circle) and a file
     that is not the JPEG it says it is."""
     import cv2
 
@@ -248,8 +248,9 @@ def make_media_folder(folder: Path, n_images: int = 8, n_gifs: int = 2, video: b
     if video:
         writer = cv2.VideoWriter(str(folder / "sliding_blue_square.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 8.0,
                                  (96, 96))
-        for s in range(-12, 13, 2):
-            writer.write(np.asarray(draw_shape(COLOURS["blue"], "square", shift=s))[:, :, ::-1].copy())
+        for s in range(-12, 13, 2):  # two shots: the blue square slides in, then a red circle stands there
+            frame = draw_shape(COLOURS["blue"], "square", shift=s) if s < 2 else draw_shape(COLOURS["red"], "circle")
+            writer.write(np.asarray(frame)[:, :, ::-1].copy())
         writer.release()
     if broken:
         (folder / "broken_photo.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")

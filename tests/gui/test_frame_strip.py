@@ -84,5 +84,5 @@ def test_clicking_a_frame_of_a_video_opens_the_viewer_at_that_frame(qtbot, windo
     # decoded by OpenCV, or (when it cannot read the file) its preview frames: either way the clicked one first, of
     # the frames that source has (OpenCV's count of the file's frames, or the previews')
     qtbot.waitUntil(lambda: viewer.opened_at is not None and viewer._clip_length > 0, timeout=5000)
-    assert viewer._clip_length in (len(service._entry(hit.media_id).frames), frame_count(hit.path))
+    assert viewer._clip_length in (len(service.library.preview_frames(hit.media_id)), frame_count(hit.path))
     assert viewer.opened_at == matched_frame(sample, viewer._clip_length)

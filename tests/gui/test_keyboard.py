@@ -56,7 +56,8 @@ def test_ctrl_arrows_step_through_results_from_the_search_box(qtbot, window) -> 
     assert window.search_bar.edit.text() == "square"
 
 
-def test_ctrl_e_then_enter_captions_the_current_item_not_the_query(qtbot, window, service: Workspace) -> None:
+def test_ctrl_e_then_enter_captions_the_current_item_not_the_query(qtbot, window, service: Workspace,
+                                                                   calls) -> None:
     start_typing_a_query(qtbot, window, "red")
     first = window.results.current_hit()
     press(qtbot, Qt.Key.Key_E, CTRL)
@@ -64,9 +65,9 @@ def test_ctrl_e_then_enter_captions_the_current_item_not_the_query(qtbot, window
     type_text(qtbot, "a red ball")
     press(qtbot, Qt.Key.Key_Return)
     settle(qtbot, window)
-    assert ("add_caption", (first.media_id, "a red ball")) in service.calls
+    assert calls.has("annotations.add_caption", media_id=first.media_id, text="a red ball")
     assert window.search_bar.edit.text() == "red"  # the caption never became part of the query
-    assert sum(1 for name, _ in service.calls if name == "search_text") == 1  # and never ran as a search
+    assert len(calls.named("search.text")) == 1  # and never ran as a search
     assert row(window) == 1  # Enter moved on
     assert focused() is window.annotate.caption_edit  # ready for the next caption
 
