@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
 
 import atexit  # noqa: E402
+import functools  # noqa: E402
 import inspect  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
@@ -166,6 +167,7 @@ class CallLog(list):
             replace_call(ws, monkeypatch, name, lambda real, name=name, sig=signature: self._recording(name, sig, real))
 
     def _recording(self, name: str, signature: inspect.Signature, real):
+        @functools.wraps(real)  # its signature too: the app's workers look for a ``cancel`` parameter
         def call(*args, **kwargs):
             bound = signature.bind(None, *args, **kwargs)  # None: the part itself
             bound.apply_defaults()

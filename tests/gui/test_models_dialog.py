@@ -50,24 +50,25 @@ def active(service: Workspace) -> str:
 
 
 def test_rename_keeps_the_model_active_and_refuses_a_taken_name(qtbot, window, service: Workspace,
-                                                                monkeypatch) -> None:
+                                                                monkeypatch, calls) -> None:
     service.models.activate("tiny-pvse")
     search(qtbot, window, "red")
     dialog = open_dialog(qtbot, window, service)
     select(dialog, "tiny-pvse")
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("  holiday   photos ", True))
-    searches = sum(name == "search_text" for name, _ in service.calls)
+    searches = len(calls.named("search.text"))
     dialog.rename_button.click()
     qtbot.waitUntil(lambda: "holiday photos" in names(dialog), timeout=3000)
-    qtbot.waitUntil(lambda: sum(name == "search_text" for name, _ in service.calls) > searches, timeout=3000)
+    qtbot.waitUntil(lambda: len(calls.named("search.text")) > searches, timeout=3000)
     assert active(service) == "holiday photos" and "tiny-pvse" not in names(dialog)
     assert dialog.selected_name() == "holiday photos"  # the selection follows the model
     # the rename is awaited off the GUI thread (app/tasks.py): its message may follow the refreshed list
     qtbot.waitUntil(lambda: "Renamed tiny-pvse to holiday photos" in dialog.status.text(), timeout=3000)
-    calls = len(service.calls)
+    before = len(calls)
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("tiny-pcme", True))
     dialog.rename_button.click()
-    assert "exists already" in dialog.status.text() and len(service.calls) == calls
+    assert "exists already" in dialog.status.text() and len(calls) == before
+    assert {"holiday photos", "tiny-pcme"} <= {m.name for m in service.models.all()}
     select(dialog, "zero-shot")
     assert not dialog.rename_button.isEnabled() and not dialog.delete_button.isEnabled()
 
@@ -109,8 +110,11 @@ def test_revert_steps_back_to_the_previous_model_then_zero_shot(qtbot, window, s
 
 
 def test_the_starter_stays(qtbot, window, service: Workspace, tmp_path) -> None:
-    (tmp_path / "starter-abc").mkdir()
-    service.models.register(tmp_path / "starter-abc", "starter")
+    import shutil
+
+    from tests.gui.conftest import PVSE, tiny_models
+
+    service.models.register(shutil.copytree(tiny_models()[PVSE], tmp_path / "starter-abc"), "starter")
     dialog = open_dialog(qtbot, window, service)
     select(dialog, "starter")
     assert dialog.activate_button.isEnabled()
@@ -125,7 +129,11 @@ def test_a_model_switched_by_another_process_shows_when_the_window_comes_back(qt
 
     qtbot.waitUntil(lambda: window.search_bar.model_combo.count() > 0, timeout=3000)
     assert window.search_bar.model_combo.currentData() != "tiny-pcme"
-    service._active = "tiny-pcme"  # another process wrote the catalog: this process is not told
+    from engine.library.catalog import Catalog
+
+    other = Catalog(service.catalog.path)  # another process wrote the catalog: this process is not told
+    other.set_active_model("tiny-pcme")
+    other.close()
     window._application_state_changed(Qt.ApplicationState.ApplicationInactive)  # away: nothing read
     window._application_state_changed(Qt.ApplicationState.ApplicationActive)  # back to the window
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pcme", timeout=3000)

@@ -16,8 +16,17 @@ def active_column(dialog) -> int:
     return next(c for c in range(dialog.table.columnCount()) if header(c).text() == "Active")
 
 
-def test_the_active_column_stays_in_view_after_make_active(qtbot, window, service: Workspace) -> None:
-    service._models = [(name, method, LONG) for name, method, _ in service._models]
+def test_the_active_column_stays_in_view_after_make_active(qtbot, window, service: Workspace, tmp_path) -> None:
+    import json
+    import shutil
+
+    from tests.gui.conftest import tiny_models
+
+    for name, folder in tiny_models().items():  # the same models, with long figures
+        copy = shutil.copytree(folder, tmp_path / name)
+        (copy / "metrics.json").write_text(json.dumps(LONG))
+        service.models.delete(name)
+        service.models.register(copy, name)
     dialog = open_dialog(qtbot, window, service)
     dialog.resize(720, 360)
     qtbot.waitExposed(dialog)

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFileDialog
 import app.widgets.library as library_module
 from app.settings import GuiSettings, settings_file
 from engine.workspace import Workspace
+from tests.gui.conftest import media_ids
 from tests.standins import make_media_folder
 
 
@@ -39,7 +40,7 @@ def test_folders_are_listed_added_and_removed(qtbot, window, service: Workspace,
     assert extra in service.library.roots()
     qtbot.waitUntil(lambda: window.library.roots_list.count() == 2, timeout=3000)  # the side panel too
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)  # and it was indexed
-    assert any(extra.resolve() in path.parents for path in service._by_path)
+    assert any(extra.resolve() in service.library.media(m).path.parents for m in media_ids(service))
 
     asked: list[str] = []
     monkeypatch.setattr(library_module, "ask", lambda parent, title, text: asked.append(text) or False)
@@ -62,7 +63,7 @@ def test_the_model_device_and_cutoff_apply_on_ok(qtbot, window, service: Workspa
     dialog.device.setCurrentIndex(dialog.device.findData("cpu"))
     dialog.cutoff.setValue(0.4)
     dialog.accept()
-    qtbot.waitUntil(lambda: service._active == "tiny-pcme", timeout=3000)
+    qtbot.waitUntil(lambda: [m.name for m in service.models.all() if m.active] == ["tiny-pcme"], timeout=3000)
     assert GuiSettings().training_device == "cpu" and GuiSettings().cutoff_percent == 40
     assert window.search_bar.cutoff.value() == 40
     training = window.open_training()
@@ -71,13 +72,13 @@ def test_the_model_device_and_cutoff_apply_on_ok(qtbot, window, service: Workspa
     training.close()
 
 
-def test_cancel_changes_nothing(qtbot, window, service: Workspace) -> None:
+def test_cancel_changes_nothing(qtbot, window, service: Workspace, calls) -> None:
     dialog = window.open_preferences()
     dialog.device.setCurrentIndex(dialog.device.findData("cuda"))
     dialog.cutoff.setValue(0.9)
     dialog.reject()
     assert GuiSettings().training_device == "auto" and GuiSettings().cutoff_percent == 0
-    assert not any(name == "set_active_model" for name, _ in service.calls)
+    assert not calls.named("models.activate")
 
 
 def test_add_folder_opens_beside_the_librarys_folders_not_where_the_app_was_started(
