@@ -164,6 +164,9 @@ class StandinEncoders(Encoders):
 
         yield Progress(0, 100, PREPARE_MESSAGE)
         if self.gate is not None:
+            time.sleep(0.3)  # the GUI shows at most a few progress records a second
+        yield Progress(40, 100, PREPARE_MESSAGE)
+        if self.gate is not None:
             self.gate.wait(30)
         self.prepared = True
         yield Progress(100, 100, PREPARE_MESSAGE)

@@ -11,21 +11,25 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.main import DEMO_ACTIVITY
-from tests.gui.conftest import shown_window
+from tests.gui.conftest import CallLog, open_workspace, shown_window
+from tests.standins import StandinEncoders
 
 
 @pytest.fixture
-def first_start(qtbot, tmp_path: Path, media_folder: Path):
-    fake = FakeService(tmp_path / "fake")
-    fake.add_root(media_folder)
-    gate = threading.Event()
-    fake.missing_assets(gate)
-    win = shown_window(qtbot, fake)
+def first_start(qtbot, tmp_path: Path, media_folder: Path, monkeypatch):
+    """A fresh home: the assets are missing until the next index run has prepared them, once ``gate`` is set."""
+    encoders = StandinEncoders(prepared=False)
+    encoders.gate = gate = threading.Event()
+    service = open_workspace("first", encoders, models=False)
+    service.library.add_root(media_folder)
+    calls = CallLog(service, monkeypatch, "search.text")
+    win = shown_window(qtbot, service)
     failures: list[str] = []
     win.results_model.search_failed.connect(failures.append)
-    yield win, fake, gate, failures
+    yield win, calls, gate, failures
     gate.set()
     win.shutdown()
+    service.close()
 
 
 def type_query(qtbot, win, text: str) -> None:
@@ -34,7 +38,7 @@ def type_query(qtbot, win, text: str) -> None:
 
 
 def test_a_search_typed_while_the_assets_are_prepared_runs_when_they_are_ready(qtbot, first_start) -> None:
-    win, fake, gate, failures = first_start
+    win, calls, gate, failures = first_start
     win.library.index()
     qtbot.waitUntil(lambda: win.library.last_progress is not None and win.library.last_progress.done == 40,
                     timeout=5000)
@@ -45,7 +49,7 @@ def test_a_search_typed_while_the_assets_are_prepared_runs_when_they_are_ready(q
     assert win.library.progress.isVisible()  # the preparation's progress in view
     qtbot.wait(200)
     assert not failures and not win.statusBar().currentMessage().startswith("Search failed")
-    assert not any(call == "search_text" for call, _ in fake.calls)  # held, not tried and failed
+    assert not calls.named("search.text")  # held, not tried and failed
     gate.set()
     qtbot.waitUntil(lambda: win.results_model.rowCount() > 0 and not win.results_model.is_loading, timeout=10000)
     assert win.session.query == "red circle"
@@ -55,7 +59,7 @@ def test_a_search_typed_while_the_assets_are_prepared_runs_when_they_are_ready(q
 
 def test_a_search_typed_before_the_first_index_run_starts_waits_too(qtbot, first_start) -> None:
     """The demo library is being set up: the index run (and the preparation) has not started yet."""
-    win, fake, gate, failures = first_start
+    win, calls, gate, failures = first_start
     qtbot.waitUntil(lambda: win.results_model.rowCount() > 0 or not win.results_model.is_loading, timeout=5000)
     win.state.set_activity(DEMO_ACTIVITY)
     type_query(qtbot, win, "blue square")
@@ -69,7 +73,7 @@ def test_a_search_typed_before_the_first_index_run_starts_waits_too(qtbot, first
 
 
 def test_with_nothing_preparing_the_assets_a_search_still_fails_and_says_why(qtbot, first_start) -> None:
-    win, _fake, _gate, failures = first_start
+    win, _calls, _gate, failures = first_start
     type_query(qtbot, win, "red circle")
     qtbot.waitUntil(lambda: bool(failures), timeout=5000)
     assert "polyseek prepare" in failures[0]

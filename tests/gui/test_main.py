@@ -71,7 +71,9 @@ def test_open_service_names_the_missing_engine(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_first_start_opens_the_library_and_indexes_the_demo(qtbot, tmp_path: Path) -> None:
-    fake = FakeService(tmp_path / "fake")
+    from tests.gui.conftest import open_workspace
+
+    fake = open_workspace("default", models=False)
     demo = make_media_folder(tmp_path / "demo", n_images=3, n_gifs=1, video=False, broken=False)
     window = MainWindow(GuiSettings())
     qtbot.addWidget(window)
@@ -79,10 +81,11 @@ def test_first_start_opens_the_library_and_indexes_the_demo(qtbot, tmp_path: Pat
     with qtbot.waitSignal(window.library.indexing_finished, timeout=5000):
         app_main.Startup(window, "default", True, opener=lambda name: fake, demo=lambda: demo).start()
     assert window.service is fake and window.search_bar.isEnabled()
-    assert fake.roots() == [demo.resolve()]
-    assert fake.counts() == {"image": 3, "animation": 1, "video": 0, "failed": 0, "total": 4}
+    assert fake.library.roots() == [demo.resolve()]
+    assert fake.library.counts() == {"image": 3, "animation": 1, "failed": 0, "pending": 0, "missing": 0, "total": 4}
     assert window.settings.demo_offered
     window.shutdown()
+    fake.close()
 
 
 def test_failing_to_open_shows_the_reason(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
