@@ -59,12 +59,12 @@ class StandinBackbone:
     id = "standin-colour-shape"
     image_size = 56
 
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.delay_s = delay_s  # a slow machine: seconds per picture
+    def __init__(self, encoders: StandinEncoders | None = None) -> None:
+        self._encoders = encoders  # its ``delay_s``: a slow machine, seconds per picture
 
     def __call__(self, images: np.ndarray) -> BackboneOutput:
-        if self.delay_s:
-            time.sleep(self.delay_s * len(images))
+        if self._encoders is not None and self._encoders.delay_s:
+            time.sleep(self._encoders.delay_s * len(images))
         parts = [_see(image) for image in images]
         return BackboneOutput(*(np.stack([p[i] for p in parts]) for i in range(7)))
 
@@ -183,7 +183,7 @@ class StandinEncoders(Encoders):
     @property
     def backbone(self):
         self._require()
-        return self._get("backbone", lambda: StandinBackbone(self.delay_s))
+        return self._get("backbone", lambda: StandinBackbone(self))
 
     @property
     def class_names(self) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
-from tests.gui.conftest import indexed_service, shown_window
+from tests.gui.conftest import indexed_service, replace_call, shown_window
 from tests.standins import make_media_folder
 
 
@@ -20,7 +20,7 @@ def header_count(window) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def test_a_search_rerun_after_indexing_keeps_its_grid_and_selection(qtbot, tmp_path: Path) -> None:
+def test_a_search_rerun_after_indexing_keeps_its_grid_and_selection(qtbot, tmp_path: Path, monkeypatch) -> None:
     service = indexed_service(tmp_path / "fake", make_media_folder(tmp_path / "a", n_images=8, n_gifs=0,
                                                                    video=False, broken=False))
     window = shown_window(qtbot, service)
@@ -30,16 +30,16 @@ def test_a_search_rerun_after_indexing_keeps_its_grid_and_selection(qtbot, tmp_p
                         timeout=5000)
         window.results.select_row(2)
         chosen = window.results.current_hit().media_id
-        slow = service.search_text  # the re-run's first page takes a moment, as on a big library
-
-        def search_text(*args, **kwargs):
-            time.sleep(0.3)
-            return slow(*args, **kwargs)
-        service.search_text = search_text
+        def slowly(search):  # the re-run's first page takes a moment, as on a big library
+            def text(*args, **kwargs):
+                time.sleep(0.3)
+                return search(*args, **kwargs)
+            return text
+        replace_call(service, monkeypatch, "search.text", slowly)
         rows: list[int] = []  # the grid's length, sampled while the re-run is on its way
         sampler = QTimer(interval=5)
         sampler.timeout.connect(lambda: rows.append(window.results_model.rowCount()))
-        service.index_delay_s = 0.02
+        service.encoders.delay_s = 0.02  # a slow machine's backbone
         with qtbot.waitSignal(window.library.indexing_finished, timeout=10000):
             window.library.add_folder(make_media_folder(tmp_path / "b", n_images=4, n_gifs=0, video=False,
                                                         broken=False))
@@ -59,8 +59,9 @@ def test_browsing_shows_items_as_they_are_indexed_and_both_headers_agree(qtbot, 
     window = shown_window(qtbot, service)
     try:
         qtbot.waitUntil(lambda: window.results_model.rowCount() == 4, timeout=5000)
-        service.index_delay_s = 0.08
-        window.library.add_folder(make_media_folder(tmp_path / "b", n_images=40, n_gifs=0, video=False,
+        service.encoders.delay_s = 0.05
+        # three of the indexer's batches of 32 (engine.library.indexer.BATCH), each committed as it is done
+        window.library.add_folder(make_media_folder(tmp_path / "b", n_images=70, n_gifs=0, video=False,
                                                     broken=False))
         # while the job runs, the listing grows with what is indexed (it waited for the job's end)
         qtbot.waitUntil(lambda: window.library.is_indexing and window.results_model.rowCount() > 10, timeout=10000)
@@ -73,6 +74,6 @@ def test_browsing_shows_items_as_they_are_indexed_and_both_headers_agree(qtbot, 
         with qtbot.waitSignal(window.library.indexing_finished, timeout=20000):
             pass
         qtbot.waitUntil(agree, timeout=5000)
-        assert header_count(window) == 44
+        assert header_count(window) == 74
     finally:
         window.shutdown()

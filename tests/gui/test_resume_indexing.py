@@ -9,20 +9,23 @@ from pathlib import Path
 import pytest
 
 import app.widgets.library as library_module
-from tests.gui.conftest import shown_window
-from tests.standins import make_media_folder
+from engine.workspace import Workspace
+from tests.gui.conftest import open_workspace, shown_window
+from tests.standins import StandinEncoders, make_media_folder
 
 RESUMING = "Resuming indexing"  # app.widgets.library.RESUMING
 
 
-def interrupted_library(tmp_path: Path, qtbot, n: int = 24) -> tuple[FakeService, Path]:
-    """A fake library whose indexing stopped part way (as a quit leaves it): some items indexed, the rest pending."""
-    service = FakeService(tmp_path / "fake", index_delay_s=0.03)
+def interrupted_library(tmp_path: Path, qtbot, n: int = 70) -> tuple[Workspace, Path]:
+    """A library whose indexing stopped part way (as a quit leaves it): some items indexed, the rest pending (the
+    indexer commits batches of 32)."""
+    service = open_workspace("interrupted", StandinEncoders(delay_s=0.01), models=False)
     folder = make_media_folder(tmp_path / "media", n_images=n, n_gifs=0, video=False, broken=False)
     service.library.add_root(folder)
     run = service.library.index()
-    for _ in range(6):
-        next(run)
+    for _ in run:
+        if service.library.counts().get("image", 0):
+            break
     run.close()  # stopped mid-run, as the app's quit cancels it
     assert 0 < service.library.counts()["pending"] < n
     return service, folder
@@ -47,7 +50,7 @@ def test_a_restart_resumes_the_items_left_pending_with_progress(qtbot, tmp_path:
 
 
 def test_a_library_with_nothing_pending_does_not_index_at_start(qtbot, tmp_path: Path) -> None:
-    service = FakeService(tmp_path / "fake")
+    service = open_workspace("three", models=False)
     service.library.add_root(make_media_folder(tmp_path / "media", n_images=3, n_gifs=0, video=False, broken=False))
     for _ in service.library.index():
         pass
@@ -62,7 +65,7 @@ def test_a_library_with_nothing_pending_does_not_index_at_start(qtbot, tmp_path:
 
 def test_quitting_while_indexing_asks_and_says_it_resumes_next_start(
         qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    service, _ = interrupted_library(tmp_path, qtbot, n=60)
+    service, _ = interrupted_library(tmp_path, qtbot, n=100)
     asked: list[str] = []
     answer = [False]
     monkeypatch.setattr(library_module, "ask", lambda _parent, _title, text: (asked.append(text), answer[0])[1])
