@@ -110,8 +110,9 @@ def service(tmp_path: Path, media_folder: Path) -> Iterator[Workspace]:
 
 
 @pytest.fixture
-def window(qtbot, service: Workspace) -> Iterator:
-    """A main window over the indexed workspace, closed (and its workers drained) after the test."""
+def window(qtbot, service: Workspace, calls) -> Iterator:
+    """A main window over the indexed workspace (what it asks the workspace for logged in ``calls`` from its
+    start), closed (and its workers drained) after the test."""
     win = shown_window(qtbot, service)
     yield win
     win.shutdown()
@@ -130,6 +131,16 @@ def media_ids(ws: Workspace) -> list[int]:
     return sorted(int(m) for m in ws.catalog.media_ids())
 
 
+def active_model(ws: Workspace) -> str:
+    """The name of the library's active model (``zero-shot`` when none is)."""
+    return next(m.name for m in ws.models.all() if m.active)
+
+
+def by_path(ws: Workspace, path: Path | str) -> int:
+    """The id of the indexed item at ``path``."""
+    return ws.catalog.media_by_path(Path(path).resolve()).id
+
+
 def by_name(ws: Workspace, name: str) -> int:
     """The id of the one indexed item whose file name starts with ``name``."""
     (found,) = [m for m in media_ids(ws) if ws.library.media(m).path.name.startswith(name)]
@@ -143,7 +154,8 @@ _FLAT = {"search.text": "search_text", "search.example": "search_media", "search
          "annotations.import_file": "import_annotations", "annotations.suggest": "suggest_annotations",
          "models.activate": "set_active_model", "models.register": "register_model",
          "models.evaluate": "evaluate_on", "models.training_set": "export_training_set",
-         "annotations.states": "annotation_states"}
+         "annotations.states": "annotation_states", "annotations.suggestion_policy": "suggestion_policy",
+         "models.switch": "switch_model"}
 
 
 def replace_call(ws: Workspace, monkeypatch: pytest.MonkeyPatch, name: str, make) -> None:
@@ -179,9 +191,9 @@ class CallLog(list):
         """The arguments of each call of ``name``, in order."""
         return [args for n, args in self if n == name]
 
-    def has(self, name: str, **arguments) -> bool:
-        """Whether ``name`` was called with these arguments (and any others)."""
-        return any(all(args.get(k) == v for k, v in arguments.items()) for args in self.named(name))
+    def has(self, method: str, /, **arguments) -> bool:
+        """Whether ``method`` was called with these arguments (and any others)."""
+        return any(all(args.get(k) == v for k, v in arguments.items()) for args in self.named(method))
 
     def last(self, *names: str) -> tuple[str, dict]:
         """The last call of any of ``names``."""

@@ -1,5 +1,5 @@
 """What to annotate next (pick, annotate, move on), annotation import / export from the File menu, and
-switching to a newly trained model (FakeService)."""
+switching to a newly trained model (the real workspace)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from app.mainwindow import MainWindow
 from app.settings import GuiSettings
 from app.widgets.annotate import TICK
 from engine.library.captionfolder import load_caption_folder
+from tests.gui.conftest import active_model, by_path, media_ids, open_workspace, replace_call
 from tests.gui.test_annotate import captions_shown, settle
 from tests.gui.test_search import search
 
@@ -22,20 +23,22 @@ def loaded_suggestions(qtbot, window) -> list[int]:
     return window.annotate.suggested_ids()
 
 
-def test_suggestions_list_the_uncaptioned_items_the_service_ranks_first(qtbot, window, service) -> None:
+def test_suggestions_list_the_uncaptioned_items_the_service_ranks_first(qtbot, window, service, calls) -> None:
     ids = loaded_suggestions(qtbot, window)
-    assert ids == [media_id for media_id, _ in service.annotations.suggest(20, "auto")]
-    assert ("suggest_annotations", (20, "auto")) in service.calls
+    # no model active: a random sample (drawn afresh each time), of every uncaptioned item
+    assert sorted(ids) == sorted(media_id for media_id, _ in service.annotations.suggest(20, "auto"))
+    assert sorted(ids) == media_ids(service)
+    assert calls.has("annotations.suggest", n=20, policy="auto")
     panel = window.annotate
     first = panel.suggestions.item(0)
     assert Path(service.library.media(ids[0]).path).name in first.toolTip()  # the name is in the tooltip, not the list
     assert first.text() == ""
     qtbot.waitUntil(lambda: all(panel.suggestion_shows_thumbnail(r) for r in range(len(ids))), timeout=5000)
-    # no model active in the fake: a random sample, and the heading says so
+    # no model active: a random sample, and the heading says so
     assert panel.suggestion_policy == "random" and "random sample" in panel.suggest_heading.text()
 
 
-def test_clicking_a_suggestion_selects_it_and_enter_moves_to_the_next_one(qtbot, window, service) -> None:
+def test_clicking_a_suggestion_selects_it_and_enter_moves_to_the_next_one(qtbot, window, service, calls) -> None:
     ids = loaded_suggestions(qtbot, window)
     panel = window.annotate
     item = panel.suggestions.item(0)
@@ -48,7 +51,8 @@ def test_clicking_a_suggestion_selects_it_and_enter_moves_to_the_next_one(qtbot,
     qtbot.keyClick(panel.caption_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: panel.hit is not None and panel.hit.media_id == ids[1], timeout=5000)
     settle(qtbot, window)
-    assert ("add_caption", (ids[0], "a novel thing")) in service.calls
+    assert calls.has("annotations.add_caption", media_id=ids[0], text="a novel thing")
+    assert "a novel thing" in [c.text for c in service.annotations.captions(ids[0])]
     assert panel.suggestions.item(0).text().startswith(TICK)
     assert panel.suggestions.currentRow() == 1
 
@@ -88,9 +92,9 @@ def test_annotations_export_and_import_into_another_library(qtbot, window, servi
         data = json.loads(dest.read_text())
         assert len(data["images"]) == 1 and len(data["annotations"]) == 2
     # a second library over the same files gets the captions back
-    other = FakeService(tmp_path / "other")
-    other.add_root(media_folder)
-    for _ in other.index_paths():
+    other = open_workspace("other", models=False)
+    other.library.add_root(media_folder)
+    for _ in other.library.index():
         pass
     win2 = MainWindow(GuiSettings(), other)
     qtbot.addWidget(win2)
@@ -98,24 +102,27 @@ def test_annotations_export_and_import_into_another_library(qtbot, window, servi
         with qtbot.waitSignal(win2.annotations_transferred, timeout=5000) as done:
             win2.import_annotations(dest)
         assert done.args == ["import", 2]
-        same = next(m for m, e in other._entries.items() if e.media.path == Path(hit.path))
-        assert sorted(c.text for c in other.captions(same)) == ["a red ball on a table", "something round and red"]
+        same = by_path(other, hit.path)
+        assert sorted(c.text for c in other.annotations.captions(same) if str(c.source) != "pseudo") == [
+            "a red ball on a table", "something round and red"]
         with qtbot.waitSignal(win2.annotations_transferred, timeout=5000) as again:
             win2.import_annotations(dest)
         assert again.args == ["import", 0]  # nothing is doubled
     finally:
         win2.shutdown()
+        other.close()
 
 
 def test_import_refreshes_the_current_items_captions(qtbot, window, service, tmp_path: Path) -> None:
     search(qtbot, window, "red circle")
     hit = window.results.current_hit()
-    source = FakeService(tmp_path / "src")
-    source.add_root(Path(hit.path).parent)
-    for _ in source.index_paths():
+    source = open_workspace("src", models=False)
+    source.library.add_root(Path(hit.path).parent)
+    for _ in source.library.index():
         pass
-    source.add_caption(next(m for m, e in source._entries.items() if e.media.path == Path(hit.path)), "imported!")
-    source.export_annotations(tmp_path / "cf", "folder")
+    source.annotations.add_caption(by_path(source, hit.path), "imported!")
+    source.annotations.export(tmp_path / "cf", "folder")
+    source.close()
     with qtbot.waitSignal(window.annotations_transferred, timeout=5000):
         window.import_annotations(tmp_path / "cf")
     settle(qtbot, window)
@@ -138,15 +145,15 @@ def test_the_file_menu_offers_the_transfers(window) -> None:
     assert any(t.startswith("&Import annotations") for t in texts)
 
 
-def test_use_model_activates_it_and_reindexes(qtbot, window, service) -> None:
+def test_use_model_activates_it_and_reindexes(qtbot, window, service, calls) -> None:
     with qtbot.waitSignal(window.model_switched, timeout=5000) as switched:
         window.activate_and_reindex("tiny-pvse")
-    assert switched.args == ["tiny-pvse"] and service._active == "tiny-pvse"
-    assert window.library.is_indexing or any(name == "set_active_model" for name, _ in service.calls)
+    assert switched.args == ["tiny-pvse"] and active_model(service) == "tiny-pvse"
+    assert window.library.is_indexing or calls.named("models.activate")
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pvse", timeout=5000)
     # the engine's one switch (SearchService.switch_model), not a second spelling of it in the window
-    assert ("switch_model", ("tiny-pvse",)) in service.calls
+    assert calls.has("models.switch", name="tiny-pvse")
 
 
 def test_the_window_training_dialog_registers_and_switches(qtbot, window, service, tmp_path: Path) -> None:
@@ -154,7 +161,7 @@ def test_the_window_training_dialog_registers_and_switches(qtbot, window, servic
 
     from app.widgets.training import SOURCE_LIBRARY
 
-    for media_id in sorted(service._entries)[:3]:
+    for media_id in media_ids(service)[:3]:
         service.annotations.add_caption(media_id, f"item {media_id}")
     window.settings.trainer_command = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]
     dialog = window.open_training()
@@ -166,13 +173,14 @@ def test_the_window_training_dialog_registers_and_switches(qtbot, window, servic
     qtbot.waitUntil(lambda: window.search_bar.model_combo.findData(name) >= 0, timeout=5000)
     with qtbot.waitSignal(window.model_switched, timeout=5000):
         dialog.use_button.click()
-    assert service._active == name
+    assert active_model(service) == name
     assert window.settings.last_data_folder == ""  # an exported library set is not a folder to remember
 
 
 def test_unranked_suggestions_say_so_and_show_no_scores(qtbot, window, service, monkeypatch) -> None:
-    ids = sorted(service._entries)[:3]
-    monkeypatch.setattr(service, "suggest_annotations", lambda n=20, policy="auto": [(i, 0.0) for i in ids])
+    ids = media_ids(service)[:3]
+    replace_call(service, monkeypatch, "annotations.suggest", lambda real: lambda n=20, policy="auto": [
+        (i, 0.0) for i in ids])
     with qtbot.waitSignal(window.annotate.suggestions_loaded, timeout=5000):
         window.annotate.refresh_suggestions()
     panel = window.annotate
@@ -183,7 +191,7 @@ def test_unranked_suggestions_say_so_and_show_no_scores(qtbot, window, service, 
     assert all("picked at random" in panel.suggestions.item(r).toolTip() for r in range(3))
 
 
-def test_the_heading_says_why_this_order_and_follows_the_active_model(qtbot, window, service) -> None:
+def test_the_heading_says_why_this_order_and_follows_the_active_model(qtbot, window, service, calls) -> None:
     loaded_suggestions(qtbot, window)
     panel = window.annotate
     assert panel.suggestion_policy == "random"
@@ -192,7 +200,7 @@ def test_the_heading_says_why_this_order_and_follows_the_active_model(qtbot, win
         with qtbot.waitSignal(panel.suggestions_loaded, timeout=5000):  # switching the model refreshes the list
             window.activate_model(model)
         assert panel.suggestion_policy == policy and words in panel.suggest_heading.text()
-    assert ("suggestion_policy", ("auto",)) in service.calls
+    assert calls.has("annotations.suggestion_policy", policy="auto")
 
 
 def test_suggestions_refresh_when_the_library_changes(qtbot, window, service, tmp_path) -> None:
