@@ -14,9 +14,10 @@ from PySide6.QtGui import QDesktopServices, QFont, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
 from app.widgets.resultsmodel import RELEVANCE_ROLE
-from engine.types import CaptionSource, MediaKind
+from engine.types import MediaKind
 from engine.workspace import Workspace
-from tests.standins import make_media_folder
+from tests.gui.conftest import open_workspace
+from tests.standins import StandinEncoders, make_media_folder
 
 
 def listed(qtbot, window, n: int | None = None) -> None:
@@ -36,7 +37,7 @@ def test_point1_the_grid_says_the_demo_is_being_prepared_not_that_the_library_is
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
 
-    service = FakeService(tmp_path / "fake")
+    service = open_workspace("default", models=False)
     release = threading.Event()
 
     def slow_demo() -> Path:
@@ -55,6 +56,7 @@ def test_point1_the_grid_says_the_demo_is_being_prepared_not_that_the_library_is
         release.set()
     qtbot.waitUntil(lambda: window.results_model.rowCount() == 11, timeout=10000)  # then the demo's items
     window.shutdown()
+    service.close()
 
 
 @pytest.mark.slow
@@ -173,8 +175,7 @@ def test_point5_delete_caption_with_only_the_models_guess_explains(qtbot, window
     from app.widgets.annotate import GUESS_NOT_DELETABLE
 
     listed(qtbot, window)
-    hit = window.results.current_hit()
-    service.add_caption_from(hit.media_id, "a red circle on white", CaptionSource.PSEUDO)
+    hit = window.results.current_hit()  # it has only the guess indexing gave it
     window.annotate.refresh()
     qtbot.waitUntil(lambda: window.annotate.captions_list.count() == 1, timeout=3000)
     window.annotate.captions_list.setCurrentRow(0)
@@ -193,23 +194,24 @@ def test_point5_cancelled_indexing_offers_resume(qtbot, tmp_path) -> None:
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
 
-    service = FakeService(tmp_path / "fake", index_delay_s=0.05)
+    service = open_workspace("fake", StandinEncoders(delay_s=0.01), models=False)
     window = MainWindow(GuiSettings(), service)
     qtbot.addWidget(window)
     panel = window.library
-    with qtbot.waitSignal(panel.indexing_finished, timeout=5000) as finished:
-        panel.add_folder(make_media_folder(tmp_path / "media", n_images=30))
-        qtbot.waitUntil(lambda: panel.progress.value() >= 2, timeout=3000)
+    with qtbot.waitSignal(panel.indexing_finished, timeout=10000) as finished:
+        panel.add_folder(make_media_folder(tmp_path / "media", n_images=100))  # batches of 32
+        qtbot.waitUntil(lambda: service.library.counts().get("image", 0) >= 2, timeout=5000)
         panel.cancel_button.click()
     assert finished.args == ["cancelled"]
     assert panel.resume_button.isVisibleTo(panel)
     assert "Resume" in panel.progress_label.text() and "Re-index" in panel.progress_label.text()
-    service.index_delay_s = 0.0
+    service.encoders.delay_s = 0.0
     with qtbot.waitSignal(panel.indexing_finished, timeout=10000) as resumed:
         panel.resume_button.click()
-    assert resumed.args == ["done"] and service.library.counts()["image"] == 30
+    assert resumed.args == ["done"] and service.library.counts()["image"] == 100
     assert not panel.resume_button.isVisibleTo(panel)
     window.shutdown()
+    service.close()
 
 
 # --- point 6: search by example ------------------------------------------------------------------------------
@@ -272,14 +274,14 @@ def test_point7_verdict_and_caption_badges_fit_a_120px_thumbnail() -> None:
 def test_point7_the_models_guess_is_never_quoted_as_a_caption(qtbot, window, service: Workspace) -> None:
     listed(qtbot, window)
     hit = window.results.current_hit()
-    service.add_caption_from(hit.media_id, "a shape on a plain background", CaptionSource.PSEUDO)
+    guess = service.library.item(hit.media_id).guess  # the one indexing gave it
     window.search(None)
     listed(qtbot, window)
     hit = window.results_model.hit(window.results_model.row_of(hit.media_id))
-    assert hit.captions == () and hit.guess == "a shape on a plain background"
+    assert hit.captions == () and guess and hit.guess == guess
     viewer = window.open_viewer(hit)
     text = viewer.caption.text()
-    assert "“a shape on a plain background”" not in text and "Model's guess" in text
+    assert f"“{guess}”" not in text and "Model's guess" in text
 
 
 def test_point7_a_results_place_is_said_in_words_not_raw_scores(qtbot, window) -> None:
