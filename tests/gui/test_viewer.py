@@ -55,7 +55,7 @@ def test_a_gif_plays_in_the_viewer(qtbot, window) -> None:
 
 
 def test_a_video_plays_and_stops_when_the_viewer_closes(qtbot, window, service: Workspace) -> None:
-    start_typing_a_query(qtbot, window, "sliding")
+    start_typing_a_query(qtbot, window, "a blue square")  # the sliding square (a video)
     assert window.results.current_hit().kind is MediaKind.VIDEO
     open_from_the_grid(qtbot, window)
     assert window.viewer.playing_video
@@ -73,7 +73,7 @@ def test_a_stuck_video_decoder_does_not_freeze_closing_the_viewer(qtbot, window,
     release = threading.Event()
     monkeypatch.setattr(viewer, "VIDEO_STOP_WAIT_MS", 50)
     monkeypatch.setattr(viewer.VideoReader, "run", lambda self: release.wait(20))  # deaf to interruption
-    start_typing_a_query(qtbot, window, "sliding")
+    start_typing_a_query(qtbot, window, "a blue square")  # the sliding square (a video)
     open_from_the_grid(qtbot, window)
     assert window.viewer.playing_video
     press(qtbot, Qt.Key.Key_Escape)  # returns after the bounded wait, not when the decoder lets go
@@ -86,7 +86,7 @@ def test_a_stuck_video_decoder_does_not_freeze_closing_the_viewer(qtbot, window,
 def test_an_unreadable_video_falls_back_to_its_preview_frames(qtbot, window, service: Workspace,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("app.widgets.viewer.VideoReader.run", lambda self: self.failed.emit())
-    start_typing_a_query(qtbot, window, "sliding")
+    start_typing_a_query(qtbot, window, "a blue square")  # the sliding square (a video)
     open_from_the_grid(qtbot, window)
     qtbot.waitUntil(lambda: len(window.viewer._frames) > 1 and window.viewer._timer.isActive(), timeout=3000)
 
