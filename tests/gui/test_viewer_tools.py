@@ -33,13 +33,16 @@ def gradient(size: tuple[int, int]) -> np.ndarray:
 
 @pytest.fixture
 def library(tmp_path: Path) -> Workspace:
+    from tests.gui.conftest import open_workspace
+
     folder = make_media_folder(tmp_path / "media", n_images=2, n_gifs=1, video=False, broken=False)
     mg.make_jpeg_with_exif(folder / "camera.jpg", pixels=gradient(PHOTO_SIZE))
-    service = FakeService(tmp_path / "fake")
+    service = open_workspace("viewer", models=False)
     service.library.add_root(folder)
     for _ in service.library.index():
         pass
-    return service
+    yield service
+    service.close()
 
 
 @pytest.fixture
@@ -55,7 +58,9 @@ def viewer(qtbot, library: Workspace) -> Viewer:
 
 
 def hit_of(service: Workspace, name: str, frame: int | None = None) -> SearchHit:
-    media_id = next(i for i, e in service._entries.items() if e.media.path.name.startswith(name))
+    from tests.gui.conftest import by_name
+
+    media_id = by_name(service, name)
     media = service.library.media(media_id)
     return SearchHit(media_id, str(media.path), media.kind, 0.0, frame=frame)
 
@@ -157,7 +162,7 @@ def test_the_details_panel_says_what_the_file_is_and_when_and_with_what_it_was_t
     path = Path(hit_of(library, "camera").path)
     size = path.stat().st_size
     assert rows["Name"] == "camera.jpg" and rows["Folder"] == str(path.parent)
-    assert rows["Kind"] == "Photo (JPG)"
+    assert rows["Kind"] == "Photo (JPEG)"
     assert rows["Dimensions"] == "1600 × 1200 (1.9 MP)"
     assert rows["File size"] == f"{size / 1000:.1f} KB ({size:,} bytes)"
     assert rows["Taken"] == "21 Jun 2014, 18:05:09 (UTC+02:00)"
@@ -288,10 +293,11 @@ def dated(tmp_path: Path) -> Workspace:
     return indexed_service(tmp_path / "fake-dated", folder)
 
 
-def test_the_library_sorts_by_date_taken(qtbot, dated: Workspace) -> None:
-    from tests.gui.conftest import shown_window
+def test_the_library_sorts_by_date_taken(qtbot, dated: Workspace, monkeypatch) -> None:
+    from tests.gui.conftest import CallLog, shown_window
     from tests.gui.test_browse import choose, names, wait_listed
 
+    calls = CallLog(dated, monkeypatch, "library.browse")
     window = shown_window(qtbot, dated)
     try:
         wait_listed(qtbot, window)
@@ -301,17 +307,20 @@ def test_the_library_sorts_by_date_taken(qtbot, dated: Workspace) -> None:
         assert names(window) == ["a.jpg", "c.jpg", "b.jpg"]
         choose(qtbot, window, window.browse_bar.sort, "modified")
         assert names(window) == ["a.jpg", "c.jpg", "b.jpg"]  # the newest file first
-        assert ("browse", (60, 0, "modified", None, None, "all")) in dated.calls
+        assert calls.has("library.browse", top=60, offset=0, sort="modified", folder=None, kind=None,
+                         annotation="all")
         choose(qtbot, window, window.browse_bar.sort, "modified-oldest")
         assert names(window) == ["b.jpg", "c.jpg", "a.jpg"]
     finally:
         window.shutdown()
 
 
-def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: Workspace) -> None:
+def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: Workspace, monkeypatch) -> None:
     """Issue #44: the order picked in the browse bar was forgotten at a restart."""
     from app.settings import settings_file
-    from tests.gui.conftest import shown_window
+    from tests.gui.conftest import CallLog, shown_window
+
+    calls = CallLog(dated, monkeypatch, "library.browse")
     from tests.gui.test_browse import choose, names, wait_listed
 
     first = shown_window(qtbot, dated)
@@ -322,13 +331,13 @@ def test_the_sort_chosen_is_the_sort_of_the_next_start(qtbot, dated: Workspace) 
         first.save_state()  # what closing the window does
         first.shutdown()
     assert "modified-oldest" in settings_file().read_text(encoding="utf-8")  # in the INI file, not only in memory
-    dated.calls.clear()
+    calls.clear()
     second = shown_window(qtbot, dated)
     try:
         wait_listed(qtbot, second)
         assert second.browse_bar.sort.currentData() == "modified-oldest"
         assert names(second) == ["b.jpg", "c.jpg", "a.jpg"]
-        assert [args[2] for name, args in dated.calls if name == "browse"] == ["modified-oldest"]  # listed once so
+        assert [args["sort"] for args in calls.named("library.browse")] == ["modified-oldest"]  # listed once so
     finally:
         second.shutdown()
 
