@@ -1,4 +1,5 @@
-"""Run ``app.main.main()`` over the fake service: search, reject the first result, then quit at once.
+"""Run ``app.main.main()`` over a real workspace (the encoders' stand-in): search, reject the first result, then
+quit at once.
 
 Used by ``test_quit.py`` in a child process, so the app's real teardown (window deleted when ``main``
 returns, then interpreter exit) happens. An error dialog would hang a real user's quit; here it prints
@@ -20,8 +21,8 @@ def run(workdir: Path) -> int:
     from PySide6.QtWidgets import QApplication
 
     import app.main as entry
-    from engine.workspace import Workspace
-from tests.standins import make_media_folder
+    from tests.gui.conftest import open_workspace
+    from tests.standins import make_media_folder
 
     dialogs: list[str] = []
 
@@ -29,7 +30,7 @@ from tests.standins import make_media_folder
         dialogs.append(f"{title}: {text}")
         print("ERROR DIALOG", title, text, file=sys.stderr)
 
-    service = FakeService(workdir / "fake")
+    service = open_workspace("default", models=False)
     service.library.add_root(make_media_folder(workdir / "media"))
     for _ in service.library.index():
         pass

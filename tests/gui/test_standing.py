@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.widgets.resultsmodel import RELEVANCE_ROLE
+from tests.gui.conftest import media_ids
 
 WORDS = {"strong match": ("stands far out",), "good match": ("stands clearly above",),
          "weak match": ("somewhat closer", "about as close")}
@@ -43,7 +44,7 @@ def test_an_item_opened_from_what_to_annotate_next_shows_no_rank_score(qtbot, wi
     window.search_bar.edit.setText("zzz nothing")  # a query whose results the item is not among
     window.search_bar.submit()
     qtbot.waitUntil(lambda: not window.results_model.is_loading, timeout=3000)
-    media_id = max(service._entries)
+    media_id = max(media_ids(service))
     window.results_model.drop(media_id)
     window.select_media(media_id)
     qtbot.waitUntil(lambda: window.inspector.hit is not None and window.inspector.hit.media_id == media_id,

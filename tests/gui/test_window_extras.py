@@ -19,7 +19,7 @@ def test_f1_lists_the_shortcuts_from_the_menus(qtbot, window) -> None:
     assert any(keys.startswith("Enter / double-click") for keys in rows)
 
 
-def test_preferences_change_page_size_and_thumbnails_and_persist(qtbot, window, service) -> None:
+def test_preferences_change_page_size_and_thumbnails_and_persist(qtbot, window, service, calls) -> None:
     dialog = window.open_preferences()
     dialog.page_size.setValue(24)
     dialog.thumbnail_size.setValue(224)
@@ -28,10 +28,10 @@ def test_preferences_change_page_size_and_thumbnails_and_persist(qtbot, window, 
     assert window.results.itemDelegate().icon_size == 224
     assert (GuiSettings().page_size, GuiSettings().thumbnail_size) == (24, 224)  # in the settings file
     start_typing_a_query(qtbot, window, "red")
-    assert ("search_text", ("red", 24, 0, None)) in service.calls
+    assert calls.has("search.text", text="red", top=24, offset=0, min_probability=None)
 
 
-def test_a_new_page_size_reads_the_results_again_in_pages_of_that_size(qtbot, window, service) -> None:
+def test_a_new_page_size_reads_the_results_again_in_pages_of_that_size(qtbot, window, service, calls) -> None:
     """#44 point 20: results in pages of 60 took the next page as 200 after the preference changed ("260+"), and a
     listing's page arithmetic (row // page size) then pointed at the wrong rows."""
     window.results_model.page_size = 3
@@ -41,7 +41,8 @@ def test_a_new_page_size_reads_the_results_again_in_pages_of_that_size(qtbot, wi
     dialog.page_size.setValue(24)
     with qtbot.waitSignal(window.results_model.page_loaded, timeout=3000):
         dialog.accept()
-    assert ("search_text", ("circle", 24, 0, None)) in service.calls  # from the first result again, 24 a page
+    # from the first result again, 24 a page
+    assert calls.has("search.text", text="circle", top=24, offset=0, min_probability=None)
     model = window.results_model
     qtbot.waitUntil(lambda: not model.is_loading, timeout=3000)
     assert model.rowCount() % 24 == 0 or not model.canFetchMore()
@@ -64,7 +65,7 @@ def test_a_skipped_file_shows_its_whole_reason(qtbot, window) -> None:
     failures = window.library.failures
     qtbot.waitUntil(lambda: failures.topLevelItemCount() == 1, timeout=3000)
     item = failures.topLevelItem(0)
-    assert "cannot decode" in item.toolTip(0) and item.toolTip(0) == item.toolTip(1)
+    assert "skipped: truncated JPEG" in item.toolTip(0) and item.toolTip(0) == item.toolTip(1)
     assert "broken_photo.jpg" in item.toolTip(1)
 
 
