@@ -234,8 +234,8 @@ def draw_shape(colour: tuple[int, int, int], shape: str, size: int = 96, shift: 
 
 def make_media_folder(folder: Path, n_images: int = 8, n_gifs: int = 2, video: bool = True,
                       broken: bool = True) -> Path:
-    """Stills ``<colour>_<shape>_<i>.png``, GIFs of a bouncing ball, an MP4 of a sliding blue square (then a red circle) and a file
-    that is not the JPEG it says it is."""
+    """Stills ``<colour>_<shape>_<i>.png``, GIFs of a bouncing ball, an MP4 of a sliding blue square (then a red
+    circle) and a file that is not the JPEG it says it is."""
     import cv2
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ Run under a virtual X server so the window is real::
     xvfb-run -a python tools/screenshots.py --out /tmp/shots --docs     # the demo library; README images
     xvfb-run -a python tools/screenshots.py --flickr8k 150 --out /tmp/f8k  # a Flickr8k sample (never docs/)
     xvfb-run -a python tools/screenshots.py --library NAME --keep-home --out /tmp/mine
-    xvfb-run -a python tools/screenshots.py --fake --out /tmp/shots     # FakeService, no model assets
+    xvfb-run -a python tools/screenshots.py --fake --out /tmp/shots     # the encoders' stand-in, no model assets
     xvfb-run -a python tools/screenshots.py --model DIR --no-train --out /tmp/pcme  # the demo, a trained model
 
 The default is the demo library (``resources.demo``) in a temporary ``POLYSEEK_HOME`` with the real engine,
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the PNG files")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--fake", action="store_true", help="use the in-memory fake service")
+    source.add_argument("--fake", action="store_true", help="use the encoders' stand-in (tests/standins.py)")
     source.add_argument("--library", default=None, help="an existing library of the real service")
     source.add_argument("--flickr8k", type=int, default=None, metavar="N",
                         help="a temporary library of N Flickr8k images (../shared), 60%% of them captioned")
@@ -107,17 +107,22 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0
 
 
 # ------------------------------------------------------------------------------------------ services
-def fake_service(workdir: Path):  # noqa: ANN201 - tests.gui.fakes.FakeService
-    from tests.gui.fakes import FakeService, make_media_folder
+def fake_service(workdir: Path):  # noqa: ANN201 - engine.workspace.Workspace
+    """The real workspace over the encoders' stand-in (tests/standins.py) and its tiny models, in a home of its own
+    under ``workdir`` (nothing of the developer's is read or written)."""
+    os.environ["POLYSEEK_HOME"] = str(workdir / "home")
+    os.environ["POLYSEEK_STARTER"] = "off"
+    from tests.gui.conftest import PCME, open_workspace
+    from tests.standins import make_media_folder
 
     media = make_media_folder(workdir / "media", n_images=14, n_gifs=3)
-    service = FakeService(workdir / "fake", name="demo (fake)")
-    service.add_root(media)
-    for _ in service.index_paths():
+    service = open_workspace("demo (stand-in)")
+    service.library.add_root(media)
+    for _ in service.library.index():
         pass
-    for hit in service.search_text("red circle square", top=6):
-        service.add_caption(hit.media_id, f"a {Path(hit.path).stem.split('_')[0]} shape on a white table")
-    service.set_active_model("fake-pcme")
+    for hit in service.search.text("red circle square", top=6):
+        service.annotations.add_caption(hit.media_id, f"a {Path(hit.path).stem.split('_')[0]} shape on a white table")
+    service.models.activate(PCME)
     return service
 
 

@@ -157,7 +157,8 @@ def test_removing_a_folder_names_the_captions_and_verdicts_that_go_and_where_the
     service.annotations.add_caption(ids[in_gifs[0]], "a red circle")
     service.annotations.add_caption(ids[in_gifs[1]], "the green one")
     service.annotations.accept_pair("something red", ids[in_gifs[0]])
-    service.annotations.add_caption(ids[sorted(set(ids) - set(in_gifs))[0]], "at home")  # not in the folder: not counted
+    # not in the folder: not counted
+    service.annotations.add_caption(ids[sorted(set(ids) - set(in_gifs))[0]], "at home")
     before = _annotations(service)
 
     asked = _asking(monkeypatch, False)

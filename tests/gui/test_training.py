@@ -18,7 +18,7 @@ from app.widgets.trainingview import RunProgress, describe_training_set, format_
 from engine.trainercontract.command import TrainerRequest
 from engine.trainercontract.runfolder import saved_checkpoint
 from engine.workspace import Workspace
-from tests.gui.conftest import CallLog, replace_call
+from tests.gui.conftest import CallLog
 from tests.gui.fake_trainer import metrics as fake_metrics
 
 FAKE_TRAINER = [sys.executable, str(Path(__file__).with_name("fake_trainer.py"))]

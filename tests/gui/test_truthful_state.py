@@ -175,7 +175,7 @@ def test_point5_delete_caption_with_only_the_models_guess_explains(qtbot, window
     from app.widgets.annotate import GUESS_NOT_DELETABLE
 
     listed(qtbot, window)
-    hit = window.results.current_hit()  # it has only the guess indexing gave it
+    assert window.results.current_hit().captions == ()  # the item has only the guess indexing gave it
     window.annotate.refresh()
     qtbot.waitUntil(lambda: window.annotate.captions_list.count() == 1, timeout=3000)
     window.annotate.captions_list.setCurrentRow(0)
