@@ -71,8 +71,8 @@ def test_browsing_shows_items_as_they_are_indexed_and_both_headers_agree(qtbot, 
             progress = re.match(r"0 of ([\d,]+) indexed items captioned", window.browse_bar.progress.text())
             return bool(progress) and not window.results_model.is_loading and \
                 header_count(window) == int(progress.group(1)) == window.results_model.rowCount()
-        with qtbot.waitSignal(window.library.indexing_finished, timeout=20000):
-            pass
+        qtbot.waitUntil(lambda: not window.library.is_indexing and service.library.counts()["image"] == 74,
+                        timeout=20000)
         qtbot.waitUntil(agree, timeout=5000)
         assert header_count(window) == 74
     finally:
