@@ -91,13 +91,13 @@ def _see(image: np.ndarray):
         logits[-1] = 6.0
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
-    region_share = np.where(np.arange(n) == n - 1, (1 - cells).max(), cells.max()).astype(np.float32)
-    region_max = (probs * region_share).astype(np.float32)
-    region_best = np.where(np.arange(n) == n - 1, int((1 - cells).argmax()), int(cells.argmax())).astype(np.int64)
-    order = np.argsort(-probs)[:3]
-    background_first = np.array([n - 1, *[c for c in order if c != n - 1][:2]])
-    top_ids = np.stack([order if share > 0.3 else background_first for share in cells]).astype(np.int64)
-    top_probs = np.stack([probs[ids] for ids in top_ids]).astype(np.float32)
+    shape_probs = np.where(np.arange(n) == n - 1, 0.0, probs) / max(float(probs[:-1].sum()), 1e-9)
+    regions = (cells[:, None] * shape_probs + (1 - cells[:, None]) * (np.arange(n) == n - 1)  # (49, n) each region's
+               + 1e-6 * (np.arange(n) >= FIRST_CLASS))  # never an unused class among a region's best
+    region_max = regions.max(axis=0).astype(np.float32)
+    region_best = regions.argmax(axis=0).astype(np.int64)
+    top_ids = np.argsort(-regions, axis=1, kind="stable")[:, :3].astype(np.int64)
+    top_probs = np.take_along_axis(regions, top_ids, axis=1).astype(np.float32)
     local = np.zeros((49, LOCAL_DIM), np.float32)
     if colour is not None:
         local[:, colour] = cells
