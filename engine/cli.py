@@ -366,7 +366,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         bar.close()
         store.close()
     if args.json:
-        print(json.dumps(rounded(report), indent=2))
+        print(json.dumps(rounded(report.as_dict()), indent=2))
     else:
         print("\n".join(report_lines(report)))
     return 0

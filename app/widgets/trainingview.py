@@ -134,9 +134,12 @@ class Comparison:
 
     @classmethod
     def of(cls, result: Any) -> Comparison:
-        """The comparison a finished :class:`engine.loop.retrain.RetrainResult` holds."""
+        """The comparison a finished :class:`engine.loop.retrain.RetrainResult` holds (its typed reports in their
+        JSON form, ``RetrievalReport.as_dict``, which is what this view reads)."""
         ts = result.training_set
-        return cls(str(result.model_name), result.after or {}, result.old_model or ZERO_SHOT, result.before,
+        after = result.after.as_dict() if result.after is not None else {}
+        before = result.before.as_dict() if result.before is not None else None
+        return cls(str(result.model_name), after, result.old_model or ZERO_SHOT, before,
                    "; ".join(result.measure_warnings) or None, Path(result.data), str(result.val_split),
                    measured=ts is None or int(ts.n_heldout_items) > 0, activated=result.activated,
                    decision=result.decision, library=ts is not None,

@@ -8,23 +8,23 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from engine.library.captionfolder import load_caption_folder
 from engine.loop.evaluate import Evaluate, evaluate_on
-from engine.loop.gate import ModelComparison, gate
+from engine.loop.gate import ModelComparison
 from engine.loop.trainingset import pseudo_check_set
 from engine.service import SearchService
+from engine.trainercontract.metrics import RetrievalReport
 
 log = logging.getLogger(__name__)
 
 
 def _old_evaluator(evaluate: Evaluate, old_model: str | None,
-                   out: ModelComparison) -> Callable[..., dict[str, Any] | None]:
+                   out: ModelComparison) -> Callable[..., RetrievalReport | None]:
     """``evaluate`` for the old model: a broken old model must not block its successor (a warning, None)."""
     from engine.search.modelrunner import ModelLoadError
 
-    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> dict[str, Any] | None:
+    def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> RetrievalReport | None:
         try:
             return evaluate(on, on_split, old_model, distractors)
         except (ModelLoadError, OSError, LookupError) as exc:
@@ -42,13 +42,15 @@ def measure_models(evaluate: Evaluate, new_model: str, old_model: str | None, fo
     out = ModelComparison(new_model, old_model)
     out.before = _old_evaluator(evaluate, old_model, out)(Path(folder), split)
     out.after = evaluate(Path(folder), split, new_model)
+    out.parse_reports()
     return out
 
 
 def compare_models(service: SearchService, new_model: str, old_model: str | None, folder: Path, split: str | None,
                    seed: int = 0) -> ModelComparison:
     """Measure a registered new model and the old one (None: zero-shot) on the held-aside split of a training
-    folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply :func:`gate`.
+    folder (``split`` None: nothing held aside) and on the library's pseudo pairs, then apply the rule
+    (:meth:`ModelComparison.decide`, :func:`engine.loop.gate.gate`).
     The one evaluation path for the CLI's retrain and the GUI's training dialog; it activates nothing. Both
     models' reports keep their per-query ranks, so the gate states how sure each difference is
     (:meth:`ModelComparison.measure_intervals`)."""
@@ -69,5 +71,5 @@ def compare_models(service: SearchService, new_model: str, old_model: str | None
         if out.pseudo_before is not None:
             out.pseudo_after = evaluate(pseudo, None, new_model)
     out.measure_intervals()
-    out.activated, out.decision = gate(out)
+    out.decide()
     return out

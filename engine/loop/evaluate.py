@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -22,16 +21,16 @@ from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load
 from engine.loop.errors import RetrainError
 from engine.search.zeroshot import ZeroShotIndex
 from engine.service import SearchService
-from engine.trainercontract.metrics import retrieval_report
+from engine.trainercontract.metrics import RetrievalReport, measure
 from engine.types import ZERO_SHOT
 
 # how a model is measured: (folder, split, model or None for zero-shot, distractors) -> a retrieval report
-Evaluate = Callable[..., dict[str, Any]]
+Evaluate = Callable[..., RetrievalReport]
 
 
 def evaluate_on(service: SearchService, folder: Path, split: str | None, model: str | None = None,
-                distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
-    """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
+                distractors: Sequence[Path] = (), per_query: bool = False) -> RetrievalReport:
+    """R@1/5/10 both ways and rsum (:class:`engine.trainercontract.metrics.RetrievalReport`) of a registered model
     of the service's library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
     ranking. ``distractors`` (trained models): more media each caption's item is ranked among. ``per_query``: the
     report keeps each query's rank (``ranks``), which the gate's interval compares query by query."""
@@ -41,7 +40,7 @@ def evaluate_on(service: SearchService, folder: Path, split: str | None, model: 
 
 
 def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, encoders,
-                       progress=None, per_query: bool = False) -> dict:
+                       progress=None, per_query: bool = False) -> RetrievalReport:
     """R@K both ways of the zero-shot ranking on one split of a caption folder (``per_query``: with each query's
     rank, :func:`engine.trainercontract.metrics.retrieval_report`)."""
     data = load_caption_folder(folder)
@@ -60,11 +59,8 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     position = {item: row for row, item in enumerate(keep)}
     captions = [(position[i], text) for i, text in data.captions if i in position]
     scores = zero_shot_matrix([hashes[i] for i in keep], [t for _, t in captions], store, encoders)
-    report = retrieval_report(scores, np.array([m for m, _ in captions]), per_query=per_query)
-    report["model"] = ZERO_SHOT
-    report["split"] = split or "all"
-    report["n_failed"] = len(paths_) - len(keep)
-    return report
+    report = measure(scores, np.array([m for m, _ in captions]), per_query=per_query)
+    return report.evaluated(model=ZERO_SHOT, split=split or "all", n_failed=len(paths_) - len(keep))
 
 
 def zero_shot_matrix(hashes: list[str], texts: list[str], store: FeatureStore, encoders) -> np.ndarray:
@@ -98,7 +94,8 @@ def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
 
 
 def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
-                     distractors: Sequence[Path] = (), fused: bool = True, per_query: bool = False) -> dict[str, Any]:
+                     distractors: Sequence[Path] = (), fused: bool = True,
+                     per_query: bool = False) -> RetrievalReport:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
     ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
@@ -147,12 +144,11 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
         zero = zero_shot_matrix(hashes, [t for _, t in captions], service.features, service.encoders)
         both = fused_matrix(both, zero)
         scores, distracting = both[:len(keep)], (both[len(keep):] if distracting is not None else None)
-    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
-                              distractors=distracting.astype(np.float64) if distracting is not None else None,
-                              per_query=per_query)
-    report.update(model=model, method=trained.runner.method, split=split or "all",
-                  n_failed=len(view.items) - len(keep))
-    return report
+    report = measure(scores.astype(np.float64), np.array([row for row, _ in captions]),
+                     distractors=distracting.astype(np.float64) if distracting is not None else None,
+                     per_query=per_query)
+    return report.evaluated(model=model, method=trained.runner.method, split=split or "all",
+                            n_failed=len(view.items) - len(keep))
 
 
 def _with_local(record: FeatureRecord) -> FeatureRecord:

@@ -38,7 +38,7 @@ from engine.loop.compare import compare_models, measure_models
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
 from engine.loop.evaluate import evaluate_on
-from engine.loop.gate import ModelComparison
+from engine.loop.gate import GateDecision, ModelComparison
 from engine.loop.interval import RsumInterval, intervals_line
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
@@ -46,7 +46,8 @@ from engine.progress import Cancelled, CancelToken, Progress, staged
 from engine.service import SearchService
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
-from engine.trainercontract.runfolder import has_weights, read_metrics, saved_checkpoint
+from engine.trainercontract.metrics import RetrievalReport
+from engine.trainercontract.runfolder import TrainerMetrics, has_weights, read_metrics, saved_checkpoint
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,8 @@ class RetrainOptions:
 class RetrainResult:
     """What a retraining did: the data it trained on, the new model, and R@K on the held-aside annotations
     (or the folder's validation split) before (the model that was active) and after (the new model), both
-    measured by ``evaluate_on``. ``trainer_metrics`` is the trainer's own ``metrics.json``."""
+    measured by ``evaluate_on``. ``trainer_metrics`` is the trainer's own ``metrics.json`` (None: the run wrote
+    none)."""
 
     training_set: TrainingSet | None  # None: a caption folder (``data``) was the data
     old_model: str | None = None
@@ -140,16 +142,17 @@ class RetrainResult:
     epochs: int | None = None  # the epochs asked of the trainer (None: its recipe's)
     data: Path | None = None
     val_split: str | None = None
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    trainer_metrics: dict[str, Any] = field(default_factory=dict)
+    before: RetrievalReport | None = None
+    after: RetrievalReport | None = None
+    trainer_metrics: TrainerMetrics | None = None
     warnings: list[str] = field(default_factory=list)
     measure_warnings: list[str] = field(default_factory=list)  # what kept a model from being measured
     init_from: str | None = None  # the model the run started from (None: random weights)
-    pseudo_before: dict[str, Any] | None = None  # R@K on the library's pseudo pairs (:func:`pseudo_check_set`)
-    pseudo_after: dict[str, Any] | None = None
+    pseudo_before: RetrievalReport | None = None  # R@K on the library's pseudo pairs (:func:`pseudo_check_set`)
+    pseudo_after: RetrievalReport | None = None
     activated: bool = False
-    decision: str = ""  # why the new model was or was not activated (:func:`gate`)
+    decision: str = ""  # why the new model was or was not activated (:func:`gate`; "activated as asked (...)")
+    verdict: GateDecision | None = None  # what the rule found (None: not applied, e.g. a caption folder's run)
     heldout_interval: RsumInterval | None = None  # new - old rsum on the held-aside annotations, how sure
     pseudo_interval: RsumInterval | None = None  # the same on the pseudo pairs (:mod:`engine.loop.interval`)
 
@@ -164,6 +167,9 @@ class RetrainResult:
         def interval(value: RsumInterval | None) -> dict[str, Any] | None:
             return value.as_dict() if value is not None else None
 
+        def report(value: RetrievalReport | None) -> dict[str, Any] | None:
+            return value.as_dict() if value is not None else None
+
         ts = self.training_set
         return rounded({
             "event": "result", "model": self.model_name, "model_dir": str(self.model_dir) if self.model_dir else None,
@@ -171,11 +177,13 @@ class RetrainResult:
                 "folder": str(ts.folder), "train_split": ts.train_split, "val_split": ts.val_split,
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
-            "before": self.before, "after": self.after, "trainer_metrics": self.trainer_metrics,
-            "init_from": self.init_from, "pseudo_before": self.pseudo_before,
-            "pseudo_after": self.pseudo_after, "heldout_interval": interval(self.heldout_interval),
+            "before": report(self.before), "after": report(self.after),
+            "trainer_metrics": self.trainer_metrics.as_dict() if self.trainer_metrics is not None else {},
+            "init_from": self.init_from, "pseudo_before": report(self.pseudo_before),
+            "pseudo_after": report(self.pseudo_after), "heldout_interval": interval(self.heldout_interval),
             "pseudo_interval": interval(self.pseudo_interval), "activated": self.activated,
-            "decision": self.decision, "warnings": self.warnings})
+            "decision": self.decision, "gate": self.verdict.as_dict() if self.verdict is not None else None,
+            "warnings": self.warnings})
 
     def summary_lines(self) -> list[str]:
         """Before/after R@1/5/10 on the held-aside annotations, as lines for a terminal."""
@@ -190,15 +198,15 @@ class RetrainResult:
             return lines + [f"no {where}: before/after cannot be compared"]
         shown = self.after or self.before
         assert shown is not None
-        lines.append(f"{where} ({shown['n_media']} items, {shown['n_captions']} captions):")
+        lines.append(f"{where} ({shown.n_media} items, {shown.n_captions} captions):")
         for label, report, name in (("before", self.before, self.old_model or ZERO_SHOT),
                                     ("after ", self.after, self.model_name)):
             if report is None:
                 lines.append(f"  {label} not available ({name})")
                 continue
-            cells = "  ".join(f"{way} R@1 {report[way]['r1']:5.1f} R@5 {report[way]['r5']:5.1f} "
-                              f"R@10 {report[way]['r10']:5.1f}" for way in ("i2t", "t2i"))
-            lines.append(f"  {label} {cells}  rsum {report['rsum']:6.1f}  ({name})")
+            cells = "  ".join(f"{way} R@1 {recall.r1:5.1f} R@5 {recall.r5:5.1f} R@10 {recall.r10:5.1f}"
+                              for way, recall in (("i2t", report.i2t), ("t2i", report.t2i)))
+            lines.append(f"  {label} {cells}  rsum {report.rsum:6.1f}  ({name})")
         return lines + ([self.decision] if self.decision else [])
 
 
@@ -253,8 +261,8 @@ class Retrain:
         comparison = self._compare(result)
         result.warnings.extend(comparison.warnings)
         result.measure_warnings = list(comparison.warnings)
-        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision", "heldout_interval",
-                      "pseudo_interval"):
+        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision", "verdict",
+                      "heldout_interval", "pseudo_interval"):
             setattr(result, name_, getattr(comparison, name_))
         if options.always_activate and not result.activated:
             result.activated, result.decision = True, f"activated as asked ({result.decision})"

@@ -145,7 +145,7 @@ class LibraryModels:
         if name in existing and Path(existing[name].path) != model_dir:
             raise ValueError(f"a different model is already registered as {name!r}")
         if name not in existing:
-            self.catalog.register_model(name, runner.method, model_dir, metrics)
+            self.catalog.register_model(name, runner.method, model_dir, metrics.as_dict() if metrics else {})
         return name
 
     def rename_model(self, name: str, new_name: str) -> None:

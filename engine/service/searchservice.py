@@ -435,10 +435,7 @@ def _clean(text: str) -> str:
 
 
 def _method_of(model_dir: Path) -> str:
-    """The method a model folder's ``config.json`` names ("vse" where it says nothing)."""
-    import json
+    """The method a model folder's ``config.json`` names (:func:`runfolder.read_config_method`)."""
+    from engine.trainercontract.runfolder import read_config_method
 
-    try:
-        return str(json.loads((model_dir / "config.json").read_text()).get("method", "vse"))
-    except (OSError, ValueError):
-        return "vse"
+    return read_config_method(model_dir)

@@ -39,10 +39,13 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+if TYPE_CHECKING:
+    from engine.trainercontract.metrics import RetrievalReport
 
 SEED = 0
 ROWS = ("zero-shot", "starter", "scratch", "warm")
@@ -81,9 +84,10 @@ def eval_folder(dest: Path, images: Path, files: list[str], captions: dict[str, 
     return dest
 
 
-def summary(report: dict[str, Any] | None) -> dict[str, Any] | None:
+def summary(report: RetrievalReport | None) -> dict[str, Any] | None:
     if report is None:
         return None
+    report = report.as_dict()
     return {"i2t": {k: round(report["i2t"][k], 1) for k in ("r1", "r5", "r10")},
             "t2i": {k: round(report["t2i"][k], 1) for k in ("r1", "r5", "r10")},
             "rsum": round(report["rsum"], 1), "n_media": report["n_media"], "n_captions": report["n_captions"]}

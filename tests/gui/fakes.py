@@ -836,7 +836,7 @@ class FakeService:
                        seed: int = 0) -> Any:
         """The engine's rule (``engine.loop.gate.gate``) on this fake's evaluations (no pseudo pairs here), with
         the interval of the difference measured from their per-query ranks, as the engine's ``compare_models``."""
-        from engine.loop.gate import ModelComparison, gate
+        from engine.loop.gate import ModelComparison
 
         self.calls.append(("compare_models", (new_model, str(folder), split, old_model)))
         verdict = ModelComparison(new_model, old_model)
@@ -844,7 +844,7 @@ class FakeService:
             verdict.before = self.evaluate_on(folder, split, old_model, per_query=True)
             verdict.after = self.evaluate_on(folder, split, new_model, per_query=True)
         verdict.measure_intervals()
-        verdict.activated, verdict.decision = gate(verdict)
+        verdict.decide()  # the engine's rule (engine.loop.gate.gate)
         return verdict
 
     def evaluate_on(self, folder: Path, split: str, model: str | None = None,

@@ -283,10 +283,10 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     zero = zero_shot_matrix([content_hash(item.path) for item in view.items], [t for _, t in view.captions],
                             service.features, service.encoders)
     expected = retrieval_report(fused_matrix(scores, zero), np.array([i for i, _ in view.captions]))
-    assert report["rsum"] == pytest.approx(expected["rsum"]) and report["i2t"] == pytest.approx(expected["i2t"])
-    assert report["model"] == "pvse" and report["split"] == TRAIN_SPLIT
+    assert report.rsum == pytest.approx(expected["rsum"]) and report.i2t.as_dict() == pytest.approx(expected["i2t"])
+    assert report.model == "pvse" and report.split == TRAIN_SPLIT
     zero = service.evaluate_on(ts.folder, TRAIN_SPLIT, None)
-    assert zero["model"] == "zero-shot" and zero["n_captions"] == report["n_captions"]
+    assert zero.model == "zero-shot" and zero.n_captions == report.n_captions
     assert os.path.islink(view.items[0].path)
 
 
@@ -395,11 +395,11 @@ def test_files_with_the_same_relative_path_in_two_folders_keep_their_own_caption
 def test_the_result_summary_shows_before_and_after_and_says_when_one_is_missing(tmp_path):
     from engine.loop.retrain import RetrainResult
     from engine.loop.trainingset import TrainingSet
-    from engine.trainercontract.metrics import retrieval_report
+    from engine.trainercontract.metrics import measure
 
     ts = TrainingSet(tmp_path, n_annotated_items=12, n_captions=15, n_heldout_items=3, n_unannotated=40)
-    perfect = retrieval_report(np.eye(3), np.arange(3))
-    wrong = retrieval_report(1.0 - np.eye(3), np.arange(3))
+    perfect = measure(np.eye(3), np.arange(3))
+    wrong = measure(1.0 - np.eye(3), np.arange(3))
     result = RetrainResult(ts, old_model=None, model_name="v2", before=wrong, after=perfect)
     lines = result.summary_lines()
     assert lines[0] == "trained v2 on 9 annotated + 40 un-annotated items; 3 held aside"

@@ -268,7 +268,7 @@ def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_
 
     monkeypatch.setattr(TrainedSearch, "_load_index", refuse)
     report = service.evaluate_on(folder, None, "m")
-    assert report["n_media"] == 3 and report["n_captions"] == 3
+    assert report.n_media == 3 and report.n_captions == 3
 
 
 def test_a_query_carries_evidence_when_the_models_text_encoder_knows_one_of_its_content_words(assets_dir):
