@@ -22,7 +22,7 @@ from engine.loop.errors import RetrainError
 from engine.search.zeroshot import ZeroShotIndex
 from engine.service import SearchService
 from engine.trainercontract.metrics import RetrievalReport, measure
-from engine.types import ZERO_SHOT
+from engine.types import ZERO_SHOT, EvidenceKind
 
 # how a model is measured: (folder, split, model or None for zero-shot, distractors) -> a retrieval report
 Evaluate = Callable[..., RetrievalReport]
@@ -88,8 +88,8 @@ def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     rows = np.arange(model.shape[0])
     out = np.empty(model.shape, np.float32)
     for j in range(model.shape[1]):
-        out[:, j] = fuse({"model": ArrayEvidence("model", model[:, j]),
-                          "zero_shot": ArrayEvidence("zero_shot", zero_shot[:, j])}, rows).total
+        out[:, j] = fuse({EvidenceKind.MODEL: ArrayEvidence(EvidenceKind.MODEL, model[:, j]),
+                          EvidenceKind.ZERO_SHOT: ArrayEvidence(EvidenceKind.ZERO_SHOT, zero_shot[:, j])}, rows).total
     return out
 
 

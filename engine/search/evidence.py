@@ -2,6 +2,8 @@
 
 Sources, each a small object that scores a set of library rows for one query:
 
+Each kind is an :class:`engine.types.EvidenceKind`, the one list of them (``SearchService.evidence`` narrows it):
+
 - ``model``: the active trained model (K x K max cosine, PVSE §3.4; PCME: cosine of the means), a GIF or a video
   scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_ids`);
 - ``zero_shot``: the regional semantics (A3VSE §3.2, :mod:`engine.search.zeroshot`) for a sentence, the cosine of
@@ -30,6 +32,8 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.types import EvidenceKind
+
 MODEL = 0.8  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
 WORDS = 10.0  # z-units a full match of the user's words adds (what you wrote outranks what a model guesses)
 REJECT = 15.0  # z-units a rejected pair for this very query removes
@@ -41,7 +45,7 @@ SAMPLE = 1_000
 class Evidence(Protocol):
     """One kind of evidence over the library's rows (``rows`` index the ranker's ``ids``)."""
 
-    name: str
+    name: EvidenceKind
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         """Raw scores (n,) of ``rows`` for the query this object was made for."""
@@ -86,13 +90,13 @@ def standardise(scores: np.ndarray, reference: np.ndarray | None = None) -> np.n
     return ((scores - float(ref.mean())) / std).astype(np.float32)
 
 
-def weights(sources: Sequence[str], user_share: float = 0.0) -> dict[str, float]:
+def weights(sources: Sequence[EvidenceKind], user_share: float = 0.0) -> dict[EvidenceKind, float]:
     """The weight of each dense source present: the model and the zero-shot semantics share 1. ``user_share``:
     the share of the query's content words that the user wrote on items; the zero-shot semantics read those words
     as ImageNet classes, while they mean what the user's items show (the words evidence), so their weight shrinks
     by that share."""
-    if "model" in sources and "zero_shot" in sources:
-        return {"model": MODEL, "zero_shot": (1.0 - MODEL) * (1.0 - user_share)}
+    if EvidenceKind.MODEL in sources and EvidenceKind.ZERO_SHOT in sources:
+        return {EvidenceKind.MODEL: MODEL, EvidenceKind.ZERO_SHOT: (1.0 - MODEL) * (1.0 - user_share)}
     return {name: 1.0 for name in sources}
 
 
@@ -110,7 +114,7 @@ class UserEvidence:
     described: np.ndarray | None = None  # 1 where the user wrote what the item is (a caption or accepted query)
 
 
-def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
+def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
          words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0,
          calibrated=None, user: UserEvidence | None = None, familiar: float = 1.0,
          n_items: int | None = None, log_frames: np.ndarray | None = None) -> Ranking:
@@ -128,7 +132,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     from engine.search import calibration
 
     w = weights(list(dense), user_share)
-    model = dense.get("model")
+    model = dense.get(EvidenceKind.MODEL)
     seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(model, "head_pairs", None)}
     if len(dense) == 1 and words is None and rejected is None and calibrated is None:
         (name, source), = dense.items()  # one source: its own scores (e.g. a cosine)
@@ -150,7 +154,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread,
                                          "novel": user.novel, "described": user.described}
         features = calibration.features(total, familiar, n_items if n_items is not None else len(rows),
-                                        parts.get("model"), **words)
+                                        parts.get(EvidenceKind.MODEL), **words)
         parts.update(words)
         logit = calibrated.logit(features, len(rows))
         if user is not None and np.any(user.rejected > 0):
@@ -162,7 +166,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
                               "log_items": float(features["log_items"])}, calibrated=calibrated,
                        features=features)
     if words is not None:
-        parts["words"] = words
+        parts[EvidenceKind.WORDS] = words
         total += WORDS * words.astype(np.float32)
     if rejected is not None:
         parts["rejected"] = rejected
@@ -197,7 +201,7 @@ def fixed_sample(n: int, size: int = SAMPLE, seed: int = 0) -> np.ndarray:
 class ArrayEvidence:
     """Evidence already computed for every row (a small library, or a benchmark's score matrix column)."""
 
-    name: str
+    name: EvidenceKind
     values: np.ndarray
 
     def score(self, rows: np.ndarray) -> np.ndarray:
@@ -208,7 +212,7 @@ class ZeroShotEvidence:
     """The regional semantics of a sentence (:class:`engine.search.zeroshot.ZeroShotIndex`, its three terms
     standardised with the same rows as the other sources)."""
 
-    name = "zero_shot"
+    name = EvidenceKind.ZERO_SHOT
 
     def __init__(self, index, sentence: np.ndarray, words: np.ndarray, frames=None) -> None:
         """``frames``: ``(owner rows (F,), ZeroShotIndex of F frames)``, the sampled frames of the library's clips,
@@ -251,7 +255,7 @@ class ZeroShotEvidence:
 class CosineEvidence:
     """Cosine of unit vectors (N, D), e.g. the backbone's global features against a picture's."""
 
-    def __init__(self, name: str, matrix: np.ndarray, query: np.ndarray) -> None:
+    def __init__(self, name: EvidenceKind, matrix: np.ndarray, query: np.ndarray) -> None:
         self.name, self.matrix = name, matrix
         self.query = (query / max(float(np.linalg.norm(query)), 1e-9)).astype(np.float32)
 
@@ -263,7 +267,7 @@ class ModelEvidence:
     """The trained model's score of library rows (``ids[rows]``): :meth:`TrainedSearch.score_ids`; remembers
     which frame of a clip matched."""
 
-    name = "model"
+    name = EvidenceKind.MODEL
 
     def __init__(self, trained, encoded, ids: np.ndarray) -> None:
         self.trained, self.encoded, self.ids = trained, encoded, ids

@@ -18,7 +18,7 @@ from engine.library.catalog import Catalog
 from engine.progress import CancelToken, Progress, staged
 from engine.trainercontract.exportformat import is_probabilistic
 from engine.trainercontract.runfolder import read_metrics
-from engine.types import ZERO_SHOT, ModelInfo
+from engine.types import ZERO_SHOT, EvidenceKind, ModelInfo
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class LibraryModels:
 
     catalog: Catalog
     encoders: Encoders
-    evidence: frozenset[str]
+    evidence: frozenset[EvidenceKind]
     library_dir: Path
     _lock: threading.RLock
     _offering: bool
@@ -85,8 +85,9 @@ class LibraryModels:
 
         records = self.catalog.models()
         active = any(r.is_active for r in records)
-        zero_shot = calibration.load("zero_shot") is not None
-        trained = calibration.load("model" if "model" in self.evidence else "zero_shot") is not None
+        zero_shot = calibration.load(EvidenceKind.ZERO_SHOT) is not None
+        kind = EvidenceKind.MODEL if EvidenceKind.MODEL in self.evidence else EvidenceKind.ZERO_SHOT
+        trained = calibration.load(kind) is not None
         waiting = self._offering or not self.encoders.ready()
         awaited = self._awaited_starter if not active and waiting else None
         infos = [ModelInfo(ZERO_SHOT, ZERO_SHOT, None, {}, not active and awaited is None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from engine.search.libraryindexes import LibraryIndexes
 from engine.search.ranking import page_of_hits
 from engine.search.threads import single_threaded
 from engine.service.models import LibraryModels
-from engine.types import CaptionSource, Explanation, MediaDetails, ModelInfo, SearchHit
+from engine.types import ALL_EVIDENCE, CaptionSource, EvidenceKind, Explanation, MediaDetails, ModelInfo, SearchHit
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,24 @@ class SearchService(LibraryModels):
         self._lock = threading.RLock()
         self.indexes = LibraryIndexes(catalog, features, encoders)  # zero-shot, frames, globals, the user's words
         self._trained = None  # TrainedSearch of the active model, opened lazily
-        # the kinds of evidence rankings weigh (engine/search/evidence.py); a test or a benchmark may narrow them
-        self.evidence: frozenset[str] = frozenset({"model", "zero_shot", "words"})
+        self._evidence: frozenset[EvidenceKind] = ALL_EVIDENCE  # the property below
         self._unloadable = None  # id of an active model that could not be loaded (warned once)
         self._model_for_this_service: tuple[str | None] | None = None  # search_with_model; None: the active one
         self._awaited_starter: ModelInfo | None = None  # the shipped starter, waiting for the assets (_offer_starter)
         self._offering = False
         self.library_dir = cache_dir.parent
+
+    @property
+    def evidence(self) -> frozenset[EvidenceKind]:
+        """The kinds of evidence rankings weigh (:class:`engine.types.EvidenceKind`, all by default); a test or a
+        benchmark may narrow them, by kind or name (``ValueError`` for a name that is no kind)."""
+        return self._evidence
+
+    @evidence.setter
+    def evidence(self, kinds: Iterable[EvidenceKind | str]) -> None:
+        from engine.types import evidence_kinds
+
+        self._evidence = evidence_kinds(kinds)
 
     @classmethod
     def open(cls, library: str = "default", assets: Path | None = None) -> SearchService:
@@ -273,7 +284,7 @@ class SearchService(LibraryModels):
         text = text.strip()
         if not text:
             return []
-        if min_probability is not None and calibration.load("model") is None:
+        if min_probability is not None and calibration.load(EvidenceKind.MODEL) is None:
             trained = self.active_trained()
             if trained is not None and not trained.carries_evidence(text):
                 return []  # no word the model knows: nothing to believe, whatever its weights answer (#29)
@@ -333,14 +344,15 @@ class SearchService(LibraryModels):
         ids, matrix = self.indexes.global_matrix()
         if not len(ids):
             return []
-        dense: dict = {}
-        if "zero_shot" in self.evidence or trained is None:
-            dense["zero_shot"] = evidence.CosineEvidence("zero_shot", matrix, result.record.global_.astype(np.float32))
+        dense: dict[EvidenceKind, evidence.Evidence] = {}
+        zero_shot, model = EvidenceKind.ZERO_SHOT, EvidenceKind.MODEL
+        if zero_shot in self.evidence or trained is None:
+            dense[zero_shot] = evidence.CosineEvidence(zero_shot, matrix, result.record.global_.astype(np.float32))
         encoded = None
         if trained is not None:
             encoded = trained.encode_media_features(result.record)
-            if "model" in self.evidence:
-                dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
+            if model in self.evidence:
+                dense[model] = evidence.ModelEvidence(trained, encoded, ids)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
         itself = self.catalog.media_by_path(Path(path).resolve()) if exclude_example else None
@@ -368,7 +380,7 @@ class SearchService(LibraryModels):
             ids, ranking = ranked[0], ranked[1]
             at, found = positions(ids[ranking.rows], np.array([media_id]))
             notes.append(ranking_note(ranking, int(at[0])) if found.all() else None)
-        if "words" in self.evidence:
+        if EvidenceKind.WORDS in self.evidence:
             notes.append(your_words_note(str(query), media_id, self.indexes.user_words(), self.encoders))
         notes = [n for n in notes if n]
         return replace(explained, notes=(*explained.notes, *notes)) if notes else explained
