@@ -34,6 +34,7 @@ from engine.loop.trainingset import TrainingSet, build_training_set, training_se
 from engine.progress import CancelToken, Progress
 from engine.service import SearchService
 from engine.trainercontract import events
+from engine.trainercontract.metrics import RetrievalReport
 from engine.types import Explanation, MediaDetails, ModelInfo, SearchHit
 
 __all__ = [
@@ -70,7 +71,7 @@ class Workspace(SearchService):
         return build_training_set(self.catalog, dest, holdout, seed)
 
     def evaluate_on(self, folder: Path, split: str | None, model: str | None = None,
-                    distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
+                    distractors: Sequence[Path] = (), per_query: bool = False) -> RetrievalReport:
         """R@1/5/10 both ways and rsum of a registered model (None: zero-shot) on one split of a caption folder
         (:func:`engine.loop.evaluate.evaluate_on`; ``per_query``: with each query's rank)."""
         return evaluate_on(self, Path(folder), split, model, distractors, per_query=per_query)
@@ -284,7 +285,7 @@ class Models:
         return self._ws.export_training_set(dest, holdout, seed)
 
     def evaluate(self, folder: Path, split: str | None, model: str | None = None,
-                 distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
+                 distractors: Sequence[Path] = (), per_query: bool = False) -> RetrievalReport:
         return self._ws.evaluate_on(folder, split, model, distractors, per_query)
 
     def compare(self, new_model: str, folder: Path, split: str | None, old_model: str | None = None,
