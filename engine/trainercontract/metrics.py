@@ -166,7 +166,8 @@ def _number(data: Mapping[str, Any], key: str, where: str) -> float:
 
 def _count(data: Mapping[str, Any], key: str, where: str) -> int:
     value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) \
+            or value != int(value) or value < 0:
         raise ReportError(f"{where}{key}: expected a count, got {value!r}")
     return int(value)
 
