@@ -28,7 +28,7 @@ def select_media(window: Any, media_id: int) -> None:
 
 async def _select_item(window: Any, service: SearchServiceLike, media_id: int) -> None:
     try:
-        hit = await off_thread(window, service.item, media_id, pool=window.pool, priority=9)
+        hit = await off_thread(window, service.library.item, media_id, pool=window.pool, priority=9)
     except Exception as exc:  # noqa: BLE001 - said to the user
         window._status(f"Cannot show item {media_id}: {exc}")
         return
@@ -52,7 +52,7 @@ def open_media(window: Any, media_id: int) -> None:
 
 async def _open_item(window: Any, service: SearchServiceLike, media_id: int) -> None:
     def load() -> tuple[SearchHit, Any]:
-        return service.item(media_id), service.annotation_states([media_id]).get(media_id)
+        return service.library.item(media_id), service.annotations.states([media_id]).get(media_id)
 
     try:
         hit, state = await off_thread(window, load, pool=window.pool, priority=9)

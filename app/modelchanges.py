@@ -38,9 +38,9 @@ class ModelChanges(QObject):
             self.activated.emit()
 
     async def _set_active(self, service: SearchServiceLike, name: str | None, failure: str) -> bool:
-        """``service.set_active_model(name)`` off the GUI thread; False (and ``failure`` said) when it fails."""
+        """``service.models.activate(name)`` off the GUI thread; False (and ``failure`` said) when it fails."""
         try:
-            await off_thread(self, service.set_active_model, name, pool=self._pool, priority=9)
+            await off_thread(self, service.models.activate, name, pool=self._pool, priority=9)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"{failure}: {exc}")
             return False
@@ -56,7 +56,7 @@ class ModelChanges(QObject):
         if self._library.is_indexing:  # one job at a time
             start(self._activate_only(service, name))
             return
-        worker = self._library.run_job(lambda cancel: service.switch_model(name, cancel), f"Switching to {name}")
+        worker = self._library.run_job(lambda cancel: service.models.switch(name, cancel), f"Switching to {name}")
         switched = False
 
         def once_active(_record: object = None) -> None:  # the switch's first record comes once the model is active
@@ -84,12 +84,12 @@ class ModelChanges(QObject):
 
     def rename(self, name: str, new_name: str) -> None:
         if self.service is not None:
-            start(self._change(f"Renamed {name} to {new_name}", f"Cannot rename {name}", self.service.rename_model,
+            start(self._change(f"Renamed {name} to {new_name}", f"Cannot rename {name}", self.service.models.rename,
                                name, new_name))
 
     def delete(self, name: str) -> None:
         if self.service is not None:
-            start(self._change(f"Deleted the model {name}", f"Cannot delete {name}", self.service.delete_model, name))
+            start(self._change(f"Deleted the model {name}", f"Cannot delete {name}", self.service.models.delete, name))
 
     async def _change(self, done_text: str, failed_text: str, change: Callable[..., object], *args: str) -> None:
         """Make a change to the registered models, then say so (the model list follows the state)."""

@@ -58,18 +58,18 @@ class SearchSession:
             return None
         if query is None:
             def fetch_library(offset: int, top: int) -> list[SearchHit]:
-                return service.browse(top=top, offset=offset, sort=options.sort, folder=options.folder,
+                return service.library.browse(top=top, offset=offset, sort=options.sort, folder=options.folder,
                                       kind=options.kind, annotation=options.annotation)
             return fetch_library
         kind, folder = options.kind, options.folder  # a search keeps the listing's kind and folder filters
         if isinstance(query, Path):
             def fetch_media(offset: int, top: int) -> list[SearchHit]:
-                return service.search_media(query, top=top, offset=offset, kind=kind, folder=folder,
+                return service.search.example(query, top=top, offset=offset, kind=kind, folder=folder,
                                             exclude_example=True)
             return fetch_media
 
         def fetch_text(offset: int, top: int) -> list[SearchHit]:
-            return service.search_text(query, top=top, offset=offset, min_probability=cutoff, kind=kind,
+            return service.search.text(query, top=top, offset=offset, min_probability=cutoff, kind=kind,
                                        folder=folder)
         return fetch_text
 
@@ -81,7 +81,7 @@ class SearchSession:
             return None
 
         def count_library() -> int:
-            return service.browse_count(folder=options.folder, kind=options.kind, annotation=options.annotation)
+            return service.library.browse_count(folder=options.folder, kind=options.kind, annotation=options.annotation)
         return count_library
 
     def describe(self) -> str:
@@ -130,7 +130,7 @@ class SearchSession:
             return f"No results {described} yet: {busy[0].lower()}{busy[1:]}"
         cutoff = self.min_probability
         if cutoff is not None and isinstance(self.query, str):
-            if self.service is not None and not self.service.query_carries_evidence(self.query):
+            if self.service is not None and not self.service.search.carries_evidence(self.query):
                 return (f"No results {described}: the model knows none of its words, so it has no evidence "
                         "for any item at any cutoff. Try other words.")
             return (f"No result {described} reaches a match probability of {cutoff:.2f}: "

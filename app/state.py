@@ -58,10 +58,11 @@ class LibrarySnapshot:
 
 def read_snapshot(service: SearchServiceLike) -> LibrarySnapshot:
     """Read a :class:`LibrarySnapshot` (on a worker thread)."""
-    progress = service.annotation_progress()
-    return LibrarySnapshot(tuple(service.roots()), dict(service.counts()), tuple(service.failures()),
-                           int(progress.captioned), int(progress.total), tuple(service.models()),
-                           service.annotation_version(), service.version())
+    progress = service.annotations.progress()
+    library = service.library
+    return LibrarySnapshot(tuple(library.roots()), dict(library.counts()), tuple(library.failures()),
+                           int(progress.captioned), int(progress.total), tuple(service.models.all()),
+                           service.annotations.version(), service.version())
 
 
 def aspects_changed(old: LibrarySnapshot | None, new: LibrarySnapshot) -> frozenset[str]:
@@ -186,5 +187,5 @@ class LibraryState(QObject):
             return
         if self._warming is not None:  # an earlier one built what is now stale (or has not begun): this one counts
             self._warming.cancel()
-        self._warming = run_in_background(service.warm_search, pool=self._pool, priority=-5,
+        self._warming = run_in_background(service.search.warm, pool=self._pool, priority=-5,
                                           on_error=lambda exc: log.debug("warming the search: %s", exc))

@@ -47,7 +47,7 @@ class AnnotationTransfer(QObject):
 
     async def _export(self, service: SearchServiceLike, dest: Path, fmt: str) -> None:
         try:
-            n = await off_thread(self, service.export_annotations, dest, fmt, pool=self._writes)
+            n = await off_thread(self, service.annotations.export, dest, fmt, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Export failed: {exc}")
             return
@@ -63,7 +63,7 @@ class AnnotationTransfer(QObject):
 
     async def _import(self, service: SearchServiceLike, path: Path) -> None:
         try:
-            n = await off_thread(self, service.import_annotations, path, pool=self._writes)
+            n = await off_thread(self, service.annotations.import_file, path, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Import failed: {exc}")
             return
@@ -82,7 +82,8 @@ class AnnotationTransfer(QObject):
 
     async def _purge_missing(self, service: SearchServiceLike) -> None:
         try:  # counting reads the catalog: not on the GUI thread
-            items, captions, pairs = await off_thread(self, service.missing_summary, pool=self._reads, priority=9)
+            items, captions, pairs = await off_thread(self, service.library.missing_summary, pool=self._reads,
+                                                      priority=9)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Cannot count the missing items: {exc}")
             return
@@ -99,7 +100,7 @@ class AnnotationTransfer(QObject):
         if answer != QMessageBox.StandardButton.Yes:
             return
         try:
-            n, c, p, snapshot = await off_thread(self, service.purge_missing, pool=self._writes)
+            n, c, p, snapshot = await off_thread(self, service.library.purge_missing, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Purge failed: {exc}")
             return

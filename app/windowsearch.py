@@ -65,7 +65,7 @@ class WindowSearch(QObject):
         fetch = None if self.held.hold(query) else self.session.page_fetcher()
         text = self.session.query if isinstance(self.session.query, str) else None
         service = self.session.service
-        states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
+        states = (lambda ids: service.annotations.states(ids, text)) if service is not None else None
         self._model.searched = (self._state.snapshot.indexed or None) if not self.session.scope() else None
         self._model.set_fetch(fetch, scored=not self.session.browsing, states=states,
                                      hide_rejected=text is not None, count=self.session.listing_counter(),
@@ -87,7 +87,7 @@ class WindowSearch(QObject):
 
     async def _show_example_picture(self, service: SearchServiceLike, path: Path) -> None:
         def load() -> QImage:
-            return read_image(service.file_thumbnail(path, 128))
+            return read_image(service.library.file_thumbnail(path, 128))
 
         try:
             image: QImage | None = await off_thread(self._owner, load, pool=self._pool, priority=9)

@@ -194,8 +194,8 @@ class AnnotationPanel(QWidget):
         def job() -> tuple[str | None, list[tuple[int, float, str]]]:
             explain = getattr(service, "suggestion_policy", None)
             policy = explain(SUGGESTION_POLICY) if callable(explain) else None
-            picks = service.suggest_annotations(SUGGESTIONS, SUGGESTION_POLICY)
-            return policy, [(int(media_id), float(score), Path(service.media(int(media_id)).path).name)
+            picks = service.annotations.suggest(SUGGESTIONS, SUGGESTION_POLICY)
+            return policy, [(int(media_id), float(score), Path(service.library.media(int(media_id)).path).name)
                             for media_id, score in picks]
 
         self.suggest_heading.setText("What to annotate next (asking…)")
@@ -427,7 +427,7 @@ class AnnotationPanel(QWidget):
         def job() -> list[Any]:
             if action is not None:
                 action(service)
-            return list(service.captions(media_id))
+            return list(service.annotations.captions(media_id))
 
         self._in_flight += 1
         worker = Worker(job)

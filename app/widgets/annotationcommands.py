@@ -94,7 +94,7 @@ class AddCaption(_ServiceCommand):
         self._first_id: int | None = None
 
     def _do(self, service: SearchServiceLike) -> None:
-        self.caption_id = service.add_caption(self.media_id, self.caption_text)
+        self.caption_id = service.annotations.add_caption(self.media_id, self.caption_text)
         if self._first_id is None:
             self._first_id = self.caption_id
         else:  # a redo: later commands know the caption by its first id
@@ -102,7 +102,7 @@ class AddCaption(_ServiceCommand):
 
     def _undo(self, service: SearchServiceLike) -> None:
         if self.caption_id is not None:
-            service.delete_caption(self.caption_id)
+            service.annotations.delete_caption(self.caption_id)
 
 
 class EditCaption(_ServiceCommand):
@@ -113,10 +113,10 @@ class EditCaption(_ServiceCommand):
         self.caption_id, self.old, self.new = caption_id, old, new
 
     def _do(self, service: SearchServiceLike) -> None:
-        service.update_caption(self.panel.ids.resolve(self.caption_id), self.new)
+        service.annotations.update_caption(self.panel.ids.resolve(self.caption_id), self.new)
 
     def _undo(self, service: SearchServiceLike) -> None:
-        service.update_caption(self.panel.ids.resolve(self.caption_id), self.old)
+        service.annotations.update_caption(self.panel.ids.resolve(self.caption_id), self.old)
 
 
 class DeleteCaption(_ServiceCommand):
@@ -127,10 +127,10 @@ class DeleteCaption(_ServiceCommand):
         self.caption_id, self.caption_text = caption_id, text
 
     def _do(self, service: SearchServiceLike) -> None:
-        service.delete_caption(self.panel.ids.resolve(self.caption_id))
+        service.annotations.delete_caption(self.panel.ids.resolve(self.caption_id))
 
     def _undo(self, service: SearchServiceLike) -> None:
-        new_id = service.add_caption(self.media_id, self.caption_text)
+        new_id = service.annotations.add_caption(self.media_id, self.caption_text)
         self.panel.ids.moved(self.panel.ids.resolve(self.caption_id), new_id)
 
 
@@ -143,12 +143,12 @@ class JudgePair(_ServiceCommand):
         self.pair_id: int | None = None
 
     def _do(self, service: SearchServiceLike) -> None:
-        judge = service.accept_pair if self.label > 0 else service.reject_pair
+        judge = service.annotations.accept_pair if self.label > 0 else service.annotations.reject_pair
         self.pair_id = judge(self.query, self.media_id)
 
     def _undo(self, service: SearchServiceLike) -> None:
         if self.pair_id is not None:
-            service.delete_pair(self.pair_id)
+            service.annotations.delete_pair(self.pair_id)
 
     def redo(self) -> None:
         super().redo()

@@ -84,10 +84,10 @@ class ThumbnailCache(QObject):
         size = self.size
         if what == "thumb":
             def job() -> list[QImage]:
-                return [read_image(service.thumbnail(media_id, size))]
+                return [read_image(service.library.thumbnail(media_id, size))]
         else:
             def job() -> list[QImage]:
-                return [read_image(p) for p in service.preview_frames(media_id, 8)]
+                return [read_image(p) for p in service.library.preview_frames(media_id, 8)]
         from engine.media.errors import MediaError  # loaded with the service already; not at the window's start
 
         worker = Worker(job)

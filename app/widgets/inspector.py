@@ -1,6 +1,6 @@
 """The inspector: why one result matched one query.
 
-It draws what the active model really has (``service.explain(query, media_id)``; the words and numbers come from
+It draws what the active model really has (``service.search.explain(query, media_id)``; the words and numbers come from
 :mod:`engine.search.readings`): per-head attention only where the model has attention (PVSE / A3VSE heads side by
 side, PCME's one map; over a strip of frames for GIFs and videos), the query's words tinted by each head (never
 the text encoder's [CLS] / [SEP]), the K x K head-to-head similarity with the matched pair. A model without
@@ -459,13 +459,13 @@ class Inspector(QScrollArea):
 
 def _load_explanation(service: SearchServiceLike, query: str | Path, hit: SearchHit) -> _Loaded:
     """Runs on a worker: the explanation and the pictures it is drawn over."""
-    ex = service.explain(query, hit.media_id)
+    ex = service.search.explain(query, hit.media_id)
     image, frames = None, []
     if ex.item_grid is not None or not ex.item_attention.size:  # a heatmap's base, or a plain preview
-        image = read_image(service.thumbnail(hit.media_id, 512))
+        image = read_image(service.library.thumbnail(hit.media_id, 512))
     elif ex.item_attention.size and hit.kind is not MediaKind.IMAGE:
         n = min(MAX_FRAMES, ex.item_attention.shape[1])
-        frames = [read_image(p) for p in service.preview_frames(hit.media_id, n)]
+        frames = [read_image(p) for p in service.library.preview_frames(hit.media_id, n)]
     query_image = None
     if isinstance(query, Path) and not ex.query_tokens and ex.query_attention.size:
         try:  # HEIC / AVIF too, upright: the picture the engine looked at

@@ -220,7 +220,7 @@ class LibraryPanel(QWidget):
                 return
             folder = Path(chosen)
         try:
-            self._service.add_root(folder)
+            self._service.library.add_root(folder)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the app goes on
             show_message(self, QMessageBox.Icon.Warning, "Cannot add folder", str(exc))
             return
@@ -250,7 +250,7 @@ class LibraryPanel(QWidget):
     async def _remove_folder(self, service: SearchServiceLike, folder: Path, parent: QWidget | None) -> None:
         # counted and removed on the annotation write thread: after every caption typed before, so all are counted
         try:
-            items, captions, pairs = await off_thread(self, service.root_summary, folder, pool=self._writes)
+            items, captions, pairs = await off_thread(self, service.library.root_summary, folder, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the folder stays
             show_message(self, QMessageBox.Icon.Warning, "Cannot remove folder", str(exc))
             return
@@ -258,7 +258,7 @@ class LibraryPanel(QWidget):
         if not ask(over, "Remove folder", removal_question(folder, items, captions, pairs)):
             return
         try:
-            snapshot = await off_thread(self, service.remove_root, folder, pool=self._writes)
+            snapshot = await off_thread(self, service.library.remove_root, folder, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - e.g. no room for the snapshot: nothing was removed
             show_message(self, QMessageBox.Icon.Warning, "Cannot remove folder", str(exc))
             return
@@ -279,13 +279,13 @@ class LibraryPanel(QWidget):
             self._queued.append(paths)
             return
         service = self._service
-        self.run_job(lambda cancel: service.index_paths(paths, cancel=cancel), what)
+        self.run_job(lambda cancel: service.library.index(paths, cancel=cancel), what)
 
     def reindex(self) -> None:
         """Re-embed the whole library with the active model (after switching models)."""
         service = self._service
         if service is not None and self._job is None:
-            self.run_job(lambda cancel: service.reindex(cancel=cancel), "Re-indexing")
+            self.run_job(lambda cancel: service.models.reindex(cancel=cancel), "Re-indexing")
 
     def run_job(self, job: Callable[[Any], Iterator[Progress]], what: str) -> Worker:
         """Run a progress generator ``job(cancel)`` with this panel's bar and Cancel button."""

@@ -251,7 +251,7 @@ class SearchBar(QWidget):
 
     # --- models
     def set_models(self, models: list[ModelInfo]) -> None:
-        """Fill the picker from ``service.models()``; the cutoff is enabled for a model whose text searches give a
+        """Fill the picker from ``service.models.all()``; the cutoff is enabled for a model whose text searches give a
         match probability (every model where the calibration ships, issue #40)."""
         self.model_combo.blockSignals(True)
         self.model_combo.clear()

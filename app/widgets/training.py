@@ -166,7 +166,7 @@ class TrainingDialog(TrainingForm):
     def _source_changed(self) -> None:
         library = self.source_key() == SOURCE_LIBRARY
         if library:  # the active model's method, so the new version can start from it; a3vse from zero-shot
-            start = active_model(list(self._service.models())) if self._service is not None else None
+            start = active_model(list(self._service.models.all())) if self._service is not None else None
             self.method.setCurrentText(start.method if start is not None and start.path else LIBRARY_METHOD)
             self.status.setText("The library's captions are exported; a fifth of the annotated items is held "
                                 "aside to compare the new model with the active one.")
@@ -181,7 +181,7 @@ class TrainingDialog(TrainingForm):
             return
         from engine.workspace import planned_epochs
 
-        planned = planned_epochs(active_model(list(self._service.models())), self.method.currentText())
+        planned = planned_epochs(active_model(list(self._service.models.all())), self.method.currentText())
         if self.epochs.value() == self._planned_epochs and planned != self._planned_epochs:
             self.epochs.setValue(planned)
         self._planned_epochs = planned
@@ -271,7 +271,7 @@ class TrainingDialog(TrainingForm):
         from engine.workspace import Retrain
 
         # the library's job (Workspace.retrain); on a caption folder with no library open, the job alone
-        job = self._service.retrain(options) if self._service is not None else Retrain(None, options)
+        job = self._service.models.retrain(options) if self._service is not None else Retrain(None, options)
         worker = Worker(job.run)
         job.on_event = job.on_output = worker.emit_event  # handed to the GUI thread in order
         signals = worker.signals

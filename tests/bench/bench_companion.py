@@ -74,9 +74,10 @@ def main() -> int:
         images, files, caps = sets[name]
         started = time.monotonic()
         service = open_library(args.home, name, images, files)
-        service.set_active_model("starter")
+        service.models.activate("starter")
         service.evidence = frozenset({"model", "zero_shot"})
-        registered = service.register_model(args.companion.resolve(), name=f"companion-{args.companion.resolve().name}")
+        companion = args.companion.resolve()
+        registered = service.models.register(companion, name=f"companion-{companion.name}")
         companion = TrainedSearch.open(service.catalog.model(registered), service.catalog, service.features,
                                        service.encoders, service.library_dir)
         for _ in companion.sync():
@@ -91,7 +92,7 @@ def main() -> int:
             columns, ids = [], None
             for _, caption in queries:
                 state["text"] = caption
-                ids, ranking, _, _ = service.rank_text(caption)
+                ids, ranking, _, _ = service.search.rank_text(caption)
                 column = np.full(len(ids), -np.inf, np.float32)
                 column[ranking.rows] = ranking.total
                 columns.append(column)

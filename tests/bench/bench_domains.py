@@ -104,11 +104,11 @@ MODEL_DIR: Path | None = None  # --model: a model folder searched with instead o
 
 def open_library(home: Path, name: str, images: Path, files: list[str], extra: list[Path] = ()):
     os.environ["POLYSEEK_STARTER"] = "on"
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
-    service = SearchService.open(name)
+    service = Workspace.open(name)
     if MODEL_DIR is not None:
-        service.set_active_model(str(MODEL_DIR))
+        service.models.activate(str(MODEL_DIR))
     root = home / "bench-media" / name
     if not root.is_dir():
         root.mkdir(parents=True)
@@ -116,8 +116,8 @@ def open_library(home: Path, name: str, images: Path, files: list[str], extra: l
             (root / f).symlink_to(images / f)
         for p in extra:
             (root / p.name).symlink_to(p)
-    service.add_root(root)
-    for _ in service.reindex():
+    service.library.add_root(root)
+    for _ in service.models.reindex():
         pass
     return service
 
@@ -128,7 +128,7 @@ def score_matrices(service, queries: list[str]) -> tuple[np.ndarray, dict[str, n
     ids = None
     service.evidence = frozenset({"model", "zero_shot"})
     for q in queries:
-        ids, ranking, _, _ = service.rank_text(q)
+        ids, ranking, _, _ = service.search.rank_text(q)
         assert len(ranking.rows) == len(ids)  # dense: every item scored
         for name in parts:
             column = np.empty(len(ids), np.float32)
@@ -258,7 +258,7 @@ def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[s
         clip_id = by_path[path.name]
         for f in group:
             for caption in caps[f]:
-                hits = [h.media_id for h in service.search_text(caption, top=10)]
+                hits = [h.media_id for h in service.search.text(caption, top=10)]
                 rows[kind].append((clip_id, clip_id in hits, by_path[f] in hits))
     out = {}
     for kind, pairs in rows.items():
@@ -278,7 +278,7 @@ def video_ranks(service, clips: dict[str, list[str]], by_path: dict[str, int]) -
     for f, captions in clips.items():
         target = by_path[f]
         for caption in captions:
-            ids, ranking, _, _ = service.rank_text(caption)
+            ids, ranking, _, _ = service.search.rank_text(caption)
             at = int(np.flatnonzero(ids[ranking.rows] == target)[0])
             scores = {"app": ranking.total, **{k: ranking.parts[k] for k in ("model", "zero_shot")
                                                if k in ranking.parts}}

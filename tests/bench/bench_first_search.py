@@ -47,11 +47,10 @@ def main() -> int:
     app = QApplication.instance() or QApplication([])
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
-    from engine.service import SearchService
-    from engine.workspace import Workspace
+    from engine.workspace import Search, Workspace
 
     if args.no_warm:
-        SearchService.warm_search = lambda self: False
+        Search.warm = lambda self, cancel=None: False
     from app.collector import collect_on_gui_thread
 
     collect_on_gui_thread(app)  # as app.main does
@@ -72,7 +71,7 @@ def main() -> int:
         window.library.indexing_finished.connect(lambda *_: finished.append(1))
         started = time.monotonic()
         for folder in args.index:
-            window.service.add_root(folder.resolve())
+            window.service.library.add_root(folder.resolve())
         window.library.index([folder.resolve() for folder in args.index])
         wait(lambda: bool(finished), 7200)
         indexing = {"indexing_s": round(time.monotonic() - started, 1), "rss_after_indexing_mb": rss_mb()}

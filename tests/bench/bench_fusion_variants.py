@@ -42,7 +42,7 @@ def score_columns(home: Path, name: str, tag: str, sets: dict) -> dict[str, np.n
     by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     queries = [(f, c) for f in files for c in caps[f]]
     ids, index = service.indexes.zero_shot()
-    trained = service.active_trained()
+    trained = service.models.active_trained()
     rows = np.arange(len(ids))
     model, full, sentence_only, confidence = [], [], [], []
     for _, text in queries:

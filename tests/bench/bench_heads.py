@@ -59,7 +59,7 @@ def main() -> int:
     for domain in args.domains:
         images, files, _ = sets[domain]
         service = open_library(args.home, domain + args.tag, images, files)
-        trained = service.active_trained()
+        trained = service.models.active_trained()
         if trained is None or trained.runner.num_embeddings < 2:
             print(f"{domain}: the active model has one embedding per item: no heads to compare")
             service.close()

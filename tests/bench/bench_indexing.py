@@ -78,17 +78,17 @@ def end_to_end(folder: Path, assets: Path, profile: bool = False) -> tuple[float
 
     from indexing_profile import profiled, report
 
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     with tempfile.TemporaryDirectory() as home:
         os.environ["POLYSEEK_HOME"] = home
-        service = SearchService.open("bench", assets)
+        service = Workspace.open("bench", assets)
         service.encoders.backbone  # noqa: B018 - session opening is not indexing
-        service.active_trained()  # nor is opening the active model (the starter), which embeds the new items
+        service.models.active_trained()  # nor is opening the active model (the starter), which embeds the new items
         n = len(list(folder.iterdir()))
         with profiled(service) if profile else nullcontext() as figures:
             start, cpu = time.perf_counter(), time.process_time()
-            for _ in service.index_paths([folder]):
+            for _ in service.library.index([folder]):
                 pass
             wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         stats = service.features.stats()

@@ -232,11 +232,11 @@ def first_index(service, library: Path, n: int, backbone_rate: float) -> dict:
     the active model embedding the new items."""
     start = time.perf_counter()
     indexed_at = None
-    for progress in service.index_paths([library]):
+    for progress in service.library.index([library]):
         if progress.message.startswith("indexed"):
             indexed_at = time.perf_counter()
     end = time.perf_counter()
-    counts = service.counts()
+    counts = service.library.counts()
     indexer_s = (indexed_at or end) - start
     return {"items": n, "wall_s": round(end - start, 1), "items_per_s": round(n / (end - start), 1),
             "indexer_s": round(indexer_s, 1), "indexer_items_per_s": round(n / indexer_s, 1),
@@ -253,7 +253,7 @@ def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
 
     def timed(svc) -> float:
         start, cpu = time.perf_counter(), time.process_time()
-        for _ in svc.index_paths(None):
+        for _ in svc.library.index(None):
             pass
         cpu_used.append(time.process_time() - cpu)
         return time.perf_counter() - start
@@ -278,7 +278,7 @@ def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
     for path in deleted:
         path.unlink()
     one_percent = timed(service)
-    counts = service.counts()
+    counts = service.library.counts()
     return {"no_change_s": {"runs": [round(s, 3) for s in warm], "median": round(statistics.median(warm), 3),
                             "cpu_median": round(statistics.median(cpu_used[:3]), 3),
                             "fresh_service": round(cold, 3), "fresh_service_cpu": round(cpu_used[3], 3)},
@@ -317,24 +317,24 @@ def dev_captions(limit: int, seed: int = 0) -> list[str]:
 def query_latency(service, queries: list[str], examples: list[Path]) -> dict:
     out = {}
     for label, model in (("starter", None), ("zero-shot", "zero-shot")):
-        service.search_with_model(model)
+        service.models.use_here(model)
         start = time.perf_counter()
-        service.search_text(queries[0], top=PAGE)  # opening the model / building the index is not a query
+        service.search.text(queries[0], top=PAGE)  # opening the model / building the index is not a query
         opened = time.perf_counter() - start
         text, similar, text_cpu, similar_cpu = [], [], [], []
         for q in queries:
             start, cpu = time.perf_counter(), time.process_time()
-            service.search_text(q, top=PAGE)
+            service.search.text(q, top=PAGE)
             text.append(time.perf_counter() - start)
             text_cpu.append(time.process_time() - cpu)
         for path in examples:
             start, cpu = time.perf_counter(), time.process_time()
-            service.search_media(path, top=PAGE)
+            service.search.example(path, top=PAGE)
             similar.append(time.perf_counter() - start)
             similar_cpu.append(time.process_time() - cpu)
         out[label] = {"first_query_s": round(opened, 2), "text": percentiles(text, text_cpu),
                       "find_similar": percentiles(similar, similar_cpu), "load": load()}
-    service.search_with_model(None)
+    service.models.use_here(None)
     return out
 
 
@@ -348,7 +348,7 @@ def retrain(service, n_annotations: int, epochs: int | None, seed: int = 0) -> d
     by_name = {m.path.name: m.id for m in service.catalog.iter_media("ok") if m.path.name in first}
     names = random.Random(seed).sample(sorted(by_name), min(n_annotations, len(by_name)))
     for name in names:
-        service.add_caption(by_name[name], first[name])
+        service.annotations.add_caption(by_name[name], first[name])
     import resource
 
     peak = PeakChildRss()
@@ -808,11 +808,11 @@ def synthetic_library_with_features(n: int, work: Path, assets: Path, n_real: in
 
 
 def _query_figures(service, queries: list[str]) -> dict:
-    service.search_text(queries[0], top=PAGE)  # opening the model / its index is not a query
+    service.search.text(queries[0], top=PAGE)  # opening the model / its index is not a query
     times, cpu = [], []
     for q in queries:
         start, c = time.perf_counter(), time.process_time()
-        service.search_text(q, top=PAGE)
+        service.search.text(q, top=PAGE)
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - c)
     return {**percentiles(times, cpu), "load": load()}
@@ -854,7 +854,7 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     update(result)
     service = Workspace.open("synthetic", assets)
     start, cpu = time.perf_counter(), time.process_time()
-    for _ in service.reindex():  # a no-change re-scan, then the starter embeds every item (as after indexing)
+    for _ in service.models.reindex():  # a no-change re-scan, then the starter embeds every item (as after indexing)
         pass
     active = service.catalog.active_model()
     result["starter_embedding"] = {"s": round(time.perf_counter() - start, 1),
@@ -869,7 +869,7 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
         by_photo.setdefault(media.path.name.split("-", 1)[1], media.id)
     chosen = random.Random(seed).sample([p for p in photos if p in by_photo], min(n_annotations, len(photos)))
     for name in chosen:
-        service.add_caption(by_photo[name], captions[name])
+        service.annotations.add_caption(by_photo[name], captions[name])
     trainer_peak, engine_peak = PeakChildRss(), PeakOwnRss()
     stages: dict[str, dict] = {}
     epochs_at: list[dict] = []

@@ -107,17 +107,17 @@ def percentiles(latencies_s: list[float]) -> dict[str, float]:
 
 def search_under_load(assets: Path, n_searches: int) -> dict:
     """Warm up, then ``n_searches`` text searches in a row: RSS before/after and latency per window."""
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
-    service = SearchService.open(LIBRARY, assets)
+    service = Workspace.open(LIBRARY, assets)
     try:
         for text in queries(WARMUP_SEARCHES):
-            service.search_text(f"warm-up {text}", top=60)
+            service.search.text(f"warm-up {text}", top=60)
         rss_warm = status_kib("VmRSS") or 0
         latencies = []
         for text in queries(n_searches):
             start = time.perf_counter()
-            hits = service.search_text(text, top=60)
+            hits = service.search.text(text, top=60)
             latencies.append(time.perf_counter() - start)
             if len(hits) != 60:
                 raise SystemExit(f"search {text!r} returned {len(hits)} hits, not 60")

@@ -43,13 +43,13 @@ def child(work: Path, assets: Path, queries: int) -> None:
     tree = os.environ.get("POLYSEEK_CODE", str(REPO))
     sys.path.insert(0, tree)
     import engine.service
-    from engine.service import SearchService
+    from engine.workspace import Workspace
     from tests.bench.bench_library import _query_figures, dev_captions
 
     assert Path(engine.service.__file__).is_relative_to(tree), engine.service.__file__
 
-    service = SearchService.open("synthetic", assets)
-    for _ in service.reindex():
+    service = Workspace.open("synthetic", assets)
+    for _ in service.models.reindex():
         pass
     print(json.dumps(_query_figures(service, dev_captions(queries))), flush=True)
     service.close()
@@ -108,16 +108,16 @@ def main() -> int:
     home = work / "home"
     os.environ.update(POLYSEEK_HOME=str(home), POLYSEEK_ASSETS=str(args.assets))
     os.environ.pop("POLYSEEK_STARTER", None)
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     result: dict = {"synthetic": True, "items": args.items, "reused": bool(args.reuse)}
     if not args.reuse:
         result["library"] = synthetic_library_with_features(args.items, work / "files", args.assets,
                                                             args.real_photos)
         result["library"].pop("photos", None)
-    service = SearchService.open("synthetic", args.assets)
+    service = Workspace.open("synthetic", args.assets)
     start = time.perf_counter()
-    for _ in service.reindex():
+    for _ in service.models.reindex():
         pass
     result["embedding_s"] = round(time.perf_counter() - start, 1)
     queries = dev_captions(args.queries)
@@ -126,7 +126,7 @@ def main() -> int:
         service.evidence = frozenset(evidence)
         result[label] = _query_figures(service, queries)
         print(label, json.dumps(result[label]), flush=True)
-    service.search_with_model("zero-shot")
+    service.models.use_here("zero-shot")
     result["zero-shot"] = _query_figures(service, queries)
     result["load_end"] = load()
     service.close()

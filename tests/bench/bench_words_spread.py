@@ -56,7 +56,7 @@ def centred(x: np.ndarray) -> np.ndarray:
 
 def spaces(service, ids: np.ndarray) -> dict[str, np.ndarray]:
     """Unit rows (N, D) per candidate neighbour space, in ``ids`` order."""
-    model = unit(service.active_trained().index.get(ids).mean(axis=1))
+    model = unit(service.models.active_trained().index.get(ids).mean(axis=1))
     _, globals_ = service.indexes.global_matrix()
     _, hashes = service.indexes.ok_items()
     local = service.features.stack(hashes, service.encoders.backbone.id, "local").astype(np.float32)
@@ -84,7 +84,7 @@ def capture(service, queries: list[tuple[str, str, str]], by_name: dict[str, int
     try:
         for group, photo, query in queries:
             seen.clear()
-            ids, ranking, _, _ = service.rank_text(query)
+            ids, ranking, _, _ = service.search.rank_text(query)
             total = np.empty(len(ids), np.float32)
             total[ranking.rows] = ranking.total
             direct = np.zeros(len(ids), np.float32)
@@ -162,10 +162,10 @@ def main() -> int:
     results: dict = {"model": args.model, "variants": []}
     tests = {}
     service = open_library(args.home, f"words-train-slice{args.tag}", args.data / "images", files)
-    service.set_active_model("starter")
+    service.models.activate("starter")
     by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
     _, queries, taken = name_dogs(service, files, caps, dogs, by_name)
-    service.set_active_model(args.model)
+    service.models.activate(args.model)
     service.evidence = frozenset({"model", "zero_shot", "words"})
     records = capture(service, [(n, f, q) for n, qs in queries.items() for f, q in qs], by_name)
     ids = service.indexes.zero_shot()[0]
