@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -34,7 +34,6 @@ from app.layout import WindowLayout, column
 from app.menus import WindowCommands, WindowMenus
 from app.modelchanges import ModelChanges
 from app.search import SearchSession
-from app.service_api import SearchServiceLike
 from app.settings import GuiSettings
 from app.state import LibrarySnapshot, LibraryState
 from app.transfer import AnnotationTransfer
@@ -57,6 +56,9 @@ from app.workers import serial_pool
 from engine import paths
 from engine.types import SearchHit
 
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
+
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_MS = 5000
@@ -68,11 +70,11 @@ class MainWindow(QMainWindow):
     annotations_transferred = Signal(str, int)  # "export" / "import", how many captions
     model_switched = Signal(str)  # a newly trained model became active (its re-index has started)
 
-    def __init__(self, settings: GuiSettings, service: SearchServiceLike | None = None,
+    def __init__(self, settings: GuiSettings, service: Workspace | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
-        self.service: SearchServiceLike | None = None
+        self.service: Workspace | None = None
         self.session = SearchSession()
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(max(2, QThread.idealThreadCount()))
@@ -187,7 +189,7 @@ class MainWindow(QMainWindow):
         return self.menus.claims(edit, event)
 
     # --- service
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """Show ``service``'s library in every widget (None: the window waits for one)."""
         self.service = service
         self.session.service = service

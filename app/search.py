@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.service_api import SearchServiceLike
 from engine.types import SearchHit
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 QUERY_CHARS = 80  # the most of a query the header and the status bar show: one line (the tooltip has it all)
 
@@ -21,7 +24,7 @@ def shown_query(text: str, limit: int = QUERY_CHARS) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrowseOptions:
-    """How the library is listed when there is no query (``SearchService.browse``'s arguments)."""
+    """How the library is listed when there is no query (``Library.browse``'s arguments)."""
 
     sort: str = "newest"  # "newest", "oldest", "modified", "modified-oldest", "name" (engine.library.browse.BrowseSort)
     kind: str | None = None  # a MediaKind value, None: every kind
@@ -38,7 +41,7 @@ class SearchSession:
     """
 
     def __init__(self) -> None:
-        self.service: SearchServiceLike | None = None
+        self.service: Workspace | None = None
         self.query: str | Path | None = None
         self.min_probability: float | None = None
         self.browse = BrowseOptions()

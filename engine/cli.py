@@ -317,7 +317,7 @@ def _evaluate_library(args: argparse.Namespace) -> int:
 
     service = Workspace.open(args.library)
     try:
-        by_path = {str(Path(m.path).resolve()): m.id for m in service.catalog.iter_media()}
+        by_path = {str(Path(m.path).resolve()): m.id for m in service.state.catalog.iter_media()}
         media = [by_path.get(str(Path(item.path).resolve())) for item in data.items]
         present = [i for i, m in enumerate(media) if m is not None]
         if not present:
@@ -405,6 +405,9 @@ def _retrain(args: argparse.Namespace) -> int:
                         print(f"polyseek: warning: {warning}", file=sys.stderr)
                         if emit:
                             emit({"event": "warning", "message": warning})
+            assert job.result is not None
+            for p in service.models.adopt(job.result):  # the rule's choice made active, the library re-indexed
+                bar(p)
         finally:
             bar.close()
         result = job.result

@@ -7,7 +7,7 @@ Libraries: the 500 Flickr8k *train* photos the starter held aside (they chose it
 1,000 webcaps *train* photos it never saw and the 200 MSR-VTT *train* clips it held aside (real videos, issue #41;
 tests/bench/bench_domains.py's train slices). Never a dev split.
 
-Situations, each searched through the app's own ranking (:meth:`engine.service.SearchService.rank_text`), every
+Situations, each searched through the app's own ranking (:meth:`engine.workspace.search.Search.rank_text`), every
 item of the library a row (label 1: the photo the query's caption was written for):
 
 - ``plain``: one caption of each of up to 400 photos as the query, nothing written by the user;
@@ -50,9 +50,9 @@ def made_up(rng: random.Random, syllables: int = 2) -> str:
 
 
 def clear(service) -> None:
-    for caption in list(service.catalog.iter_captions("user")):
+    for caption in list(service.state.catalog.iter_captions("user")):
         service.annotations.delete_caption(caption.id)
-    for pair in service.catalog.pairs():
+    for pair in service.state.catalog.pairs():
         service.annotations.delete_pair(pair.id)
 
 
@@ -87,7 +87,7 @@ def library_queries(service, files, caps, by_name, rng, count=400):
 
 
 def situations(service, domain: str, files, caps, data: Path, rng: random.Random, out: list) -> None:
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     clear(service)
     queries, rest = library_queries(service, files, caps, by_name, rng, count=min(400, len(files) - 100))
     collect(service, queries, "plain", out)
@@ -283,7 +283,7 @@ def main() -> int:
             service = open_library(args.home, domain, images, files)
             service.models.activate("starter")
             for kind, evidence in (("model", {"model", "zero_shot", "words"}), ("zero_shot", {"zero_shot", "words"})):
-                service.evidence = frozenset(evidence)
+                service.state.evidence = frozenset(evidence)
                 situations(service, domain, files, caps, args.data, random.Random(0), collected[kind])
                 print(domain, kind, len(collected[kind]), flush=True)
             service.close()

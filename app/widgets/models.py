@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT, ModelInfo, active_model
 from app.widgets.plaintext import plain_label, plain_tooltip
-from engine.loop.figures import model_figure
+from engine.terms import model_figure
+from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 
 def metrics_text(metrics: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@
         [--uncalibrated]
 
 Each domain is a fresh library of its dev photos with the shipped starter active (never trained on them). Through
-the app's own ranking (:meth:`engine.service.SearchService.rank_text`, every item of the library ranked):
+the app's own ranking (:meth:`engine.workspace.search.Search.rank_text`, every item of the library ranked):
 
 - ``before``: 300 photos (seeded) asked by one seeded caption each, nothing written by the user: R@10 over the whole
   library, beside the same ranking's dense part alone (the fused model + zero-shot order before #40), and how many
@@ -77,11 +77,11 @@ def run_domain(home: Path, data: Path, domain: str, tag: str) -> dict:
     images, files, caps = domains(data)[domain]
     service = open_library(home, domain + tag, images, files)
     service.models.activate("starter")
-    service.evidence = frozenset({"model", "zero_shot", "words"})
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
-    for caption in list(service.catalog.iter_captions("user")):
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
+    for caption in list(service.state.catalog.iter_captions("user")):
         service.annotations.delete_caption(caption.id)
-    for pair in service.catalog.pairs():
+    for pair in service.state.catalog.pairs():
         service.annotations.delete_pair(pair.id)
     rng = random.Random(0)
     order = files[:]
@@ -149,7 +149,7 @@ def run_domain(home: Path, data: Path, domain: str, tag: str) -> dict:
         out["after"] = measure("after")
         print(domain, "after", json.dumps({k: v for k, v in out["after"].items() if k != "reliability_top10"}),
               flush=True)
-        for caption in list(service.catalog.iter_captions("user")):
+        for caption in list(service.state.catalog.iter_captions("user")):
             service.annotations.delete_caption(caption.id)
     out["wall_s"] = round(time.monotonic() - started, 1)
     service.close()

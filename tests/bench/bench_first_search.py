@@ -6,7 +6,7 @@ the GUI process's memory, in a real window over an indexed library.
 
 The window opens the library as the app does; ``--settle`` seconds later (a person reading the window) a sentence is
 searched through the search box and the time to its first page is taken; then 20 more searches. ``--no-warm``
-turns the background warm-up off (:meth:`engine.service.SearchService.warm_search`), the app before it. Reported:
+turns the background warm-up off (:meth:`engine.workspace.search.Search.warm`), the app before it. Reported:
 the first search's seconds, the median of the next 20, resident memory (VmRSS) after opening, after the first
 search and after the 20. ``--index`` first adds the folders to the (new, empty) library through the window and
 indexes them there, as a user does, and adds the indexing's seconds and the memory after it.

@@ -65,9 +65,9 @@ def main() -> int:
             service.close()
             continue
         ious, coss, same = [], [], 0
-        backbone = service.encoders.backbone.id
-        for media in service.catalog.iter_media():
-            feats = service.features.get(media.content_hash, backbone)
+        backbone = service.state.encoders.backbone.id
+        for media in service.state.catalog.iter_media():
+            feats = service.state.features.get(media.content_hash, backbone)
             if feats is None or feats.local is None:
                 continue
             attention = trained.encode_media_features(feats).attention

@@ -6,7 +6,7 @@
 Makes ``--n`` small JPEGs (64 x 64, random shapes and colours; made once and reused when ``--work`` is
 given), indexes them with ``polyseek index`` in a subprocess (wall time and the subprocess's peak RSS, read
 from its ``VmHWM`` while it runs), then runs ``--searches`` text searches in a row in this process through
-:class:`engine.service.SearchService`. Reported: resident memory after a warm-up (the first searches load
+:class:`engine.workspace.Workspace`. Reported: resident memory after a warm-up (the first searches load
 MiniLM and build the zero-shot index) and at the end, and the growth between them (must stay under 10%: the
 exit status is 1 otherwise); search latency p50/p95 per window of 100 searches, first window vs last. Not
 collected by pytest; Linux only (``/proc``).

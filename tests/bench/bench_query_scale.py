@@ -11,7 +11,7 @@ through the same path, and the zero-shot semantics alone. Labelled ``synthetic``
 
 ``--versions``: the same library searched by other checkouts of the code (e.g. a git worktree of the commit before
 the fused ranking), each in its own process, in turns (``--rounds``), so a loaded machine weighs on each alike: the
-app's text query (``search_text``, first page) as each version ranks it, wall and CPU percentiles. A version whose
+app's text query (``Search.text``, first page) as each version ranks it, wall and CPU percentiles. A version whose
 catalog schema is older needs its own copy of the work folder (``:WORK2``; the schema version set back in the copy).
 
 ``--assets`` is used as it is: the app builds the zero-shot query words' table (:mod:`engine.features.wordtable`) in
@@ -42,11 +42,11 @@ def child(work: Path, assets: Path, queries: int) -> None:
     os.environ.pop("POLYSEEK_STARTER", None)
     tree = os.environ.get("POLYSEEK_CODE", str(REPO))
     sys.path.insert(0, tree)
-    import engine.service
+    import engine.state
     from engine.workspace import Workspace
     from tests.bench.bench_library import _query_figures, dev_captions
 
-    assert Path(engine.service.__file__).is_relative_to(tree), engine.service.__file__
+    assert Path(engine.state.__file__).is_relative_to(tree), engine.state.__file__
 
     service = Workspace.open("synthetic", assets)
     for _ in service.models.reindex():
@@ -123,7 +123,7 @@ def main() -> int:
     queries = dev_captions(args.queries)
     for label, evidence in (("default", {"model", "zero_shot", "words"}), ("model alone", {"model"}),
                             ("default again", {"model", "zero_shot", "words"})):
-        service.evidence = frozenset(evidence)
+        service.state.evidence = frozenset(evidence)
         result[label] = _query_figures(service, queries)
         print(label, json.dumps(result[label]), flush=True)
     service.models.use_here("zero-shot")

@@ -1,4 +1,4 @@
-"""A text query's latency end to end (``SearchService.search_text``: tokenise, encode, rank) with a model that carries
+"""A text query's latency end to end (``Search.text``: tokenise, encode, rank) with a model that carries
 its own fine-tuned MiniLM (``text_encoder.onnx``, issue #19) against the shipped starter (stock MiniLM).
 
     python tests/bench/bench_text_query.py --model TUNED_MODEL_DIR --photos ../shared/datasets/flickr8k/images \
@@ -66,7 +66,7 @@ def main() -> None:
     try:
         list(svc.library.index([media]))
         texts = queries(args.queries)
-        result = {"items": len(list(svc.catalog.iter_media())), "cpu_cores": os.cpu_count()}
+        result = {"items": len(list(svc.state.catalog.iter_media())), "cpu_cores": os.cpu_count()}
         result["starter"] = {"model": svc.active_model_name(), **timed(svc, texts)} \
             if hasattr(svc, "active_model_name") else timed(svc, texts)
         svc.models.activate(str(args.model.resolve()))

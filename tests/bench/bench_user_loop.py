@@ -19,7 +19,7 @@ what a fresh install has. Rows:
   version too when it was not activated.
 
 Each is scored on the remaining photos with all five of their captions (text->photo and photo->text R@1/5/10,
-rsum) by the engine's own evaluation (:meth:`engine.workspace.Workspace.evaluate_on`).
+rsum) by the engine's own evaluation (:meth:`engine.workspace.models.Models.evaluate`).
 
 ``--vocabulary``: the user's own word. Photos whose captions say "dog" become photos of *Biscuit* (every "dog"
 /"dogs" replaced by "Biscuit"); N of them (25, 50, 100) are captioned that way, the rest of the library with
@@ -106,23 +106,25 @@ class Library:
         self.service.library.add_root(self.root)
         for _ in self.service.models.reindex():
             pass
-        self.by_file = {Path(m.path).name: m.id for m in self.service.catalog.iter_media()}
+        self.by_file = {Path(m.path).name: m.id for m in self.service.state.catalog.iter_media()}
 
     def caption(self, texts: dict[str, str]) -> None:
         for f, text in texts.items():
             self.service.annotations.add_caption(self.by_file[f], text)
 
     def retrain(self, warm: bool, gate: bool = True, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-        from engine.loop.retrain import Retrain, RetrainOptions
+        from engine.loop.retrain import RetrainOptions
 
         options = (RetrainOptions(warm_start=True, trainer_args=extra) if warm
                    else RetrainOptions(method="a3vse", warm_start=False))
-        job = Retrain(self.service, options)
+        job = self.service.models.retrain(options)
         started = time.monotonic()
         for _ in job.run():
             pass
         result = job.result
         assert result is not None
+        for _ in self.service.models.adopt(result):
+            pass
         if not gate and not result.activated:  # today's behaviour: the new model is activated regardless
             self.service.models.activate(result.model_name)
             for _ in self.service.models.reindex():
@@ -133,7 +135,7 @@ class Library:
                 "pseudo_before": summary(result.pseudo_before), "pseudo_after": summary(result.pseudo_after)}
 
     def active(self) -> str | None:
-        record = self.service.catalog.active_model()
+        record = self.service.state.catalog.active_model()
         return record.name if record else None
 
     def evaluate(self, folder: Path, model: str | None) -> dict[str, Any]:

@@ -96,9 +96,9 @@ def name_dogs(service, files: list[str], caps: dict[str, list[str]], dogs: dict[
     rng = random.Random(0)
     captioned: dict[str, list[str]] = {}
     queries: dict[str, list[tuple[str, str]]] = {}
-    for caption in list(service.catalog.iter_captions("user")):
+    for caption in list(service.state.catalog.iter_captions("user")):
         service.annotations.delete_caption(caption.id)
-    for pair in service.catalog.pairs():
+    for pair in service.state.catalog.pairs():
         service.annotations.delete_pair(pair.id)
     for colour, name in DOGS.items():
         photos = dogs[colour][:]
@@ -118,11 +118,13 @@ def retrain(service, extra: tuple[str, ...]) -> dict:
     library's annotations: the new model is activated only if the gate accepts it, as in the app."""
     import time
 
-    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.loop.retrain import RetrainOptions
 
-    job = Retrain(service, RetrainOptions(warm_start=True, trainer_args=extra))
+    job = service.models.retrain(RetrainOptions(warm_start=True, trainer_args=extra))
     started = time.monotonic()
     for _ in job.run():
+        pass
+    for _ in service.models.adopt(job.result):
         pass
     result = job.result
     return {"extra_args": list(extra), "model": result.model_name, "activated": result.activated,
@@ -177,8 +179,8 @@ def caption_hundred(service, files: list[str], caps: dict[str, list[str]]) -> tu
     first of a seeded shuffle of ``files``) captioned once with a seeded caption of theirs. Returns the items' ids
     by file name and the shuffled order (its first 100 captioned, the next 300 the queries' photos)."""
     service.models.activate("starter")
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
-    for caption in list(service.catalog.iter_captions("user")):
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
+    for caption in list(service.state.catalog.iter_captions("user")):
         service.annotations.delete_caption(caption.id)
     order = files[:]
     random.Random(0).shuffle(order)
@@ -207,13 +209,13 @@ def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | 
     out: dict = {"captioned": 100, "queries": len(queries)}
     for row, evidence in (("model only", {"model"}), ("model + zero-shot", {"model", "zero_shot"}),
                           ("default", {"model", "zero_shot", "words"})):
-        service.evidence = frozenset(evidence)
+        service.state.evidence = frozenset(evidence)
         out[row] = r10_among_uncaptioned(service, queries, taken, by_name)
         print("general", row, out[row], flush=True)
     kept = words.SPREAD_SHARE
     for share in shares or []:
         words.SPREAD_SHARE = share
-        service.evidence = frozenset({"model", "zero_shot", "words"})
+        service.state.evidence = frozenset({"model", "zero_shot", "words"})
         out[f"default, spread share {share}"] = r10_among_uncaptioned(service, queries, taken, by_name)
         print("general share", share, out[f"default, spread share {share}"], flush=True)
     words.SPREAD_SHARE = kept
@@ -249,7 +251,7 @@ def main() -> int:
     files, caps, dogs = dog_photos(args.data, args.split)
     service = open_library(args.home, f"words-{args.split}{args.tag}", args.data / "images", files)
     service.models.activate("starter")  # an earlier run's retrain may have left its model active
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     captioned, queries, taken = name_dogs(service, files, caps, dogs, by_name)
     ordinary = ordinary_queries(files, caps, dogs)
     ordinary_all = [(f, c) for f, _ in ordinary for c in caps[f]]  # every caption of the same photos: more power
@@ -258,8 +260,8 @@ def main() -> int:
     results: dict = {"split": args.split, "photos": len(files), "per_dog": {n: len(c) for n, c in captioned.items()},
                      "others": {n: len({f for f, _ in q}) for n, q in queries.items()}}
     def measure(row: str, evidence: set[str]) -> None:
-        service.evidence = frozenset(evidence)
-        record: dict = {"active": service.catalog.active_model().name}
+        service.state.evidence = frozenset(evidence)
+        record: dict = {"active": service.state.catalog.active_model().name}
         for name in DOGS.values():
             top = [h.media_id for h in service.search.text(name, top=len(captioned[name]))]
             found = len(set(top) & {by_name[f] for f in captioned[name]})
@@ -286,7 +288,7 @@ def main() -> int:
                                       for row in ("model only", "default")}
         print("ordinary change", json.dumps(results["ordinary_change"]), flush=True)
     # a rejection takes effect at once
-    service.evidence = frozenset({"model", "zero_shot", "words"})
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
     query, paraphrase = "a dog swimming in a lake", "a dog is swimming in the water of a lake"
     victim = service.search.text(query, top=1)[0].media_id
     service.annotations.reject_pair(query, victim)

@@ -23,12 +23,12 @@ def test_export_then_import_into_a_fresh_library_restores_everything(tmp_path, p
     assert polyseek("index", str(photos), "--library", "old", home=polyseek_home, assets=assets_dir).returncode == 0
     service = Workspace.open("old", assets_dir)
     try:
-        ids = {m.path.name: m.id for m in service.catalog.iter_media()}
+        ids = {m.path.name: m.id for m in service.state.catalog.iter_media()}
         service.annotations.add_caption(ids["p0.jpg"], "the red one")
-        service.catalog.add_caption(ids["p1.jpg"], "green, from an old album", "imported")
+        service.state.catalog.add_caption(ids["p1.jpg"], "green, from an old album", "imported")
         service.annotations.accept_pair("something red", ids["p0.jpg"])
         service.annotations.reject_pair("something red", ids["p2.jpg"])
-        before = annotations(service.catalog)
+        before = annotations(service.state.catalog)
     finally:
         service.close()
     run = polyseek("annotations", "export", str(tmp_path / backup), "--library", "old", "--json", home=polyseek_home,
@@ -49,6 +49,6 @@ def test_export_then_import_into_a_fresh_library_restores_everything(tmp_path, p
     assert (json.loads(run.stdout)["captions"], json.loads(run.stdout)["pairs"]) == (0, 0)  # nothing twice
     service = Workspace.open("new", assets_dir)
     try:
-        assert without_times(annotations(service.catalog)) == without_times(before)
+        assert without_times(annotations(service.state.catalog)) == without_times(before)
     finally:
         service.close()

@@ -208,7 +208,7 @@ def test_an_acknowledged_caption_survives_a_kill_of_the_writer(tmp_path, polysee
     library = make_library(tmp_path / "library", 1)
     with closing(Workspace.open("default", assets_dir)) as service:
         list(service.library.index([library]))
-        media_id = next(service.catalog.iter_media()).id
+        media_id = next(service.state.catalog.iter_media()).id
     catalog_file = polyseek_home / "libraries" / "default" / "catalog.sqlite"
     rng = random.Random(SEED)
     acked: list[int] = []

@@ -194,10 +194,10 @@ def test_every_hostile_file_is_recorded_and_failures_are_retried_only_when_chang
 ):
     library = build(tmp_path / "library", CASES)
     list(service.library.index([library]))
-    check_outcomes(rows_by_name(service.catalog), CASES)
-    many = service.catalog.media_by_path(library / "10000-frames.gif")
+    check_outcomes(rows_by_name(service.state.catalog), CASES)
+    many = service.state.catalog.media_by_path(library / "10000-frames.gif")
     assert many.n_frames == limits.MAX_ANIMATION_FRAMES  # counted up to the cap, not all 10,000
-    assert service.catalog.media_by_path(library / "really-a-png.mp4").format == "png"
+    assert service.state.catalog.media_by_path(library / "really-a-png.mp4").format == "png"
     assert service.search.text("a red picture", top=3)  # the library is searchable next to the bad files
 
     failures = sorted(service.library.failures())
@@ -209,13 +209,13 @@ def test_every_hostile_file_is_recorded_and_failures_are_retried_only_when_chang
     os.utime(library / "truncated.jpg", ns=(10**18, 10**18))
     list(service.models.reindex())
     assert decoded == ["truncated.jpg"]
-    assert service.catalog.media_by_path(library / "truncated.jpg").status == MediaStatus.OK
+    assert service.state.catalog.media_by_path(library / "truncated.jpg").status == MediaStatus.OK
 
 
 def test_a_non_utf8_file_name_round_trips_through_the_catalog(service, tmp_path):
     library = build(tmp_path / "library", [c for c in CASES if c.category == "names"])
     list(service.library.index([library]))
-    row = service.catalog.media_by_path(library / NON_UTF8_NAME)
+    row = service.state.catalog.media_by_path(library / NON_UTF8_NAME)
     assert row is not None and row.path == library / NON_UTF8_NAME and row.path.exists()
     assert service.library.thumbnail(row.id).is_file()
     service.annotations.add_caption(row.id, "a blue square")
@@ -257,18 +257,18 @@ def test_files_deleted_replaced_or_growing_after_the_scan(service, tmp_path, mon
     race_hook(monkeypatch, {"vanishes.jpg": os.remove, "replaced.jpg": replace_with_other_picture,
                             "grows.jpg": grow})
     list(service.library.index([library]))
-    rows = rows_by_name(service.catalog)
+    rows = rows_by_name(service.state.catalog)
     assert rows["good.jpg"].status == MediaStatus.OK
     assert "disappeared" in rows["vanishes.jpg"].error
     for name in ("replaced.jpg", "grows.jpg"):
         assert rows[name].status == MediaStatus.FAILED and "changed while" in rows[name].error
         old_hash[name] = rows[name].content_hash
         # the new content's features must not be filed under the old content's hash
-        assert service.features.get(old_hash[name], service.encoders.backbone.id) is None
+        assert service.state.features.get(old_hash[name], service.state.encoders.backbone.id) is None
 
     monkeypatch.undo()
     list(service.models.reindex())
-    rows = rows_by_name(service.catalog)
+    rows = rows_by_name(service.state.catalog)
     assert rows["vanishes.jpg"].status == MediaStatus.MISSING  # gone: kept as missing until the user purges it
     assert rows["replaced.jpg"].status == rows["grows.jpg"].status == MediaStatus.OK  # retried: it changed
     assert rows["replaced.jpg"].content_hash != old_hash["replaced.jpg"]
@@ -288,7 +288,7 @@ def test_a_file_vanishing_between_listing_and_hashing_is_skipped(service, tmp_pa
 
     monkeypatch.setattr(indexer, "content_hash", vanish_first)
     list(service.library.index([library]))
-    assert set(rows_by_name(service.catalog)) == {"good.jpg"}
+    assert set(rows_by_name(service.state.catalog)) == {"good.jpg"}
 
 
 def fail_listing(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
@@ -309,20 +309,20 @@ def test_an_unreadable_folder_is_skipped_and_keeps_its_indexed_items(service, tm
     make_jpeg(library / "private" / "secret.jpg", (64, 64), BLUE)
     make_jpeg(library / "zzz-after.jpg", (64, 64), GREEN)
     list(service.library.index([library]))
-    secret = service.catalog.media_by_path(library / "private" / "secret.jpg")
+    secret = service.state.catalog.media_by_path(library / "private" / "secret.jpg")
     caption = service.annotations.add_caption(secret.id, "my private photo")
 
     fail_listing(monkeypatch, library / "private")
     make_jpeg(library / "new.jpg", (64, 64), WHITE)
     list(service.models.reindex())  # the walk goes on past the folder it cannot list
-    assert set(rows_by_name(service.catalog)) == {"good.jpg", "secret.jpg", "zzz-after.jpg", "new.jpg"}
+    assert set(rows_by_name(service.state.catalog)) == {"good.jpg", "secret.jpg", "zzz-after.jpg", "new.jpg"}
     # not listable is not deleted: the row and the user's caption survive
     assert caption in [c.id for c in service.annotations.captions(secret.id)]
 
     monkeypatch.undo()
     (library / "private" / "secret.jpg").unlink()
     list(service.models.reindex())  # readable again and really gone: missing now, the caption still kept
-    assert rows_by_name(service.catalog)["secret.jpg"].status == MediaStatus.MISSING
+    assert rows_by_name(service.state.catalog)["secret.jpg"].status == MediaStatus.MISSING
     assert caption in [c.id for c in service.annotations.captions(secret.id)]
 
 
@@ -444,12 +444,12 @@ def test_a_file_replaced_by_known_content_gets_that_contents_pseudo_caption(serv
     make_jpeg(library / "a.jpg", (64, 64), RED)
     make_jpeg(library / "b.jpg", (64, 64), BLUE)
     list(service.library.index([library]))
-    pseudo = {m.path.name: service.catalog.captions(m.id, sources=["pseudo"])[0].text
-              for m in service.catalog.iter_media()}
+    pseudo = {m.path.name: service.state.catalog.captions(m.id, sources=["pseudo"])[0].text
+              for m in service.state.catalog.iter_media()}
     assert pseudo["a.jpg"] != pseudo["b.jpg"]
     os.replace(make_jpeg(library / "copy.tmp", (64, 64), BLUE), library / "a.jpg")  # now b's content
     list(service.models.reindex())  # a.jpg's features come from the store (b's): its old caption must not survive
-    a = service.catalog.media_by_path(library / "a.jpg")
+    a = service.state.catalog.media_by_path(library / "a.jpg")
     assert a.status == MediaStatus.OK
     [caption] = [c.text for c in service.annotations.captions(a.id) if c.source == "pseudo"]
     assert caption != pseudo["a.jpg"]

@@ -1,4 +1,4 @@
-"""The library loop end to end: annotate through SearchService, ``polyseek retrain`` (tiny A3VSE), the new model
+"""The library loop end to end: annotate through the Workspace, ``polyseek retrain`` (tiny A3VSE), the new model
 is active after the re-index, and R@K on the held-aside annotations is reported for the old and the new model."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def annotated_library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> 
     service = Workspace.open(LIBRARY, assets_dir)
     try:
         list(service.library.index([toy.media_dir]))
-        by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+        by_path = {m.path.resolve(): m.id for m in service.state.catalog.iter_media()}
         annotated = {}
         for index, (item, texts) in enumerate(toy.item_captions()[:N_ANNOTATED]):
             media_id = by_path[item.path.resolve()]
@@ -86,7 +86,8 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
         assert len(folder.split(TRAIN_SPLIT).items) == N_ITEMS - len(held)  # D^l plus D^u
         assert len(folder.split(HELDOUT_SPLIT).items) == len(held)
         # the trainer reads the set as A3VSE's D^l (train), D^u with pseudo captions, and the held-aside split
-        source = FeatureSource(service.features, service.encoders, lib["home"] / "cache" / "text", lib["assets"])
+        state = service.state
+        source = FeatureSource(state.features, state.encoders, lib["home"] / "cache" / "text", lib["assets"])
         data = load_training_data(Path(ts["folder"]), TRAIN_SPLIT, HELDOUT_SPLIT, SparseConfig(),
                                   FeatureNeeds(True, True, False, "minilm", 8), source, with_pseudo=True)
         assert data.train.n_items == N_ANNOTATED - len(held) and data.val.n_items == len(held)
@@ -103,8 +104,8 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
 
         active = [m for m in service.models.all() if m.active]
         assert [m.name for m in active] == ["loop-v1"] and active[0].method == "a3vse"
-        record = service.catalog.model("loop-v1")
-        assert service.catalog.embedded_ids(record.id) == set(lib["annotated"]) | lib["unannotated"]
+        record = service.state.catalog.model("loop-v1")
+        assert service.state.catalog.embedded_ids(record.id) == set(lib["annotated"]) | lib["unannotated"]
         hits = service.search.text("a large red circle", top=5)
         assert len(hits) == 5 and hits[0].score >= hits[-1].score
         picks = service.annotations.suggest(4)  # a3vse exports one vector per item: random suggestions
@@ -129,7 +130,7 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
                         assets=assets_dir).returncode == 0
     service = Workspace.open("mine", assets_dir)
     try:
-        ids = sorted(m.id for m in service.catalog.iter_media())
+        ids = sorted(m.id for m in service.state.catalog.iter_media())
         service.annotations.add_caption(ids[0], "a shape on a plain background")
         service.annotations.accept_pair("something round", ids[1])
         service.annotations.reject_pair("a cat", ids[2])
@@ -150,9 +151,10 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
     assert again.returncode == 0 and "imported 0 captions" in again.stdout  # the same captions, not twice
     service = Workspace.open("theirs", assets_dir)
     try:  # restored as they were: the user's caption as the user's, the verdicts with their queries
-        restored = {service.library.media(c.media_id).path.name: c.text for c in service.catalog.iter_captions("user")}
+        catalog = service.state.catalog
+        restored = {service.library.media(c.media_id).path.name: c.text for c in catalog.iter_captions("user")}
         assert restored == {"toy_0000.png": "a shape on a plain background"}
-        verdicts = {(service.library.media(p.media_id).path.name, p.query, p.label) for p in service.catalog.pairs()}
+        verdicts = {(service.library.media(p.media_id).path.name, p.query, p.label) for p in catalog.pairs()}
         assert verdicts == {("toy_0001.png", "something round", 1), ("toy_0002.png", "a cat", -1)}
     finally:
         service.close()

@@ -33,11 +33,11 @@ def test_unplugged_drive_through_the_cli(tmp_path, polyseek_home, assets_dir):
     assert run.returncode == 0, run.stderr
     service = Workspace.open("cli", assets_dir)
     try:
-        red = service.catalog.media_by_path(drive / "red.jpg").id
+        red = service.state.catalog.media_by_path(drive / "red.jpg").id
         service.annotations.add_caption(red, "the red one from the trip")
         service.annotations.accept_pair("red", red)
-        service.annotations.add_caption(service.catalog.media_by_path(home / "green.png").id, "green at home")
-        before = annotations(service.catalog)
+        service.annotations.add_caption(service.state.catalog.media_by_path(home / "green.png").id, "green at home")
+        before = annotations(service.state.catalog)
     finally:
         service.close()
 
@@ -73,8 +73,8 @@ def test_unplugged_drive_through_the_cli(tmp_path, polyseek_home, assets_dir):
     assert polyseek("index", str(drive), "--library", "cli", home=polyseek_home, assets=assets_dir).returncode == 0
     service = Workspace.open("cli", assets_dir)
     try:
-        assert without_times(annotations(service.catalog)) == without_times(before)
-        assert {str(m.status) for m in service.catalog.iter_media()} == {"ok"}
+        assert without_times(annotations(service.state.catalog)) == without_times(before)
+        assert {str(m.status) for m in service.state.catalog.iter_media()} == {"ok"}
     finally:
         service.close()
 

@@ -48,7 +48,7 @@ def library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> dict:
     service = Workspace.open(LIBRARY, assets_dir)
     try:
         list(service.library.index([toy.media_dir]))
-        by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+        by_path = {m.path.resolve(): m.id for m in service.state.catalog.iter_media()}
         items = toy.item_captions()
         for index, (item, texts) in enumerate(items[:N_ANNOTATED]):
             media_id = by_path[item.path.resolve()]
@@ -60,7 +60,7 @@ def library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> dict:
         items[-1][0].path.unlink()  # never annotated, deleted
         list(service.models.reindex())
         assert service.library.counts()["missing"] == 2
-        before = annotations(service.catalog)
+        before = annotations(service.state.catalog)
     finally:
         service.close()
     return {"home": polyseek_home, "assets": assets_dir, "before": before}
@@ -105,20 +105,20 @@ def check_library(lib: dict) -> str | None:
     """The state after a restart; returns the active model's name."""
     service = Workspace.open(LIBRARY, lib["assets"])
     try:
-        assert service.catalog.integrity_ok()
-        assert annotations(service.catalog) == lib["before"]
-        for record in service.catalog.models():  # no half model: every registered one opens
-            ModelRunner.load(model_export_dir(record.path), backbone_id=service.encoders.backbone.id)
+        assert service.state.catalog.integrity_ok()
+        assert annotations(service.state.catalog) == lib["before"]
+        for record in service.state.catalog.models():  # no half model: every registered one opens
+            ModelRunner.load(model_export_dir(record.path), backbone_id=service.state.encoders.backbone.id)
         list(service.models.reindex())  # what the app's re-index does on a restart
         assert service.search.text("a large green triangle", top=3) is not None  # the active model loads
-        active = service.catalog.active_model()
-        present = {m.id for m in service.catalog.iter_media("ok")}
+        active = service.state.catalog.active_model()
+        present = {m.id for m in service.state.catalog.iter_media("ok")}
         assert len(present) == N_ITEMS - 2
         if active is not None:
-            assert service.catalog.embedded_ids(active.id) == present  # the missing items have no vectors
+            assert service.state.catalog.embedded_ids(active.id) == present  # the missing items have no vectors
             trained = service.models.active_trained()
             assert trained is not None and set(trained.index.ids().tolist()) == present
-        assert annotations(service.catalog) == lib["before"]
+        assert annotations(service.state.catalog) == lib["before"]
         return active.name if active is not None else None
     finally:
         service.close()

@@ -1,4 +1,4 @@
-"""An in-memory stand-in for ``engine.service.SearchService`` for GUI tests and screenshots.
+"""An in-memory stand-in for ``engine.workspace.Workspace`` for GUI tests and screenshots.
 
 It implements the same public API over a few media files it generates with Pillow (coloured shapes, animated
 GIFs, one tiny "video" and one broken file). It really reads those files while indexing (so a broken one
@@ -205,6 +205,7 @@ PART_METHODS = (
      "suggest": "suggest_annotations", "suggestion_policy": "suggestion_policy"},
     {"all": "_model_list", "activate": "set_active_model", "switch": "switch_model", "register": "register_model",
      "rename": "rename_model", "delete": "delete_model", "reindex": "reindex", "retrain": "retrain",
+     "adopt": "_adopt",
      "training_set": "export_training_set", "evaluate": "evaluate_on",
      "compare": "compare_models"},
     {"text": "search_text", "example": "search_media", "explain": "explain", "carries_evidence":
@@ -758,6 +759,12 @@ class FakeService:
         fake = self
 
         class RetrainOnFake(Retrain):
+            def _register(self, model_dir: Path, name: str) -> str:
+                return fake.register_model(model_dir, name)
+
+            def _models(self) -> list[ModelInfo]:
+                return fake._model_list()
+
             def _export_training_set(self) -> Any:
                 return fake.export_training_set(self.options.dest, self.options.holdout, self.options.seed)
 
@@ -770,6 +777,10 @@ class FakeService:
                                            result.old_model, self.options.seed)
 
         return RetrainOnFake(self, options, on_event, on_output)
+
+    def _adopt(self, result: Any, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        if result.activated and result.model_name is not None:  # as the Workspace's models.adopt
+            yield from self.switch_model(result.model_name, cancel)
 
     # --- annotation transfer
     def _annotated(self) -> list[tuple[_Entry, list[str]]]:

@@ -109,7 +109,7 @@ def test_familiarity_is_the_share_of_words_the_text_side_knows():
 
 
 def test_a_search_says_how_well_each_hit_matches_in_calibrated_words(library: Workspace):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
     library.annotations.add_caption(media[4].id, "Biscuit asleep on the sofa")
     library.annotations.add_caption(media[1].id, "Biscuit in the garden")
     named = library.search.text("Biscuit", top=8)
@@ -123,7 +123,7 @@ def test_a_search_says_how_well_each_hit_matches_in_calibrated_words(library: Wo
 
 
 def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: Workspace):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
     library.annotations.add_caption(media[3].id, "a small terrier in the grass under a red ball")
     hit = library.search.text("a red car parked on the street", top=8)
     terrier = next(h for h in hit if h.media_id == media[3].id)
@@ -134,7 +134,7 @@ def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: Workspace
 
 
 def test_the_inspector_does_not_call_a_name_that_covers_the_whole_search_far_in_meaning(library: Workspace):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
     library.annotations.add_caption(media[2].id, "Doctor Nova explains space dust")
     notes = " ".join(library.search.explain("Doctor Nova", media[2].id).notes)
     assert "covers 100% of this search's words." in notes and "in meaning" not in notes

@@ -108,12 +108,12 @@ def test_indexing_stores_the_date_taken_and_browsing_sorts_by_it(service: Worksp
     assert names("oldest") == ["a", "c", "b"]
     assert names("modified") == ["a", "c", "b"]  # by file date
     assert names("modified-oldest") == ["b", "c", "a"]
-    media = service.catalog.media_by_path(a)
+    media = service.state.catalog.media_by_path(a)
     details = service.library.details(media.id)
     assert details.path == a and details.kind is MediaKind.IMAGE and details.size_bytes == a.stat().st_size
     assert (details.width, details.height) == (48, 32) and details.format == "jpeg"
     assert details.capture.taken_at == "2014-06-21T18:05:09+02:00" and details.capture.camera == "Canon EOS 5D Mark III"
-    assert service.library.details(service.catalog.media_by_path(c).id).capture == CaptureInfo()
+    assert service.library.details(service.state.catalog.media_by_path(c).id).capture == CaptureInfo()
 
 
 def test_the_details_are_read_from_the_catalog_not_the_file(service: Workspace, tmp_path: Path,
@@ -122,7 +122,7 @@ def test_the_details_are_read_from_the_catalog_not_the_file(service: Workspace, 
     folder.mkdir()
     path = mg.make_jpeg_with_exif(folder / "a.jpg")
     list(service.library.index([folder]))
-    media_id = service.catalog.media_by_path(path).id
+    media_id = service.state.catalog.media_by_path(path).id
 
     def no_decoding(*_args, **_kwargs):
         raise AssertionError("the details decoded the file")

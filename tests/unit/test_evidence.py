@@ -93,7 +93,7 @@ def test_look_alikes_tell_the_same_dog_from_a_photo_with_more_of_what_every_phot
 
 
 def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: Workspace):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
     library.annotations.add_caption(media[5].id, "Biscuit sleeping on the sofa")
     library.annotations.add_caption(media[2].id, "Biscuit in the garden")
     top = [h.media_id for h in library.search.text("Biscuit", top=2)]
@@ -104,7 +104,7 @@ def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: Wo
     assert library.search.text("a cat on a sofa", top=60)[-1].media_id == victim
     # and for a paraphrase of the rejected query (same content words; MiniLM cosine above SEM_FULL)
     assert library.search.text("a cat on the sofa", top=60)[-1].media_id == victim
-    library.annotations.delete_pair(library.catalog.pairs()[0].id)
+    library.annotations.delete_pair(library.state.catalog.pairs()[0].id)
     assert library.search.text("a cat on a sofa", top=1)[0].media_id == victim
 
 
@@ -155,7 +155,7 @@ def test_a_photo_added_after_the_names_shares_them_when_it_looks_like_a_named_on
                                                                                  tmp_path: Path):
     """The spread reads the library as it is now: a photo indexed after the user named two (the same picture as
     one of them) comes next for the name, before any retrain."""
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
     library.annotations.add_caption(media[5].id, "Biscuit sleeping on the sofa")
     library.annotations.add_caption(media[2].id, "Biscuit in the garden")
     library.search.text("Biscuit")  # the look-alikes are built here, before the new photo
@@ -163,7 +163,7 @@ def test_a_photo_added_after_the_names_shares_them_when_it_looks_like_a_named_on
     later.mkdir()
     make_jpeg(later / "again.jpg", (48, 40), (250, 200, 0))  # photo5's colour
     list(library.library.index([later]))
-    again = next(m.id for m in library.catalog.iter_media() if Path(m.path).name == "again.jpg")
+    again = next(m.id for m in library.state.catalog.iter_media() if Path(m.path).name == "again.jpg")
     assert [h.media_id for h in library.search.text("Biscuit", top=3)][2] == again
 
 

@@ -41,7 +41,7 @@ def run(progress) -> list:
 
 
 def paths_ok(service: Workspace) -> dict[str, str]:
-    return {m.path.name: str(m.kind) for m in service.catalog.iter_media("ok")}
+    return {m.path.name: str(m.kind) for m in service.state.catalog.iter_media("ok")}
 
 
 def test_first_index_records_kinds_features_pseudo_captions_and_failures(service, library):
@@ -54,13 +54,13 @@ def test_first_index_records_kinds_features_pseudo_captions_and_failures(service
     assert failures[str(library / "broken.jpg")]
     counts = service.library.counts()
     assert (counts["image"], counts["animation"], counts["video"], counts["failed"]) == (2, 1, 1, 1)
-    red = service.catalog.media_by_path(library / "red.jpg")
-    record = service.features.get(red.content_hash, service.encoders.backbone.id)
+    red = service.state.catalog.media_by_path(library / "red.jpg")
+    record = service.state.features.get(red.content_hash, service.state.encoders.backbone.id)
     assert record.local.shape == (49, 1280) and record.frames is None
-    gif = service.catalog.media_by_path(library / "flash.gif")
-    gif_record = service.features.get(gif.content_hash, service.encoders.backbone.id)
+    gif = service.state.catalog.media_by_path(library / "flash.gif")
+    gif_record = service.state.features.get(gif.content_hash, service.state.encoders.backbone.id)
     assert gif_record.frames.shape == (8, 1280) and gif_record.local is None
-    pseudo = service.catalog.captions(red.id, sources=["pseudo"])
+    pseudo = service.state.catalog.captions(red.id, sources=["pseudo"])
     assert len(pseudo) == 1 and "red" in pseudo[0].text  # the colour attribute of the regions
 
 
@@ -68,13 +68,13 @@ def test_an_index_run_lets_the_backbone_session_go_when_it_ends(service, library
     """#44 point 19: the backbone's ONNX session keeps its largest run's activations (~200 MB) for its life; an
     index run lets it go at its end, done or cancelled, and the next run opens it again."""
     def holds_backbone() -> bool:
-        return "backbone" in service.encoders._cache or service.indexer._extractor is not None
+        return "backbone" in service.state.encoders._cache or service.state.indexer._extractor is not None
 
     run(service.library.index([library]))
     assert not holds_backbone()
     make_jpeg(library / "blue.jpg", (70, 50), BLUE)
     run(service.library.index([library]))  # opened again for the new photo
-    assert service.catalog.media_by_path(library / "blue.jpg").status == "ok" and not holds_backbone()
+    assert service.state.catalog.media_by_path(library / "blue.jpg").status == "ok" and not holds_backbone()
     make_jpeg(library / "green.jpg", (70, 50), GREEN)
     cancel = CancelToken()
     progress = service.library.index([library], cancel)
@@ -87,9 +87,9 @@ def test_an_index_run_lets_the_backbone_session_go_when_it_ends(service, library
 
 def test_reindex_handles_add_modify_move_delete(service, library):
     run(service.library.index([library]))
-    red = service.catalog.media_by_path(library / "red.jpg")
+    red = service.state.catalog.media_by_path(library / "red.jpg")
     caption_id = service.annotations.add_caption(red.id, "my red picture")
-    ids_before = {m.path.name: m.id for m in service.catalog.iter_media()}
+    ids_before = {m.path.name: m.id for m in service.state.catalog.iter_media()}
 
     make_jpeg(library / "blue.jpg", (70, 50), BLUE)  # add
     make_png(library / "sub" / "green.png", (64, 64), (250, 250, 0))  # modify (new content)
@@ -98,14 +98,14 @@ def test_reindex_handles_add_modify_move_delete(service, library):
     (library / "clip.mp4").unlink()  # delete
     run(service.models.reindex())
 
-    after = {m.path.name: m for m in service.catalog.iter_media()}
+    after = {m.path.name: m for m in service.state.catalog.iter_media()}
     assert after["clip.mp4"].status == "missing" and "red.jpg" not in after  # deleted: kept, marked missing
     assert after["moved-red.jpg"].id == ids_before["red.jpg"]  # same row: the caption survives the move
     assert [c.id for c in service.annotations.captions(after["moved-red.jpg"].id) if c.source == "user"] == [caption_id]
     assert after["blue.jpg"].status == "ok"
     green = after["green.png"]
     assert green.id == ids_before["green.png"] and green.status == "ok"
-    assert service.catalog.pending_media() == []
+    assert service.state.catalog.pending_media() == []
 
 
 def test_unchanged_library_does_no_work_and_failed_files_are_retried_only_when_changed(service, library,
@@ -137,10 +137,10 @@ def test_cancelled_index_resumes_where_it_stopped(service, tmp_path):
                 seen = p.done
                 token.cancel()
     assert 0 < seen < 70
-    assert 0 < len(service.catalog.pending_media()) < 70
+    assert 0 < len(service.state.catalog.pending_media()) < 70
     run(service.models.reindex())
-    assert len(paths_ok(service)) == 70 and service.catalog.pending_media() == []
-    assert service.catalog.integrity_ok()
+    assert len(paths_ok(service)) == 70 and service.state.catalog.pending_media() == []
+    assert service.state.catalog.integrity_ok()
 
 
 def test_same_content_in_a_second_library_reuses_cached_features(service, library, assets_dir, monkeypatch):
@@ -159,8 +159,8 @@ def test_same_content_in_a_second_library_reuses_cached_features(service, librar
     try:
         run(other.library.index([library]))
         assert len(paths_ok(other)) == 4
-        red = other.catalog.media_by_path(library / "red.jpg")
-        assert other.catalog.captions(red.id, sources=["pseudo"])  # rebuilt from stored classes
+        red = other.state.catalog.media_by_path(library / "red.jpg")
+        assert other.state.catalog.captions(red.id, sources=["pseudo"])  # rebuilt from stored classes
     finally:
         other.close()
 

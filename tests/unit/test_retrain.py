@@ -230,7 +230,7 @@ def _export_untrained(method: str, dest: Path, **overrides) -> Path:
 def test_suggestions_follow_the_active_model(service, tmp_path):
     from engine.search.pcme import uncertainty
 
-    ids = sorted(m.id for m in service.catalog.iter_media())
+    ids = sorted(m.id for m in service.state.catalog.iter_media())
     service.annotations.add_caption(ids[0], "a red picture")
     service.annotations.accept_pair("a green picture", ids[1])
     bare = set(ids[2:])
@@ -250,8 +250,8 @@ def test_suggestions_follow_the_active_model(service, tmp_path):
 
     service.models.activate(str(_export_untrained("pcme", tmp_path / "pcme")))
     picks = service.annotations.suggest(10)
-    record = service.catalog.active_model()
-    got_ids, _, extras = service.catalog.get_embeddings(record.id, sorted(bare))
+    record = service.state.catalog.active_model()
+    got_ids, _, extras = service.state.catalog.get_embeddings(record.id, sorted(bare))
     expected = dict(zip(got_ids.tolist(), uncertainty(extras["log_sigma"]).tolist(), strict=True))
     assert [i for i, _ in picks] == sorted(expected, key=lambda i: (-expected[i], sorted(bare).index(i)))
     assert all(s == pytest.approx(expected[i]) for i, s in picks)
@@ -263,7 +263,7 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     from engine.search.vectorindex import kxk_scores
     from engine.trainercontract.metrics import retrieval_report
 
-    ids = sorted(m.id for m in service.catalog.iter_media())
+    ids = sorted(m.id for m in service.state.catalog.iter_media())
     texts = ["a red picture", "a green picture", "a blue one", "white", "black", "yellow square"]
     for media_id, text in zip(ids, texts, strict=True):
         service.annotations.add_caption(media_id, text)
@@ -272,8 +272,8 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     report = service.models.evaluate(ts.folder, TRAIN_SPLIT, "pvse")
     trained = service.models.active_trained()
     view = load_caption_folder(ts.folder).split(TRAIN_SPLIT)
-    items = np.concatenate([trained.encode_media_features(service.features.get(content_hash(item.path),
-                                                                                service.encoders.backbone.id)).emb
+    items = np.concatenate([trained.encode_media_features(service.state.features.get(content_hash(item.path),
+                                                                                service.state.encoders.backbone.id)).emb
                             for item in view.items])
     queries, _ = trained.encode_text([t for _, t in view.captions])
     scores = np.stack([kxk_scores(q, items)[0] for q in queries.emb], axis=1)
@@ -281,7 +281,7 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     from engine.loop.evaluate import fused_matrix, zero_shot_matrix
 
     zero = zero_shot_matrix([content_hash(item.path) for item in view.items], [t for _, t in view.captions],
-                            service.features, service.encoders)
+                            service.state.features, service.state.encoders)
     expected = retrieval_report(fused_matrix(scores, zero), np.array([i for i, _ in view.captions]))
     assert report["rsum"] == pytest.approx(expected["rsum"]) and report["i2t"] == pytest.approx(expected["i2t"])
     assert report["model"] == "pvse" and report["split"] == TRAIN_SPLIT

@@ -1,4 +1,4 @@
-"""``SearchService.item``: an item of the library as a hit of no search, which the GUI shows when the user picks
+"""``Library.item``: an item of the library as a hit of no search, which the GUI shows when the user picks
 an item outside the results ("What to annotate next"); the captions a person wrote apart from the model's guess."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def test_an_item_is_a_hit_of_no_search_with_its_captions_and_the_models_guess(
     monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))  # never the developer's assets
     service = Workspace.open("item-test")
     try:
-        catalog = service.catalog
+        catalog = service.state.catalog
         root = catalog.add_root(tmp_path / "photos")
         media_id, _ = catalog.upsert_media(tmp_path / "photos" / "dog.jpg", 10, 1, "hash-dog", root)
         catalog.add_caption(media_id, "a dog with a ball", "user")
@@ -30,7 +30,7 @@ def test_an_item_is_a_hit_of_no_search_with_its_captions_and_the_models_guess(
 
 def test_warming_the_search_builds_nothing_without_assets_or_once_cancelled(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """#44 point 19: ``warm_search`` runs the first search's work ahead of the user; a fresh home (no assets), an
+    """#44 point 19: ``Search.warm`` runs the first search's work ahead of the user; a fresh home (no assets), an
     empty library and a closed one (the GUI cancelled the job before its turn came) make it a no-op."""
     from engine.progress import CancelToken
 
@@ -38,13 +38,13 @@ def test_warming_the_search_builds_nothing_without_assets_or_once_cancelled(
     service = Workspace.open("warm-test")
     try:
         ranked: list[str] = []
-        monkeypatch.setattr(service, "rank_text", lambda text: ranked.append(text) or ("ranked",))
+        monkeypatch.setattr(service.search, "rank_text", lambda text: ranked.append(text) or ("ranked",))
         assert service.search.warm() is False and ranked == []  # no assets yet
-        monkeypatch.setattr(service, "assets_ready", lambda: True)
+        monkeypatch.setattr(service.state.encoders, "ready", lambda: True)
         assert service.search.warm(CancelToken()) is False and ranked == []  # an empty library: nothing to build
-        root = service.catalog.add_root(tmp_path / "photos")
-        media_id, _ = service.catalog.upsert_media(tmp_path / "photos" / "dog.jpg", 10, 1, "hash-dog", root)
-        service.catalog.set_media_ok(media_id, "image", "jpeg", 64, 48, 1, None, "backbone")  # indexed
+        root = service.state.catalog.add_root(tmp_path / "photos")
+        media_id, _ = service.state.catalog.upsert_media(tmp_path / "photos" / "dog.jpg", 10, 1, "hash-dog", root)
+        service.state.catalog.set_media_ok(media_id, "image", "jpeg", 64, 48, 1, None, "backbone")  # indexed
         cancel = CancelToken()
         cancel.cancel()
         assert service.search.warm(cancel) is False and ranked == []

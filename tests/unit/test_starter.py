@@ -96,7 +96,7 @@ def test_a_new_library_searches_with_the_starter_and_keeps_a_switch_to_zero_shot
     monkeypatch.setenv("POLYSEEK_STARTER", "on")
     service = Workspace.open("fresh", assets_dir)
     try:
-        active = service.catalog.active_model()
+        active = service.state.catalog.active_model()
         assert active is not None and active.name == STARTER_NAME and active.method == "vse"
         list(service.library.index([photos]))
         hits = service.search.text("a large red circle", top=3)
@@ -106,7 +106,7 @@ def test_a_new_library_searches_with_the_starter_and_keeps_a_switch_to_zero_shot
         service.close()
     service = Workspace.open("fresh", assets_dir)
     try:
-        assert service.catalog.active_model() is None
+        assert service.state.catalog.active_model() is None
         assert STARTER_NAME in {m.name for m in service.models.all()}
     finally:
         service.close()
@@ -136,10 +136,10 @@ def test_a_model_that_cannot_load_falls_back_to_zero_shot_ranking(photos, assets
     try:
         list(service.library.index([photos]))
         shutil.rmtree(paths.models_dir())  # the model's folder is gone (a deleted or unplugged models folder)
-        service._invalidate()
+        service.state.invalidate()
         hits = service.search.text("a large red circle", top=3)
         assert len(hits) == 3 and service.models.active_trained() is None
-        assert service.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
+        assert service.state.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
     finally:
         service.close()
 
@@ -226,7 +226,7 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
         service = Workspace.open("upgraded", assets_dir)
         try:
             names = [m.name for m in service.models.all()]
-            assert service.catalog.active_model().name == STARTER_NAME  # unchanged
+            assert service.state.catalog.active_model().name == STARTER_NAME  # unchanged
             assert names.count(starter.installed_name(newer)) == 1 and STARTER_NAME in names
         finally:
             service.close()
@@ -242,7 +242,7 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
         service.close()
     service = Workspace.open("another", assets_dir)  # a new library begins with the release's starter
     try:
-        assert service.catalog.active_model().name == STARTER_NAME
-        assert Path(service.catalog.active_model().path).name == starter.installed_name(newer)
+        assert service.state.catalog.active_model().name == STARTER_NAME
+        assert Path(service.state.catalog.active_model().path).name == starter.installed_name(newer)
     finally:
         service.close()

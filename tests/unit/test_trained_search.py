@@ -36,7 +36,7 @@ def service(assets_dir: Path, tmp_path: Path) -> Workspace:
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
     make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
     svc = Workspace.open("trained", assets_dir)
-    svc.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
+    svc.state.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
     list(svc.library.index([folder]))
     yield svc
     svc.close()
@@ -48,16 +48,16 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     assert [m.name for m in service.models.all() if m.active] == ["pvse-model"]
     hits = service.search.text("a red square", top=10)
     assert len(hits) == 7
-    record = service.catalog.model("pvse-model")
-    ids, vectors, _ = service.catalog.get_embeddings(record.id)
+    record = service.state.catalog.model("pvse-model")
+    ids, vectors, _ = service.state.catalog.get_embeddings(record.id)
     assert vectors.shape[1:] == (3, 8)
     trained = service.models.active_trained()
     query, _ = trained.encode_text(["a red square"])
     expected, _ = kxk_scores(query.emb[0], vectors)
     by_id = dict(zip(ids.tolist(), expected.tolist(), strict=True))
     # a GIF is also scored by each of its shots (near-identical frames pooled; image encoder), and ranks by the best
-    gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
-    feats = service.features.get(gif.content_hash, service.encoders.backbone.id)
+    gif = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith(".gif"))
+    feats = service.state.features.get(gif.content_hash, service.state.encoders.backbone.id)
     per_frame = kxk_scores(query.emb[0], trained.encode_frames(feats))[0]
     labels = shot_labels(feats.frames)
     by_id[gif.id] = max(by_id[gif.id], max(float(per_frame[labels == s].mean()) for s in set(labels.tolist())))
@@ -67,9 +67,9 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     other = export_untrained("vse", tmp_path / "vse-model")
     service.models.activate(str(other))
     service.search.text("anything")
-    vse_id = service.catalog.model("vse-model").id
-    assert service.catalog.get_embeddings(vse_id)[1].shape[1] == 1
-    assert service.catalog.get_embeddings(record.id)[1].shape == vectors.shape  # untouched by the switch
+    vse_id = service.state.catalog.model("vse-model").id
+    assert service.state.catalog.get_embeddings(vse_id)[1].shape[1] == 1
+    assert service.state.catalog.get_embeddings(record.id)[1].shape == vectors.shape  # untouched by the switch
     service.models.activate("zero-shot")
     first = service.search.text("a red square")[0]  # zero-shot ranking is calibrated too (#40)
     assert 0.0 <= first.match_probability <= 1.0 and first.match in ("strong", "good", "weak")
@@ -124,7 +124,7 @@ def test_pcme_explanation_places_the_item_uncertainty_among_the_library(service,
 
     service.models.activate(str(export_untrained("pcme", tmp_path / "pcme", match_distance="csd")))
     hits = service.search.text("a blue picture", top=10)
-    _, _, extras = service.catalog.get_embeddings(service.catalog.model("pcme").id)
+    _, _, extras = service.state.catalog.get_embeddings(service.state.catalog.model("pcme").id)
     library = uncertainty(extras["log_sigma"])
     assert len(library) == 7 and np.ptp(library) > 0  # seven items, not all alike
     for hit in hits:
@@ -211,8 +211,9 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
     assert first.index.describe()["approximate"]["kind"] == "hnsw-sq8"
 
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw+ivf", exact_limit=3, nlist=1))
-    reopened = trained.TrainedSearch.open(first.record, service.catalog, service.features, service.encoders,
-                                          service.library_dir)
+    state = service.state
+    reopened = trained.TrainedSearch.open(first.record, state.catalog, state.features, state.encoders,
+                                          state.library_dir)
     assert reopened.index.describe()["approximate"]["kind"] == "hnsw-sq8"  # still searchable as saved
     assert list(reopened.sync()) == []  # nothing to embed, but the structure is outdated: rebuilt and saved
     assert reopened.index.describe()["approximate"]["kind"] == "hnsw+ivf"
@@ -245,9 +246,9 @@ def test_indexing_embeds_new_files_and_drops_gone_ones_in_the_open_model_without
     assert service.models.active_trained() is trained  # the same ONNX sessions and vector index
     paths = {Path(h.path).name for h in service.search.text("a purple square", top=20)}
     assert "new.jpg" in paths and "photo0.jpg" not in paths
-    record = service.catalog.model("vse-model")
-    new = service.catalog.media_by_path(folder / "new.jpg")
-    assert new.id in trained.index and new.id in service.catalog.embedded_ids(record.id)
+    record = service.state.catalog.model("vse-model")
+    new = service.state.catalog.media_by_path(folder / "new.jpg")
+    assert new.id in trained.index and new.id in service.state.catalog.embedded_ids(record.id)
 
 
 def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_index(service, tmp_path,
@@ -324,9 +325,9 @@ def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp
     manifest_file.write_text(json.dumps(manifest))
     service.models.activate(str(model_dir))
     trained = service.models.active_trained()
-    gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
-    feats = service.features.get(gif.content_hash, service.encoders.backbone.id)
-    runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=service.encoders.backbone.id)
+    gif = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith(".gif"))
+    feats = service.state.features.get(gif.content_hash, service.state.encoders.backbone.id)
+    runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=service.state.encoders.backbone.id)
     stored = trained.index.get([gif.id])[0]
     by_image = runner.encode_image(None, feats.global_[None].astype(np.float32)).emb[0]
     by_video = runner.encode_video(feats.frames[None].astype(np.float32),

@@ -182,16 +182,16 @@ def test_the_engine_indexes_and_searches_with_a_models_own_backbone(assets_dir, 
         svc.models.activate(str(model_dir))
         hits = svc.search.text("a red photo", top=10)
         assert len(hits) == 3
-        items = list(svc.catalog.iter_media())
-        stock = svc.encoders.backbone.id
+        items = list(svc.state.catalog.iter_media())
+        stock = svc.state.encoders.backbone.id
         for m in items:  # both backbones' features are in the shared store
-            assert svc.features.has(m.content_hash, bid) and svc.features.has(m.content_hash, stock)
-        tuned = svc.features.get(items[0].content_hash, bid).global_
-        assert not np.allclose(tuned, svc.features.get(items[0].content_hash, stock).global_, atol=1e-2)
+            assert svc.state.features.has(m.content_hash, bid) and svc.state.features.has(m.content_hash, stock)
+        tuned = svc.state.features.get(items[0].content_hash, bid).global_
+        assert not np.allclose(tuned, svc.state.features.get(items[0].content_hash, stock).global_, atol=1e-2)
         trained = svc.models.active_trained()
         assert trained.encoders.backbone.id == bid
-        ids, vectors, _ = svc.catalog.get_embeddings(svc.catalog.model("tuned").id)
-        record = svc.features.get(items[0].content_hash, bid)
+        ids, vectors, _ = svc.state.catalog.get_embeddings(svc.state.catalog.model("tuned").id)
+        record = svc.state.features.get(items[0].content_hash, bid)
         expected = trained.encode_media_features(record).emb[0]
         np.testing.assert_allclose(vectors[list(ids).index(items[0].id)], expected, atol=1e-5)
         assert svc.search.example(media / "photo0.jpg", top=1)[0].path.endswith("photo0.jpg")

@@ -134,14 +134,14 @@ def test_the_engine_searches_with_a_models_own_text_encoder(assets_dir, tmp_path
         svc.models.activate(str(model_dir))
         trained = svc.models.active_trained()
         assert trained.encoders.minilm.id == tid
-        assert trained.encoders.backbone.id == svc.encoders.backbone.id  # the image side is the stock one
+        assert trained.encoders.backbone.id == svc.state.encoders.backbone.id  # the image side is the stock one
         query = "a green photo"
         own = MiniLMEncoder(assets_dir, graph=model_dir / "onnx" / "text_encoder.onnx").encode([query]).sentence
-        stock = svc.encoders.minilm.encode([query]).sentence
+        stock = svc.state.encoders.minilm.encode([query]).sentence
         runner = trained.runner
         with_own = runner.encode_text(None, None, own).emb[0, 0]
         with_stock = runner.encode_text(None, None, stock).emb[0, 0]
-        ids, vectors, _ = svc.catalog.get_embeddings(svc.catalog.model("tuned").id)
+        ids, vectors, _ = svc.state.catalog.get_embeddings(svc.state.catalog.model("tuned").id)
         vectors = vectors.reshape(len(ids), -1)
         hits = svc.search.text(query, top=4)
         got = [h.media_id for h in hits]

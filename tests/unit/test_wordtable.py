@@ -130,7 +130,7 @@ def test_the_ranking_with_the_word_table_is_the_ranking_without_it(assets_dir: P
     plain = _assets_without_table(assets_dir, tmp_path / "plain")
     service = Workspace.open("words", plain)
     list(service.library.index([folder]))
-    assert service.encoders.word_embeddings.table_size == 0
+    assert service.state.encoders.word_embeddings.table_size == 0
     before = _rankings(service)
     service.close()
 
@@ -140,10 +140,10 @@ def test_the_ranking_with_the_word_table_is_the_ranking_without_it(assets_dir: P
     list(build_table(tabled, lambda words: minilm.encode(words).sentence, vocabulary))
     service = Workspace.open("words", tabled)
     encoded: list[str] = []
-    stock = service.encoders.minilm
+    stock = service.state.encoders.minilm
     real = stock.encode
     monkeypatch.setattr(stock, "encode", lambda texts, *a, **k: (encoded.extend(texts), real(texts, *a, **k))[1])
-    assert service.encoders.word_embeddings.table_size == len(vocabulary)
+    assert service.state.encoders.word_embeddings.table_size == len(vocabulary)
     after = _rankings(service)
     assert (service.models.active_trained() is not None) == (starter == "on")
     service.close()

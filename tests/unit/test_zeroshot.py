@@ -162,15 +162,15 @@ def test_scores_equal_the_terms_computed_item_by_item_on_random_libraries():
 
 def test_a_rescan_that_changes_nothing_keeps_the_loaded_ranking_and_a_change_drops_it(indexed, tmp_path):
     indexed.search.text("a cat")
-    loaded = indexed.indexes.zero_shot_built
+    loaded = indexed.state.indexes.zero_shot_built
     assert loaded is not None
     list(indexed.library.index(None))  # the app's start-up scan of an unchanged library
-    assert indexed.indexes.zero_shot_built is loaded
+    assert indexed.state.indexes.zero_shot_built is loaded
     more = tmp_path / "more"
     more.mkdir()
     Image.new("RGB", (64, 48), (200, 30, 30)).save(more / "red.jpg")
     list(indexed.library.index([more]))
-    assert indexed.indexes.zero_shot_built is None  # rebuilt with the new item at the next query
+    assert indexed.state.indexes.zero_shot_built is None  # rebuilt with the new item at the next query
     assert len(indexed.search.text("a cat", top=10)) == len(SAMPLES) + 1
 
 
