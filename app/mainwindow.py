@@ -1,11 +1,10 @@
 """The main window: composes the library sidebar, search bar, results grid, inspector and annotation panel.
 
-It holds no search or annotation logic: it passes the service to its widgets and connects their signals. Its
-menus are :mod:`app.menus`, its panels' arrangement :mod:`app.layout`; annotation transfers are
-:mod:`app.transfer`, model changes :mod:`app.modelchanges`; one-off service calls it waits for are coroutines
-awaited off the GUI thread (:mod:`app.tasks`). Work that can be slow runs on thread pools owned here (so closing
-the window can wait for them): ``pool`` for reads (search pages, thumbnails, explanations), ``index_pool`` for
-indexing jobs, ``write_pool`` (one thread) for annotation writes, which must keep their order.
+It holds no search or annotation logic: it passes the workspace (:mod:`engine.workspace`) to its widgets and
+connects their signals. Its menus are :mod:`app.menus`, its panels :mod:`app.layout`, annotation transfers
+:mod:`app.transfer`, model changes :mod:`app.modelchanges`; calls it waits for are coroutines off the GUI thread
+(:mod:`app.tasks`). Slow work runs on pools owned here (closing the window waits for them): ``pool`` for reads,
+``index_pool`` for indexing, ``write_pool`` (one thread) for annotation writes, which must keep their order.
 """
 
 from __future__ import annotations
@@ -216,8 +215,7 @@ class MainWindow(QMainWindow):
         show_message(self, QMessageBox.Icon.Critical, title, message)
 
     def _application_state_changed(self, state: Qt.ApplicationState) -> None:
-        """The window comes back to the front: the library may have changed meanwhile (another process switched
-        its model, #44): read it again; the views follow only what changed."""
+        """Back to the front: the library may have changed (another process switched its model, #44): read it."""
         if state == Qt.ApplicationState.ApplicationActive:
             self.state.refresh()
 
