@@ -109,7 +109,7 @@ class Explanation:
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """A model the user can pick (``SearchService.models``); the zero-shot ranking is always one of them.
+    """A model the user can pick (``Models.all``); the zero-shot ranking is always one of them.
 
     ``probabilistic``: it is a probabilistic model (PCME, with an uncertainty per item); it comes from the model's
     export manifest, never from its method's name. ``gives_probability``: text searches with it give each hit a
@@ -156,7 +156,7 @@ class CaptureInfo:
 
 @dataclass(frozen=True, slots=True)
 class MediaDetails:
-    """What the viewer's details panel says about one item (``SearchService.media_details``): all of it read at
+    """What the viewer's details panel says about one item (``Library.details``): all of it read at
     indexing and stored in the catalog, so asking never decodes the file."""
 
     media_id: int

@@ -21,7 +21,7 @@ from engine.files import content_hash
 from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
 from engine.loop.errors import RetrainError
 from engine.search.zeroshot import ZeroShotIndex
-from engine.service import SearchService
+from engine.state import LibraryState
 from engine.trainercontract.metrics import retrieval_report
 from engine.types import ZERO_SHOT
 
@@ -29,10 +29,10 @@ from engine.types import ZERO_SHOT
 Evaluate = Callable[..., dict[str, Any]]
 
 
-def evaluate_on(service: SearchService, folder: Path, split: str | None, model: str | None = None,
+def evaluate_on(service: LibraryState, folder: Path, split: str | None, model: str | None = None,
                 distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
     """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
-    of the service's library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
+    of the library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
     ranking. ``distractors`` (trained models): more media each caption's item is ranked among. ``per_query``: the
     report keeps each query's rank (``ranks``), which the gate's interval compares query by query."""
     if model in (None, ZERO_SHOT):
@@ -97,7 +97,7 @@ def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
+def evaluate_trained(service: LibraryState, folder: Path, split: str | None, model: str,
                      distractors: Sequence[Path] = (), fused: bool = True, per_query: bool = False) -> dict[str, Any]:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
