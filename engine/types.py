@@ -24,7 +24,7 @@ class MediaKind(StrEnum):
 class EvidenceKind(StrEnum):
     """A kind of evidence a sentence's ranking weighs (docs/contributing.md, "One ranking";
     :mod:`engine.search.evidence`). The values are the names ``resources/calibration.json`` keys its dense
-    calibrations by (``model``, ``zero_shot``) and the ones a benchmark writes in ``SearchService.evidence``."""
+    calibrations by (``model``, ``zero_shot``) and the ones a benchmark writes in ``LibraryState.evidence``."""
 
     MODEL = "model"  # the active trained model
     ZERO_SHOT = "zero_shot"  # the regional semantics (no model), the backbone's global features for a picture
@@ -140,7 +140,7 @@ class Explanation:
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """A model the user can pick (``SearchService.models``); the zero-shot ranking is always one of them.
+    """A model the user can pick (``Models.all``); the zero-shot ranking is always one of them.
 
     ``probabilistic``: it is a probabilistic model (PCME, with an uncertainty per item); it comes from the model's
     export manifest, never from its method's name. ``gives_probability``: text searches with it give each hit a
@@ -187,7 +187,7 @@ class CaptureInfo:
 
 @dataclass(frozen=True, slots=True)
 class MediaDetails:
-    """What the viewer's details panel says about one item (``SearchService.media_details``): all of it read at
+    """What the viewer's details panel says about one item (``Library.details``): all of it read at
     indexing and stored in the catalog, so asking never decodes the file."""
 
     media_id: int

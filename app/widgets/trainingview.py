@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.service_api import ZERO_SHOT
 from app.widgets.plaintext import plain_label, plain_tooltip
-from engine.loop.figures import MIN_MEANINGFUL_ITEMS, Figure, comparison_text, report_figure
+from engine.terms import MIN_MEANINGFUL_ITEMS, Figure, comparison_text, report_figure
+from engine.types import ZERO_SHOT
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
 # One line per method for the picker, in a user's words. trainer/methods/registry.py holds the technical

@@ -20,7 +20,7 @@ from engine.files import content_hash
 from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
 from engine.loop.errors import RetrainError
 from engine.search.zeroshot import ZeroShotIndex
-from engine.service import SearchService
+from engine.state import LibraryState
 from engine.trainercontract.metrics import RetrievalReport, measure
 from engine.types import ZERO_SHOT, EvidenceKind
 
@@ -28,10 +28,10 @@ from engine.types import ZERO_SHOT, EvidenceKind
 Evaluate = Callable[..., RetrievalReport]
 
 
-def evaluate_on(service: SearchService, folder: Path, split: str | None, model: str | None = None,
+def evaluate_on(service: LibraryState, folder: Path, split: str | None, model: str | None = None,
                 distractors: Sequence[Path] = (), per_query: bool = False) -> RetrievalReport:
     """R@1/5/10 both ways and rsum (:class:`engine.trainercontract.metrics.RetrievalReport`) of a registered model
-    of the service's library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
+    of the library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
     ranking. ``distractors`` (trained models): more media each caption's item is ranked among. ``per_query``: the
     report keeps each query's rank (``ranks``), which the gate's interval compares query by query."""
     if model in (None, ZERO_SHOT):
@@ -93,7 +93,7 @@ def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
+def evaluate_trained(service: LibraryState, folder: Path, split: str | None, model: str,
                      distractors: Sequence[Path] = (), fused: bool = True,
                      per_query: bool = False) -> RetrievalReport:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:

@@ -2,7 +2,7 @@
 
 Sources, each a small object that scores a set of library rows for one query:
 
-Each kind is an :class:`engine.types.EvidenceKind`, the one list of them (``SearchService.evidence`` narrows it):
+Each kind is an :class:`engine.types.EvidenceKind`, the one list of them (``LibraryState.evidence`` narrows it):
 
 - ``model``: the active trained model (K x K max cosine, PVSE §3.4; PCME: cosine of the means), a GIF or a video
   scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_ids`);

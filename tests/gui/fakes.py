@@ -1,4 +1,4 @@
-"""An in-memory stand-in for ``engine.service.SearchService`` for GUI tests and screenshots.
+"""An in-memory stand-in for ``engine.workspace.Workspace`` for GUI tests and screenshots.
 
 It implements the same public API over a few media files it generates with Pillow (coloured shapes, animated
 GIFs, one tiny "video" and one broken file). It really reads those files while indexing (so a broken one
@@ -191,6 +191,44 @@ def _blob(grid: tuple[int, int], centre: tuple[float, float], width: float = 1.5
 
 
 # ----------------------------------------------------------------------------------------------- service
+# The parts of engine.workspace.Workspace: each part's method -> the fake's flat method it forwards to
+PART_METHODS = (
+    {"roots": "roots", "add_root": "add_root", "root_summary": "root_summary", "remove_root": "remove_root",
+     "index": "index_paths", "offline_roots": "offline_roots", "counts": "counts", "failures": "failures",
+     "assets_ready": "assets_ready", "media": "media", "details": "media_details", "item": "item", "browse": "browse",
+     "browse_count": "browse_count", "thumbnail": "thumbnail", "preview_frames": "preview_frames",
+     "file_thumbnail": "file_thumbnail", "missing_summary": "missing_summary", "purge_missing": "purge_missing"},
+    {"captions": "captions", "add_caption": "add_caption", "update_caption": "update_caption",
+     "delete_caption": "delete_caption", "accept_pair": "accept_pair", "reject_pair": "reject_pair",
+     "delete_pair": "delete_pair", "states": "annotation_states", "progress": "annotation_progress",
+     "version": "annotation_version", "export": "export_annotations", "import_file": "import_annotations",
+     "suggest": "suggest_annotations", "suggestion_policy": "suggestion_policy"},
+    {"all": "_model_list", "activate": "set_active_model", "switch": "switch_model", "register": "register_model",
+     "rename": "rename_model", "delete": "delete_model", "reindex": "reindex", "retrain": "retrain",
+     "adopt": "_adopt",
+     "training_set": "export_training_set", "evaluate": "evaluate_on",
+     "compare": "compare_models"},
+    {"text": "search_text", "example": "search_media", "explain": "explain", "carries_evidence":
+     "query_carries_evidence", "warm": "warm_search"},
+)
+
+
+class _Part:
+    """One part of the fake workspace: its methods are the fake's (:data:`PART_METHODS`); the models part is also
+    callable, as the fake's own ``models()`` its tests call."""
+
+    def __init__(self, fake: FakeService, names: dict[str, str]) -> None:
+        self._fake, self._names = fake, names
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in self._names:
+            raise AttributeError(name)
+        return getattr(self._fake, self._names[name])
+
+    def __call__(self) -> list[ModelInfo]:
+        return self._fake._model_list()  # the fake's tests call ``service.models()``
+
+
 class FakeService:
     """In-memory ``SearchService`` with the same public API (see the module docstring)."""
 
@@ -223,6 +261,8 @@ class FakeService:
         self.warm_gate: threading.Event | None = None  # test helper: hold warm_search until set
         self.warm_ups: list[CancelToken | None] = []  # each warm_search's cancel token
         self._assets = True
+        # the Workspace's four parts (engine.workspace), each forwarding to the fake's flat methods below
+        self.library, self.annotations, self.models, self.search = (_Part(self, names) for names in PART_METHODS)
 
     @classmethod
     def open(cls, library: str = "default", assets: Path | None = None) -> FakeService:
@@ -651,6 +691,8 @@ class FakeService:
                                  calibrated or pcme))
         return out
 
+    _model_list = models  # the models part's ``all`` (the instance's ``models`` is that part, callable)
+
     def register_model(self, model_dir: Path, name: str | None = None) -> str:
         name = name or Path(model_dir).name
         metrics_file, config_file = Path(model_dir) / "metrics.json", Path(model_dir) / "config.json"
@@ -717,6 +759,12 @@ class FakeService:
         fake = self
 
         class RetrainOnFake(Retrain):
+            def _register(self, model_dir: Path, name: str) -> str:
+                return fake.register_model(model_dir, name)
+
+            def _models(self) -> list[ModelInfo]:
+                return fake._model_list()
+
             def _export_training_set(self) -> Any:
                 return fake.export_training_set(self.options.dest, self.options.holdout, self.options.seed)
 
@@ -729,6 +777,10 @@ class FakeService:
                                            result.old_model, self.options.seed)
 
         return RetrainOnFake(self, options, on_event, on_output)
+
+    def _adopt(self, result: Any, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        if result.activated and result.model_name is not None:  # as the Workspace's models.adopt
+            yield from self.switch_model(result.model_name, cancel)
 
     # --- annotation transfer
     def _annotated(self) -> list[tuple[_Entry, list[str]]]:

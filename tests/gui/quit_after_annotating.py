@@ -29,8 +29,8 @@ def run(workdir: Path) -> int:
         print("ERROR DIALOG", title, text, file=sys.stderr)
 
     service = FakeService(workdir / "fake")
-    service.add_root(make_media_folder(workdir / "media"))
-    for _ in service.index_paths():
+    service.library.add_root(make_media_folder(workdir / "media"))
+    for _ in service.library.index():
         pass
     import engine.workspace
 

@@ -28,7 +28,7 @@ def library(tmp_path: Path, assets_dir: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("POLYSEEK_ASSETS", str(assets_dir))
     folder = make_media_folder(tmp_path / "media", n_images=6, n_gifs=0, video=False, broken=False)
     service = service_module.Workspace.open("inspect", assets_dir)
-    for _ in service.index_paths([folder]):
+    for _ in service.library.index([folder]):
         pass
     yield service
     service.close()
@@ -42,8 +42,8 @@ def _export(method: str, dest: Path, **overrides) -> Path:
 
 
 def _explained(qtbot, service, model: str) -> Inspector:
-    service.set_active_model(model)
-    hit = next(h for h in service.search_text(QUERY, top=6) if h.path.endswith(".png"))
+    service.models.activate(model)
+    hit = next(h for h in service.search.text(QUERY, top=6) if h.path.endswith(".png"))
     inspector = Inspector(QThreadPool.globalInstance())
     qtbot.addWidget(inspector)
     inspector.resize(560, 900)

@@ -26,7 +26,7 @@ def real(qtbot, tmp_path: Path, assets_dir: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("POLYSEEK_ASSETS", str(assets_dir))
     folder = make_media_folder(tmp_path / "media", n_images=6, n_gifs=0, video=False, broken=False)
     service = service_module.Workspace.open("ranking", assets_dir)
-    for _ in service.index_paths([folder]):
+    for _ in service.library.index([folder]):
         pass
     window = MainWindow(GuiSettings(), service)
     qtbot.addWidget(window)
@@ -68,7 +68,7 @@ def test_a_caption_typed_in_the_window_finds_its_item_and_the_inspector_says_why
     qtbot.keyClicks(window.annotate.caption_edit, f"{NAME} asleep on the windowsill")
     qtbot.keyClick(window.annotate.caption_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not window.annotate.busy, timeout=10000)
-    assert f"{NAME} asleep on the windowsill" in [c.text for c in service.captions(target)]
+    assert f"{NAME} asleep on the windowsill" in [c.text for c in service.annotations.captions(target)]
 
     _search(qtbot, window, NAME)
     first = _hits(window)[0]

@@ -28,7 +28,7 @@ def real_window(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_library_and_models_come_from_the_real_service(qtbot, real_window, tmp_path: Path) -> None:
     window, service = real_window
     folder = make_media_folder(tmp_path / "media", n_images=2, n_gifs=0, video=False, broken=False)
-    service.add_root(folder)
+    service.library.add_root(folder)
     window.library.refresh()
     qtbot.waitUntil(lambda: window.library.roots_list.count() == 1, timeout=5000)
     assert window.library.roots_list.item(0).text() == str(folder.resolve())
@@ -67,14 +67,14 @@ def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_pa
     service = service_module.Workspace.open("transfer")
     window = None
     try:
-        service.add_root(folder)
-        for _ in service.index_paths():
+        service.library.add_root(folder)
+        for _ in service.library.index():
             pass
-        ids = sorted({h.media_id for h in service.search_text("a shape", top=10)})
-        service.add_caption(ids[0], "a red circle on a white table")
-        lost = service.add_caption(ids[1], "a green square")
-        service.accept_pair("something red", ids[0])
-        service.reject_pair("a blue triangle", ids[1])
+        ids = sorted({h.media_id for h in service.search.text("a shape", top=10)})
+        service.annotations.add_caption(ids[0], "a red circle on a white table")
+        lost = service.annotations.add_caption(ids[1], "a green square")
+        service.annotations.accept_pair("something red", ids[0])
+        service.annotations.reject_pair("a blue triangle", ids[1])
         window = MainWindow(GuiSettings(), service)
         qtbot.addWidget(window)
         qtbot.waitUntil(lambda: window.annotate.suggestions.count() > 0, timeout=30000)
@@ -90,11 +90,11 @@ def test_annotation_transfer_and_suggestions_with_the_real_service(qtbot, tmp_pa
         assert "Exported 2 captions, 1 accepted and 1 rejected results" in window.statusBar().currentMessage()
         assert sorted((p["query"], p["kind"]) for p in json.loads((tmp_path / "out.json").read_text())["pairs"]) == [
             ("a blue triangle", "reject"), ("something red", "accept")]
-        service.delete_caption(lost)
+        service.annotations.delete_caption(lost)
         with qtbot.waitSignal(window.annotations_transferred, timeout=30000) as imported:
             window.import_annotations(tmp_path / "out.json")
         assert imported.args == ["import", 1]  # the lost caption comes back; the other is not doubled
-        assert "a green square" in [c.text for c in service.captions(ids[1])]
+        assert "a green square" in [c.text for c in service.annotations.captions(ids[1])]
     finally:
         if window is not None:
             window.shutdown()

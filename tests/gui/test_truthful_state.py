@@ -89,7 +89,7 @@ def test_point1_the_starter_is_active_during_the_first_run_on_a_fresh_home(qtbot
     startup.start()
     qtbot.waitUntil(lambda: window.service is not None, timeout=20000)
     # the assets were not there yet: the starter waits for them, listed as the model searches will use (#44)
-    assert [(m.name, m.active) for m in window.service.models()] == [("zero-shot", False), ("starter", True)]
+    assert [(m.name, m.active) for m in window.service.models.all()] == [("zero-shot", False), ("starter", True)]
     combo = window.search_bar.model_combo
     qtbot.waitUntil(lambda: combo.currentData() == "starter", timeout=60000)
     dialog = window.open_models()  # Manage models shows it at once too

@@ -101,10 +101,10 @@ def library(tmp_path: Path, assets_dir: Path):
     shutil.copytree(good, bad)
     _scramble(bad)
     service = Workspace.open("gate", assets_dir)
-    list(service.index_paths([toy.media_dir]))
-    by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+    list(service.library.index([toy.media_dir]))
+    by_path = {m.path.resolve(): m.id for m in service.state.catalog.iter_media()}
     for item, texts in toy.item_captions()[:14]:
-        service.add_caption(by_path[item.path.resolve()], texts[0])
+        service.annotations.add_caption(by_path[item.path.resolve()], texts[0])
     yield service, good, bad
     service.close()
 
@@ -133,36 +133,38 @@ def _retrain_into(monkeypatch, result_folder: Path):
 
 
 def _run(service, holdout=0.4) -> RetrainResult:
-    job = Retrain(service, RetrainOptions(holdout=holdout))
+    job = service.models.retrain(RetrainOptions(holdout=holdout))
     for _ in job.run():
         pass
     assert job.result is not None
+    for _ in service.models.adopt(job.result):  # what polyseek retrain and the training dialog do next
+        pass
     return job.result
 
 
 def test_a_worse_retrain_is_kept_listed_and_explained_but_not_activated(library, monkeypatch):
     service, good, bad = library
-    service.set_active_model(str(good))
+    service.models.activate(str(good))
     _retrain_into(monkeypatch, bad)
     result = _run(service)
     assert result.init_from == str(good.resolve()) or Path(result.init_from).resolve() == good.resolve()
     assert result.before is not None and result.after is not None
     assert result.after.rsum < result.before.rsum - heldout_tolerance(result.after)
     assert not result.activated and result.decision.startswith("not activated")
-    assert service.catalog.active_model().name == good.name  # the old one still searches
-    listed = {m.name: m for m in service.models()}
+    assert service.state.catalog.active_model().name == good.name  # the old one still searches
+    listed = {m.name: m for m in service.models.all()}
     assert result.model_name in listed and not listed[result.model_name].active
 
 
 def test_a_better_retrain_is_activated_and_the_library_is_embedded_with_it(library, monkeypatch):
     service, good, bad = library
-    service.set_active_model(str(bad))
+    service.models.activate(str(bad))
     _retrain_into(monkeypatch, good)
     result = _run(service, holdout=0.8)  # 10+ of the 14 held aside: alone (no pseudo pairs here) they decide
     assert result.activated and result.decision.startswith(f"activated {result.model_name}")
-    assert service.catalog.active_model().name == result.model_name
-    record = service.catalog.model(result.model_name)
-    assert len(service.catalog.embedded_ids(record.id)) == 24
+    assert service.state.catalog.active_model().name == result.model_name
+    record = service.state.catalog.model(result.model_name)
+    assert len(service.state.catalog.embedded_ids(record.id)) == 24
 
 
 def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypatch, tmp_path):
@@ -171,15 +173,15 @@ def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypat
 
     service, _, _ = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
-    assert len(trainingset.pseudo_check_media(service.catalog, limit=100)) == 10 // 2  # half of the un-annotated
-    checked = trainingset.pseudo_check_media(service.catalog, limit=5)
+    assert len(trainingset.pseudo_check_media(service.state.catalog, limit=100)) == 10 // 2  # half of the un-annotated
+    checked = trainingset.pseudo_check_media(service.state.catalog, limit=5)
     assert len(checked) == 5
     monkeypatch.setattr(trainingset, "PSEUDO_CHECK_ITEMS", 5)
-    ts = service.export_training_set(tmp_path / "ts")
+    ts = service.models.training_set(tmp_path / "ts")
     linked = {p.resolve() for p in (ts.folder / "media").iterdir()}
     assert not linked & {m.path.resolve() for m in checked}
     assert len(linked) == 24 - 5 and ts.n_unannotated == 10 - 5
-    folder = trainingset.pseudo_check_set(service.catalog, tmp_path / "check", limit=5)
+    folder = trainingset.pseudo_check_set(service.state.catalog, tmp_path / "check", limit=5)
     assert {Path(i.path).resolve() for i in load_caption_folder(folder).items} == {m.path.resolve() for m in checked}
 
 
@@ -244,10 +246,10 @@ def test_compare_models_on_a_real_library_fills_both_intervals(library, monkeypa
 
     service, good, bad = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)  # the toy library's 10 un-annotated items
-    service.set_active_model(str(good))
-    new = service.register_model(bad, "bad-v2")
-    ts = service.export_training_set(tmp_path / "training-set", holdout=0.4)
-    out = compare_models(service, new, good.name, ts.folder, ts.val_split)
+    service.models.activate(str(good))
+    new = service.models.register(bad, "bad-v2")
+    ts = service.models.training_set(tmp_path / "training-set", holdout=0.4)
+    out = compare_models(service.state, new, good.name, ts.folder, ts.val_split)
     assert isinstance(out.heldout_interval, RsumInterval) and isinstance(out.pseudo_interval, RsumInterval)
     assert out.heldout_interval.items == out.after.n_media == ts.n_heldout_items
     assert out.heldout_interval.difference == pytest.approx(out.after.rsum - out.before.rsum)
@@ -268,7 +270,7 @@ def test_retrain_json_carries_the_intervals(library, monkeypatch):
 
     service, good, bad = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
-    service.set_active_model(str(good))
+    service.models.activate(str(good))
     _retrain_into(monkeypatch, bad)
     result = _run(service)
     record = json.loads(json.dumps(result.to_json()))
@@ -292,10 +294,10 @@ def test_a_retrain_from_random_weights_takes_the_epochs_the_dialog_proposes(libr
     from engine.loop.retrain import COLD_START_EPOCHS, WARM_START_EPOCHS, planned_epochs
 
     service, good, _ = library
-    service.set_active_model(str(good))
+    service.models.activate(str(good))
     _retrain_into(monkeypatch, good)
-    job = Retrain(service, RetrainOptions(holdout=0.4, warm_start=False))
+    job = service.models.retrain(RetrainOptions(holdout=0.4, warm_start=False))
     for _ in job.run():
         pass
     assert job.result.epochs == COLD_START_EPOCHS == planned_epochs(None, "vse")
-    assert planned_epochs(next(m for m in service.models() if m.active), None) == WARM_START_EPOCHS
+    assert planned_epochs(next(m for m in service.models.all() if m.active), None) == WARM_START_EPOCHS

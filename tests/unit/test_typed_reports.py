@@ -190,7 +190,7 @@ def test_the_kinds_of_evidence_are_the_names_the_calibration_and_benchmarks_use(
 
 def test_an_unknown_kind_of_evidence_is_refused_by_name():
     from engine.search import calibration
-    from engine.service import SearchService
+    from engine.state import LibraryState
 
     with pytest.raises(ValueError, match=r"unknown kind of evidence 'modle' \(the kinds: model, zero_shot, words\)"):
         evidence_kinds({"modle"})
@@ -198,9 +198,9 @@ def test_an_unknown_kind_of_evidence_is_refused_by_name():
         evidence_kinds("model")  # a bare string would be read letter by letter
     with pytest.raises(ValueError, match="unknown kind of evidence 'trained'"):
         calibration.load("trained")
-    service = SearchService.__new__(SearchService)  # the property alone: no library needed
-    service.evidence = ["model", EvidenceKind.WORDS]
-    assert service.evidence == {EvidenceKind.MODEL, EvidenceKind.WORDS}
+    state = LibraryState.__new__(LibraryState)  # the property alone: no library needed
+    state.evidence = ["model", EvidenceKind.WORDS]
+    assert state.evidence == {EvidenceKind.MODEL, EvidenceKind.WORDS}
     with pytest.raises(ValueError, match="'zero-shot'"):
-        service.evidence = {"zero-shot"}  # the model list's name of the zero-shot ranking is not a kind
-    assert service.evidence == {EvidenceKind.MODEL, EvidenceKind.WORDS}
+        state.evidence = {"zero-shot"}  # the model list's name of the zero-shot ranking is not a kind
+    assert state.evidence == {EvidenceKind.MODEL, EvidenceKind.WORDS}
