@@ -13,6 +13,7 @@ from engine.library.captionfolder import load_caption_folder
 from engine.loop.evaluate import Evaluate, evaluate_on
 from engine.loop.gate import ModelComparison
 from engine.loop.trainingset import pseudo_check_set
+from engine.search.modelrunner import ModelLoadError
 from engine.state import LibraryState
 from engine.trainercontract.metrics import RetrievalReport
 
@@ -22,7 +23,6 @@ log = logging.getLogger(__name__)
 def _old_evaluator(evaluate: Evaluate, old_model: str | None,
                    out: ModelComparison) -> Callable[..., RetrievalReport | None]:
     """``evaluate`` for the old model: a broken old model must not block its successor (a warning, None)."""
-    from engine.search.modelrunner import ModelLoadError
 
     def old(on: Path, on_split: str | None, distractors: Sequence[Path] = ()) -> RetrievalReport | None:
         try:

@@ -19,6 +19,10 @@ from engine.features.regional import content_words
 from engine.files import content_hash
 from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
 from engine.loop.errors import RetrainError
+from engine.search.evidence import ArrayEvidence, fuse
+from engine.search.pcme import model_match_probability
+from engine.search.trained import TrainedSearch
+from engine.search.vectorindex import kxk_scores
 from engine.search.zeroshot import ZeroShotIndex
 from engine.state import LibraryState
 from engine.trainercontract.metrics import RetrievalReport, measure
@@ -83,7 +87,6 @@ def zero_shot_matrix(hashes: list[str], texts: list[str], store: FeatureStore, e
 def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     """Each caption's column ranked the way the app ranks it: the model and the zero-shot semantics fused by
     :func:`engine.search.evidence.fuse` over the items."""
-    from engine.search.evidence import ArrayEvidence, fuse
 
     rows = np.arange(model.shape[0])
     out = np.empty(model.shape, np.float32)
@@ -102,8 +105,6 @@ def evaluate_trained(service: LibraryState, folder: Path, split: str | None, mod
     :func:`engine.trainercontract.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way
     the app ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
     judged on what the user gets; False: the model alone. ``per_query``: the report keeps each query's rank."""
-    from engine.search.trained import TrainedSearch
-    from engine.search.vectorindex import kxk_scores
 
     view = _split_view(folder, split)
     record = service.catalog.model(model)
@@ -124,7 +125,6 @@ def evaluate_trained(service: LibraryState, folder: Path, split: str | None, mod
     def scores_of(records: list[FeatureRecord]) -> np.ndarray:
         items = [trained.encode_media_features(_with_local(r)) for r in records]
         if trained.runner.probabilistic:
-            from engine.search.pcme import model_match_probability
 
             mu = np.concatenate([e.mu for e in items])
             log_sigma = np.concatenate([e.log_sigma for e in items])

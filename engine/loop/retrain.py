@@ -35,6 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from engine import paths
 from engine.loop.compare import compare_models, measure_models
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
@@ -48,7 +49,7 @@ from engine.state import LibraryState
 from engine.state.models import model_infos, register_model
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
-from engine.trainercontract.metrics import RetrievalReport
+from engine.trainercontract.metrics import RetrievalReport, rounded
 from engine.trainercontract.runfolder import TrainerMetrics, has_weights, read_metrics, saved_checkpoint
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 
@@ -162,7 +163,6 @@ class RetrainResult:
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
-        from engine.trainercontract.metrics import rounded
 
         def interval(value: RsumInterval | None) -> dict[str, Any] | None:
             return value.as_dict() if value is not None else None
@@ -329,8 +329,6 @@ class Retrain:
         return method or DEFAULT_METHOD, None
 
     def _name_and_folder(self, method: str) -> tuple[str, Path]:
-        from engine import paths
-
         options = self.options
         if options.resume_from is not None:
             return options.name or Path(options.resume_from).name, Path(options.resume_from)

@@ -32,6 +32,12 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.features import vocabulary
+from engine.features.regional import content_words
+from engine.search import calibration
+from engine.search.modelrunner import Encoded
+from engine.search.words import novelty_of
+from engine.search.zeroshot import combine_terms
 from engine.types import EvidenceKind
 
 MODEL = 0.8  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
@@ -129,7 +135,6 @@ def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarr
     ``frames_bias`` z-units per log T of its dense sum (the best of T draws stands above one draw). Without
     one (the dense sources alone, or no fitted parameters), ``words`` (0..1 per row) adds up to :data:`WORDS`
     z-units and ``rejected`` removes up to :data:`REJECT`."""
-    from engine.search import calibration
 
     w = weights(list(dense), user_share)
     model = dense.get(EvidenceKind.MODEL)
@@ -227,8 +232,6 @@ class ZeroShotEvidence:
         return self.index.terms(None, None, rows, query=self.query)
 
     def score(self, rows: np.ndarray) -> np.ndarray:
-        from engine.search.zeroshot import combine_terms
-
         if rows is self._sample and self._reference_scores is not None:
             return self._reference_scores
         sample = rows is self._sample and self._reference is not None  # calibrate's terms: not computed again
@@ -327,12 +330,9 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
     the library (the zero-shot semantics, its query made by ``zero_shot_query``, or a model without the record).
     Ranking a bare word is a poor test of a sentence model: on photos it never saw it put everyday words ("girl",
     "jumps") as low as names."""
-    from engine.search.words import novelty_of
 
     terms = list(labels)
     if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
-        from engine.features import vocabulary
-        from engine.features.regional import content_words
 
         known = trained.caption_words[0]
         # captions of other people only: after a retrain the model has read the user's own captions too, and
@@ -348,7 +348,6 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
         if not len(rows):
             continue
         if trained is not None:
-            from engine.search.modelrunner import Encoded
 
             query = Encoded(encoded.emb[j:j + 1])
             mine, _, _ = trained.score_ids(query, ids[rows])

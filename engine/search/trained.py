@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.features.extract import ensure_features
 from engine.features.featurestore import FeatureStore
 from engine.features.text import carries_evidence
 from engine.features.vocabulary import read_caption_words
@@ -140,7 +141,6 @@ class TrainedSearch:
         computed here once per file (and kept in the shared store under that backbone's id)."""
         if self.runner.manifest.backbone is None:
             return
-        from engine.features.extract import ensure_features
 
         backbone = self.encoders.backbone.id
         missing = set(self.features.missing([m.content_hash for m in media], backbone))

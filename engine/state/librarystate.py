@@ -22,6 +22,8 @@ from engine.features.featurestore import FeatureStore
 from engine.library.catalog import Catalog, MediaStatus
 from engine.library.indexer import Indexer
 from engine.search.libraryindexes import LibraryIndexes
+from engine.search.modelrunner import ModelLoadError
+from engine.search.trained import TrainedSearch
 from engine.types import ALL_EVIDENCE, EvidenceKind, ModelInfo, evidence_kinds
 
 log = logging.getLogger(__name__)
@@ -89,8 +91,6 @@ class LibraryState:
                 self._trained = None
                 return None
             if self._trained is None or self._trained.record.id != record.id:
-                from engine.search.modelrunner import ModelLoadError
-                from engine.search.trained import TrainedSearch
 
                 try:
                     self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,

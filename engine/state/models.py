@@ -9,8 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from engine.search import calibration
+from engine.search.modelrunner import ModelRunner
+from engine.search.starter import STARTER_NAME, shipped_starter, starter_enabled
+from engine.search.starter import offer_starter as offer
 from engine.state.librarystate import LibraryState
-from engine.trainercontract.exportformat import is_probabilistic
+from engine.trainercontract.exportformat import is_probabilistic, model_export_dir
 from engine.trainercontract.runfolder import read_config_method, read_metrics
 from engine.types import ZERO_SHOT, EvidenceKind, ModelInfo
 
@@ -18,7 +22,6 @@ from engine.types import ZERO_SHOT, EvidenceKind, ModelInfo
 def model_infos(state: LibraryState) -> list[ModelInfo]:
     """Zero-shot ranking first, then the registered models; each says whether its text searches give a match
     probability (the calibration the ranking uses with it, else a probabilistic model's own)."""
-    from engine.search import calibration
 
     records = state.catalog.models()
     active = any(r.is_active for r in records)
@@ -38,8 +41,6 @@ def model_infos(state: LibraryState) -> list[ModelInfo]:
 
 def register_model(state: LibraryState, model_dir: Path, name: str | None = None) -> str:
     """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
-    from engine.search.modelrunner import ModelRunner
-    from engine.trainercontract.exportformat import model_export_dir
 
     model_dir = Path(model_dir).resolve()
     runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=state.encoders.backbone.id)
@@ -78,8 +79,6 @@ def offer_starter(state: LibraryState) -> None:
     """Offer the shipped starter model (:mod:`engine.search.starter`) when the library has none yet. On a fresh
     home the pretrained assets are prepared by the first index run, after opening had to skip the offer (it checks
     the starter against the backbone); the index run calls this again once they are there (issue #32)."""
-    from engine.search.starter import STARTER_NAME, shipped_starter, starter_enabled
-    from engine.search.starter import offer_starter as offer
 
     state.offering = True  # registering checks it against the backbone (seconds): it stays listed meanwhile
     try:

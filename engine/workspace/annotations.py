@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.library.catalog import CaptionRecord
+from engine.library import browse
+from engine.library.catalog import CaptionRecord, snapshots
 from engine.library.catalog.snapshots import Restored
 from engine.loop.annotations import export_annotations, import_annotations
 from engine.loop.suggest import resolve_policy, suggest
@@ -46,13 +47,11 @@ class Annotations:
     def states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
         """Caption sources and the verdict for ``query`` of each item
         (:func:`engine.library.browse.annotation_states`)."""
-        from engine.library import browse
 
         return browse.annotation_states(self._state.catalog, media_ids, query)
 
     def progress(self) -> Any:
         """How many indexed items carry a human caption (:func:`engine.library.browse.annotation_progress`)."""
-        from engine.library import browse
 
         return browse.annotation_progress(self._state.catalog)
 
@@ -62,7 +61,6 @@ class Annotations:
 
     def snapshots(self) -> list[Path]:
         """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.catalog.snapshots`)."""
-        from engine.library.catalog import snapshots
 
         return snapshots.snapshots(snapshots.folder_of(self._state.catalog.path))
 
@@ -83,7 +81,6 @@ class Annotations:
         (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs). An annotation snapshot
         (:mod:`engine.library.catalog.snapshots`) is restored instead, with its provenance and pairs
         (:meth:`restore_snapshot`)."""
-        from engine.library.catalog import snapshots
 
         if snapshots.is_snapshot_file(Path(path)):
             return self.restore_snapshot(Path(path)).captions

@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from engine import heap, paths
+from engine.library import browse
+from engine.library.browse import split_captions
 from engine.library.catalog import MediaRecord, MediaStatus
 from engine.library.indexer import OfflineRoot
+from engine.media import prune_thumbnails, thumbnail
 from engine.progress import CancelToken, Progress
 from engine.state import LibraryState
 from engine.state.models import offer_starter
@@ -76,7 +79,6 @@ class Library:
             # it (its ONNX sessions and vector index) cost ~0.3 s per run, 8 % of indexing 384 photos.
             if changed:
                 state.invalidate(model=False)
-        from engine.media import prune_thumbnails
 
         prune_thumbnails(state.cache_dir)  # the thumbnail cache stays within its budget (engine/media/thumbs.py)
         trained = state.active_trained()  # embeds whatever its index lacks
@@ -111,13 +113,11 @@ class Library:
     def details(self, media_id: int) -> MediaDetails:
         """Path, size, pixels, length, date taken and camera of one item
         (:func:`engine.library.browse.media_details`)."""
-        from engine.library import browse
 
         return browse.media_details(self._state.catalog, media_id)
 
     def item(self, media_id: int) -> SearchHit:
         """One item as a hit of no search (score 0): its path, kind, captions and the model's guess."""
-        from engine.library.browse import split_captions
 
         record = self._state.catalog.media(media_id)
         captions, guess = split_captions(self._state.catalog.captions(media_id))
@@ -126,29 +126,22 @@ class Library:
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
         """The library without a query, a page at a time, sorted and filtered (:func:`engine.library.browse.browse`)."""
-        from engine.library import browse
 
         return browse.browse(self._state.catalog, offset, top, sort, folder, kind, annotation)
 
     def browse_count(self, folder: Path | None = None, kind: str | None = None, annotation: str = "all") -> int:
         """How many items :meth:`browse` lists with these filters (:func:`engine.library.browse.browse_count`)."""
-        from engine.library import browse
 
         return browse.browse_count(self._state.catalog, folder, kind, annotation)
 
     def thumbnail(self, media_id: int, size: int = 256) -> Path:
-        from engine.media import thumbnail
-
         return thumbnail(self.media(media_id).path, self._state.cache_dir, size=size)[0]
 
     def preview_frames(self, media_id: int, n: int = 8) -> list[Path]:
-        from engine.media import thumbnail
-
         return thumbnail(self.media(media_id).path, self._state.cache_dir, size=256, n_preview=n)[1:]
 
     def file_thumbnail(self, path: Path, size: int = 256) -> Path:
         """A thumbnail of any media file, in the library or not (the example a search is made by)."""
-        from engine.media import thumbnail
 
         return thumbnail(Path(path), paths.cache_dir() / "example-thumbnails", size=size)[0]
 

@@ -14,8 +14,12 @@ import numpy as np
 
 from engine import heap
 from engine.library.catalog import MediaStatus
+from engine.media import MediaError
 from engine.progress import CancelToken
-from engine.search.ranking import page_of_hits
+from engine.search import calibration, evidence
+from engine.search.evidence import positions
+from engine.search.explanation import explain_item, ranking_note, your_words_note
+from engine.search.ranking import page_of_hits, rank_sentence
 from engine.search.threads import single_threaded
 from engine.state import LibraryState
 from engine.types import EvidenceKind, Explanation, SearchHit
@@ -33,7 +37,6 @@ class Search:
         """The items that best match a sentence, best first: the active model, the zero-shot semantics and the
         user's own words in one ranking (:mod:`engine.search.evidence`); ``kind`` / ``folder`` keep only the
         items of that kind / under that library folder (ranked among the whole library)."""
-        from engine.search import calibration
 
         text = text.strip()
         if not text:
@@ -50,7 +53,6 @@ class Search:
     @single_threaded
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
-        from engine.search.ranking import rank_sentence
 
         state = self._state
         return rank_sentence(text, state.indexes, state.encoders, state.active_trained(), state.evidence)
@@ -61,8 +63,6 @@ class Search:
         backbone's global features, fused (:mod:`engine.search.evidence`); ``kind`` / ``folder`` as in
         :meth:`text`; ``exclude_example``: the file itself is left out when it is a library item (Find similar:
         the item is trivially its own best match)."""
-        from engine.media import MediaError
-        from engine.search import evidence
 
         state = self._state
         trained = state.active_trained()
@@ -90,8 +90,6 @@ class Search:
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match
         the query's words), and for a sentence what the user wrote on the item that the ranking counted."""
-        from engine.search.evidence import positions
-        from engine.search.explanation import explain_item, ranking_note, your_words_note
 
         state = self._state
         explained = explain_item(query, state.catalog.media(media_id), state.active_trained(), state.features,
