@@ -33,7 +33,7 @@ class HeldSearch(QObject):
         window = self._window  # asked at every search: the disk only while the library is busy
         if not (window.library.is_indexing or window.state.activity) or window.service is None:
             return False
-        return not window.service.assets_ready()
+        return not window.service.library.assets_ready()
 
     def hold(self, query: str | Path | None) -> bool:
         """Hold ``query`` when it cannot run yet (True); a new query replaces a held one, None drops it."""

@@ -3,13 +3,15 @@ when the results hold it, else the item read from the service off the GUI thread
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex
 
-from app.service_api import SearchServiceLike
 from app.tasks import off_thread, start
 from engine.types import SearchHit
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 
 def select_media(window: Any, media_id: int) -> None:
@@ -26,9 +28,9 @@ def select_media(window: Any, media_id: int) -> None:
     start(_select_item(window, service, media_id))
 
 
-async def _select_item(window: Any, service: SearchServiceLike, media_id: int) -> None:
+async def _select_item(window: Any, service: Workspace, media_id: int) -> None:
     try:
-        hit = await off_thread(window, service.item, media_id, pool=window.pool, priority=9)
+        hit = await off_thread(window, service.library.item, media_id, pool=window.pool, priority=9)
     except Exception as exc:  # noqa: BLE001 - said to the user
         window._status(f"Cannot show item {media_id}: {exc}")
         return
@@ -50,9 +52,9 @@ def open_media(window: Any, media_id: int) -> None:
     start(_open_item(window, service, media_id))
 
 
-async def _open_item(window: Any, service: SearchServiceLike, media_id: int) -> None:
+async def _open_item(window: Any, service: Workspace, media_id: int) -> None:
     def load() -> tuple[SearchHit, Any]:
-        return service.item(media_id), service.annotation_states([media_id]).get(media_id)
+        return service.library.item(media_id), service.annotations.states([media_id]).get(media_id)
 
     try:
         hit, state = await off_thread(window, load, pool=window.pool, priority=9)

@@ -184,10 +184,10 @@ class Startup(QObject):
             self.window.statusBar().showMessage(f"Indexing the demo library in {folder}…", 8000)
 
     def _add_demo(self, service: Any) -> Path | None:
-        if service.roots():  # the user already has folders: the demo would only get in the way
+        if service.library.roots():  # the user already has folders: the demo would only get in the way
             return None
         folder = self._demo()
-        service.add_root(folder)
+        service.library.add_root(folder)
         return folder
 
 

@@ -1,11 +1,10 @@
 """The main window: composes the library sidebar, search bar, results grid, inspector and annotation panel.
 
-It holds no search or annotation logic: it passes the service to its widgets and connects their signals. Its
-menus are :mod:`app.menus`, its panels' arrangement :mod:`app.layout`; annotation transfers are
-:mod:`app.transfer`, model changes :mod:`app.modelchanges`; one-off service calls it waits for are coroutines
-awaited off the GUI thread (:mod:`app.tasks`). Work that can be slow runs on thread pools owned here (so closing
-the window can wait for them): ``pool`` for reads (search pages, thumbnails, explanations), ``index_pool`` for
-indexing jobs, ``write_pool`` (one thread) for annotation writes, which must keep their order.
+It holds no search or annotation logic: it passes the workspace (:mod:`engine.workspace`) to its widgets and
+connects their signals. Its menus are :mod:`app.menus`, its panels :mod:`app.layout`, annotation transfers
+:mod:`app.transfer`, model changes :mod:`app.modelchanges`; calls it waits for are coroutines off the GUI thread
+(:mod:`app.tasks`). Slow work runs on pools owned here (closing the window waits for them): ``pool`` for reads,
+``index_pool`` for indexing, ``write_pool`` (one thread) for annotation writes, which must keep their order.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -34,7 +33,6 @@ from app.layout import WindowLayout, column
 from app.menus import WindowCommands, WindowMenus
 from app.modelchanges import ModelChanges
 from app.search import SearchSession
-from app.service_api import SearchServiceLike
 from app.settings import GuiSettings
 from app.state import LibrarySnapshot, LibraryState
 from app.transfer import AnnotationTransfer
@@ -57,6 +55,9 @@ from app.workers import serial_pool
 from engine import paths
 from engine.types import SearchHit
 
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
+
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_MS = 5000
@@ -68,11 +69,11 @@ class MainWindow(QMainWindow):
     annotations_transferred = Signal(str, int)  # "export" / "import", how many captions
     model_switched = Signal(str)  # a newly trained model became active (its re-index has started)
 
-    def __init__(self, settings: GuiSettings, service: SearchServiceLike | None = None,
+    def __init__(self, settings: GuiSettings, service: Workspace | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
-        self.service: SearchServiceLike | None = None
+        self.service: Workspace | None = None
         self.session = SearchSession()
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(max(2, QThread.idealThreadCount()))
@@ -187,7 +188,7 @@ class MainWindow(QMainWindow):
         return self.menus.claims(edit, event)
 
     # --- service
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """Show ``service``'s library in every widget (None: the window waits for one)."""
         self.service = service
         self.session.service = service
@@ -214,8 +215,7 @@ class MainWindow(QMainWindow):
         show_message(self, QMessageBox.Icon.Critical, title, message)
 
     def _application_state_changed(self, state: Qt.ApplicationState) -> None:
-        """The window comes back to the front: the library may have changed meanwhile (another process switched
-        its model, #44): read it again; the views follow only what changed."""
+        """Back to the front: the library may have changed (another process switched its model, #44): read it."""
         if state == Qt.ApplicationState.ApplicationActive:
             self.state.refresh()
 

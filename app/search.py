@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.service_api import SearchServiceLike
 from engine.types import SearchHit
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 QUERY_CHARS = 80  # the most of a query the header and the status bar show: one line (the tooltip has it all)
 
@@ -21,7 +24,7 @@ def shown_query(text: str, limit: int = QUERY_CHARS) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrowseOptions:
-    """How the library is listed when there is no query (``SearchService.browse``'s arguments)."""
+    """How the library is listed when there is no query (``Library.browse``'s arguments)."""
 
     sort: str = "newest"  # "newest", "oldest", "modified", "modified-oldest", "name" (engine.library.browse.BrowseSort)
     kind: str | None = None  # a MediaKind value, None: every kind
@@ -38,7 +41,7 @@ class SearchSession:
     """
 
     def __init__(self) -> None:
-        self.service: SearchServiceLike | None = None
+        self.service: Workspace | None = None
         self.query: str | Path | None = None
         self.min_probability: float | None = None
         self.browse = BrowseOptions()
@@ -58,18 +61,18 @@ class SearchSession:
             return None
         if query is None:
             def fetch_library(offset: int, top: int) -> list[SearchHit]:
-                return service.browse(top=top, offset=offset, sort=options.sort, folder=options.folder,
+                return service.library.browse(top=top, offset=offset, sort=options.sort, folder=options.folder,
                                       kind=options.kind, annotation=options.annotation)
             return fetch_library
         kind, folder = options.kind, options.folder  # a search keeps the listing's kind and folder filters
         if isinstance(query, Path):
             def fetch_media(offset: int, top: int) -> list[SearchHit]:
-                return service.search_media(query, top=top, offset=offset, kind=kind, folder=folder,
+                return service.search.example(query, top=top, offset=offset, kind=kind, folder=folder,
                                             exclude_example=True)
             return fetch_media
 
         def fetch_text(offset: int, top: int) -> list[SearchHit]:
-            return service.search_text(query, top=top, offset=offset, min_probability=cutoff, kind=kind,
+            return service.search.text(query, top=top, offset=offset, min_probability=cutoff, kind=kind,
                                        folder=folder)
         return fetch_text
 
@@ -81,7 +84,7 @@ class SearchSession:
             return None
 
         def count_library() -> int:
-            return service.browse_count(folder=options.folder, kind=options.kind, annotation=options.annotation)
+            return service.library.browse_count(folder=options.folder, kind=options.kind, annotation=options.annotation)
         return count_library
 
     def describe(self) -> str:
@@ -130,7 +133,7 @@ class SearchSession:
             return f"No results {described} yet: {busy[0].lower()}{busy[1:]}"
         cutoff = self.min_probability
         if cutoff is not None and isinstance(self.query, str):
-            if self.service is not None and not self.service.query_carries_evidence(self.query):
+            if self.service is not None and not self.service.search.carries_evidence(self.query):
                 return (f"No results {described}: the model knows none of its words, so it has no evidence "
                         "for any item at any cutoff. Try other words.")
             return (f"No result {described} reaches a match probability of {cutoff:.2f}: "

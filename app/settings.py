@@ -119,7 +119,7 @@ class GuiSettings:
 
     @property
     def browse_sort(self) -> str:
-        """The order the library is listed in without a query (``SearchService.browse``'s ``sort``), as last chosen;
+        """The order the library is listed in without a query (``Library.browse``'s ``sort``), as last chosen;
         the browse bar shows its default for a value it does not offer."""
         return self._str("browse/sort", "newest")
 
@@ -174,7 +174,7 @@ class GuiSettings:
             return [str(part) for part in value]
         if isinstance(value, str) and value:
             return [value]
-        from engine.trainercontract.command import TRAINER_PROGRAM
+        from engine.terms import TRAINER_PROGRAM
 
         return list(TRAINER_PROGRAM)
 

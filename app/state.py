@@ -4,7 +4,7 @@ and saying what changed (docs/contributing.md: widgets receive it and subscribe 
 Why one object: each view used to read its own numbers when some writer remembered to tell it, and the ones
 nobody told went stale ("0 of 2346 captioned" with 346 items left after removing a folder; the grid's old results
 after a model switch). Here nothing has to remember: the service calls back after every change it commits
-(``SearchService.subscribe``: folders, items, captions, verdicts, models, embeddings), this object reads a fresh
+(``Workspace.subscribe``: folders, items, captions, verdicts, models, embeddings), this object reads a fresh
 :class:`LibrarySnapshot` off the GUI thread (at most one read at a time; changes that arrive meanwhile are read
 once more after it), and ``changed`` tells every listener which aspects moved:
 
@@ -24,12 +24,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
 
-from app.service_api import ModelInfo, SearchServiceLike
 from app.workers import Worker, run_in_background, while_alive
+from engine.types import ModelInfo
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +45,12 @@ class LibrarySnapshot:
     """What the library holds at one moment, as the views show it."""
 
     roots: tuple[Path, ...] = ()
-    counts: dict[str, int] = field(default_factory=dict)  # SearchService.counts()
+    counts: dict[str, int] = field(default_factory=dict)  # Library.counts()
     failures: tuple[tuple[str, str], ...] = ()
     captioned: int = 0  # indexed items with a caption a person wrote or imported
     indexed: int = 0  # indexed items
     models: tuple[ModelInfo, ...] = ()
-    annotations: Any = None  # SearchService.annotation_version()
+    annotations: Any = None  # Annotations.version()
     version: Any = None  # anything else the searches read (changes with every commit)
 
     @property
@@ -56,12 +59,13 @@ class LibrarySnapshot:
         return next((m.name for m in self.models if m.active and m.path is not None), None)
 
 
-def read_snapshot(service: SearchServiceLike) -> LibrarySnapshot:
+def read_snapshot(service: Workspace) -> LibrarySnapshot:
     """Read a :class:`LibrarySnapshot` (on a worker thread)."""
-    progress = service.annotation_progress()
-    return LibrarySnapshot(tuple(service.roots()), dict(service.counts()), tuple(service.failures()),
-                           int(progress.captioned), int(progress.total), tuple(service.models()),
-                           service.annotation_version(), service.version())
+    progress = service.annotations.progress()
+    library = service.library
+    return LibrarySnapshot(tuple(library.roots()), dict(library.counts()), tuple(library.failures()),
+                           int(progress.captioned), int(progress.total), tuple(service.models.all()),
+                           service.annotations.version(), service.version())
 
 
 def aspects_changed(old: LibrarySnapshot | None, new: LibrarySnapshot) -> frozenset[str]:
@@ -90,7 +94,7 @@ class LibraryState(QObject):
     def __init__(self, pool: QThreadPool, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._pool = pool
-        self._service: SearchServiceLike | None = None
+        self._service: Workspace | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self.snapshot = LibrarySnapshot()
         self._read_once = False  # the open library's first snapshot arrived
@@ -104,10 +108,10 @@ class LibraryState(QObject):
         self._poked.connect(self._schedule)
 
     @property
-    def service(self) -> SearchServiceLike | None:
+    def service(self) -> Workspace | None:
         return self._service
 
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """Follow ``service``'s library (None: none); the first snapshot comes with the aspect "opened"."""
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -186,5 +190,5 @@ class LibraryState(QObject):
             return
         if self._warming is not None:  # an earlier one built what is now stale (or has not begun): this one counts
             self._warming.cancel()
-        self._warming = run_in_background(service.warm_search, pool=self._pool, priority=-5,
+        self._warming = run_in_background(service.search.warm, pool=self._pool, priority=-5,
                                           on_error=lambda exc: log.debug("warming the search: %s", exc))

@@ -4,9 +4,9 @@ A one-off service call that the GUI waits for (count the missing items, ask the 
 model, then re-index; read one item, then show it) reads top to bottom as a coroutine::
 
     async def purge(self) -> None:
-        items, captions, pairs = await off_thread(self, service.missing_summary, pool=self.pool)
+        items, captions, pairs = await off_thread(self, service.library.missing_summary, pool=self.pool)
         if ask(...):
-            await off_thread(self, service.purge_missing, pool=self.write_pool)
+            await off_thread(self, service.library.purge_missing, pool=self.write_pool)
 
 :func:`start` runs such a coroutine on the qasync loop; :func:`off_thread` runs the blocking call on one of the
 window's ``QThreadPool`` s (so its priority, its order on a one-thread pool and the window's wait for its pools

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
-from app.service_api import ANNOTATION_FORMATS, SearchServiceLike
 from app.tasks import off_thread, start
 from app.widgets.plaintext import plural
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
+
+ANNOTATION_FORMATS = {"folder": "caption folder", "coco": "COCO captions JSON"}  # Workspace.annotations.export's fmt
 
 
 def counted(n: object) -> str:
@@ -33,7 +37,7 @@ class AnnotationTransfer(QObject):
     def __init__(self, window: QWidget, write_pool: QThreadPool, reads: QThreadPool) -> None:
         super().__init__(window)
         self._window, self._writes, self._reads = window, write_pool, reads
-        self.service: SearchServiceLike | None = None
+        self.service: Workspace | None = None
 
     def export(self, dest: Path, fmt: str = "folder") -> asyncio.Task[None]:
         """Write the library's annotations to ``dest`` (``fmt`` "folder" or "coco") in the background."""
@@ -45,9 +49,9 @@ class AnnotationTransfer(QObject):
         self.status.emit(f"Exporting annotations to {dest}…")
         return start(self._export(service, Path(dest), fmt))
 
-    async def _export(self, service: SearchServiceLike, dest: Path, fmt: str) -> None:
+    async def _export(self, service: Workspace, dest: Path, fmt: str) -> None:
         try:
-            n = await off_thread(self, service.export_annotations, dest, fmt, pool=self._writes)
+            n = await off_thread(self, service.annotations.export, dest, fmt, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Export failed: {exc}")
             return
@@ -61,9 +65,9 @@ class AnnotationTransfer(QObject):
         self.status.emit(f"Importing annotations from {path}…")
         return start(self._import(service, Path(path)))
 
-    async def _import(self, service: SearchServiceLike, path: Path) -> None:
+    async def _import(self, service: Workspace, path: Path) -> None:
         try:
-            n = await off_thread(self, service.import_annotations, path, pool=self._writes)
+            n = await off_thread(self, service.annotations.import_file, path, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Import failed: {exc}")
             return
@@ -80,9 +84,10 @@ class AnnotationTransfer(QObject):
         service = self.service
         return None if service is None else start(self._purge_missing(service))
 
-    async def _purge_missing(self, service: SearchServiceLike) -> None:
+    async def _purge_missing(self, service: Workspace) -> None:
         try:  # counting reads the catalog: not on the GUI thread
-            items, captions, pairs = await off_thread(self, service.missing_summary, pool=self._reads, priority=9)
+            items, captions, pairs = await off_thread(self, service.library.missing_summary, pool=self._reads,
+                                                      priority=9)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Cannot count the missing items: {exc}")
             return
@@ -99,7 +104,7 @@ class AnnotationTransfer(QObject):
         if answer != QMessageBox.StandardButton.Yes:
             return
         try:
-            n, c, p, snapshot = await off_thread(self, service.purge_missing, pool=self._writes)
+            n, c, p, snapshot = await off_thread(self, service.library.purge_missing, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - said to the user
             self.status.emit(f"Purge failed: {exc}")
             return

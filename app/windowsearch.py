@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThreadPool
 from PySide6.QtGui import QImage
@@ -17,7 +18,6 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.heldsearch import HeldSearch
 from app.search import BrowseOptions, SearchSession
-from app.service_api import SearchServiceLike
 from app.settings import GuiSettings
 from app.state import LibraryState
 from app.tasks import off_thread, start
@@ -30,6 +30,9 @@ from app.widgets.results import ResultsView
 from app.widgets.resultsmodel import ResultsModel
 from app.widgets.searchbar import SearchBar
 from engine.types import SearchHit
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 
 class WindowSearch(QObject):
@@ -65,7 +68,7 @@ class WindowSearch(QObject):
         fetch = None if self.held.hold(query) else self.session.page_fetcher()
         text = self.session.query if isinstance(self.session.query, str) else None
         service = self.session.service
-        states = (lambda ids: service.annotation_states(ids, text)) if service is not None else None
+        states = (lambda ids: service.annotations.states(ids, text)) if service is not None else None
         self._model.searched = (self._state.snapshot.indexed or None) if not self.session.scope() else None
         self._model.set_fetch(fetch, scored=not self.session.browsing, states=states,
                                      hide_rejected=text is not None, count=self.session.listing_counter(),
@@ -85,9 +88,9 @@ class WindowSearch(QObject):
         if service is not None:
             start(self._show_example_picture(service, path))
 
-    async def _show_example_picture(self, service: SearchServiceLike, path: Path) -> None:
+    async def _show_example_picture(self, service: Workspace, path: Path) -> None:
         def load() -> QImage:
-            return read_image(service.file_thumbnail(path, 128))
+            return read_image(service.library.file_thumbnail(path, 128))
 
         try:
             image: QImage | None = await off_thread(self._owner, load, pool=self._pool, priority=9)

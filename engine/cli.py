@@ -156,10 +156,11 @@ def _index(args: argparse.Namespace) -> int:
         if args.model:
             _search_with_model(service, args.model)  # its embeddings are computed too; the active model stays as it is
         try:
-            drain(service.index_paths([p.resolve() for p in args.paths]), quiet=args.json)
+            drain(service.library.index([p.resolve() for p in args.paths]), quiet=args.json)
         except FileNotFoundError as error:  # not a library folder either (a known one that is gone is offline)
             raise CliError(str(error)) from None
-        counts, failures, offline = service.counts(), service.failures(), service.offline_roots()
+        library = service.library
+        counts, failures, offline = library.counts(), library.failures(), library.offline_roots()
     finally:
         service.close()
     if args.json:
@@ -181,10 +182,10 @@ def _index(args: argparse.Namespace) -> int:
 def _purge_missing(args: argparse.Namespace) -> int:
     service = _open(args.library)
     try:
-        items, captions, pairs = service.missing_summary()
+        items, captions, pairs = service.library.missing_summary()
         snapshot = None
         if args.yes and items:
-            items, captions, pairs, snapshot = service.purge_missing()
+            items, captions, pairs, snapshot = service.library.purge_missing()
     finally:
         service.close()
     purged = bool(args.yes and items)
@@ -219,11 +220,11 @@ def _search(args: argparse.Namespace) -> int:
             _search_with_model(service, args.model)  # this search only: the library's active model stays as it is
         if queries is not None:
             for query in queries:  # one open library answers them all; each query's answer as soon as it is known
-                _print_hits(service.search_text(query, top=args.top), args.json, query)
+                _print_hits(service.search.text(query, top=args.top), args.json, query)
         elif args.media:
-            _print_hits(service.search_media(args.media, top=args.top), args.json)
+            _print_hits(service.search.example(args.media, top=args.top), args.json)
         else:
-            _print_hits(service.search_text(args.text, top=args.top), args.json)
+            _print_hits(service.search.text(args.text, top=args.top), args.json)
     finally:
         service.close()
     return 0
@@ -270,7 +271,7 @@ def _print_hits(hits: list[SearchHit], as_json: bool, query: str | None = None) 
 
 def _search_with_model(service, name: str) -> None:
     try:
-        service.search_with_model(name)
+        service.models.use_here(name)
     except LookupError as error:
         raise CliError(str(error)) from None
 
@@ -280,10 +281,10 @@ def _models(args: argparse.Namespace) -> int:
     try:
         if args.activate is not None:
             try:
-                service.set_active_model(args.activate)
+                service.models.activate(args.activate)
             except LookupError as error:
                 raise CliError(str(error)) from None
-        models = service.models()
+        models = service.models.all()
     finally:
         service.close()
     if args.json:
@@ -302,7 +303,6 @@ def _evaluate_library(args: argparse.Namespace) -> int:
     import numpy as np
 
     from engine.library.captionfolder import CaptionFolderError, load_caption_folder
-    from engine.service import SearchService
     from engine.trainercontract.metrics import report_lines, retrieval_report, rounded
 
     try:
@@ -313,9 +313,11 @@ def _evaluate_library(args: argparse.Namespace) -> int:
         if args.split not in data.splits():
             raise CliError(f"split {args.split!r} is not in {args.data} (splits: {', '.join(data.splits())})")
         data = data.split(args.split)
-    service = SearchService.open(args.library)
+    from engine.workspace import Workspace
+
+    service = Workspace.open(args.library)
     try:
-        by_path = {str(Path(m.path).resolve()): m.id for m in service.catalog.iter_media()}
+        by_path = {str(Path(m.path).resolve()): m.id for m in service.state.catalog.iter_media()}
         media = [by_path.get(str(Path(item.path).resolve())) for item in data.items]
         present = [i for i, m in enumerate(media) if m is not None]
         if not present:
@@ -326,7 +328,7 @@ def _evaluate_library(args: argparse.Namespace) -> int:
         mine = np.array([media[i] for i in present], np.int64)
         columns, ids = [], None
         for _, text in captions:
-            ranked = service.rank_text(text)
+            ranked = service.search.rank_text(text)
             ids, ranking = ranked[0], ranked[1]
             column = np.full(len(ids), -np.inf, np.float32)
             column[ranking.rows] = ranking.total
@@ -366,7 +368,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         bar.close()
         store.close()
     if args.json:
-        print(json.dumps(rounded(report), indent=2))
+        print(json.dumps(rounded(report.as_dict()), indent=2))
     else:
         print("\n".join(report_lines(report)))
     return 0
@@ -392,7 +394,7 @@ def _retrain(args: argparse.Namespace) -> int:
     emit = (lambda event: print(json.dumps(event), flush=True)) if args.json else None
     service = _open(args.library)
     try:
-        job = service.retrain(options, on_event=(lambda event: emit(events.to_json(event))) if emit else None)
+        job = service.models.retrain(options, on_event=(lambda event: emit(events.to_json(event))) if emit else None)
         bar, shown = ProgressBar(quiet=args.json), set()
         try:
             for p in job.run():
@@ -403,6 +405,9 @@ def _retrain(args: argparse.Namespace) -> int:
                         print(f"polyseek: warning: {warning}", file=sys.stderr)
                         if emit:
                             emit({"event": "warning", "message": warning})
+            assert job.result is not None
+            for p in service.models.adopt(job.result):  # the rule's choice made active, the library re-indexed
+                bar(p)
         finally:
             bar.close()
         result = job.result
@@ -426,7 +431,7 @@ def _annotations(args: argparse.Namespace) -> int:
     try:
         if args.action == "export":
             fmt = args.format or ("coco" if args.path.suffix.lower() == ".json" else "folder")
-            count = service.export_annotations(args.path, fmt)
+            count = service.annotations.export(args.path, fmt)
             skipped = getattr(count, "skipped", ())
         else:
             if args.format is not None:
@@ -434,10 +439,10 @@ def _annotations(args: argparse.Namespace) -> int:
             if not args.path.exists():
                 raise CliError(f"no such file or folder: {args.path}")
             if snapshots.is_snapshot_file(args.path):
-                restored = service.restore_snapshot(args.path)
+                restored = service.annotations.restore_snapshot(args.path)
                 count, pairs = restored.captions, restored.pairs
             else:
-                count = service.import_annotations(args.path)
+                count = service.annotations.import_file(args.path)
                 skipped = getattr(count, "skipped", ())
     except (AnnotationError, snapshots.SnapshotError) as error:
         raise CliError(str(error)) from None

@@ -12,6 +12,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
 from engine.progress import Progress
 
 if TYPE_CHECKING:
@@ -31,9 +35,6 @@ class ProgressBar:
         self._task = None
         if quiet or (console is None and not sys.stderr.isatty()):
             return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichProgress
 
         self._progress = RichProgress(
             BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +19,36 @@ class MediaKind(StrEnum):
     IMAGE = "image"
     ANIMATION = "animation"  # animated GIF / WebP / APNG
     VIDEO = "video"
+
+
+class EvidenceKind(StrEnum):
+    """A kind of evidence a sentence's ranking weighs (docs/contributing.md, "One ranking";
+    :mod:`engine.search.evidence`). The values are the names ``resources/calibration.json`` keys its dense
+    calibrations by (``model``, ``zero_shot``) and the ones a benchmark writes in ``LibraryState.evidence``."""
+
+    MODEL = "model"  # the active trained model
+    ZERO_SHOT = "zero_shot"  # the regional semantics (no model), the backbone's global features for a picture
+    WORDS = "words"  # the user's captions and verdicts, spread to look-alikes
+
+    @classmethod
+    def parse(cls, value: object) -> EvidenceKind:
+        """``value`` as a kind; ``ValueError`` naming it and the kinds there are when it is none."""
+        try:
+            return cls(value)
+        except ValueError:
+            known = ", ".join(kind.value for kind in cls)
+            raise ValueError(f"unknown kind of evidence {value!r} (the kinds: {known})") from None
+
+
+ALL_EVIDENCE: frozenset[EvidenceKind] = frozenset(EvidenceKind)  # what a library's searches weigh by default
+
+
+def evidence_kinds(values: Iterable[object]) -> frozenset[EvidenceKind]:
+    """A set of evidence kinds from kinds or their names (``{"model", "zero_shot"}``); ``ValueError`` for a name
+    that is none (:meth:`EvidenceKind.parse`), or for a bare string (its letters would be read one by one)."""
+    if isinstance(values, str):
+        raise ValueError(f"expected a collection of evidence kinds, got the string {values!r}")
+    return frozenset(EvidenceKind.parse(value) for value in values)
 
 
 class CaptionSource(StrEnum):
@@ -109,7 +140,7 @@ class Explanation:
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """A model the user can pick (``SearchService.models``); the zero-shot ranking is always one of them.
+    """A model the user can pick (``Models.all``); the zero-shot ranking is always one of them.
 
     ``probabilistic``: it is a probabilistic model (PCME, with an uncertainty per item); it comes from the model's
     export manifest, never from its method's name. ``gives_probability``: text searches with it give each hit a
@@ -156,7 +187,7 @@ class CaptureInfo:
 
 @dataclass(frozen=True, slots=True)
 class MediaDetails:
-    """What the viewer's details panel says about one item (``SearchService.media_details``): all of it read at
+    """What the viewer's details panel says about one item (``Library.details``): all of it read at
     indexing and stored in the catalog, so asking never decodes the file."""
 
     media_id: int

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from engine.trainercontract.command import TRAINER_PROGRAM
+from engine.trainercontract.runfolder import read_metrics
 
 RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, "epoch_captions": 2,
           "clip_input": "stills", "clip_captions": 2}
@@ -197,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
         half_precision(staging / "model.safetensors")
         drop_untrained_branches(staging)
-        metrics = json.loads((run / "metrics.json").read_text())
+        metrics = read_metrics(run)
+        if metrics is None:
+            raise SystemExit(f"{run}: the run wrote no metrics.json")
         record = {**RECIPE, "method": args.method, "clip_input": args.clip_input, "epoch_captions": args.epoch_captions,
                   "clip_captions": args.clip_captions, "val_items": vals if len(vals) > 1 else vals[0],
                   "seed": args.seed, **sizes,
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else "")
                   + (f" --method {args.method}" if args.method != RECIPE["method"] else "")
                   + (f" --trainer-args '{args.trainer_args}'" if args.trainer_args else ""),
-                  "validation": {k: metrics.get(k) for k in ("rsum", "best_epoch", "epochs")},
+                  "validation": {"rsum": metrics.rsum, "best_epoch": metrics.best_epoch, "epochs": metrics.epochs},
                   "terms": _terms(datas)}
         (staging / "starter.json").write_text(json.dumps(record, indent=2) + "\n")
         if out.exists():

@@ -7,7 +7,7 @@ Libraries: the 500 Flickr8k *train* photos the starter held aside (they chose it
 1,000 webcaps *train* photos it never saw and the 200 MSR-VTT *train* clips it held aside (real videos, issue #41;
 tests/bench/bench_domains.py's train slices). Never a dev split.
 
-Situations, each searched through the app's own ranking (:meth:`engine.service.SearchService.rank_text`), every
+Situations, each searched through the app's own ranking (:meth:`engine.workspace.search.Search.rank_text`), every
 item of the library a row (label 1: the photo the query's caption was written for):
 
 - ``plain``: one caption of each of up to 400 photos as the query, nothing written by the user;
@@ -50,10 +50,10 @@ def made_up(rng: random.Random, syllables: int = 2) -> str:
 
 
 def clear(service) -> None:
-    for caption in list(service.catalog.iter_captions("user")):
-        service.delete_caption(caption.id)
-    for pair in service.catalog.pairs():
-        service.delete_pair(pair.id)
+    for caption in list(service.state.catalog.iter_captions("user")):
+        service.annotations.delete_caption(caption.id)
+    for pair in service.state.catalog.pairs():
+        service.annotations.delete_pair(pair.id)
 
 
 def collect(service, queries: list[tuple[str, set[int]]], situation: str, out: list,
@@ -61,7 +61,7 @@ def collect(service, queries: list[tuple[str, set[int]]], situation: str, out: l
     """One record per query: the features of every item and the labels; ``unjudged`` items (a named dog's
     captioned photos, for a query about another photo of it) count neither way, as in bench_words.py."""
     for text, positives in queries:
-        ids, ranking, _, _ = service.rank_text(text)
+        ids, ranking, _, _ = service.search.rank_text(text)
         n = len(ids)
         order = np.argsort(ranking.rows)
         assert len(ranking.rows) == n
@@ -87,7 +87,7 @@ def library_queries(service, files, caps, by_name, rng, count=400):
 
 
 def situations(service, domain: str, files, caps, data: Path, rng: random.Random, out: list) -> None:
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     clear(service)
     queries, rest = library_queries(service, files, caps, by_name, rng, count=min(400, len(files) - 100))
     collect(service, queries, "plain", out)
@@ -95,7 +95,7 @@ def situations(service, domain: str, files, caps, data: Path, rng: random.Random
     own = []
     for f in captioned:
         text = rng.choice(caps[f])
-        service.add_caption(by_name[f], text)
+        service.annotations.add_caption(by_name[f], text)
         others = [c for c in caps[f] if c != text]
         own.append((rng.choice(others) if others else text, {by_name[f]}))
     # a user asks about a captioned photo as often as captioned photos are in the library: the queries about the
@@ -111,7 +111,7 @@ def situations(service, domain: str, files, caps, data: Path, rng: random.Random
         _, _, dogs = dog_photos(data / "flickr8k", "train-slice")
         _, dog_queries, taken = name_dogs(service, files, caps, dogs, by_name)
         for f in captioned[:50]:  # ordinary captions beside the names
-            service.add_caption(by_name[f], rng.choice(caps[f]))
+            service.annotations.add_caption(by_name[f], rng.choice(caps[f]))
         for colour, name in DOGS.items():
             named.append((name, {by_name[f] for f in dogs[colour]}))
             others = [(q, {by_name[f]}) for f, q in rng.sample(dog_queries[name], min(25, len(dog_queries[name])))]
@@ -119,7 +119,7 @@ def situations(service, domain: str, files, caps, data: Path, rng: random.Random
     # made-up names: a photo's caption with a name in front, queried by the name and by the name with a caption
     for f in rng.sample(files, 30):
         name = made_up(rng).capitalize()
-        service.add_caption(by_name[f], f"{name}: {rng.choice(caps[f])}")
+        service.annotations.add_caption(by_name[f], f"{name}: {rng.choice(caps[f])}")
         named += [(name, {by_name[f]}), (f"{name} {rng.choice(caps[f])}", {by_name[f]})]
     collect(service, named, "names", out)
     nonsense = [(" ".join(made_up(rng, rng.randint(2, 3)) for _ in range(rng.randint(2, 5))), set())
@@ -281,9 +281,9 @@ def main() -> int:
                 continue
             images, files, caps = sets[domain]
             service = open_library(args.home, domain, images, files)
-            service.set_active_model("starter")
+            service.models.activate("starter")
             for kind, evidence in (("model", {"model", "zero_shot", "words"}), ("zero_shot", {"zero_shot", "words"})):
-                service.evidence = frozenset(evidence)
+                service.state.evidence = frozenset(evidence)
                 situations(service, domain, files, caps, args.data, random.Random(0), collected[kind])
                 print(domain, kind, len(collected[kind]), flush=True)
             service.close()

@@ -94,13 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     window.set_service(service)
     wait(lambda: not window.results_model.is_loading)
     mark("library opened")
-    service.add_root(args.folder.resolve())
+    service.library.add_root(args.folder.resolve())
     window.library.refresh()
     window.library.index([args.folder.resolve()])
     wait(lambda: window.library.is_indexing)
     wait(lambda: not window.library.is_indexing)
     wait(lambda: window.results_model.rowCount() > 0 and not window.results_model.is_loading)
-    mark(f"indexed {service.counts()['total']} items")
+    mark(f"indexed {service.library.counts()['total']} items")
     if args.browse_all:
         model = window.results_model
         while model.canFetchMore() or model.is_loading:

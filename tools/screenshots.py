@@ -127,8 +127,8 @@ def fake_service(workdir: Path):  # noqa: ANN201 - engine.workspace.Workspace
 
 
 def index_all(service, folder: Path) -> None:  # noqa: ANN001
-    service.add_root(folder)
-    for _ in service.index_paths([folder]):
+    service.library.add_root(folder)
+    for _ in service.library.index([folder]):
         pass
 
 
@@ -145,15 +145,15 @@ def demo_service():  # noqa: ANN201 - engine.workspace.Workspace
 
 def add_captions(service, captions: dict[str, list[str]]) -> None:  # noqa: ANN001
     """Caption the library's items by file name."""
-    by_name = {Path(service.media(i).path).name: i for i in _media_ids(service)}
+    by_name = {Path(service.library.media(i).path).name: i for i in _media_ids(service)}
     for name, texts in captions.items():
         if name in by_name:
             for text in texts:
-                service.add_caption(by_name[name], text)
+                service.annotations.add_caption(by_name[name], text)
 
 
 def _media_ids(service) -> list[int]:  # noqa: ANN001
-    return sorted({h.media_id for h in service.search_text("a photo", top=10_000)})
+    return sorted({h.media_id for h in service.search.text("a photo", top=10_000)})
 
 
 def flickr8k_service(n: int, workdir: Path):  # noqa: ANN201
@@ -172,7 +172,7 @@ def flickr8k_service(n: int, workdir: Path):  # noqa: ANN201
                                   copy_media="link")
     service = open_service("flickr8k-sample")
     index_all(service, media.media_dir)
-    service.import_annotations(labels.root)
+    service.annotations.import_file(labels.root)
     return service
 
 
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         service, query = demo_service(), args.query or "a cat"
     if args.model is not None:
-        service.set_active_model(str(args.model.resolve()))
+        service.models.activate(str(args.model.resolve()))
     window = MainWindow(GuiSettings(), service)
     width, height = (int(v) for v in args.size.split("x"))
     window.resize(width, height)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
@@ -61,7 +61,6 @@ def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | N
 
 def safetensors_metadata(path: Path) -> dict[str, str]:
     """The metadata of a safetensors file's header; :class:`CheckpointError` when it cannot be read."""
-    from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:

@@ -21,8 +21,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from engine import paths
+from engine.features.backbone import AssetsMissing
+from engine.library.captionfolder import CaptionFolderError
 from engine.trainercontract import events
 from engine.trainercontract.metrics import report_lines, rounded
+from engine.trainercontract.runfolder import saved_checkpoint
+from trainer.checkpoint import CheckpointError, load_model
+from trainer.data import DataError, FeatureNeeds, FeatureSource
+from trainer.evaluation import (
+    SIMILARITIES,
+    EvaluationError,
+    encode_pairs,
+    evaluate_pairs,
+    nan_to_none,
+    rerank_report,
+    similarity_matrix,
+)
+from trainer.exporting import export_folder
+from trainer.finetune import model_pairs
+from trainer.methods import ConfigError, ExportError, list_methods
+from trainer.methods.registry import PRESETS
+from trainer.prepare import prepare
+from trainer.sparse import SparseSplitError, add_sparse_arguments, sparse_config_from_args
+from trainer.splits import split_view
+from trainer.train import Interrupted, Reporter, StopRequest, TrainingError, TrainOptions, resolve_device, train
 
 log = logging.getLogger("trainer")
 
@@ -32,11 +57,6 @@ LOW_PRIORITY_NICE = 10  # nice increment of --low-priority: weight 110 against t
 
 
 def _parser() -> argparse.ArgumentParser:
-    from trainer.evaluation import SIMILARITIES
-    from trainer.methods import list_methods
-    from trainer.methods.registry import PRESETS
-    from trainer.sparse import add_sparse_arguments
-
     parser = argparse.ArgumentParser(prog="polyseek", description="Polyseek trainer process")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
     if args.command == "prepare":
-        from trainer.prepare import prepare
 
         if args.json_progress:
             emit = _json_printer()
@@ -152,15 +171,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from engine.features.backbone import AssetsMissing
-    from engine.library.captionfolder import CaptionFolderError
-    from trainer.checkpoint import CheckpointError
-    from trainer.data import DataError
-    from trainer.evaluation import EvaluationError
-    from trainer.methods import ConfigError, ExportError
-    from trainer.sparse import SparseSplitError
-    from trainer.train import TrainingError
-
     return (AssetsMissing, CaptionFolderError, CheckpointError, ConfigError, DataError, EvaluationError,
             ExportError, SparseSplitError, TrainingError, FileNotFoundError)
 
@@ -205,7 +215,6 @@ def _configure_logging(verbose: bool) -> None:
     """stderr for the person (or the GUI's log pane), plus a rotating file in the user log folder."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(message)s",
                         stream=sys.stderr)
-    from engine import paths
 
     try:
         paths.log_dir().mkdir(parents=True, exist_ok=True)
@@ -222,7 +231,6 @@ def _configure_logging(verbose: bool) -> None:
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``--set key=value`` pairs: the value is read as JSON (numbers, true/false, lists), else as a string."""
-    from trainer.methods import ConfigError
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -290,9 +298,6 @@ def _train(args: argparse.Namespace) -> int:
         applied = lower_priority()
         if applied:
             log.info("running at a lower CPU priority (%s) so the app stays responsive", applied)
-    from engine import paths
-    from trainer.sparse import sparse_config_from_args
-    from trainer.train import Interrupted, StopRequest, TrainOptions, train
 
     out = args.out or paths.models_dir() / f"{args.method}-{time.strftime('%Y%m%d-%H%M%S')}"
     options = TrainOptions(
@@ -306,7 +311,6 @@ def _train(args: argparse.Namespace) -> int:
         finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks, init_from=args.init_from,
         l2sp=args.l2sp, text_layers=args.text_layers, text_lr=args.text_lr)
     if not (args.data / "captions.tsv").is_file():
-        from trainer.data import DataError
 
         raise DataError(f"--data: {args.data} is not a caption folder (no captions.tsv)")
     stop = StopRequest()
@@ -332,7 +336,6 @@ def stopped_event(out: Path, signal_name: str) -> events.Stopped:
     """What a run stopped by ``signal_name`` left, read from the disk and logged (trainer.log too): the folder of
     its resumable checkpoint, or that nothing can be resumed (a stop while the data was loading, before the
     first checkpoint, leaves none: #44 said "a resumable checkpoint is in" a folder that did not exist)."""
-    from engine.trainercontract.runfolder import saved_checkpoint
 
     saved = saved_checkpoint(out)
     if saved is not None:
@@ -361,8 +364,6 @@ def _install_stop_handlers(stop: Any) -> dict[int, Any]:
 
 def _model_dir(path: Path) -> Path:
     """A model folder, or the name of one under the models folder."""
-    from engine import paths
-    from trainer.checkpoint import CheckpointError
 
     if path.is_dir():
         return path
@@ -373,11 +374,6 @@ def _model_dir(path: Path) -> Path:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from trainer.evaluation import nan_to_none
-    from trainer.train import resolve_device
-
     device = resolve_device(args.device)
     rng = np.random.default_rng(args.seed) if args.shuffle_frames else None
     report = evaluate_folder(_model_dir(args.model), args.data, args.split, device, args.similarity,
@@ -395,12 +391,6 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
                     rerank: int | None = None, candidates: Path | None = None, shuffle_frames: Any = None,
                     json_progress: bool = False) -> dict[str, Any]:
     """The ``evaluate`` report of a model folder on one split of a caption folder."""
-    from trainer.checkpoint import load_model
-    from trainer.data import DataError, FeatureNeeds, FeatureSource
-    from trainer.evaluation import encode_pairs, evaluate_pairs, rerank_report, similarity_matrix
-    from trainer.finetune import model_pairs
-    from trainer.splits import split_view
-    from trainer.train import Reporter
 
     model = load_model(model_dir, device)
     view = split_view(data, split)
@@ -431,9 +421,6 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
 
 
 def _export(args: argparse.Namespace) -> int:
-    from trainer.checkpoint import load_model
-    from trainer.exporting import export_folder
-
     model_dir = _model_dir(args.model)
     manifest = export_folder(model_dir, load_model(model_dir), args.out)
     print(f"exported {manifest['method']} encoders ({', '.join(manifest['encoders'])}) to {args.out}")

@@ -33,7 +33,11 @@ from torch import Tensor
 
 from engine import paths
 from engine.features.backbone import require_assets
+from engine.features.encoders import Encoders
+from engine.features.extract import Extracted, ensure_features
 from engine.features.featurestore import FeatureStore
+from engine.features.regional import pseudo_caption_from_record
+from engine.features.text import GloveEncoder
 from engine.files import content_hash
 from engine.library.captionfolder import Item
 from engine.progress import Progress
@@ -254,7 +258,6 @@ class FeatureSource:
     @classmethod
     def open(cls, assets: Path | None = None, progress: ProgressFn | None = None) -> FeatureSource:
         """The source under ``engine.paths.home()``: the feature store every library shares."""
-        from engine.features.encoders import Encoders
 
         home = paths.home()
         home.mkdir(parents=True, exist_ok=True)
@@ -281,8 +284,6 @@ class FeatureSource:
         return features, kept
 
     def _ensure(self, files: list[Path], hashes: list[str]) -> None:
-        from engine.features.extract import ensure_features
-
         if not self.store.missing(hashes, backbone_id(self.assets)):
             return  # do not open the backbone when everything is cached
         for step in ensure_features(files, self.store, self.encoders):
@@ -324,7 +325,6 @@ class FeatureSource:
     def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
         """Local features the store dropped past its cap are recomputed, not stored (module docstring of
         :mod:`engine.features.featurestore`)."""
-        from engine.features.extract import Extracted
 
         results = self.encoders.extractor().extract([item.path for item in items])
         for position, item, result in zip(where, items, results, strict=True):
@@ -335,7 +335,6 @@ class FeatureSource:
     def pseudo_captions(self, items: Sequence[Item]) -> list[str]:
         """Regional-semantics pseudo captions (A3VSE §3.2) of items already in the store, rebuilt from their
         stored top ImageNet classes (:func:`engine.features.regional.pseudo_caption_from_record`)."""
-        from engine.features.regional import pseudo_caption_from_record
 
         hashes = [content_hash(item.path) for item in items]
         records = self.store.get_many(hashes, backbone_id(self.assets), ("image_top_ids",))
@@ -380,7 +379,6 @@ class FeatureSource:
             if name == "minilm":
                 self._text_encoders[name] = self.encoders.minilm
             else:
-                from engine.features.text import GloveEncoder
 
                 self._text_encoders[name] = GloveEncoder(self.assets)
         return self._text_encoders[name]

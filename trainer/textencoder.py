@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from engine.features.backbone import require_assets
@@ -132,8 +133,6 @@ class Tokenized:
     """Every caption of a split tokenised once, as the engine's MiniLM tokenises queries."""
 
     def __init__(self, captions: Sequence[str], assets: Path | None = None) -> None:
-        from tokenizers import Tokenizer
-
         tokenizer = Tokenizer.from_file(str(require_assets(assets) / "minilm" / "tokenizer.json"))
         tokenizer.enable_truncation(MAX_TOKENS)
         tokenizer.no_padding()

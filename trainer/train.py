@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from engine.features.text import MiniLMEncoder
 from engine.progress import Progress
 from engine.trainercontract import events
 from trainer import checkpoint as ckpt
@@ -265,7 +266,6 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
     source.progress = progress
     kept = start_text(options)
     if kept is not None:
-        from engine.features.text import MiniLMEncoder
 
         source.use_minilm(MiniLMEncoder(options.assets, graph=kept[2], name=kept[0]), kept[0])
     if world.active and not world.main:

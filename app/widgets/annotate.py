@@ -1,11 +1,11 @@
 """The annotation panel: the current item's captions, Accept / Reject for the current query, Undo, and a
-"What to annotate next" list (``Workspace.suggest_annotations``) whose items the user can pick.
+"What to annotate next" list (``Annotations.suggest``) whose items the user can pick.
 
 Labelling is keyboard-first: type a caption, Enter saves it and moves to the next result (Enter on an empty
 line just moves on); Ctrl+Right / Ctrl+Left step through results even while typing; Ctrl+Z undoes the last
 annotation action. After an item picked from the suggestions, Enter moves to the next suggestion
 instead of the next result. The suggestions are thumbnails; Enter or a double-click on one opens it large, and
-the heading says why they come in that order (the policy ``Workspace.suggestion_policy`` chose). Every
+the heading says why they come in that order (the policy ``Annotations.suggestion_policy`` chose). Every
 action is a :class:`QUndoCommand`; its service writes run, in order, on one worker thread, so a slow catalog
 never freezes the window and the writes never reorder.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSize, Qt, QThreadPool, Signal
 from PySide6.QtGui import QColor, QIcon, QKeyEvent, QKeySequence, QUndoStack
@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import SearchServiceLike
 from app.widgets.annotationcommands import AddCaption, CaptionIds, DeleteCaption, EditCaption, JudgePair, UndoButton
 from app.widgets.images import ThumbnailCache
 from app.widgets.keys import WindowKeysEdit
@@ -38,6 +37,9 @@ from app.widgets.plaintext import plain_tooltip
 from app.widgets.provenance import PROVENANCE, PROVENANCE_MARK, provenance_summary
 from app.workers import Worker, while_alive
 from engine.types import SearchHit
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ class AnnotationPanel(QWidget):
         self._pool = pool  # must run one job at a time: writes keep their order
         self._thumbnails = thumbnails  # the suggestions' pictures (the results grid's cache)
         self.suggestion_policy: str | None = None  # the policy that ordered the suggestions shown
-        self._service: SearchServiceLike | None = None
+        self._service: Workspace | None = None
         self._in_flight = 0
         self._populating = False
         self.query: str | Path | None = None
@@ -172,7 +174,7 @@ class AnnotationPanel(QWidget):
         layout.addLayout(suggest_row)
         layout.addWidget(self.suggestions, 1)
 
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """Annotate ``service``'s library; the undo history belongs to the previous one and is dropped."""
         self._service = service
         self.undo_stack.clear()
@@ -192,10 +194,9 @@ class AnnotationPanel(QWidget):
         generation = self._suggestion_generation
 
         def job() -> tuple[str | None, list[tuple[int, float, str]]]:
-            explain = getattr(service, "suggestion_policy", None)
-            policy = explain(SUGGESTION_POLICY) if callable(explain) else None
-            picks = service.suggest_annotations(SUGGESTIONS, SUGGESTION_POLICY)
-            return policy, [(int(media_id), float(score), Path(service.media(int(media_id)).path).name)
+            policy = service.annotations.suggestion_policy(SUGGESTION_POLICY)
+            picks = service.annotations.suggest(SUGGESTIONS, SUGGESTION_POLICY)
+            return policy, [(int(media_id), float(score), Path(service.library.media(int(media_id)).path).name)
                             for media_id, score in picks]
 
         self.suggest_heading.setText("What to annotate next (asking…)")
@@ -415,7 +416,7 @@ class AnnotationPanel(QWidget):
         super().keyPressEvent(event)
 
     # --- the write queue
-    def write(self, action: Callable[[SearchServiceLike], None] | None, media_id: int,
+    def write(self, action: Callable[[Workspace], None] | None, media_id: int,
               done: str | None = None, after: Callable[[], None] | None = None) -> None:
         """Queue ``action(service)`` (None: only re-read) and then a re-read of ``media_id``'s captions;
         ``done`` is said (status line, ``saved``) and ``after()`` called (GUI thread) once the write has reached
@@ -427,7 +428,7 @@ class AnnotationPanel(QWidget):
         def job() -> list[Any]:
             if action is not None:
                 action(service)
-            return list(service.captions(media_id))
+            return list(service.annotations.captions(media_id))
 
         self._in_flight += 1
         worker = Worker(job)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import SignalInstance
 from PySide6.QtGui import QUndoCommand, QUndoStack
 from PySide6.QtWidgets import QPushButton, QWidget
 
-from app.service_api import SearchServiceLike
 from app.widgets.plaintext import plain_tooltip
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 
 class AnnotationWriter(Protocol):
@@ -22,7 +24,7 @@ class AnnotationWriter(Protocol):
     ids: CaptionIds
     verdict_changed: SignalInstance  # (media id, label, query)
 
-    def write(self, action: Callable[[SearchServiceLike], None] | None, media_id: int,
+    def write(self, action: Callable[[Workspace], None] | None, media_id: int,
               done: str | None = None, after: Callable[[], None] | None = None) -> None: ...
 
 
@@ -77,10 +79,10 @@ class _ServiceCommand(QUndoCommand):
     def undo(self) -> None:
         self.panel.write(self._undo, self.media_id, f"Undone: {self.text()}")
 
-    def _do(self, service: SearchServiceLike) -> None:
+    def _do(self, service: Workspace) -> None:
         raise NotImplementedError
 
-    def _undo(self, service: SearchServiceLike) -> None:
+    def _undo(self, service: Workspace) -> None:
         raise NotImplementedError
 
 
@@ -93,16 +95,16 @@ class AddCaption(_ServiceCommand):
         self.caption_id: int | None = None
         self._first_id: int | None = None
 
-    def _do(self, service: SearchServiceLike) -> None:
-        self.caption_id = service.add_caption(self.media_id, self.caption_text)
+    def _do(self, service: Workspace) -> None:
+        self.caption_id = service.annotations.add_caption(self.media_id, self.caption_text)
         if self._first_id is None:
             self._first_id = self.caption_id
         else:  # a redo: later commands know the caption by its first id
             self.panel.ids.moved(self._first_id, self.caption_id)
 
-    def _undo(self, service: SearchServiceLike) -> None:
+    def _undo(self, service: Workspace) -> None:
         if self.caption_id is not None:
-            service.delete_caption(self.caption_id)
+            service.annotations.delete_caption(self.caption_id)
 
 
 class EditCaption(_ServiceCommand):
@@ -112,11 +114,11 @@ class EditCaption(_ServiceCommand):
         super().__init__(panel, f"edit caption “{old}” → “{new}”", media_id)
         self.caption_id, self.old, self.new = caption_id, old, new
 
-    def _do(self, service: SearchServiceLike) -> None:
-        service.update_caption(self.panel.ids.resolve(self.caption_id), self.new)
+    def _do(self, service: Workspace) -> None:
+        service.annotations.update_caption(self.panel.ids.resolve(self.caption_id), self.new)
 
-    def _undo(self, service: SearchServiceLike) -> None:
-        service.update_caption(self.panel.ids.resolve(self.caption_id), self.old)
+    def _undo(self, service: Workspace) -> None:
+        service.annotations.update_caption(self.panel.ids.resolve(self.caption_id), self.old)
 
 
 class DeleteCaption(_ServiceCommand):
@@ -126,11 +128,11 @@ class DeleteCaption(_ServiceCommand):
         super().__init__(panel, f"delete caption “{text}”", media_id)
         self.caption_id, self.caption_text = caption_id, text
 
-    def _do(self, service: SearchServiceLike) -> None:
-        service.delete_caption(self.panel.ids.resolve(self.caption_id))
+    def _do(self, service: Workspace) -> None:
+        service.annotations.delete_caption(self.panel.ids.resolve(self.caption_id))
 
-    def _undo(self, service: SearchServiceLike) -> None:
-        new_id = service.add_caption(self.media_id, self.caption_text)
+    def _undo(self, service: Workspace) -> None:
+        new_id = service.annotations.add_caption(self.media_id, self.caption_text)
         self.panel.ids.moved(self.panel.ids.resolve(self.caption_id), new_id)
 
 
@@ -142,13 +144,13 @@ class JudgePair(_ServiceCommand):
         self.query, self.label = query, label
         self.pair_id: int | None = None
 
-    def _do(self, service: SearchServiceLike) -> None:
-        judge = service.accept_pair if self.label > 0 else service.reject_pair
+    def _do(self, service: Workspace) -> None:
+        judge = service.annotations.accept_pair if self.label > 0 else service.annotations.reject_pair
         self.pair_id = judge(self.query, self.media_id)
 
-    def _undo(self, service: SearchServiceLike) -> None:
+    def _undo(self, service: Workspace) -> None:
         if self.pair_id is not None:
-            service.delete_pair(self.pair_id)
+            service.annotations.delete_pair(self.pair_id)
 
     def redo(self) -> None:
         super().redo()

@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT
 from app.settings import DEVICES, MAX_THUMBNAIL, MIN_THUMBNAIL, GuiSettings
 from app.widgets.plaintext import plain_label, plain_tooltip
 from app.widgets.screen import fit_to_screen
+from engine.types import ZERO_SHOT
 
 # Keys that are not menu actions: they act where the focus is.
 CONTEXT_KEYS = (

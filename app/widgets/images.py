@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QSize, Qt, QThreadPool, Signal
 from PySide6.QtGui import QImage, QImageIOHandler, QImageReader, QPixmap
 
-from app.service_api import SearchServiceLike
 from app.workers import Worker, while_alive
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,12 @@ class ThumbnailCache(QObject):
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._pool, self.size, self._capacity = pool, size, capacity
-        self._service: SearchServiceLike | None = None
+        self._service: Workspace | None = None
         self._thumbs: OrderedDict[int, QPixmap | None] = OrderedDict()  # None: failed, do not retry
         self._frames: OrderedDict[int, list[QPixmap]] = OrderedDict()
         self._pending: set[tuple[str, int]] = set()
 
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """Forget everything cached: ids belong to the previous library."""
         self._service = service
         self._thumbs.clear()
@@ -56,7 +58,7 @@ class ThumbnailCache(QObject):
         self._pending.clear()
 
     @property
-    def service(self) -> SearchServiceLike | None:
+    def service(self) -> Workspace | None:
         """The library whose thumbnails this caches (the viewer asks it for an item's details too)."""
         return self._service
 
@@ -84,11 +86,11 @@ class ThumbnailCache(QObject):
         size = self.size
         if what == "thumb":
             def job() -> list[QImage]:
-                return [read_image(service.thumbnail(media_id, size))]
+                return [read_image(service.library.thumbnail(media_id, size))]
         else:
             def job() -> list[QImage]:
-                return [read_image(p) for p in service.preview_frames(media_id, 8)]
-        from engine.media.errors import MediaError  # loaded with the service already; not at the window's start
+                return [read_image(p) for p in service.library.preview_frames(media_id, 8)]
+        from engine.terms import MediaError  # the decoder loads with the service; not at the window's start
 
         worker = Worker(job)
         # an unreadable file is reported once by _store, not as a traceback per request (a library with many of
@@ -151,7 +153,7 @@ def read_picture(path: Path, box: QSize) -> tuple[QImage, QSize]:
 def _read_with_engine(path: Path, box: QSize) -> tuple[QImage, QSize]:
     from PIL import Image
 
-    from engine.media import MediaError, load_image, probe
+    from engine.terms import MediaError, load_image, probe
 
     try:
         picture = load_image(path, min_size=max(box.width(), box.height()))

@@ -1,6 +1,6 @@
 """The inspector: why one result matched one query.
 
-It draws what the active model really has (``service.explain(query, media_id)``; the words and numbers come from
+It draws what the active model really has (``service.search.explain(query, media_id)``; the words and numbers come from
 :mod:`engine.search.readings`): per-head attention only where the model has attention (PVSE / A3VSE heads side by
 side, PCME's one map; over a strip of frames for GIFs and videos), the query's words tinted by each head (never
 the text encoder's [CLS] / [SEP]), the K x K head-to-head similarity with the matched pair. A model without
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -34,7 +34,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import SearchServiceLike
 from app.widgets.attention import (
     FrameStrip,
     TokenStrip,
@@ -50,7 +49,7 @@ from app.widgets.clips import matched_frame
 from app.widgets.images import read_image, read_scaled
 from app.widgets.plaintext import plain_tooltip
 from app.workers import run_in_background
-from engine.search.readings import (
+from engine.terms import (
     ellipse_axes,
     ellipse_magnification,
     sigma_text,
@@ -59,6 +58,9 @@ from engine.search.readings import (
     word_match_text,
 )
 from engine.types import Explanation, MediaKind, SearchHit, WordMatch
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 __all__ = ["Inspector", "ellipse_axes", "uncertainty_reading"]  # the engine's reading and ellipse axes, re-exported
 
@@ -90,7 +92,7 @@ class Inspector(QScrollArea):
     def __init__(self, pool: QThreadPool, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._pool = pool
-        self._service: SearchServiceLike | None = None
+        self._service: Workspace | None = None
         self._generation = 0
         self.query: str | Path | None = None
         self.hit: SearchHit | None = None
@@ -108,7 +110,7 @@ class Inspector(QScrollArea):
         self.title.setObjectName("inspectorTitle")
         self._reset()
 
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         self._service = service
         self.show_hit(None, None)
 
@@ -457,15 +459,15 @@ class Inspector(QScrollArea):
         layout.addWidget(plot)
 
 
-def _load_explanation(service: SearchServiceLike, query: str | Path, hit: SearchHit) -> _Loaded:
+def _load_explanation(service: Workspace, query: str | Path, hit: SearchHit) -> _Loaded:
     """Runs on a worker: the explanation and the pictures it is drawn over."""
-    ex = service.explain(query, hit.media_id)
+    ex = service.search.explain(query, hit.media_id)
     image, frames = None, []
     if ex.item_grid is not None or not ex.item_attention.size:  # a heatmap's base, or a plain preview
-        image = read_image(service.thumbnail(hit.media_id, 512))
+        image = read_image(service.library.thumbnail(hit.media_id, 512))
     elif ex.item_attention.size and hit.kind is not MediaKind.IMAGE:
         n = min(MAX_FRAMES, ex.item_attention.shape[1])
-        frames = [read_image(p) for p in service.preview_frames(hit.media_id, n)]
+        frames = [read_image(p) for p in service.library.preview_frames(hit.media_id, n)]
     query_image = None
     if isinstance(query, Path) and not ex.query_tokens and ex.query_attention.size:
         try:  # HEIC / AVIF too, upright: the picture the engine looked at

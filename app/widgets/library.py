@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import shiboken6
 from PySide6.QtCore import QStandardPaths, Qt, QThreadPool, Signal
@@ -29,12 +29,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import SearchServiceLike
 from app.state import LibrarySnapshot, LibraryState
 from app.tasks import off_thread, start
 from app.widgets.plaintext import ask, plain_label, plain_tooltip, plural, show_message
 from app.workers import Worker, lower_this_thread, while_alive
 from engine.progress import Progress
+
+if TYPE_CHECKING:  # the engine loads with the library, after the window (app/main.py)
+    from engine.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ def format_counts(counts: dict[str, int]) -> str:
 
 RESUMING = "Resuming indexing"  # the job that finishes what an earlier session left pending
 
-# Where a snapshot of annotations is read back in the app (app/menus.py; Workspace.import_annotations restores a
+# Where a snapshot of annotations is read back in the app (app/menus.py; Annotations.import_file restores a
 # snapshot file as one)
 RESTORE_MENU = ("File", "Import annotations from a COCO captions JSON…")
 
@@ -102,7 +104,7 @@ class LibraryPanel(QWidget):
         super().__init__(parent)
         self._pool = pool
         self._writes = writes or QThreadPool.globalInstance()  # the window's annotation write thread
-        self._service: SearchServiceLike | None = None
+        self._service: Workspace | None = None
         self._job: Worker | None = None
         self.last_progress: Progress | None = None  # the running job's last record (None: none yet, or no job)
         self._queued: list[list[Path] | None] = []
@@ -170,7 +172,7 @@ class LibraryPanel(QWidget):
         layout.addWidget(self.failures, 2)
 
     # --- service
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """Show ``service``'s library (None: nothing open)."""
         self._service = service
         self.setEnabled(service is not None)
@@ -220,7 +222,7 @@ class LibraryPanel(QWidget):
                 return
             folder = Path(chosen)
         try:
-            self._service.add_root(folder)
+            self._service.library.add_root(folder)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the app goes on
             show_message(self, QMessageBox.Icon.Warning, "Cannot add folder", str(exc))
             return
@@ -247,10 +249,10 @@ class LibraryPanel(QWidget):
         service = self._service
         return None if service is None else start(self._remove_folder(service, Path(folder), parent))
 
-    async def _remove_folder(self, service: SearchServiceLike, folder: Path, parent: QWidget | None) -> None:
+    async def _remove_folder(self, service: Workspace, folder: Path, parent: QWidget | None) -> None:
         # counted and removed on the annotation write thread: after every caption typed before, so all are counted
         try:
-            items, captions, pairs = await off_thread(self, service.root_summary, folder, pool=self._writes)
+            items, captions, pairs = await off_thread(self, service.library.root_summary, folder, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the folder stays
             show_message(self, QMessageBox.Icon.Warning, "Cannot remove folder", str(exc))
             return
@@ -258,7 +260,7 @@ class LibraryPanel(QWidget):
         if not ask(over, "Remove folder", removal_question(folder, items, captions, pairs)):
             return
         try:
-            snapshot = await off_thread(self, service.remove_root, folder, pool=self._writes)
+            snapshot = await off_thread(self, service.library.remove_root, folder, pool=self._writes)
         except Exception as exc:  # noqa: BLE001 - e.g. no room for the snapshot: nothing was removed
             show_message(self, QMessageBox.Icon.Warning, "Cannot remove folder", str(exc))
             return
@@ -279,13 +281,13 @@ class LibraryPanel(QWidget):
             self._queued.append(paths)
             return
         service = self._service
-        self.run_job(lambda cancel: service.index_paths(paths, cancel=cancel), what)
+        self.run_job(lambda cancel: service.library.index(paths, cancel=cancel), what)
 
     def reindex(self) -> None:
         """Re-embed the whole library with the active model (after switching models)."""
         service = self._service
         if service is not None and self._job is None:
-            self.run_job(lambda cancel: service.reindex(cancel=cancel), "Re-indexing")
+            self.run_job(lambda cancel: service.models.reindex(cancel=cancel), "Re-indexing")
 
     def run_job(self, job: Callable[[Any], Iterator[Progress]], what: str) -> Worker:
         """Run a progress generator ``job(cancel)`` with this panel's bar and Cancel button."""

@@ -1,7 +1,7 @@
 """The viewer's details panel: what a photo manager's info panel says about a file (digiKam's Properties, Apple
 Photos' Info): its name and folder, kind, pixel size, file size, length of a clip, when and with what it was
 taken (EXIF) and when the file was last changed. Everything comes from the catalog
-(``SearchService.media_details``); nothing here reads the file."""
+(``Library.details``); nothing here reads the file."""
 
 from __future__ import annotations
 

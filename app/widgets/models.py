@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT, ModelInfo, active_model
 from app.widgets.plaintext import plain_label, plain_tooltip
-from engine.loop.figures import model_figure
+from engine.terms import model_figure
+from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 
 def metrics_text(metrics: dict[str, Any]) -> str:
@@ -66,7 +66,7 @@ def revert_target(models: list[ModelInfo]) -> str | None:
 
 
 class ModelsDialog(QDialog):
-    """A table of ``service.models()``; "Make active", "Revert", "Rename…", "Delete…" and "Re-index" are handed to
+    """A table of ``service.models.all()``; "Make active", "Revert", "Rename…", "Delete…" and "Re-index" are handed to
     the window as requests (it calls the service off the GUI thread and sends the new list back)."""
 
     activate_requested = Signal(object)  # model name, or None for zero-shot

@@ -19,10 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.service_api import ZERO_SHOT, ModelInfo
 from app.widgets.keys import WindowKeysEdit
 from app.widgets.plaintext import plain_tooltip
 from engine import paths
+from engine.types import ZERO_SHOT, ModelInfo
 
 EXAMPLE_PICTURE = 44  # pixels: the example a search is made by, shown beside the query box
 PLACEHOLDER = "Describe what you are looking for, or drop a photo / GIF / video here"
@@ -31,7 +31,7 @@ EXAMPLE_PLACEHOLDER = "Searching by the example on the right: type a description
 
 def example_filters() -> str:
     """The example picker's filters: every medium, photos, GIFs and animations, videos (what indexing reads)."""
-    from engine.media.discover import ANIMATION_SUFFIXES, MEDIA_SUFFIXES, PHOTO_SUFFIXES, VIDEO_SUFFIXES
+    from engine.terms import ANIMATION_SUFFIXES, MEDIA_SUFFIXES, PHOTO_SUFFIXES, VIDEO_SUFFIXES
 
     def names(suffixes: frozenset[str]) -> str:
         return " ".join(f"*{suffix}" for suffix in sorted(suffixes))
@@ -251,7 +251,7 @@ class SearchBar(QWidget):
 
     # --- models
     def set_models(self, models: list[ModelInfo]) -> None:
-        """Fill the picker from ``service.models()``; the cutoff is enabled for a model whose text searches give a
+        """Fill the picker from ``service.models.all()``; the cutoff is enabled for a model whose text searches give a
         match probability (every model where the calibration ships, issue #40)."""
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
@@ -281,7 +281,7 @@ class SearchBar(QWidget):
     # --- cutoff
     @property
     def min_probability(self) -> float | None:
-        """The cutoff to pass to ``search_text``: None when off or when the model gives no match probability."""
+        """The cutoff to pass to ``Search.text``: None when off or when the model gives no match probability."""
         value = self.cutoff.value()
         return value / 100 if value > 0 and self.gives_probability else None
 

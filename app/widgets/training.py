@@ -1,7 +1,7 @@
 """The training dialog: choose the data and a method, run the engine's retraining job, watch its loss and
 validation rsum live, cancel and resume it, and see the new model measured beside the active one.
 
-The job is :class:`engine.loop.retrain.Retrain` (``Workspace.retrain``), the one ``polyseek retrain`` runs: it
+The job is :class:`engine.loop.retrain.Retrain` (``Models.retrain``), the one ``polyseek retrain`` runs: it
 exports the library's annotations (or takes a caption folder), starts the trainer as its own process (torch never
 enters the GUI process, and a crash in training never takes the window down), registers the new model, measures
 both models with the same evaluation (``evaluate_on``) and applies the activation rule. This dialog runs it in a
@@ -26,7 +26,6 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
 from app import qtcompat  # noqa: F401  (binding work-around, before any signal is emitted)
-from app.service_api import SearchServiceLike, active_model
 from app.widgets.trainingform import SOURCE_FOLDER, SOURCE_LIBRARY, SOURCES, TrainingForm
 from app.widgets.trainingview import (
     METHOD_DESCRIPTIONS,
@@ -37,13 +36,19 @@ from app.widgets.trainingview import (
     describe_training_set,
 )
 from app.workers import Worker, serial_pool, while_alive
-from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
-from engine.loop.trainerprocess import STOP_WAIT_S, TrainerFailed
-from engine.trainercontract import events
-from engine.trainercontract.runfolder import find_interrupted_run, saved_checkpoint
+from engine.terms import (
+    DEFAULT_HOLDOUT,
+    DEFAULT_METHOD,
+    STOP_WAIT_S,
+    TrainerFailed,
+    events,
+    find_interrupted_run,
+    saved_checkpoint,
+)
+from engine.types import active_model
 
 if TYPE_CHECKING:  # the job's module (catalog, training set, judge) loads on the first run, not with the window
-    from engine.workspace import Retrain, RetrainOptions
+    from engine.workspace import Retrain, RetrainOptions, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +86,7 @@ class TrainingDialog(TrainingForm):
 
     def __init__(self, command: list[str], models_dir: Path, data_folder: str = "",
                  parent: QWidget | None = None, *, extra_args: tuple[str, ...] = (),
-                 service: SearchServiceLike | None = None) -> None:
+                 service: Workspace | None = None) -> None:
         super().__init__(data_folder, parent)
         self.command = list(command)
         self.models_dir = models_dir
@@ -92,7 +97,7 @@ class TrainingDialog(TrainingForm):
         self.training_set: Any = None  # the library's exported TrainingSet of the current run
         self.comparison: Comparison | None = None
         self.final_metrics: dict[str, Any] | None = None
-        self._service: SearchServiceLike | None = None
+        self._service: Workspace | None = None
         self._job: Retrain | None = None  # the current job; records of an older one are dropped
         self._worker: Worker | None = None
         self._last_options: RetrainOptions | None = None  # what Resume repeats
@@ -153,7 +158,7 @@ class TrainingDialog(TrainingForm):
                                      "Start begins a new one.")
 
     # --- the library
-    def set_service(self, service: SearchServiceLike | None) -> None:
+    def set_service(self, service: Workspace | None) -> None:
         """The library a finished model is registered with (and whose annotations can be the data)."""
         had_one, self._service = self._service is not None, service
         item = self.source.model().item(1)  # "This library's annotations" needs a library
@@ -166,7 +171,7 @@ class TrainingDialog(TrainingForm):
     def _source_changed(self) -> None:
         library = self.source_key() == SOURCE_LIBRARY
         if library:  # the active model's method, so the new version can start from it; a3vse from zero-shot
-            start = active_model(list(self._service.models())) if self._service is not None else None
+            start = active_model(list(self._service.models.all())) if self._service is not None else None
             self.method.setCurrentText(start.method if start is not None and start.path else LIBRARY_METHOD)
             self.status.setText("The library's captions are exported; a fifth of the annotated items is held "
                                 "aside to compare the new model with the active one.")
@@ -181,7 +186,7 @@ class TrainingDialog(TrainingForm):
             return
         from engine.workspace import planned_epochs
 
-        planned = planned_epochs(active_model(list(self._service.models())), self.method.currentText())
+        planned = planned_epochs(active_model(list(self._service.models.all())), self.method.currentText())
         if self.epochs.value() == self._planned_epochs and planned != self._planned_epochs:
             self.epochs.setValue(planned)
         self._planned_epochs = planned
@@ -197,7 +202,7 @@ class TrainingDialog(TrainingForm):
         has this method; the engine's recipe then sets the epochs) or on a caption folder (from scratch)."""
         from engine.workspace import RetrainOptions
 
-        common = RetrainOptions(method=method, device=self.device.currentText(), activate_here=False,
+        common = RetrainOptions(method=method, device=self.device.currentText(),
                                 trainer_args=self.trainer_options(), models_dir=self.models_dir,
                                 trainer_command=tuple(self.command), stop_wait_s=self.stop_wait_ms / 1000)
         if library:  # the epochs the form shows, warm start or not: what it says is what runs
@@ -270,8 +275,8 @@ class TrainingDialog(TrainingForm):
         self.model_dir = self.resumable_dir = self.comparison = self.final_metrics = None
         from engine.workspace import Retrain
 
-        # the library's job (Workspace.retrain); on a caption folder with no library open, the job alone
-        job = self._service.retrain(options) if self._service is not None else Retrain(None, options)
+        # the library's job (Models.retrain); on a caption folder with no library open, the job alone
+        job = self._service.models.retrain(options) if self._service is not None else Retrain(None, options)
         worker = Worker(job.run)
         job.on_event = job.on_output = worker.emit_event  # handed to the GUI thread in order
         signals = worker.signals

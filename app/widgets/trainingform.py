@@ -31,7 +31,7 @@ from app.widgets.plaintext import plain_label
 from app.widgets.plots import StillPlot
 from app.widgets.screen import fit_to_screen, scrolled
 from app.widgets.trainingview import METHOD_DESCRIPTIONS, METHODS, ComparisonBox, RunProgress, format_eta
-from engine.trainercontract import events
+from engine.terms import events
 
 SOURCE_FOLDER = "folder"
 SOURCE_LIBRARY = "library"

@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.service_api import ZERO_SHOT
 from app.widgets.plaintext import plain_label, plain_tooltip
-from engine.loop.figures import MIN_MEANINGFUL_ITEMS, Figure, comparison_text, report_figure
+from engine.terms import MIN_MEANINGFUL_ITEMS, Figure, comparison_text, report_figure
+from engine.types import ZERO_SHOT
 
 METHODS = ("vse", "pvse", "pcme", "a3vse", "twobranch-embed", "twobranch-sim", "instance")
 # One line per method for the picker, in a user's words. trainer/methods/registry.py holds the technical
@@ -134,9 +134,12 @@ class Comparison:
 
     @classmethod
     def of(cls, result: Any) -> Comparison:
-        """The comparison a finished :class:`engine.loop.retrain.RetrainResult` holds."""
+        """The comparison a finished :class:`engine.loop.retrain.RetrainResult` holds (its typed reports in their
+        JSON form, ``RetrievalReport.as_dict``, which is what this view reads)."""
         ts = result.training_set
-        return cls(str(result.model_name), result.after or {}, result.old_model or ZERO_SHOT, result.before,
+        after = result.after.as_dict() if result.after is not None else {}
+        before = result.before.as_dict() if result.before is not None else None
+        return cls(str(result.model_name), after, result.old_model or ZERO_SHOT, before,
                    "; ".join(result.measure_warnings) or None, Path(result.data), str(result.val_split),
                    measured=ts is None or int(ts.n_heldout_items) > 0, activated=result.activated,
                    decision=result.decision, library=ts is not None,

@@ -235,7 +235,7 @@ class Viewer(ClipPlayback, QDialog):
             if generation == self._generation:
                 self.details.show_path(Path(hit.path), hit.kind, f"No details from the library: {exc}")
 
-        run_in_background(service.media_details, hit.media_id, pool=self._pool, priority=10,
+        run_in_background(service.library.details, hit.media_id, pool=self._pool, priority=10,
                           on_result=while_alive(self, arrived), on_error=while_alive(self, failed))
 
     def _load_still(self, path: Path, box: QSize) -> None:

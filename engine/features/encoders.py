@@ -13,6 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from engine.features import wordtable
+from engine.features.assets import assets_ready, ensure_assets
+from engine.features.backbone import Backbone, class_names, require_assets
+from engine.features.extract import FeatureExtractor
+from engine.features.regional import class_texts
+from engine.features.text import GloveEncoder, MiniLMEncoder
+from engine.features.wordtable import WordEmbeddings
 from engine.progress import CancelToken, Progress
 
 
@@ -29,8 +36,6 @@ class Encoders:
         their word table (:mod:`engine.features.wordtable`; once, also for an asset set prepared before it
         existed); an assets folder given explicitly is used as it is."""
         if self._assets is None:
-            from engine.features import wordtable
-            from engine.features.assets import ensure_assets
 
             yield from ensure_assets(cancel)
             own = wordtable.own_assets()
@@ -40,7 +45,6 @@ class Encoders:
     def ready(self) -> bool:
         """Whether the pretrained assets are there (a fresh home's default set is missing until :meth:`prepare`
         has run: the first index run prepares it)."""
-        from engine.features.assets import assets_ready
 
         return assets_ready(self._assets)
 
@@ -52,8 +56,6 @@ class Encoders:
 
     @property
     def backbone(self):
-        from engine.features.backbone import Backbone
-
         return self._get("backbone", lambda: Backbone(self._assets))
 
     def release_backbone(self) -> None:
@@ -65,27 +67,18 @@ class Encoders:
 
     @property
     def class_names(self) -> list[str]:
-        from engine.features.backbone import class_names
-
         return self._get("names", lambda: class_names(self._assets))
 
     @property
     def minilm(self):
-        from engine.features.text import MiniLMEncoder
-
         return self._get("minilm", lambda: MiniLMEncoder(self._assets))
 
     @property
     def glove(self):
-        from engine.features.text import GloveEncoder
-
         return self._get("glove", lambda: GloveEncoder(self._assets))
 
     @property
     def class_embeddings(self) -> np.ndarray:
-        from engine.features.backbone import require_assets
-        from engine.features.regional import class_texts
-
         def make() -> np.ndarray:
             cached = require_assets(self._assets) / "zeroshot" / "class_embeddings.npy"
             if cached.is_file():
@@ -98,16 +91,12 @@ class Encoders:
     def word_embeddings(self):
         """The stock MiniLM's embeddings of single words (:class:`engine.features.wordtable.WordEmbeddings`:
         the assets' word table, else encoded once per session), for the zero-shot concept term."""
-        from engine.features.backbone import require_assets
-        from engine.features.wordtable import WordEmbeddings
 
         return self._get("word_embeddings",
                          lambda: WordEmbeddings(lambda words: self.minilm.encode(words).sentence,
                                                 require_assets(self._assets)))
 
     def extractor(self):
-        from engine.features.extract import FeatureExtractor
-
         return FeatureExtractor(self.backbone, self.class_names)
 
     def for_model(self, runner) -> Encoders:

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from engine.features.featureschema import CODEC_FLOAT16, CODEC_SQRT8, MIGRATIONS
@@ -162,7 +163,6 @@ def _to_half(array: np.ndarray) -> np.ndarray:
     """
     if array.dtype != np.float32 or array.size < _CV_MIN_SIZE or array.ndim > 2:
         return array.astype(_F16)
-    import cv2  # the engine's video decoder; imported here so the store itself loads without it
 
     # multiplying by 1 is exact (and keeps -0.0); ``dtype`` makes OpenCV write float16
     return cv2.multiply(np.ascontiguousarray(array), 1.0, dtype=cv2.CV_16F).reshape(array.shape).view(_F16)

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from engine.features.backbone import require_assets
 from engine.features.onnx import open_session
+from engine.features.regional import content_words
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,6 @@ class MiniLMEncoder:
                  graph: Path | None = None, name: str = "minilm") -> None:
         """The prepared assets' MiniLM, or ``graph``: a fine-tuned copy with the same inputs and outputs (a model
         folder's ``text_encoder.onnx``), read with the same tokenizer."""
-        from tokenizers import Tokenizer
 
         folder = require_assets(root) / "minilm"
         self.id = name
@@ -133,7 +134,6 @@ def carries_evidence(text: str, encoder: MiniLMEncoder | GloveEncoder,
     vocabulary (400,000 words of Wikipedia and Gigaword) passed as ``lexicon`` says ("snowboarder" -> snow ##board
     ##er is one). Stop words and 1-2 letter words carry no evidence for either.
     """
-    from engine.features.regional import content_words
 
     return any(encoder.knows(w) or (lexicon is not None and lexicon.knows(w)) for w in content_words(text))
 

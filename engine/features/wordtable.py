@@ -25,6 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from engine import paths
+from engine.features.regional import content_words
+from engine.features.text import MiniLMEncoder
+from engine.features.vocabulary import read_caption_words
 from engine.files import atomic_write_bytes, content_hash
 from engine.progress import CancelToken, Progress
 
@@ -55,8 +58,6 @@ def common_words(root: Path, n: int = VOCABULARY) -> list[str]:
     frequency), then those of the shipped starter's training captions that are not among them. Wikipedia's
     frequencies miss everyday visual words ("frisbee", "leash", "puddle": 59 of 200 Flickr8k dev captions had a
     word outside GloVe's 20,000 alone, 7 with the captions' words added)."""
-    from engine.features.regional import content_words
-    from engine.features.vocabulary import read_caption_words
 
     words = (root / "glove" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:n]
     starter = paths.shipped_starter_dir()
@@ -98,7 +99,6 @@ def ensure_table(root: Path, encode: Encode | None = None, cancel: CancelToken |
     if table_path(root).is_file():
         return
     if encode is None:
-        from engine.features.text import MiniLMEncoder
 
         minilm = MiniLMEncoder(root)
         encode = lambda words: minilm.encode(words).sentence  # noqa: E731

@@ -38,9 +38,10 @@ from pathlib import Path
 
 from engine.features.extract import Extracted, FeatureExtractor
 from engine.features.featurestore import FeatureStore
+from engine.features.regional import pseudo_caption_from_record
 from engine.files import content_hash
 from engine.library.catalog import Catalog, MediaRecord
-from engine.media import MediaError, iter_media_files
+from engine.media import MediaError, iter_media_files, probe, read_capture
 from engine.progress import CancelToken, Progress
 from engine.types import CaptionSource
 
@@ -130,7 +131,6 @@ class Indexer:
     def _read_captures(self, cancel: CancelToken) -> Iterator[Progress]:
         """Read the date taken and camera of the items indexed before the catalog stored them (schema v5): once,
         a header read each; indexing reads them with the rest for every new item."""
-        from engine.media import read_capture
 
         while batch := self.catalog.media_without_capture(HASH_CHUNK):
             cancel.raise_if_cancelled()
@@ -267,7 +267,6 @@ class Indexer:
 
     def _finish_cached(self, batch: list[MediaRecord], backbone: str) -> int:
         """Items whose content already has features (moved, re-added, seen in another library)."""
-        from engine.media import probe
 
         with self.catalog.transaction("reusing cached features"):
             for media in batch:
@@ -284,8 +283,6 @@ class Indexer:
         return len(batch)
 
     def _restore_pseudo_caption(self, media: MediaRecord, backbone: str) -> None:
-        from engine.features.regional import pseudo_caption_from_record
-
         record = self.features.get(media.content_hash, backbone)
         if record is not None:
             caption = pseudo_caption_from_record(record, self.extractor.names)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -20,19 +19,23 @@ from engine.features.regional import content_words
 from engine.files import content_hash
 from engine.library.captionfolder import CaptionFolder, CaptionFolderError, load_caption_folder
 from engine.loop.errors import RetrainError
+from engine.search.evidence import ArrayEvidence, fuse
+from engine.search.pcme import model_match_probability
+from engine.search.trained import TrainedSearch
+from engine.search.vectorindex import kxk_scores
 from engine.search.zeroshot import ZeroShotIndex
-from engine.service import SearchService
-from engine.trainercontract.metrics import retrieval_report
-from engine.types import ZERO_SHOT
+from engine.state import LibraryState
+from engine.trainercontract.metrics import RetrievalReport, measure
+from engine.types import ZERO_SHOT, EvidenceKind
 
 # how a model is measured: (folder, split, model or None for zero-shot, distractors) -> a retrieval report
-Evaluate = Callable[..., dict[str, Any]]
+Evaluate = Callable[..., RetrievalReport]
 
 
-def evaluate_on(service: SearchService, folder: Path, split: str | None, model: str | None = None,
-                distractors: Sequence[Path] = (), per_query: bool = False) -> dict[str, Any]:
-    """R@1/5/10 both ways and rsum (:func:`engine.trainercontract.metrics.retrieval_report`) of a registered model
-    of the service's library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
+def evaluate_on(service: LibraryState, folder: Path, split: str | None, model: str | None = None,
+                distractors: Sequence[Path] = (), per_query: bool = False) -> RetrievalReport:
+    """R@1/5/10 both ways and rsum (:class:`engine.trainercontract.metrics.RetrievalReport`) of a registered model
+    of the library on one split of a caption folder; ``None`` (or ``zero-shot``) scores the zero-shot
     ranking. ``distractors`` (trained models): more media each caption's item is ranked among. ``per_query``: the
     report keeps each query's rank (``ranks``), which the gate's interval compares query by query."""
     if model in (None, ZERO_SHOT):
@@ -41,7 +44,7 @@ def evaluate_on(service: SearchService, folder: Path, split: str | None, model: 
 
 
 def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, encoders,
-                       progress=None, per_query: bool = False) -> dict:
+                       progress=None, per_query: bool = False) -> RetrievalReport:
     """R@K both ways of the zero-shot ranking on one split of a caption folder (``per_query``: with each query's
     rank, :func:`engine.trainercontract.metrics.retrieval_report`)."""
     data = load_caption_folder(folder)
@@ -60,11 +63,8 @@ def evaluate_zero_shot(folder: Path, split: str | None, store: FeatureStore, enc
     position = {item: row for row, item in enumerate(keep)}
     captions = [(position[i], text) for i, text in data.captions if i in position]
     scores = zero_shot_matrix([hashes[i] for i in keep], [t for _, t in captions], store, encoders)
-    report = retrieval_report(scores, np.array([m for m, _ in captions]), per_query=per_query)
-    report["model"] = ZERO_SHOT
-    report["split"] = split or "all"
-    report["n_failed"] = len(paths_) - len(keep)
-    return report
+    report = measure(scores, np.array([m for m, _ in captions]), per_query=per_query)
+    return report.evaluated(model=ZERO_SHOT, split=split or "all", n_failed=len(paths_) - len(keep))
 
 
 def zero_shot_matrix(hashes: list[str], texts: list[str], store: FeatureStore, encoders) -> np.ndarray:
@@ -87,26 +87,24 @@ def zero_shot_matrix(hashes: list[str], texts: list[str], store: FeatureStore, e
 def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     """Each caption's column ranked the way the app ranks it: the model and the zero-shot semantics fused by
     :func:`engine.search.evidence.fuse` over the items."""
-    from engine.search.evidence import ArrayEvidence, fuse
 
     rows = np.arange(model.shape[0])
     out = np.empty(model.shape, np.float32)
     for j in range(model.shape[1]):
-        out[:, j] = fuse({"model": ArrayEvidence("model", model[:, j]),
-                          "zero_shot": ArrayEvidence("zero_shot", zero_shot[:, j])}, rows).total
+        out[:, j] = fuse({EvidenceKind.MODEL: ArrayEvidence(EvidenceKind.MODEL, model[:, j]),
+                          EvidenceKind.ZERO_SHOT: ArrayEvidence(EvidenceKind.ZERO_SHOT, zero_shot[:, j])}, rows).total
     return out
 
 
-def evaluate_trained(service: SearchService, folder: Path, split: str | None, model: str,
-                     distractors: Sequence[Path] = (), fused: bool = True, per_query: bool = False) -> dict[str, Any]:
+def evaluate_trained(service: LibraryState, folder: Path, split: str | None, model: str,
+                     distractors: Sequence[Path] = (), fused: bool = True,
+                     per_query: bool = False) -> RetrievalReport:
     """R@K both ways of a registered model on one split of a caption folder, ranked the way the app ranks:
     K x K max cosine (PVSE §3.4; VSE++ for K = 1), PCME's match probability (PCME eq. 2) for PCME models.
     ``distractors``: more media files each caption's media is ranked among (text-to-media only; see
     :func:`engine.trainercontract.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way
     the app ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
     judged on what the user gets; False: the model alone. ``per_query``: the report keeps each query's rank."""
-    from engine.search.trained import TrainedSearch
-    from engine.search.vectorindex import kxk_scores
 
     view = _split_view(folder, split)
     record = service.catalog.model(model)
@@ -127,7 +125,6 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
     def scores_of(records: list[FeatureRecord]) -> np.ndarray:
         items = [trained.encode_media_features(_with_local(r)) for r in records]
         if trained.runner.probabilistic:
-            from engine.search.pcme import model_match_probability
 
             mu = np.concatenate([e.mu for e in items])
             log_sigma = np.concatenate([e.log_sigma for e in items])
@@ -147,12 +144,11 @@ def evaluate_trained(service: SearchService, folder: Path, split: str | None, mo
         zero = zero_shot_matrix(hashes, [t for _, t in captions], service.features, service.encoders)
         both = fused_matrix(both, zero)
         scores, distracting = both[:len(keep)], (both[len(keep):] if distracting is not None else None)
-    report = retrieval_report(scores.astype(np.float64), np.array([row for row, _ in captions]),
-                              distractors=distracting.astype(np.float64) if distracting is not None else None,
-                              per_query=per_query)
-    report.update(model=model, method=trained.runner.method, split=split or "all",
-                  n_failed=len(view.items) - len(keep))
-    return report
+    report = measure(scores.astype(np.float64), np.array([row for row, _ in captions]),
+                     distractors=distracting.astype(np.float64) if distracting is not None else None,
+                     per_query=per_query)
+    return report.evaluated(model=model, method=trained.runner.method, split=split or "all",
+                            n_failed=len(view.items) - len(keep))
 
 
 def _with_local(record: FeatureRecord) -> FeatureRecord:

@@ -20,6 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.trainercontract.metrics import ReportError, RetrievalReport
+from engine.trainercontract.runfolder import CheckpointError, TrainerMetrics
+
 MIN_MEANINGFUL_ITEMS = 30
 KS = (1, 5, 10)
 SEARCH = "ranked as the app searches"  # the model beside the zero-shot semantics
@@ -76,27 +79,39 @@ class Figure:
             other.set_name, other.items, other.captions, other.candidates, other.ranking)
 
 
-def report_figure(report: Mapping[str, Any] | None, set_name: str, ranking: str = SEARCH) -> Figure | None:
-    """The figure of a :func:`engine.trainercontract.metrics.retrieval_report` record (``evaluate_on``, the trainer's
-    ``metrics.json``); None without one."""
-    if not report or not isinstance(report.get("rsum"), int | float):
+def report_figure(report: RetrievalReport | Mapping[str, Any] | None, set_name: str,
+                  ranking: str = SEARCH) -> Figure | None:
+    """The figure of a retrieval report (:class:`engine.trainercontract.metrics.RetrievalReport`: ``evaluate_on``,
+    the trainer's ``metrics.json``; its JSON form is parsed); None without one or when it is not one."""
+    if not report:
         return None
-    items = int(report.get("n_media") or 0)
-    distractors = int(report.get("n_distractors") or 0)
-    return Figure(float(report["rsum"]), items, int(report.get("n_captions") or 0), set_name,
-                  items + distractors if distractors else None, ranking)
+    try:
+        report = RetrievalReport.from_dict(report)
+    except ReportError:
+        return None
+    items, distractors = report.n_media, report.n_distractors or 0
+    return Figure(report.rsum, items, report.n_captions, set_name, items + distractors if distractors else None,
+                  ranking)
 
 
 HELDOUT_SPLIT = "heldout"  # engine.loop.trainingset's split of the held-aside annotations
 
 
-def model_figure(metrics: Mapping[str, Any] | None) -> Figure | None:
+def model_figure(metrics: TrainerMetrics | Mapping[str, Any] | None) -> Figure | None:
     """A registered model's own figure: its trainer's ``metrics.json`` (the best epoch on the run's validation
-    split, the model alone)."""
-    split = str((metrics or {}).get("split") or "")
+    split, the model alone; :class:`engine.trainercontract.runfolder.TrainerMetrics`, or the record a catalog
+    stored, parsed)."""
+    if not metrics:
+        return None
+    if not isinstance(metrics, TrainerMetrics):
+        try:
+            metrics = TrainerMetrics.from_dict(metrics)
+        except CheckpointError:
+            return None
+    split = metrics.split or ""
     name = ("the held-aside annotations it was trained beside" if split == HELDOUT_SPLIT
             else f"its validation split “{split}”" if split else "its validation data")
-    return report_figure(metrics, name, MODEL_ALONE)
+    return report_figure(metrics.report, name, MODEL_ALONE)
 
 
 def comparison_text(old: Figure | None, new: Figure | None, old_name: str, new_name: str) -> str:

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.trainercontract.metrics import QueryRanks, RetrievalReport
+
 RESAMPLES = 2000
 LEVEL = 0.90  # the central share of the resampled differences the interval spans
 SEED = 43  # fixed: the same two reports always give the same interval
@@ -57,11 +59,11 @@ class RsumInterval:
                 "resamples": self.resamples, "items": self.items, "verdict": self.verdict}
 
 
-def _item_hits(ranks: Mapping[str, Sequence[int]], ks: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _item_hits(ranks: QueryRanks, ks: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per item with a caption (in media order): its item-to-text hits summed over ``ks`` (0..len(ks)), its
     captions' text-to-item hits summed over ``ks``, and its number of captions."""
-    caption_media = np.asarray(ranks["caption_media"], dtype=np.int64)
-    t2i, i2t = np.asarray(ranks["t2i"], dtype=np.int64), np.asarray(ranks["i2t"], dtype=np.int64)
+    caption_media = np.asarray(ranks.caption_media, dtype=np.int64)
+    t2i, i2t = np.asarray(ranks.t2i, dtype=np.int64), np.asarray(ranks.i2t, dtype=np.int64)
     items, item_of_caption = np.unique(caption_media, return_inverse=True)
     if t2i.shape != caption_media.shape or i2t.shape != items.shape:
         raise ValueError(f"ranks do not fit: {t2i.size} text-to-item ranks for {caption_media.size} captions, "
@@ -72,12 +74,15 @@ def _item_hits(ranks: Mapping[str, Sequence[int]], ks: Sequence[int]) -> tuple[n
     return i2t_hits, t2i_hits, np.bincount(item_of_caption, minlength=items.size).astype(np.float64)
 
 
-def paired_rsum_interval(old: Mapping[str, Sequence[int]], new: Mapping[str, Sequence[int]],
+def paired_rsum_interval(old: QueryRanks | Mapping[str, Sequence[int]], new: QueryRanks | Mapping[str, Sequence[int]],
                          resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL,
                          ks: Sequence[int] = KS) -> RsumInterval:
     """The paired-bootstrap interval (module docstring) of ``new - old`` rsum from two models' per-query ranks
-    of the same set (a report's ``ranks``: ``t2i``, ``i2t``, ``caption_media``)."""
-    if list(old["caption_media"]) != list(new["caption_media"]):
+    of the same set (a report's ``ranks``, :class:`~engine.trainercontract.metrics.QueryRanks`; its JSON form,
+    ``t2i``, ``i2t``, ``caption_media``, is parsed)."""
+    old = old if isinstance(old, QueryRanks) else QueryRanks.from_dict(old)
+    new = new if isinstance(new, QueryRanks) else QueryRanks.from_dict(new)
+    if old.caption_media != new.caption_media:
         raise ValueError("the two models were not measured on the same captions")
     old_i2t, old_t2i, captions = _item_hits(old, ks)
     new_i2t, new_t2i, _ = _item_hits(new, ks)
@@ -98,16 +103,18 @@ def paired_rsum_interval(old: Mapping[str, Sequence[int]], new: Mapping[str, Seq
     return RsumInterval(point, float(low), float(high), int(resamples), int(n), float(level))
 
 
-def report_interval(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> RsumInterval | None:
-    """:func:`paired_rsum_interval` of two retrieval reports, or None unless both carry per-query ranks of the same
-    set (the same captions of the same items, searched among as many distractors)."""
-    if not old or not new or "ranks" not in old or "ranks" not in new:
+def report_interval(old: RetrievalReport | Mapping[str, Any] | None,
+                    new: RetrievalReport | Mapping[str, Any] | None) -> RsumInterval | None:
+    """:func:`paired_rsum_interval` of two retrieval reports (their JSON form is parsed), or None unless both carry
+    per-query ranks of the same set (the same captions of the same items, searched among as many distractors)."""
+    if not old or not new:
         return None
-    same = (old["ranks"]["caption_media"] == new["ranks"]["caption_media"]
-            and len(old["ranks"]["i2t"]) == len(new["ranks"]["i2t"])
-            and old.get("n_media") == new.get("n_media")
-            and int(old.get("n_distractors") or 0) == int(new.get("n_distractors") or 0))
-    return paired_rsum_interval(old["ranks"], new["ranks"]) if same else None
+    old, new = RetrievalReport.from_dict(old), RetrievalReport.from_dict(new)
+    if old.ranks is None or new.ranks is None:
+        return None
+    same = (old.ranks.caption_media == new.ranks.caption_media and len(old.ranks.i2t) == len(new.ranks.i2t)
+            and old.n_media == new.n_media and (old.n_distractors or 0) == (new.n_distractors or 0))
+    return paired_rsum_interval(old.ranks, new.ranks) if same else None
 
 
 def intervals_line(heldout: RsumInterval | None, pseudo: RsumInterval | None) -> str:

@@ -14,8 +14,9 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    the active model when it can be; its typed events (:mod:`engine.trainercontract.events`) go to ``on_event``
    and become progress records.
 4. **New model version**: the run's folder is registered under a new name.
-5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; it is
-   made active (and the library re-indexed with it) only when the rule finds it not worse.
+5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; the
+   rule decides whether it should become active (``result.activated``). The job only decides and reports: the
+   caller switches (``Workspace.models.adopt(result)``, the one place a model becomes active, which re-indexes).
 
 How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.gate`.
 
@@ -34,19 +35,22 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from engine import paths
 from engine.loop.compare import compare_models, measure_models
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
 from engine.loop.evaluate import evaluate_on
-from engine.loop.gate import ModelComparison
+from engine.loop.gate import GateDecision, ModelComparison
 from engine.loop.interval import RsumInterval, intervals_line
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
 from engine.progress import Cancelled, CancelToken, Progress, staged
-from engine.service import SearchService
+from engine.state import LibraryState
+from engine.state.models import model_infos, register_model
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
-from engine.trainercontract.runfolder import has_weights, read_metrics, saved_checkpoint
+from engine.trainercontract.metrics import RetrievalReport, rounded
+from engine.trainercontract.runfolder import TrainerMetrics, has_weights, read_metrics, saved_checkpoint
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
@@ -103,9 +107,7 @@ class RetrainOptions:
     method: str | None = None  # None: the active model's method, warm-started from it (a3vse from zero-shot)
     warm_start: bool = True  # start from the active model's weights when it has a warm-startable method
     init_from: Path | None = None  # start from this model folder instead (a resume repeats its run's start)
-    always_activate: bool = False  # activate the new model whatever :func:`gate` says (the decision is still given)
-    activate_here: bool = True  # the job switches to a model it activates (and re-indexes); False: it only reports
-    # the decision (``result.activated``) and the caller switches (the GUI, which re-indexes in its library panel)
+    always_activate: bool = False  # decide for the new model whatever :func:`gate` says (its decision is still given)
     holdout: float = DEFAULT_HOLDOUT
     seed: int = 0
     epochs: int | None = None  # None: WARM_START_EPOCHS for a warm start, else ``cold_epochs``
@@ -130,7 +132,8 @@ class RetrainOptions:
 class RetrainResult:
     """What a retraining did: the data it trained on, the new model, and R@K on the held-aside annotations
     (or the folder's validation split) before (the model that was active) and after (the new model), both
-    measured by ``evaluate_on``. ``trainer_metrics`` is the trainer's own ``metrics.json``."""
+    measured by ``evaluate_on``. ``trainer_metrics`` is the trainer's own ``metrics.json`` (None: the run wrote
+    none)."""
 
     training_set: TrainingSet | None  # None: a caption folder (``data``) was the data
     old_model: str | None = None
@@ -140,16 +143,17 @@ class RetrainResult:
     epochs: int | None = None  # the epochs asked of the trainer (None: its recipe's)
     data: Path | None = None
     val_split: str | None = None
-    before: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    trainer_metrics: dict[str, Any] = field(default_factory=dict)
+    before: RetrievalReport | None = None
+    after: RetrievalReport | None = None
+    trainer_metrics: TrainerMetrics | None = None
     warnings: list[str] = field(default_factory=list)
     measure_warnings: list[str] = field(default_factory=list)  # what kept a model from being measured
     init_from: str | None = None  # the model the run started from (None: random weights)
-    pseudo_before: dict[str, Any] | None = None  # R@K on the library's pseudo pairs (:func:`pseudo_check_set`)
-    pseudo_after: dict[str, Any] | None = None
+    pseudo_before: RetrievalReport | None = None  # R@K on the library's pseudo pairs (:func:`pseudo_check_set`)
+    pseudo_after: RetrievalReport | None = None
     activated: bool = False
-    decision: str = ""  # why the new model was or was not activated (:func:`gate`)
+    decision: str = ""  # why the new model was or was not activated (:func:`gate`; "activated as asked (...)")
+    verdict: GateDecision | None = None  # what the rule found (None: not applied, e.g. a caption folder's run)
     heldout_interval: RsumInterval | None = None  # new - old rsum on the held-aside annotations, how sure
     pseudo_interval: RsumInterval | None = None  # the same on the pseudo pairs (:mod:`engine.loop.interval`)
 
@@ -159,9 +163,11 @@ class RetrainResult:
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
-        from engine.trainercontract.metrics import rounded
 
         def interval(value: RsumInterval | None) -> dict[str, Any] | None:
+            return value.as_dict() if value is not None else None
+
+        def report(value: RetrievalReport | None) -> dict[str, Any] | None:
             return value.as_dict() if value is not None else None
 
         ts = self.training_set
@@ -171,11 +177,13 @@ class RetrainResult:
                 "folder": str(ts.folder), "train_split": ts.train_split, "val_split": ts.val_split,
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
-            "before": self.before, "after": self.after, "trainer_metrics": self.trainer_metrics,
-            "init_from": self.init_from, "pseudo_before": self.pseudo_before,
-            "pseudo_after": self.pseudo_after, "heldout_interval": interval(self.heldout_interval),
+            "before": report(self.before), "after": report(self.after),
+            "trainer_metrics": self.trainer_metrics.as_dict() if self.trainer_metrics is not None else {},
+            "init_from": self.init_from, "pseudo_before": report(self.pseudo_before),
+            "pseudo_after": report(self.pseudo_after), "heldout_interval": interval(self.heldout_interval),
             "pseudo_interval": interval(self.pseudo_interval), "activated": self.activated,
-            "decision": self.decision, "warnings": self.warnings})
+            "decision": self.decision, "gate": self.verdict.as_dict() if self.verdict is not None else None,
+            "warnings": self.warnings})
 
     def summary_lines(self) -> list[str]:
         """Before/after R@1/5/10 on the held-aside annotations, as lines for a terminal."""
@@ -190,33 +198,35 @@ class RetrainResult:
             return lines + [f"no {where}: before/after cannot be compared"]
         shown = self.after or self.before
         assert shown is not None
-        lines.append(f"{where} ({shown['n_media']} items, {shown['n_captions']} captions):")
+        lines.append(f"{where} ({shown.n_media} items, {shown.n_captions} captions):")
         for label, report, name in (("before", self.before, self.old_model or ZERO_SHOT),
                                     ("after ", self.after, self.model_name)):
             if report is None:
                 lines.append(f"  {label} not available ({name})")
                 continue
-            cells = "  ".join(f"{way} R@1 {report[way]['r1']:5.1f} R@5 {report[way]['r5']:5.1f} "
-                              f"R@10 {report[way]['r10']:5.1f}" for way in ("i2t", "t2i"))
-            lines.append(f"  {label} {cells}  rsum {report['rsum']:6.1f}  ({name})")
+            cells = "  ".join(f"{way} R@1 {recall.r1:5.1f} R@5 {recall.r5:5.1f} R@10 {recall.r10:5.1f}"
+                              for way, recall in (("i2t", report.i2t), ("t2i", report.t2i)))
+            lines.append(f"  {label} {cells}  rsum {report.rsum:6.1f}  ({name})")
         return lines + ([self.decision] if self.decision else [])
 
 
 class Retrain:
-    """The whole loop as one job: ``for p in Retrain(service, options).run(cancel): ...``, then ``.result``.
+    """The whole loop as one job: ``for p in Retrain(state, options).run(cancel): ...``, then ``.result``, whose
+    ``activated`` the caller adopts (``Workspace.models.adopt``: the switch and re-index happen there).
 
     ``polyseek retrain`` and the GUI's training dialog both run it (the dialog in a worker thread). The trainer
     runs as its own process; ``on_event`` receives each of its typed events (:mod:`engine.trainercontract.events`) and
     ``on_output`` every other line it writes (and the command line itself). ``result`` exists from the first
     progress record on and says, before the trainer starts, what it trains on, with which method and epochs,
-    and where the model goes. Without a ``service`` (only with ``options.data``) the job trains and stops there.
+    and where the model goes. Without a library's ``state`` (only with ``options.data``) the job trains and stops
+    there.
     """
 
-    def __init__(self, service: SearchService | None, options: RetrainOptions | None = None,
+    def __init__(self, state: LibraryState | None, options: RetrainOptions | None = None,
                  on_event: Callable[[events.TrainerEvent], None] | None = None,
                  on_output: Callable[[str], None] | None = None) -> None:
-        self.service, self.options = service, options or RetrainOptions()
-        if service is None and self.options.data is None:
+        self.state, self.options = state, options or RetrainOptions()
+        if state is None and self.options.data is None:
             raise RetrainError("training on a library's annotations needs the library")
         self.on_event = on_event or (lambda _event: None)
         self.on_output = on_output or (lambda line: log.debug("trainer: %s", line))
@@ -225,7 +235,8 @@ class Retrain:
 
     def run(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Export, train (from the active model when it can), register, measure the old and the new model the
-        same way, and activate the new one only when :func:`gate` finds it not worse (then re-index with it)."""
+        same way, and decide (``result.activated``) for the new one only when :func:`gate` finds it not worse, or
+        when ``always_activate`` says so. Nothing is activated here (``Workspace.models.adopt``)."""
         cancel = cancel or CancelToken()
         options = self.options
         result = self.result = RetrainResult(None, old_model=self._active_name())
@@ -244,22 +255,19 @@ class Retrain:
             self._discard_unresumable(result)
             raise
         result.trainer_metrics = read_metrics(out)
-        service = self.service
-        if service is None:
+        if self.state is None:
             yield Progress(1, 1, "done")
             return
-        result.model_name = service.register_model(out, name)
+        result.model_name = self._register(out, name)
         yield Progress(0, 0, f"comparing {result.model_name} with {result.old_model or 'zero-shot'}")
         comparison = self._compare(result)
         result.warnings.extend(comparison.warnings)
         result.measure_warnings = list(comparison.warnings)
-        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision", "heldout_interval",
-                      "pseudo_interval"):
+        for name_ in ("before", "after", "pseudo_before", "pseudo_after", "activated", "decision", "verdict",
+                      "heldout_interval", "pseudo_interval"):
             setattr(result, name_, getattr(comparison, name_))
         if options.always_activate and not result.activated:
             result.activated, result.decision = True, f"activated as asked ({result.decision})"
-        if result.activated and options.activate_here:
-            yield from service.switch_model(result.model_name, cancel)
         yield Progress(1, 1, "done")
 
     def _discard_unresumable(self, result: RetrainResult) -> None:
@@ -299,10 +307,10 @@ class Retrain:
     def _export_training_set(self) -> TrainingSet:
         """The library's annotations written as a caption folder with a held-aside split (options ``dest``,
         ``holdout``, ``seed``)."""
-        assert self.service is not None
+        assert self.state is not None
         options = self.options
-        dest = Path(options.dest) if options.dest is not None else training_set_dir(self.service.library_dir)
-        return build_training_set(self.service.catalog, dest, options.holdout, options.seed)
+        dest = Path(options.dest) if options.dest is not None else training_set_dir(self.state.library_dir)
+        return build_training_set(self.state.catalog, dest, options.holdout, options.seed)
 
     def _method_and_start(self) -> tuple[str, Path | None]:
         """The method to train and the model folder to start from: the active model's own method and
@@ -321,15 +329,13 @@ class Retrain:
         return method or DEFAULT_METHOD, None
 
     def _name_and_folder(self, method: str) -> tuple[str, Path]:
-        from engine import paths
-
         options = self.options
         if options.resume_from is not None:
             return options.name or Path(options.resume_from).name, Path(options.resume_from)
-        taken = {m.name for m in self.service.models()} if self.service is not None else set()
+        taken = {m.name for m in self._models()}
         models_dir = Path(options.models_dir) if options.models_dir is not None else paths.models_dir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        library = f"-{self.service.name}" if self.service is not None else ""
+        library = f"-{self.state.name}" if self.state is not None else ""
         base = options.name or f"{method}{library}-{stamp}"
         if options.name and options.name in taken:
             raise RetrainError(f"a model named {options.name!r} is already registered")
@@ -365,18 +371,26 @@ class Retrain:
 
     def _compare(self, result: RetrainResult) -> ModelComparison:
         """The library's rule on its held-aside annotations, or both models on the folder's validation split."""
-        service = self.service
-        assert service is not None
+        state = self.state
+        assert state is not None
         assert result.model_name is not None and result.data is not None and result.val_split is not None
         ts = result.training_set
         if ts is None:
-            return measure_models(partial(evaluate_on, service), result.model_name, result.old_model, result.data,
+            return measure_models(partial(evaluate_on, state), result.model_name, result.old_model, result.data,
                                   result.val_split)
-        return compare_models(service, result.model_name, result.old_model, ts.folder,
+        return compare_models(state, result.model_name, result.old_model, ts.folder,
                               ts.val_split if ts.n_heldout_items else None, self.options.seed)
 
+    def _register(self, model_dir: Path, name: str) -> str:
+        assert self.state is not None
+        return register_model(self.state, model_dir, name)
+
+    def _models(self) -> list[ModelInfo]:
+        """The library's models (none without a library)."""
+        return model_infos(self.state) if self.state is not None else []
+
     def _active(self) -> ModelInfo | None:
-        return active_model(self.service.models()) if self.service is not None else None
+        return active_model(self._models()) if self.state is not None else None
 
     def _active_name(self) -> str | None:
         active = self._active()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.library.catalog import Catalog, MediaStatus
+from engine.loop import activelearning as active
 from engine.loop.trainingset import library_annotations
 from engine.types import CaptionSource
 
@@ -48,7 +49,6 @@ def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy
     first that applies in that order. ``trained`` is the active :class:`engine.search.trained.TrainedSearch`, or None
     while the zero-shot ranking is active.
     """
-    from engine.loop import activelearning as active
 
     if policy not in SUGGEST_POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(SUGGEST_POLICIES)}, got {policy!r}")

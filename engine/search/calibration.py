@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.types import EvidenceKind
+
 FEATURES = ("dense", "dense_known", "dense_high", "model_cos", "familiar", "log_items", "lexical", "lexical_full",
             "semantic", "semantic_full", "spread", "novel", "dense_described")
 HIGH = 2.0  # where the hinge feature dense_high starts (z-units of the known dense sum)
@@ -157,12 +159,14 @@ def _read(path: str) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def load(kind: str, path: Path | None = None) -> Calibration | None:
-    """The shipped calibration for ``kind`` ("model": any trained model; "zero_shot": no model), or None where
-    the file or the entry is missing or unreadable (the ranking then sums z-scores as before #40)."""
+def load(kind: EvidenceKind | str, path: Path | None = None) -> Calibration | None:
+    """The shipped calibration for the dense evidence ``kind`` (:class:`engine.types.EvidenceKind`: ``MODEL``, any
+    trained model; ``ZERO_SHOT``, no model; the file's keys), or None where the file or the entry is missing or
+    unreadable (the ranking then sums z-scores as before #40); ``ValueError`` for a name that is no kind."""
+    kind = EvidenceKind.parse(kind)
     try:
         data = _read(str(path or shipped_path()))
-        return Calibration.from_dict(data[kind])
+        return Calibration.from_dict(data[kind.value])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -2,6 +2,8 @@
 
 Sources, each a small object that scores a set of library rows for one query:
 
+Each kind is an :class:`engine.types.EvidenceKind`, the one list of them (``LibraryState.evidence`` narrows it):
+
 - ``model``: the active trained model (K x K max cosine, PVSE §3.4; PCME: cosine of the means), a GIF or a video
   scored by its best-matching frame (:meth:`engine.search.trained.TrainedSearch.score_ids`);
 - ``zero_shot``: the regional semantics (A3VSE §3.2, :mod:`engine.search.zeroshot`) for a sentence, the cosine of
@@ -30,6 +32,14 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.features import vocabulary
+from engine.features.regional import content_words
+from engine.search import calibration
+from engine.search.modelrunner import Encoded
+from engine.search.words import novelty_of
+from engine.search.zeroshot import combine_terms
+from engine.types import EvidenceKind
+
 MODEL = 0.8  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
 WORDS = 10.0  # z-units a full match of the user's words adds (what you wrote outranks what a model guesses)
 REJECT = 15.0  # z-units a rejected pair for this very query removes
@@ -41,7 +51,7 @@ SAMPLE = 1_000
 class Evidence(Protocol):
     """One kind of evidence over the library's rows (``rows`` index the ranker's ``ids``)."""
 
-    name: str
+    name: EvidenceKind
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         """Raw scores (n,) of ``rows`` for the query this object was made for."""
@@ -86,13 +96,13 @@ def standardise(scores: np.ndarray, reference: np.ndarray | None = None) -> np.n
     return ((scores - float(ref.mean())) / std).astype(np.float32)
 
 
-def weights(sources: Sequence[str], user_share: float = 0.0) -> dict[str, float]:
+def weights(sources: Sequence[EvidenceKind], user_share: float = 0.0) -> dict[EvidenceKind, float]:
     """The weight of each dense source present: the model and the zero-shot semantics share 1. ``user_share``:
     the share of the query's content words that the user wrote on items; the zero-shot semantics read those words
     as ImageNet classes, while they mean what the user's items show (the words evidence), so their weight shrinks
     by that share."""
-    if "model" in sources and "zero_shot" in sources:
-        return {"model": MODEL, "zero_shot": (1.0 - MODEL) * (1.0 - user_share)}
+    if EvidenceKind.MODEL in sources and EvidenceKind.ZERO_SHOT in sources:
+        return {EvidenceKind.MODEL: MODEL, EvidenceKind.ZERO_SHOT: (1.0 - MODEL) * (1.0 - user_share)}
     return {name: 1.0 for name in sources}
 
 
@@ -110,7 +120,7 @@ class UserEvidence:
     described: np.ndarray | None = None  # 1 where the user wrote what the item is (a caption or accepted query)
 
 
-def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
+def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
          words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0,
          calibrated=None, user: UserEvidence | None = None, familiar: float = 1.0,
          n_items: int | None = None, log_frames: np.ndarray | None = None) -> Ranking:
@@ -125,10 +135,9 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     ``frames_bias`` z-units per log T of its dense sum (the best of T draws stands above one draw). Without
     one (the dense sources alone, or no fitted parameters), ``words`` (0..1 per row) adds up to :data:`WORDS`
     z-units and ``rejected`` removes up to :data:`REJECT`."""
-    from engine.search import calibration
 
     w = weights(list(dense), user_share)
-    model = dense.get("model")
+    model = dense.get(EvidenceKind.MODEL)
     seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(model, "head_pairs", None)}
     if len(dense) == 1 and words is None and rejected is None and calibrated is None:
         (name, source), = dense.items()  # one source: its own scores (e.g. a cosine)
@@ -150,7 +159,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         words = {} if user is None else {"lexical": user.lexical, "semantic": user.semantic, "spread": user.spread,
                                          "novel": user.novel, "described": user.described}
         features = calibration.features(total, familiar, n_items if n_items is not None else len(rows),
-                                        parts.get("model"), **words)
+                                        parts.get(EvidenceKind.MODEL), **words)
         parts.update(words)
         logit = calibrated.logit(features, len(rows))
         if user is not None and np.any(user.rejected > 0):
@@ -162,7 +171,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
                               "log_items": float(features["log_items"])}, calibrated=calibrated,
                        features=features)
     if words is not None:
-        parts["words"] = words
+        parts[EvidenceKind.WORDS] = words
         total += WORDS * words.astype(np.float32)
     if rejected is not None:
         parts["rejected"] = rejected
@@ -197,7 +206,7 @@ def fixed_sample(n: int, size: int = SAMPLE, seed: int = 0) -> np.ndarray:
 class ArrayEvidence:
     """Evidence already computed for every row (a small library, or a benchmark's score matrix column)."""
 
-    name: str
+    name: EvidenceKind
     values: np.ndarray
 
     def score(self, rows: np.ndarray) -> np.ndarray:
@@ -208,7 +217,7 @@ class ZeroShotEvidence:
     """The regional semantics of a sentence (:class:`engine.search.zeroshot.ZeroShotIndex`, its three terms
     standardised with the same rows as the other sources)."""
 
-    name = "zero_shot"
+    name = EvidenceKind.ZERO_SHOT
 
     def __init__(self, index, sentence: np.ndarray, words: np.ndarray, frames=None) -> None:
         """``frames``: ``(owner rows (F,), ZeroShotIndex of F frames)``, the sampled frames of the library's clips,
@@ -223,8 +232,6 @@ class ZeroShotEvidence:
         return self.index.terms(None, None, rows, query=self.query)
 
     def score(self, rows: np.ndarray) -> np.ndarray:
-        from engine.search.zeroshot import combine_terms
-
         if rows is self._sample and self._reference_scores is not None:
             return self._reference_scores
         sample = rows is self._sample and self._reference is not None  # calibrate's terms: not computed again
@@ -251,7 +258,7 @@ class ZeroShotEvidence:
 class CosineEvidence:
     """Cosine of unit vectors (N, D), e.g. the backbone's global features against a picture's."""
 
-    def __init__(self, name: str, matrix: np.ndarray, query: np.ndarray) -> None:
+    def __init__(self, name: EvidenceKind, matrix: np.ndarray, query: np.ndarray) -> None:
         self.name, self.matrix = name, matrix
         self.query = (query / max(float(np.linalg.norm(query)), 1e-9)).astype(np.float32)
 
@@ -263,7 +270,7 @@ class ModelEvidence:
     """The trained model's score of library rows (``ids[rows]``): :meth:`TrainedSearch.score_ids`; remembers
     which frame of a clip matched."""
 
-    name = "model"
+    name = EvidenceKind.MODEL
 
     def __init__(self, trained, encoded, ids: np.ndarray) -> None:
         self.trained, self.encoded, self.ids = trained, encoded, ids
@@ -323,12 +330,9 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
     the library (the zero-shot semantics, its query made by ``zero_shot_query``, or a model without the record).
     Ranking a bare word is a poor test of a sentence model: on photos it never saw it put everyday words ("girl",
     "jumps") as low as names."""
-    from engine.search.words import novelty_of
 
     terms = list(labels)
     if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
-        from engine.features import vocabulary
-        from engine.features.regional import content_words
 
         known = trained.caption_words[0]
         # captions of other people only: after a retrain the model has read the user's own captions too, and
@@ -344,7 +348,6 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
         if not len(rows):
             continue
         if trained is not None:
-            from engine.search.modelrunner import Encoded
 
             query = Encoded(encoded.emb[j:j + 1])
             mine, _, _ = trained.score_ids(query, ids[rows])

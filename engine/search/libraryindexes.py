@@ -3,7 +3,7 @@ change: the zero-shot index of every indexed item and of its clips' sampled fram
 (a picture query's ranking, the look-alikes the user's words spread to), the user's words, and the MiniLM
 embeddings of sentences and query words already asked.
 
-:class:`engine.service.SearchService` holds one (``service.indexes``) and calls :meth:`LibraryIndexes.drop` when a
+:class:`engine.state.LibraryState` holds one (``state.indexes``) and calls :meth:`LibraryIndexes.drop` when a
 scan or a removal changed the items; the user's words follow the catalog's annotation version by themselves.
 """
 

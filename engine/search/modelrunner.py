@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from engine.features.backbone import Backbone
 from engine.features.onnx import open_session
+from engine.features.text import MiniLMEncoder
 from engine.trainercontract.exportformat import (
     MANIFEST_FILE,
     MANIFEST_VERSION,
@@ -254,7 +256,6 @@ class ModelRunner:
         """The model's fine-tuned :class:`engine.features.backbone.Backbone`, or None when it reads the stock one."""
         if self.manifest.backbone is None:
             return None
-        from engine.features.backbone import Backbone
 
         entry = self.manifest.backbone
         return Backbone(graph=_inside(self.folder, entry["file"]), meta=entry, threads=threads)
@@ -264,7 +265,6 @@ class ModelRunner:
         ``assets``), or None when it reads the stock MiniLM's features."""
         if self.manifest.text_model is None:
             return None
-        from engine.features.text import MiniLMEncoder
 
         entry = self.manifest.text_model
         return MiniLMEncoder(assets, threads=threads, graph=_inside(self.folder, entry["file"]),

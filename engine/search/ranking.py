@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from engine.library.catalog import MediaStatus
 from engine.search import calibration, evidence
 from engine.search.vectorindex.scoring import normalise
 from engine.search.words import WordsMatch, spread
-from engine.types import MediaKind, SearchHit
+from engine.types import EvidenceKind, MediaKind, SearchHit, evidence_kinds
 
 OWN_WORD = 0.5  # novelty (evidence.word_novelty) from which a word the user wrote is read as theirs alone
 # What a name's items look like, in the model's query (:func:`ground_names`): its weight, a pseudo-count (a name on
@@ -41,7 +42,6 @@ def ground_names(encoded, trained, named: dict[str, tuple[int, ...]], novelty: d
     over a log (the look-alikes' spread, :func:`spread`, adds evidence; this asks for both at once). Items the
     model has not embedded are skipped; nothing named: ``encoded`` itself. ``used`` (filled in): each word that
     moved the query, with its number of items (the inspector says so)."""
-    from dataclasses import replace
 
     weight = NAME_LOOK if weight is None else weight
     look = np.zeros(encoded.emb.shape[-1], np.float32)
@@ -64,60 +64,62 @@ def ground_names(encoded, trained, named: dict[str, tuple[int, ...]], novelty: d
     return replace(encoded, **moved)
 
 
-def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[str]):
+def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[EvidenceKind | str]):
     """``(ids, ranking, trained, encoded query)`` of ``text`` over the library (None: nothing indexed).
 
     ``indexes``: the library's indexes (:class:`engine.search.libraryindexes.LibraryIndexes`: zero-shot, user
     words, look-alikes, frames); ``trained``: the active model's :class:`engine.search.trained.TrainedSearch` or
-    None (zero-shot ranking); ``kinds``: the evidence used ("model", "zero_shot", "words"; benchmarks drop some).
+    None (zero-shot ranking); ``kinds``: the evidence used (:class:`engine.types.EvidenceKind`, or their names;
+    benchmarks drop some; ``ValueError`` for a name that is no kind).
     """
+    kinds = evidence_kinds(kinds)
     ids, index = indexes.zero_shot()
     if not len(ids):
         return None
     stock = encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
     sentence = stock.sentence[0]
-    match = indexes.user_words().match(text, normalise(sentence)) if "words" in kinds else WordsMatch({}, {})
+    match = indexes.user_words().match(text, normalise(sentence)) if EvidenceKind.WORDS in kinds else WordsMatch({}, {})
     # a word the user wrote on items is theirs in proportion to how new it is to the ranking in use: "Biscuit"
     # means what its items show, not an ImageNet class; "dog" written on dog photos stays the semantics' word
     novelty = (evidence.word_novelty(match.labels, ids, index, trained, indexes.zero_shot_query)
                if match.labels else {})
     own = {word for word, new in novelty.items() if new >= OWN_WORD}
-    dense: dict = {}
-    if "zero_shot" in kinds or trained is None:
+    dense: dict[EvidenceKind, evidence.Evidence] = {}
+    if EvidenceKind.ZERO_SHOT in kinds or trained is None:
         _, words = indexes.zero_shot_query(text, exclude=own, sentence=sentence)
-        dense["zero_shot"] = evidence.ZeroShotEvidence(index, sentence, words, indexes.frames())
+        dense[EvidenceKind.ZERO_SHOT] = evidence.ZeroShotEvidence(index, sentence, words, indexes.frames())
     encoded, names = None, {}
     if trained is not None:
         encoded, _ = trained.encode_text([text], minilm=stock)
         named = {w: match.labels[w][1] for w in own if w in match.labels}
         if named and NAME_LOOK:
             encoded = ground_names(encoded, trained, named, novelty, used=names)
-        if "model" in kinds:
-            dense["model"] = evidence.ModelEvidence(trained, encoded, ids)
+        if EvidenceKind.MODEL in kinds:
+            dense[EvidenceKind.MODEL] = evidence.ModelEvidence(trained, encoded, ids)
     shared = spread(match.labels, indexes.look_alikes().nearest, novelty) if match.labels else {}
     named = np.array([*shared, *match.positive, *match.rejected], np.int64)
     rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
     novel = evidence.novel_cover(match.labels, match.shares, novelty)
-    described = dict.fromkeys(indexes.user_words().described(), 1.0) if "words" in kinds else {}
+    described = dict.fromkeys(indexes.user_words().described(), 1.0) if EvidenceKind.WORDS in kinds else {}
     user = evidence.UserEvidence(*(evidence.on_rows(v, ids, rows) for v in
                                    (match.lexical, match.semantic, shared, match.rejected, novel, described)))
     content = content_words(text)
     share = sum(novelty.get(w, 0.0) for w in set(content)) / len(set(content)) if content else 0.0
-    calibrated = calibration.load("model" if "model" in dense else "zero_shot")
+    calibrated = calibration.load(EvidenceKind.MODEL if EvidenceKind.MODEL in dense else EvidenceKind.ZERO_SHOT)
     if calibrated is None:  # no fitted parameters: the hand-set sum of z-scores (before #40)
         positive = {**shared, **{k: max(v, shared.get(k, 0.0)) for k, v in match.positive.items()}}
         words_arr = evidence.on_rows(positive, ids, rows)
         ranking = evidence.fuse(dense, rows, sample, words_arr if positive else None,
                                 user.rejected if match.rejected else None, user_share=share)
         return ids, ranking, trained, encoded
-    log_frames = indexes.log_frames()[rows] if "zero_shot" in dense else None
+    log_frames = indexes.log_frames()[rows] if EvidenceKind.ZERO_SHOT in dense else None
     # the user's own words ("Biscuit", their dog) are no words of the models': what the models read in them (a
     # cookie) is no evidence of a match
     familiar = calibration.familiarity(
         content, lambda w: w not in own and (encoders.minilm.knows(w) or encoders.glove.knows(w)))
     ranking = evidence.fuse(dense, rows, sample, user_share=share, calibrated=calibrated, user=user,
                             familiar=familiar, n_items=len(ids), log_frames=log_frames)
-    if "model" in dense:  # each name as the query spells it ("Biscuit", not the index's "biscuit")
+    if EvidenceKind.MODEL in dense:  # each name as the query spells it ("Biscuit", not the index's "biscuit")
         ranking.names.update({_as_written(word, text): items for word, items in names.items()})
     return ids, ranking, trained, encoded
 

@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from engine.search.zeroshot import WORD_FLOOR
+from engine.trainercontract.metrics import ReportError, UncertaintyCurve
 from engine.types import WordMatch
 
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>"})
@@ -106,21 +108,26 @@ DOES_NOT_PREDICT = -0.3  # above this it did not
 FEW = 5  # an uncertainty group of fewer validation queries than this gives no figure worth reading (#44)
 
 
-def calibrated_reading(value: float, curve: dict, side: str, split: str) -> str | None:
+def calibrated_reading(value: float, curve: UncertaintyCurve | Mapping[str, Any] | None, side: str,
+                       split: str) -> str | None:
     """What ``value`` (an item's or a query's uncertainty) meant on the model's validation split: the R@1 of the
     decile it falls in, beside the most and least certain deciles, and whether R@1 fell as sigma rose there.
 
-    ``curve`` is one way of ``metrics.json``'s ``r1_by_uncertainty_decile`` (``bin_edges``, ``r1``, ``rho_bins``):
+    ``curve`` is one way of ``metrics.json``'s ``r1_by_uncertainty_decile``
+    (:class:`engine.trainercontract.runfolder.TrainerMetrics` ``uncertainty``; its JSON form is parsed):
     ``side`` "photo" reads the i2t curve (a photo's sigma, its captions found first), "search" the t2i curve (a
     caption's sigma, its photo found first). None when the curve is missing or malformed."""
-    try:
-        edges, r1, rho = [float(e) for e in curve["bin_edges"]], [float(r) for r in curve["r1"]], curve["rho_bins"]
-    except (KeyError, TypeError, ValueError):
+    if curve is not None and not isinstance(curve, UncertaintyCurve):
+        try:
+            curve = UncertaintyCurve.from_dict(curve)
+        except ReportError:
+            return None
+    if curve is None:
         return None
+    edges, r1, rho, counts = curve.bin_edges, curve.r1, curve.rho_bins, curve.counts
     if len(r1) < 2 or len(edges) != len(r1) + 1:
         return None
-    counts = curve.get("counts")
-    if isinstance(counts, list) and counts and min(int(c) for c in counts) < FEW:
+    if counts and min(counts) < FEW:
         kind = "photos" if side == "photo" else "searches"
         return (f"The model's validation record ({split}) holds only {sum(int(c) for c in counts)} {kind}, "
                 f"{min(int(c) for c in counts)} to {max(int(c) for c in counts)} in each of its {len(r1)} "

@@ -15,11 +15,12 @@ The active model's encoders turn the cached backbone features into K embeddings 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from engine.features.extract import ensure_features
 from engine.features.featurestore import FeatureStore
 from engine.features.text import carries_evidence
 from engine.features.vocabulary import read_caption_words
@@ -31,7 +32,8 @@ from engine.search.readings import calibrated_reading, query_words
 from engine.search.shots import shot_labels, shot_scores
 from engine.search.vectorindex import AnnParams, IndexFileError, ModelMismatchError, MultiVectorIndex, kxk_scores
 from engine.trainercontract.exportformat import model_export_dir as model_export_dir  # callers import it here
-from engine.trainercontract.runfolder import read_metrics
+from engine.trainercontract.metrics import UncertaintyCurve
+from engine.trainercontract.runfolder import CheckpointError, read_metrics
 from engine.types import Explanation, MediaKind
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ class TrainedSearch:
         self.caption_words: tuple[dict[str, int], int] | None = None
         # PCME: metrics.json's R@1 per uncertainty decile on the model's validation split, and that split's name
         # (read once, with the model; what the inspector reads a sigma against); None: no such record
-        self._validation_curves: tuple[dict, str] | None = None
+        self._validation_curves: tuple[Mapping[str, UncertaintyCurve], str] | None = None
 
     @classmethod
     def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
@@ -139,7 +141,6 @@ class TrainedSearch:
         computed here once per file (and kept in the shared store under that backbone's id)."""
         if self.runner.manifest.backbone is None:
             return
-        from engine.features.extract import ensure_features
 
         backbone = self.encoders.backbone.id
         missing = set(self.features.missing([m.content_hash for m in media], backbone))
@@ -419,13 +420,13 @@ def _project_pair(mu_q, logsig_q, mu_i, logsig_i):
         spread(sig_q).astype(np.float32), spread(sig_i).astype(np.float32)
 
 
-def _validation_curves(model_dir: Path) -> tuple[dict, str] | None:
-    """``metrics.json``'s ``r1_by_uncertainty_decile`` of a model folder and the split it was measured on."""
+def _validation_curves(model_dir: Path) -> tuple[Mapping[str, UncertaintyCurve], str] | None:
+    """``metrics.json``'s R@1 per uncertainty decile of a model folder, by direction, and the split it was measured
+    on (:class:`engine.trainercontract.runfolder.TrainerMetrics`)."""
     try:
         metrics = read_metrics(model_dir)
-    except (OSError, ValueError):
+    except (OSError, CheckpointError):
         return None
-    curves = metrics.get("r1_by_uncertainty_decile") if isinstance(metrics, dict) else None
-    if not isinstance(curves, dict):
+    if metrics is None or not metrics.uncertainty:
         return None
-    return curves, str(metrics.get("split") or "its validation split")
+    return metrics.uncertainty, metrics.split or "its validation split"

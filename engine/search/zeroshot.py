@@ -14,8 +14,8 @@ candidates (z-scores, so no term dominates by scale) and summed:
    probability-weighted centroid of the class-text embeddings (measured as good as encoding the caption text,
    and it keeps the text encoder out of indexing).
 
-On 1,000 held-out Flickr8k photos (dev split) ImageNet top-5 class names alone give t2i R@10 ≈ 22; the
-benchmark in ``tests/bench/bench_zeroshot.py`` reports what these three terms give (the README quotes it).
+On 1,000 held-out Flickr8k photos (dev split) ImageNet top-5 class names alone give t2i R@10 ≈ 22;
+``polyseek evaluate --model zero-shot --data FOLDER`` reports what these three terms give (docs/benchmarks.md).
 The hyper-parameters below were chosen on 1,000 *train* photos, never on dev.
 """
 

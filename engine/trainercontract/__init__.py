@@ -9,7 +9,10 @@ numpy only:
 - :mod:`~engine.trainercontract.events`: the ``--json-progress`` events, written by the trainer and read by the
   engine, and what a progress display shows of them;
 - :mod:`~engine.trainercontract.runfolder`: what a run leaves in its folder: the file names, the state file's
-  format (:class:`~engine.trainercontract.runfolder.TrainerState`) and reading a resumable checkpoint back;
+  format (:class:`~engine.trainercontract.runfolder.TrainerState`), ``metrics.json``
+  (:class:`~engine.trainercontract.runfolder.TrainerMetrics`), ``config.json``'s method, and reading a resumable
+  checkpoint back; every engine reader of a run folder goes through it;
 - :mod:`~engine.trainercontract.exportformat`: the ONNX export folder's manifest;
-- :mod:`~engine.trainercontract.metrics`: the retrieval metrics (R@K, ranks, rsum) both sides report.
+- :mod:`~engine.trainercontract.metrics`: the retrieval metrics (R@K, ranks, rsum) both sides report, and the
+  report typed (:class:`~engine.trainercontract.metrics.RetrievalReport`).
 """

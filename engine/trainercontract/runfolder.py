@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from engine.trainercontract.metrics import ReportError, RetrievalReport, UncertaintyCurve
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -83,10 +86,92 @@ def load_state(out: Path) -> TrainerState | None:
     return TrainerState.from_json(path.read_text(encoding="utf-8"), str(path))
 
 
-def read_metrics(out: Path) -> dict[str, Any]:
-    """The finished run's final validation report (``metrics.json``); empty when there is none."""
+DEFAULT_METHOD_OF_CONFIG = "vse"  # a config.json that names no method (the first exports): VSE
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerMetrics:
+    """A finished run's ``metrics.json``: its best epoch's retrieval report on the whole validation split
+    (:class:`~engine.trainercontract.metrics.RetrievalReport`, the model alone) and what the run adds.
+
+    The trainer writes it (``trainer/train.py``: :func:`engine.trainercontract.metrics.retrieval_report` plus
+    ``method``, ``split``, ``best_epoch``, ``epochs``, ``similarity``, ``r_precision``, PCME's
+    ``r1_by_uncertainty_decile``, GPU peaks...); every engine reader parses it here. ``report`` is None for a record
+    without the figures (a partial or foreign file); ``raw`` is the record as written (the catalog stores it,
+    ``polyseek models --json`` and ``retrain --json`` show it unchanged).
+    """
+
+    report: RetrievalReport | None
+    method: str | None = None
+    split: str | None = None
+    best_epoch: int | None = None
+    epochs: int | None = None
+    similarity: str | None = None
+    uncertainty: Mapping[str, UncertaintyCurve] = field(default_factory=dict)  # "i2t" / "t2i": R@1 per sigma decile
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def rsum(self) -> float | None:
+        return self.report.rsum if self.report is not None else None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = METRICS_FILE) -> TrainerMetrics:
+        """Parse a decoded ``metrics.json`` (or the copy a catalog stored); :class:`CheckpointError` names
+        ``where`` when it is not an object. Figures that do not have a report's shape leave ``report`` None; an
+        unreadable uncertainty curve is left out (it only adds a reading)."""
+        if not isinstance(data, Mapping):
+            raise CheckpointError(f"{where}: expected a JSON object of metrics, got {type(data).__name__}")
+        try:
+            report = RetrievalReport.from_dict(data, where) if "rsum" in data else None
+        except ReportError:
+            report = None
+        curves: dict[str, UncertaintyCurve] = {}
+        decile = data.get("r1_by_uncertainty_decile")
+        for way in ("i2t", "t2i"):
+            if isinstance(decile, Mapping) and way in decile:
+                try:
+                    curves[way] = UncertaintyCurve.from_dict(decile[way], f"{where}: r1_by_uncertainty_decile.{way}")
+                except ReportError:
+                    pass
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return str(value) if isinstance(value, str) and value else None
+
+        def whole(key: str) -> int | None:
+            value = data.get(key)
+            return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+        return cls(report, text("method"), text("split"), whole("best_epoch"), whole("epochs"), text("similarity"),
+                   curves, dict(data))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as written (what the catalog stores)."""
+        return dict(self.raw)
+
+
+def read_metrics(out: Path) -> TrainerMetrics | None:
+    """The finished run's final validation report (``metrics.json``), or None when the folder has none;
+    :class:`CheckpointError` naming the file when it is not JSON or not a record of metrics."""
     path = Path(out) / METRICS_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read the metrics: {exc}") from exc
+    return TrainerMetrics.from_dict(data, str(path))
+
+
+def read_config_method(model_dir: Path) -> str:
+    """The method a model folder's ``config.json`` names (:data:`DEFAULT_METHOD_OF_CONFIG` where it names none or
+    cannot be read: a folder the engine lists before it opens the model)."""
+    try:
+        data = json.loads((Path(model_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return DEFAULT_METHOD_OF_CONFIG
+    method = data.get("method") if isinstance(data, dict) else None
+    return method if isinstance(method, str) and method else DEFAULT_METHOD_OF_CONFIG
 
 
 def has_weights(model_dir: Path) -> bool:

@@ -6,7 +6,7 @@
         [--uncalibrated]
 
 Each domain is a fresh library of its dev photos with the shipped starter active (never trained on them). Through
-the app's own ranking (:meth:`engine.service.SearchService.rank_text`, every item of the library ranked):
+the app's own ranking (:meth:`engine.workspace.search.Search.rank_text`, every item of the library ranked):
 
 - ``before``: 300 photos (seeded) asked by one seeded caption each, nothing written by the user: R@10 over the whole
   library, beside the same ranking's dense part alone (the fused model + zero-shot order before #40), and how many
@@ -48,7 +48,7 @@ def made_up_words(rng: random.Random) -> str:
 
 def ranked(service, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """``(ids best first, the probabilities in that order or None, the dense part's order, ids)``."""
-    ids, ranking, _, _ = service.rank_text(text)
+    ids, ranking, _, _ = service.search.rank_text(text)
     order = ranking.order()
     best = ids[ranking.rows[order]]
     prob = ranking.parts.get("probability")
@@ -76,13 +76,13 @@ def run_domain(home: Path, data: Path, domain: str, tag: str) -> dict:
 
     images, files, caps = domains(data)[domain]
     service = open_library(home, domain + tag, images, files)
-    service.set_active_model("starter")
-    service.evidence = frozenset({"model", "zero_shot", "words"})
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
-    for caption in list(service.catalog.iter_captions("user")):
-        service.delete_caption(caption.id)
-    for pair in service.catalog.pairs():
-        service.delete_pair(pair.id)
+    service.models.activate("starter")
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
+    for caption in list(service.state.catalog.iter_captions("user")):
+        service.annotations.delete_caption(caption.id)
+    for pair in service.state.catalog.pairs():
+        service.annotations.delete_pair(pair.id)
     rng = random.Random(0)
     order = files[:]
     rng.shuffle(order)
@@ -137,7 +137,7 @@ def run_domain(home: Path, data: Path, domain: str, tag: str) -> dict:
     quiet = 0
     words_of = []
     for q in made:
-        hits = service.search_text(q, top=10)
+        hits = service.search.text(q, top=10)
         words_of.append(hits[0].match if hits else None)
         quiet += all(h.match in (None, "weak") for h in hits) if hits and hits[0].match is not None else 0
     out["made_up"] = {"queries": len(made), "no_good_match": quiet, "examples": made[:5],
@@ -145,12 +145,12 @@ def run_domain(home: Path, data: Path, domain: str, tag: str) -> dict:
     print(domain, "made_up", json.dumps(out["made_up"]), flush=True)
     if harm:
         for f in captioned:
-            service.add_caption(by_name[f], random.Random(f + "/caption").choice(caps[f]))
+            service.annotations.add_caption(by_name[f], random.Random(f + "/caption").choice(caps[f]))
         out["after"] = measure("after")
         print(domain, "after", json.dumps({k: v for k, v in out["after"].items() if k != "reliability_top10"}),
               flush=True)
-        for caption in list(service.catalog.iter_captions("user")):
-            service.delete_caption(caption.id)
+        for caption in list(service.state.catalog.iter_captions("user")):
+            service.annotations.delete_caption(caption.id)
     out["wall_s"] = round(time.monotonic() - started, 1)
     service.close()
     return out

@@ -43,21 +43,21 @@ def main() -> int:
     images, files, caps = domains(args.data)["flickr8k-train-slice"]
     clips = make_clips(args.home / "train-side", images, files)
     service = open_library(args.home, "clips-train-slice", images, files, [p for p, _ in clips])
-    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     shipped = calibration.load
     results = []
     for threshold, bias in [(t, b) for t in (args.shots or [shots.SHOT_COSINE]) for b in args.biases]:
         shots.SHOT_COSINE = threshold
-        service.indexes.drop()  # the clips' shots are built again at this threshold
-        if service.active_trained() is not None:
-            service.active_trained()._frames = None
+        service.state.indexes.drop()  # the clips' shots are built again at this threshold
+        if service.models.active_trained() is not None:
+            service.models.active_trained()._frames = None
         calibration.load = lambda kind, path=None, b=bias: dataclasses.replace(shipped(kind, path), frames_bias=b)
         rows: dict[str, list[tuple[bool, bool]]] = {"slideshow": [], "zoom": []}
         for path, group in clips:
             kind = "slideshow" if path.suffix == ".mp4" else "zoom"
             for f in group:
                 for caption in caps[f]:
-                    hits = [h.media_id for h in service.search_text(caption, top=10)]
+                    hits = [h.media_id for h in service.search.text(caption, top=10)]
                     rows[kind].append((by_path[path.name] in hits, by_path[f] in hits))
         record: dict = {"shot_cosine": threshold, "frames_bias": bias}
         for kind, pairs in rows.items():

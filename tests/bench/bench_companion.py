@@ -8,7 +8,7 @@ before any such model ships).
 Each domain is a library of its photos with the shipped starter active (tests/bench/bench_domains.py's
 libraries); ``MODEL_DIR`` (e.g. a PVSE starter built by ``tools/build_starter.py --method pvse``) is registered
 beside it and embeds every item. Every caption of the domain is a query through the app's own ranking
-(:meth:`engine.service.SearchService.rank_text`), with the companion's score (its K x K best cosine) as a further
+(:meth:`engine.workspace.search.Search.rank_text`), with the companion's score (its K x K best cosine) as a further
 dense kind: of the trained models' weight (:data:`engine.search.evidence.MODEL`) the companion takes ``share`` and
 the starter the rest; the calibration is the shipped one (fitted without the companion). Reported per share: the
 app's t2i / i2t R@K and rsum of the calibrated total. Choose the share on the train-side slices; dev once after.
@@ -74,15 +74,17 @@ def main() -> int:
         images, files, caps = sets[name]
         started = time.monotonic()
         service = open_library(args.home, name, images, files)
-        service.set_active_model("starter")
-        service.evidence = frozenset({"model", "zero_shot"})
-        registered = service.register_model(args.companion.resolve(), name=f"companion-{args.companion.resolve().name}")
-        companion = TrainedSearch.open(service.catalog.model(registered), service.catalog, service.features,
-                                       service.encoders, service.library_dir)
+        service.models.activate("starter")
+        service.state.evidence = frozenset({"model", "zero_shot"})
+        companion = args.companion.resolve()
+        registered = service.models.register(companion, name=f"companion-{companion.name}")
+        state = service.state
+        companion = TrainedSearch.open(state.catalog.model(registered), state.catalog, state.features, state.encoders,
+                                       service.library_dir)
         for _ in companion.sync():
             pass
         state["companion"] = companion
-        by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+        by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
         queries = [(f, c) for f in files for c in caps[f]]
         record: dict = {"domain": name, "photos": len(files), "captions": len(queries),
                         "companion": str(args.companion), "shares": {}}
@@ -91,7 +93,7 @@ def main() -> int:
             columns, ids = [], None
             for _, caption in queries:
                 state["text"] = caption
-                ids, ranking, _, _ = service.rank_text(caption)
+                ids, ranking, _, _ = service.search.rank_text(caption)
                 column = np.full(len(ids), -np.inf, np.float32)
                 column[ranking.rows] = ranking.total
                 columns.append(column)

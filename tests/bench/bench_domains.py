@@ -4,7 +4,7 @@
         [--domains flickr8k-dev webcaps-dev coco-val-80 clips msrvtt-dev] [--sweep]
 
 For each domain a library of its photos is indexed with the shipped starter model active (as a fresh install),
-then every caption is a query through :meth:`engine.service.SearchService.rank_text` (the app's one ranking).
+then every caption is a query through :meth:`engine.workspace.search.Search.rank_text` (the app's one ranking).
 Rows: ``zero-shot`` (regional semantics alone), ``starter`` (the trained model alone) and ``default`` (what the app
 ranks with: both, fused by :mod:`engine.search.evidence`). Text->photo and photo->text R@1/5/10 and rsum of the
 fused score matrix (photo->text reads each caption's standardised scores).
@@ -104,11 +104,11 @@ MODEL_DIR: Path | None = None  # --model: a model folder searched with instead o
 
 def open_library(home: Path, name: str, images: Path, files: list[str], extra: list[Path] = ()):
     os.environ["POLYSEEK_STARTER"] = "on"
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
-    service = SearchService.open(name)
+    service = Workspace.open(name)
     if MODEL_DIR is not None:
-        service.set_active_model(str(MODEL_DIR))
+        service.models.activate(str(MODEL_DIR))
     root = home / "bench-media" / name
     if not root.is_dir():
         root.mkdir(parents=True)
@@ -116,8 +116,8 @@ def open_library(home: Path, name: str, images: Path, files: list[str], extra: l
             (root / f).symlink_to(images / f)
         for p in extra:
             (root / p.name).symlink_to(p)
-    service.add_root(root)
-    for _ in service.reindex():
+    service.library.add_root(root)
+    for _ in service.models.reindex():
         pass
     return service
 
@@ -126,9 +126,9 @@ def score_matrices(service, queries: list[str]) -> tuple[np.ndarray, dict[str, n
     """``(ids, {source: (items, queries) raw scores}, query -> ...)`` through the app's own ranking."""
     parts: dict[str, list[np.ndarray]] = {"model": [], "zero_shot": [], "app": []}
     ids = None
-    service.evidence = frozenset({"model", "zero_shot"})
+    service.state.evidence = frozenset({"model", "zero_shot"})
     for q in queries:
-        ids, ranking, _, _ = service.rank_text(q)
+        ids, ranking, _, _ = service.search.rank_text(q)
         assert len(ranking.rows) == len(ids)  # dense: every item scored
         for name in parts:
             column = np.empty(len(ids), np.float32)
@@ -161,7 +161,7 @@ def run_domain(home: Path, name: str, images: Path, files: list[str], caps: dict
 
     started = time.monotonic()
     service = open_library(home, name, images, files)
-    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     queries = [(f, c) for f in files for c in caps[f]]
     ids, parts, _ = score_matrices(service, [c for _, c in queries])
     row_of = {int(m): r for r, m in enumerate(ids.tolist())}
@@ -251,14 +251,14 @@ def run_clips(home: Path, images: Path, files: list[str], caps: dict[str, list[s
     clips = make_clips(home, images, files, zooms)
     name = "clips" + tag + ("" if zooms == 25 else f"-z{zooms}")
     service = open_library(home, name, images, files, [p for p, _ in clips])
-    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     rows = {"slideshow": [], "zoom": []}
     for path, group in clips:
         kind = "slideshow" if path.suffix == ".mp4" else "zoom"
         clip_id = by_path[path.name]
         for f in group:
             for caption in caps[f]:
-                hits = [h.media_id for h in service.search_text(caption, top=10)]
+                hits = [h.media_id for h in service.search.text(caption, top=10)]
                 rows[kind].append((clip_id, clip_id in hits, by_path[f] in hits))
     out = {}
     for kind, pairs in rows.items():
@@ -274,11 +274,11 @@ def video_ranks(service, clips: dict[str, list[str]], by_path: dict[str, int]) -
     """0-based rank of the right clip for each caption of ``clips`` (file -> captions): in the app's whole ranking
     (``app``: the calibrated total the grid shows) and by each dense model alone."""
     ranks: dict[str, list[int]] = {"app": [], "model": [], "zero_shot": []}
-    service.evidence = frozenset({"model", "zero_shot", "words"})
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
     for f, captions in clips.items():
         target = by_path[f]
         for caption in captions:
-            ids, ranking, _, _ = service.rank_text(caption)
+            ids, ranking, _, _ = service.search.rank_text(caption)
             at = int(np.flatnonzero(ids[ranking.rows] == target)[0])
             scores = {"app": ranking.total, **{k: ranking.parts[k] for k in ("model", "zero_shot")
                                                if k in ranking.parts}}
@@ -299,12 +299,12 @@ def run_video(home: Path, name: str, media: Path, files: list[str], caps: dict[s
     clips = {f: caps[f][:per_clip] if per_clip else caps[f] for f in files}
     out: dict = {"domain": name + tag, "clips": len(files), "queries": sum(map(len, clips.values()))}
     service = open_library(home, name + tag, media, files)
-    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     out["among_clips"] = {k: recall(v) for k, v in video_ranks(service, clips, by_path).items()}
     service.close()
     if photos:
         service = open_library(home, name + "-photos" + tag, media, files, photos)
-        by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+        by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
         out["photos"] = len(photos)
         out["among_clips_and_photos"] = {k: recall(v) for k, v in video_ranks(service, clips, by_path).items()}
         service.close()

@@ -6,7 +6,7 @@ the GUI process's memory, in a real window over an indexed library.
 
 The window opens the library as the app does; ``--settle`` seconds later (a person reading the window) a sentence is
 searched through the search box and the time to its first page is taken; then 20 more searches. ``--no-warm``
-turns the background warm-up off (:meth:`engine.service.SearchService.warm_search`), the app before it. Reported:
+turns the background warm-up off (:meth:`engine.workspace.search.Search.warm`), the app before it. Reported:
 the first search's seconds, the median of the next 20, resident memory (VmRSS) after opening, after the first
 search and after the 20. ``--index`` first adds the folders to the (new, empty) library through the window and
 indexes them there, as a user does, and adds the indexing's seconds and the memory after it.
@@ -47,11 +47,10 @@ def main() -> int:
     app = QApplication.instance() or QApplication([])
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
-    from engine.service import SearchService
-    from engine.workspace import Workspace
+    from engine.workspace import Search, Workspace
 
     if args.no_warm:
-        SearchService.warm_search = lambda self: False
+        Search.warm = lambda self, cancel=None: False
     from app.collector import collect_on_gui_thread
 
     collect_on_gui_thread(app)  # as app.main does
@@ -72,7 +71,7 @@ def main() -> int:
         window.library.indexing_finished.connect(lambda *_: finished.append(1))
         started = time.monotonic()
         for folder in args.index:
-            window.service.add_root(folder.resolve())
+            window.service.library.add_root(folder.resolve())
         window.library.index([folder.resolve() for folder in args.index])
         wait(lambda: bool(finished), 7200)
         indexing = {"indexing_s": round(time.monotonic() - started, 1), "rss_after_indexing_mb": rss_mb()}

@@ -39,16 +39,16 @@ def score_columns(home: Path, name: str, tag: str, sets: dict) -> dict[str, np.n
 
     images, files, caps = sets[name]
     service = open_library(home, name + tag, images, files)
-    by_path = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    by_path = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     queries = [(f, c) for f in files for c in caps[f]]
-    ids, index = service.indexes.zero_shot()
-    trained = service.active_trained()
+    ids, index = service.state.indexes.zero_shot()
+    trained = service.models.active_trained()
     rows = np.arange(len(ids))
     model, full, sentence_only, confidence = [], [], [], []
     for _, text in queries:
-        stock = service.encoders.minilm.encode([text])
+        stock = service.state.encoders.minilm.encode([text])
         sentence = stock.sentence[0]
-        _, words = service.indexes.zero_shot_query(text, sentence=sentence)
+        _, words = service.state.indexes.zero_shot_query(text, sentence=sentence)
         encoded, _ = trained.encode_text([text], minilm=stock)
         model.append(evidence.ModelEvidence(trained, encoded, ids).score(rows))
         source = evidence.ZeroShotEvidence(index, sentence, words)

@@ -4,7 +4,7 @@
 
 (1) Launch ``python -m app --no-demo --quit-after 1`` five times and read the "window shown" instant from the
 log against the process start: median seconds to a visible window, and whether torch was imported (it must not
-be). (2) In-process: the real ``SearchService`` indexes ``--n`` generated photos through the main window's
+be). (2) In-process: the real ``Workspace`` indexes ``--n`` generated photos through the main window's
 library panel while a 5 ms QTimer measures how late each tick fires; the worst delay is the worst stall.
 (3) The training dialog runs the real trainer (``python -m trainer train``, ``test`` preset, CPU) on a generated
 caption folder of ``--train-items`` photos for ``--epochs`` epochs while the same probe runs: the GUI process

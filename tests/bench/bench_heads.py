@@ -59,15 +59,15 @@ def main() -> int:
     for domain in args.domains:
         images, files, _ = sets[domain]
         service = open_library(args.home, domain + args.tag, images, files)
-        trained = service.active_trained()
+        trained = service.models.active_trained()
         if trained is None or trained.runner.num_embeddings < 2:
             print(f"{domain}: the active model has one embedding per item: no heads to compare")
             service.close()
             continue
         ious, coss, same = [], [], 0
-        backbone = service.encoders.backbone.id
-        for media in service.catalog.iter_media():
-            feats = service.features.get(media.content_hash, backbone)
+        backbone = service.state.encoders.backbone.id
+        for media in service.state.catalog.iter_media():
+            feats = service.state.features.get(media.content_hash, backbone)
             if feats is None or feats.local is None:
                 continue
             attention = trained.encode_media_features(feats).attention

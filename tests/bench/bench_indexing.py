@@ -4,7 +4,7 @@
 
 Two libraries: ``--n`` Flickr8k photos as they are (224x224 JPEGs, from ../shared/datasets/flickr8k) and
 ``--n-large`` 12-megapixel JPEGs (4000x3000, made here by enlarging Flickr8k photos). For each: (a) the backbone
-alone on already-decoded 224x224 batches of the same size, (b) ``SearchService.index_paths`` on a fresh home
+alone on already-decoded 224x224 batches of the same size, (b) ``Library.index`` on a fresh home
 (walk, hash, decode, backbone, regional semantics, feature store and catalog writes), (c) decoding alone: the
 indexer's own decode (``engine.features.extract.decode_for_backbone``) on a pool of two threads, as the indexer runs it.
 The ratio (b)/(a) is the figure of merit (the product's >= 0.8; issue #24: >= 0.9). Opening the service,
@@ -73,25 +73,25 @@ def decode_only(paths: list[Path], size: int) -> tuple[float, float]:
 
 
 def end_to_end(folder: Path, assets: Path, profile: bool = False) -> tuple[float, float, dict | None]:
-    """(items/s, CPU ms per item, the profile or None) of ``index_paths`` on a fresh home."""
+    """(items/s, CPU ms per item, the profile or None) of ``Library.index`` on a fresh home."""
     from contextlib import nullcontext
 
     from indexing_profile import profiled, report
 
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     with tempfile.TemporaryDirectory() as home:
         os.environ["POLYSEEK_HOME"] = home
-        service = SearchService.open("bench", assets)
-        service.encoders.backbone  # noqa: B018 - session opening is not indexing
-        service.active_trained()  # nor is opening the active model (the starter), which embeds the new items
+        service = Workspace.open("bench", assets)
+        service.state.encoders.backbone  # noqa: B018 - session opening is not indexing
+        service.models.active_trained()  # nor is opening the active model (the starter), which embeds the new items
         n = len(list(folder.iterdir()))
         with profiled(service) if profile else nullcontext() as figures:
             start, cpu = time.perf_counter(), time.process_time()
-            for _ in service.index_paths([folder]):
+            for _ in service.library.index([folder]):
                 pass
             wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
-        stats = service.features.stats()
+        stats = service.state.features.stats()
         service.close()
         store_bytes = stats.global_bytes + stats.local_bytes + stats.frame_bytes
         details = report(figures, n, cpu_s, wall, stats.file_bytes) if profile else None

@@ -8,7 +8,7 @@ shifts, rescales, re-encodes at other JPEG qualities: every file has its own con
 (3 % GIFs, 2 % MPEG-4 videos, each a few frames panning across a photo), in folders of 1,000 with spread-out
 modification times. One run then measures, in a fresh ``POLYSEEK_HOME`` with the shipped starter model active:
 
-1. the backbone alone on decoded 224 x 224 batches, then the first index end to end (``SearchService.index_paths``:
+1. the backbone alone on decoded 224 x 224 batches, then the first index end to end (``Library.index``:
    walk, hash, decode, backbone, stores, and the starter embedding every item): items/s and their ratio;
 2. re-scans: nothing changed (median of 3, on the open service; and once on a freshly opened service, as the
    app's start-up does), then 1 % of the files changed (re-encoded), moved (to another folder) or deleted;
@@ -228,15 +228,15 @@ def backbone_throughput(assets: Path, photos: list[Path]) -> dict:
 
 
 def first_index(service, library: Path, n: int, backbone_rate: float) -> dict:
-    """``index_paths`` on the new library; the indexer's part ends with its last "indexed" record, the rest is
+    """``Library.index`` on the new library; the indexer's part ends with its last "indexed" record, the rest is
     the active model embedding the new items."""
     start = time.perf_counter()
     indexed_at = None
-    for progress in service.index_paths([library]):
+    for progress in service.library.index([library]):
         if progress.message.startswith("indexed"):
             indexed_at = time.perf_counter()
     end = time.perf_counter()
-    counts = service.counts()
+    counts = service.library.counts()
     indexer_s = (indexed_at or end) - start
     return {"items": n, "wall_s": round(end - start, 1), "items_per_s": round(n / (end - start), 1),
             "indexer_s": round(indexer_s, 1), "indexer_items_per_s": round(n / indexer_s, 1),
@@ -253,7 +253,7 @@ def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
 
     def timed(svc) -> float:
         start, cpu = time.perf_counter(), time.process_time()
-        for _ in svc.index_paths(None):
+        for _ in svc.library.index(None):
             pass
         cpu_used.append(time.process_time() - cpu)
         return time.perf_counter() - start
@@ -278,7 +278,7 @@ def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
     for path in deleted:
         path.unlink()
     one_percent = timed(service)
-    counts = service.counts()
+    counts = service.library.counts()
     return {"no_change_s": {"runs": [round(s, 3) for s in warm], "median": round(statistics.median(warm), 3),
                             "cpu_median": round(statistics.median(cpu_used[:3]), 3),
                             "fresh_service": round(cold, 3), "fresh_service_cpu": round(cpu_used[3], 3)},
@@ -288,17 +288,17 @@ def rescans(service, library: Path, n: int, seed: int = 0) -> dict:
 
 
 def disk(service, home: Path, n: int) -> dict:
-    stats = service.features.stats()
-    catalog = sqlite_bytes(service.catalog.path)
+    stats = service.state.features.stats()
+    catalog = sqlite_bytes(service.state.catalog.path)
     features = sqlite_bytes(home / "features.sqlite")
     index = tree_bytes(service.library_dir / "index")  # every model's vector index (engine/search/trained.py)
     training = tree_bytes(service.library_dir / "retrain")  # the last retrain's caption folder (links)
-    thumbs = tree_bytes(service.cache_dir)
+    thumbs = tree_bytes(service.state.cache_dir)
     local = getattr(stats, "local_bytes", 0)
     past_cap = catalog + (features - local) + index + thumbs
     return {"items": n, "catalog_bytes": catalog, "features_bytes": features, "features_local_bytes": local,
             "vector_index_bytes": index, "thumbnail_bytes": thumbs, "training_set_bytes": training,
-            "models": [m.name for m in service.catalog.models()],
+            "models": [m.name for m in service.state.catalog.models()],
             "kb_per_item": {"catalog": round(catalog / n / 1024, 2), "features": round(features / n / 1024, 2),
                             "features_without_local": round((features - local) / n / 1024, 2),
                             "vector_index": round(index / n / 1024, 2), "thumbnails": round(thumbs / n / 1024, 2),
@@ -317,45 +317,47 @@ def dev_captions(limit: int, seed: int = 0) -> list[str]:
 def query_latency(service, queries: list[str], examples: list[Path]) -> dict:
     out = {}
     for label, model in (("starter", None), ("zero-shot", "zero-shot")):
-        service.search_with_model(model)
+        service.models.use_here(model)
         start = time.perf_counter()
-        service.search_text(queries[0], top=PAGE)  # opening the model / building the index is not a query
+        service.search.text(queries[0], top=PAGE)  # opening the model / building the index is not a query
         opened = time.perf_counter() - start
         text, similar, text_cpu, similar_cpu = [], [], [], []
         for q in queries:
             start, cpu = time.perf_counter(), time.process_time()
-            service.search_text(q, top=PAGE)
+            service.search.text(q, top=PAGE)
             text.append(time.perf_counter() - start)
             text_cpu.append(time.process_time() - cpu)
         for path in examples:
             start, cpu = time.perf_counter(), time.process_time()
-            service.search_media(path, top=PAGE)
+            service.search.example(path, top=PAGE)
             similar.append(time.perf_counter() - start)
             similar_cpu.append(time.process_time() - cpu)
         out[label] = {"first_query_s": round(opened, 2), "text": percentiles(text, text_cpu),
                       "find_similar": percentiles(similar, similar_cpu), "load": load()}
-    service.search_with_model(None)
+    service.models.use_here(None)
     return out
 
 
 def retrain(service, n_annotations: int, epochs: int | None, seed: int = 0) -> dict:
-    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.loop.retrain import RetrainOptions
 
     rows = [line.split("\t") for line in (FLICKR / "captions.tsv").read_text().splitlines()[1:]]
     first = {}
     for file, text in rows:
         first.setdefault(file, text)
-    by_name = {m.path.name: m.id for m in service.catalog.iter_media("ok") if m.path.name in first}
+    by_name = {m.path.name: m.id for m in service.state.catalog.iter_media("ok") if m.path.name in first}
     names = random.Random(seed).sample(sorted(by_name), min(n_annotations, len(by_name)))
     for name in names:
-        service.add_caption(by_name[name], first[name])
+        service.annotations.add_caption(by_name[name], first[name])
     import resource
 
     peak = PeakChildRss()
     start = time.perf_counter()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    job = Retrain(service, RetrainOptions(epochs=epochs))
+    job = service.models.retrain(RetrainOptions(epochs=epochs))
     for _ in job.run():
+        pass
+    for _ in service.models.adopt(job.result):  # the rule's choice made active, as polyseek retrain does
         pass
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -613,7 +615,7 @@ def synthetic(n: int, work: Path, assets: Path, seed: int = 0, with_gui: bool = 
         encoded = encoders.minilm.encode(words).sentence if words else np.zeros((0, len(sentence)), np.float32)
         mid = time.perf_counter()
         scores = zero_shot.score(sentence, encoded)
-        np.argpartition(-scores, PAGE)[:PAGE]  # the page, as SearchService._hits takes it
+        np.argpartition(-scores, PAGE)[:PAGE]  # the page, as the search takes it (ranking.page_of_hits)
         end = time.perf_counter()
         zs_score.append(end - mid)
         zs_total.append(end - start)
@@ -808,11 +810,11 @@ def synthetic_library_with_features(n: int, work: Path, assets: Path, n_real: in
 
 
 def _query_figures(service, queries: list[str]) -> dict:
-    service.search_text(queries[0], top=PAGE)  # opening the model / its index is not a query
+    service.search.text(queries[0], top=PAGE)  # opening the model / its index is not a query
     times, cpu = [], []
     for q in queries:
         start, c = time.perf_counter(), time.process_time()
-        service.search_text(q, top=PAGE)
+        service.search.text(q, top=PAGE)
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - c)
     return {**percentiles(times, cpu), "load": load()}
@@ -841,7 +843,7 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     update = on_update or (lambda _record: None)
     import resource
 
-    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.loop.retrain import RetrainOptions
     from engine.trainercontract import events as trainerevents
     from engine.workspace import Workspace
 
@@ -854,9 +856,9 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     update(result)
     service = Workspace.open("synthetic", assets)
     start, cpu = time.perf_counter(), time.process_time()
-    for _ in service.reindex():  # a no-change re-scan, then the starter embeds every item (as after indexing)
+    for _ in service.models.reindex():  # a no-change re-scan, then the starter embeds every item (as after indexing)
         pass
-    active = service.catalog.active_model()
+    active = service.state.catalog.active_model()
     result["starter_embedding"] = {"s": round(time.perf_counter() - start, 1),
                                    "cpu_s": round(time.process_time() - cpu, 1), "load": load(),
                                    "model": active.name if active else None}
@@ -865,11 +867,11 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
     update(result)
     captions = _flickr_first_captions()
     by_photo: dict[str, int] = {}
-    for media in service.catalog.iter_media("ok"):
+    for media in service.state.catalog.iter_media("ok"):
         by_photo.setdefault(media.path.name.split("-", 1)[1], media.id)
     chosen = random.Random(seed).sample([p for p in photos if p in by_photo], min(n_annotations, len(photos)))
     for name in chosen:
-        service.add_caption(by_photo[name], captions[name])
+        service.annotations.add_caption(by_photo[name], captions[name])
     trainer_peak, engine_peak = PeakChildRss(), PeakOwnRss()
     stages: dict[str, dict] = {}
     epochs_at: list[dict] = []
@@ -883,9 +885,14 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
             result["retrain_so_far"] = {"stages": stages, "epoch_ends": epochs_at}
             update(result)
 
-    job = Retrain(service, RetrainOptions(epochs=epochs), on_event=on_event)
+    job = service.models.retrain(RetrainOptions(epochs=epochs), on_event=on_event)
+
+    def run_and_adopt():  # the job, then the rule's choice made active and the library re-indexed (polyseek retrain)
+        yield from job.run()
+        yield from service.models.adopt(job.result)
+
     current = None
-    for progress in job.run():
+    for progress in run_and_adopt():
         stage = _stage_of(progress.message)
         if stage != current:
             now, cpu_now = time.perf_counter() - t0, time.process_time() - c0
@@ -917,8 +924,8 @@ def synthetic_retrain(n: int, work: Path, assets: Path, n_real: int, n_annotatio
         "engine_peak_rss_mb": engine_peak.stop(), "engine_max_rss_mb_whole_run":
             round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "stages": stages, "epoch_ends": epochs_at, "model": res.model_name, "activated": res.activated,
-        "decision": res.decision, "before": res.before and {k: res.before.get(k) for k in ("rsum", "n_media")},
-        "after": res.after and {k: res.after.get(k) for k in ("rsum", "n_media")},
+        "decision": res.decision, "before": res.before and {"rsum": res.before.rsum, "n_media": res.before.n_media},
+        "after": res.after and {"rsum": res.after.rsum, "n_media": res.after.n_media},
         "annotated_items": ts.n_annotated_items, "heldout_items": ts.n_heldout_items,
         "unannotated_items": ts.n_unannotated, "unannotated_in_library": ts.n_unannotated_library,
         "load": load()}
@@ -1039,7 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
         from engine.workspace import Workspace
 
         service = Workspace.open("bench", assets)
-        active = service.catalog.active_model()
+        active = service.state.catalog.active_model()
         result["model"] = active.name if active else "zero-shot"
         part("backbone_alone", lambda: backbone_throughput(assets, photos))
         part("first_index", lambda: first_index(service, library, args.items,

@@ -6,7 +6,7 @@
 Makes ``--n`` small JPEGs (64 x 64, random shapes and colours; made once and reused when ``--work`` is
 given), indexes them with ``polyseek index`` in a subprocess (wall time and the subprocess's peak RSS, read
 from its ``VmHWM`` while it runs), then runs ``--searches`` text searches in a row in this process through
-:class:`engine.service.SearchService`. Reported: resident memory after a warm-up (the first searches load
+:class:`engine.workspace.Workspace`. Reported: resident memory after a warm-up (the first searches load
 MiniLM and build the zero-shot index) and at the end, and the growth between them (must stay under 10%: the
 exit status is 1 otherwise); search latency p50/p95 per window of 100 searches, first window vs last. Not
 collected by pytest; Linux only (``/proc``).
@@ -107,17 +107,17 @@ def percentiles(latencies_s: list[float]) -> dict[str, float]:
 
 def search_under_load(assets: Path, n_searches: int) -> dict:
     """Warm up, then ``n_searches`` text searches in a row: RSS before/after and latency per window."""
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
-    service = SearchService.open(LIBRARY, assets)
+    service = Workspace.open(LIBRARY, assets)
     try:
         for text in queries(WARMUP_SEARCHES):
-            service.search_text(f"warm-up {text}", top=60)
+            service.search.text(f"warm-up {text}", top=60)
         rss_warm = status_kib("VmRSS") or 0
         latencies = []
         for text in queries(n_searches):
             start = time.perf_counter()
-            hits = service.search_text(text, top=60)
+            hits = service.search.text(text, top=60)
             latencies.append(time.perf_counter() - start)
             if len(hits) != 60:
                 raise SystemExit(f"search {text!r} returned {len(hits)} hits, not 60")

@@ -11,7 +11,7 @@ through the same path, and the zero-shot semantics alone. Labelled ``synthetic``
 
 ``--versions``: the same library searched by other checkouts of the code (e.g. a git worktree of the commit before
 the fused ranking), each in its own process, in turns (``--rounds``), so a loaded machine weighs on each alike: the
-app's text query (``search_text``, first page) as each version ranks it, wall and CPU percentiles. A version whose
+app's text query (``Search.text``, first page) as each version ranks it, wall and CPU percentiles. A version whose
 catalog schema is older needs its own copy of the work folder (``:WORK2``; the schema version set back in the copy).
 
 ``--assets`` is used as it is: the app builds the zero-shot query words' table (:mod:`engine.features.wordtable`) in
@@ -42,14 +42,14 @@ def child(work: Path, assets: Path, queries: int) -> None:
     os.environ.pop("POLYSEEK_STARTER", None)
     tree = os.environ.get("POLYSEEK_CODE", str(REPO))
     sys.path.insert(0, tree)
-    import engine.service
-    from engine.service import SearchService
+    import engine.state
+    from engine.workspace import Workspace
     from tests.bench.bench_library import _query_figures, dev_captions
 
-    assert Path(engine.service.__file__).is_relative_to(tree), engine.service.__file__
+    assert Path(engine.state.__file__).is_relative_to(tree), engine.state.__file__
 
-    service = SearchService.open("synthetic", assets)
-    for _ in service.reindex():
+    service = Workspace.open("synthetic", assets)
+    for _ in service.models.reindex():
         pass
     print(json.dumps(_query_figures(service, dev_captions(queries))), flush=True)
     service.close()
@@ -108,25 +108,25 @@ def main() -> int:
     home = work / "home"
     os.environ.update(POLYSEEK_HOME=str(home), POLYSEEK_ASSETS=str(args.assets))
     os.environ.pop("POLYSEEK_STARTER", None)
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     result: dict = {"synthetic": True, "items": args.items, "reused": bool(args.reuse)}
     if not args.reuse:
         result["library"] = synthetic_library_with_features(args.items, work / "files", args.assets,
                                                             args.real_photos)
         result["library"].pop("photos", None)
-    service = SearchService.open("synthetic", args.assets)
+    service = Workspace.open("synthetic", args.assets)
     start = time.perf_counter()
-    for _ in service.reindex():
+    for _ in service.models.reindex():
         pass
     result["embedding_s"] = round(time.perf_counter() - start, 1)
     queries = dev_captions(args.queries)
     for label, evidence in (("default", {"model", "zero_shot", "words"}), ("model alone", {"model"}),
                             ("default again", {"model", "zero_shot", "words"})):
-        service.evidence = frozenset(evidence)
+        service.state.evidence = frozenset(evidence)
         result[label] = _query_figures(service, queries)
         print(label, json.dumps(result[label]), flush=True)
-    service.search_with_model("zero-shot")
+    service.models.use_here("zero-shot")
     result["zero-shot"] = _query_figures(service, queries)
     result["load_end"] = load()
     service.close()

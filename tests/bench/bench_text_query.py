@@ -1,4 +1,4 @@
-"""A text query's latency end to end (``SearchService.search_text``: tokenise, encode, rank) with a model that carries
+"""A text query's latency end to end (``Search.text``: tokenise, encode, rank) with a model that carries
 its own fine-tuned MiniLM (``text_encoder.onnx``, issue #19) against the shipped starter (stock MiniLM).
 
     python tests/bench/bench_text_query.py --model TUNED_MODEL_DIR --photos ../shared/datasets/flickr8k/images \
@@ -36,11 +36,11 @@ def queries(n: int) -> list[str]:
 
 def timed(svc, texts: list[str]) -> dict:
     for text in texts[:10]:
-        svc.search_text(text, top=10)
+        svc.search.text(text, top=10)
     ms = []
     for text in texts:
         start = time.perf_counter()
-        svc.search_text(text, top=10)
+        svc.search.text(text, top=10)
         ms.append((time.perf_counter() - start) * 1000)
     return {"p50_ms": round(float(np.percentile(ms, 50)), 2), "p95_ms": round(float(np.percentile(ms, 95)), 2),
             "queries": len(ms)}
@@ -56,20 +56,20 @@ def main() -> None:
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="polyseek-textq-"))
     os.environ["POLYSEEK_HOME"] = str(home)
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     media = home / "photos"
     media.mkdir()
     for f in sorted(args.photos.iterdir())[: args.items]:
         os.symlink(f, media / f.name)
-    svc = SearchService.open("bench")
+    svc = Workspace.open("bench")
     try:
-        list(svc.index_paths([media]))
+        list(svc.library.index([media]))
         texts = queries(args.queries)
-        result = {"items": len(list(svc.catalog.iter_media())), "cpu_cores": os.cpu_count()}
+        result = {"items": len(list(svc.state.catalog.iter_media())), "cpu_cores": os.cpu_count()}
         result["starter"] = {"model": svc.active_model_name(), **timed(svc, texts)} \
             if hasattr(svc, "active_model_name") else timed(svc, texts)
-        svc.set_active_model(str(args.model.resolve()))
+        svc.models.activate(str(args.model.resolve()))
         result["tuned_text_encoder"] = {"model": str(args.model), **timed(svc, texts)}
     finally:
         svc.close()

@@ -19,7 +19,7 @@ what a fresh install has. Rows:
   version too when it was not activated.
 
 Each is scored on the remaining photos with all five of their captions (text->photo and photo->text R@1/5/10,
-rsum) by the engine's own evaluation (:meth:`engine.workspace.Workspace.evaluate_on`).
+rsum) by the engine's own evaluation (:meth:`engine.workspace.models.Models.evaluate`).
 
 ``--vocabulary``: the user's own word. Photos whose captions say "dog" become photos of *Biscuit* (every "dog"
 /"dogs" replaced by "Biscuit"); N of them (25, 50, 100) are captioned that way, the rest of the library with
@@ -39,10 +39,13 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+if TYPE_CHECKING:
+    from engine.trainercontract.metrics import RetrievalReport
 
 SEED = 0
 ROWS = ("zero-shot", "starter", "scratch", "warm")
@@ -81,9 +84,10 @@ def eval_folder(dest: Path, images: Path, files: list[str], captions: dict[str, 
     return dest
 
 
-def summary(report: dict[str, Any] | None) -> dict[str, Any] | None:
+def summary(report: RetrievalReport | None) -> dict[str, Any] | None:
     if report is None:
         return None
+    report = report.as_dict()
     return {"i2t": {k: round(report["i2t"][k], 1) for k in ("r1", "r5", "r10")},
             "t2i": {k: round(report["t2i"][k], 1) for k in ("r1", "r5", "r10")},
             "rsum": round(report["rsum"], 1), "n_media": report["n_media"], "n_captions": report["n_captions"]}
@@ -103,29 +107,31 @@ class Library:
             self.root.mkdir(parents=True)
             for f in files:
                 (self.root / f).symlink_to(images / f)
-        self.service.add_root(self.root)
-        for _ in self.service.reindex():
+        self.service.library.add_root(self.root)
+        for _ in self.service.models.reindex():
             pass
-        self.by_file = {Path(m.path).name: m.id for m in self.service.catalog.iter_media()}
+        self.by_file = {Path(m.path).name: m.id for m in self.service.state.catalog.iter_media()}
 
     def caption(self, texts: dict[str, str]) -> None:
         for f, text in texts.items():
-            self.service.add_caption(self.by_file[f], text)
+            self.service.annotations.add_caption(self.by_file[f], text)
 
     def retrain(self, warm: bool, gate: bool = True, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-        from engine.loop.retrain import Retrain, RetrainOptions
+        from engine.loop.retrain import RetrainOptions
 
         options = (RetrainOptions(warm_start=True, trainer_args=extra) if warm
                    else RetrainOptions(method="a3vse", warm_start=False))
-        job = Retrain(self.service, options)
+        job = self.service.models.retrain(options)
         started = time.monotonic()
         for _ in job.run():
             pass
         result = job.result
         assert result is not None
+        for _ in self.service.models.adopt(result):
+            pass
         if not gate and not result.activated:  # today's behaviour: the new model is activated regardless
-            self.service.set_active_model(result.model_name)
-            for _ in self.service.reindex():
+            self.service.models.activate(result.model_name)
+            for _ in self.service.models.reindex():
                 pass
         return {"model": result.model_name, "init_from": result.init_from, "activated": result.activated,
                 "decision": result.decision, "train_s": round(time.monotonic() - started, 1),
@@ -133,11 +139,11 @@ class Library:
                 "pseudo_before": summary(result.pseudo_before), "pseudo_after": summary(result.pseudo_after)}
 
     def active(self) -> str | None:
-        record = self.service.catalog.active_model()
+        record = self.service.state.catalog.active_model()
         return record.name if record else None
 
     def evaluate(self, folder: Path, model: str | None) -> dict[str, Any]:
-        return summary(self.service.evaluate_on(folder, None, model))
+        return summary(self.service.models.evaluate(folder, None, model))
 
 
 def user_loop(args: argparse.Namespace, files: list[str], captions: dict[str, list[str]], images: Path,
@@ -197,15 +203,15 @@ def vocabulary(args: argparse.Namespace, files: list[str], captions: dict[str, l
                 retrain = lib.retrain(warm=True, extra=VARIANTS.get(args.vocab_variant, ()))
             else:
                 retrain = None
-            trained = lib.service.active_trained()
+            trained = lib.service.models.active_trained()
             ids = np.array([lib.by_file[f] for f in remaining])
             position = {int(i): k for k, i in enumerate(ids)}
             queries = [(f, t) for f in held for t in renamed[f]]
             hits10 = 0
             for f, text in queries:
-                top = [h.media_id for h in lib.service.search_text(text, top=10)]
+                top = [h.media_id for h in lib.service.search.text(text, top=10)]
                 hits10 += lib.by_file[f] in top
-            bare = [h.media_id for h in lib.service.search_text(WORD, top=10 + len(captioned))
+            bare = [h.media_id for h in lib.service.search.text(WORD, top=10 + len(captioned))
                     if h.media_id in position][:10]
             dog_ids = {lib.by_file[f] for f in held}
             record = {"row": key, "n": n, "state": state, "active": lib.active(), "retrain": retrain,

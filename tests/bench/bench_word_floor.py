@@ -41,14 +41,14 @@ def main() -> int:
         return 0
     images, files, caps = domains(args.data)["flickr8k-train-slice"]
     service = open_library(args.home, "flickr8k-train-slice", images, files)
-    encoders = service.encoders
-    by_name = {Path(m.path).name: m for m in service.catalog.iter_media()}
+    encoders = service.state.encoders
+    by_name = {Path(m.path).name: m for m in service.state.catalog.iter_media()}
     rng = random.Random(0)
     vocabulary = sorted({w for f in files for c in caps[f] for w in content_words(c)})
     own_sims: list[float] = []
     other_sims: list[float] = []
     for f in files:
-        record = service.features.get(by_name[f].content_hash, encoders.backbone.id)
+        record = service.state.features.get(by_name[f].content_hash, encoders.backbone.id)
         if record is None or record.region_top_ids is None:
             continue
         own = sorted({w for c in caps[f] for w in content_words(c)})

@@ -96,10 +96,10 @@ def name_dogs(service, files: list[str], caps: dict[str, list[str]], dogs: dict[
     rng = random.Random(0)
     captioned: dict[str, list[str]] = {}
     queries: dict[str, list[tuple[str, str]]] = {}
-    for caption in list(service.catalog.iter_captions("user")):
-        service.delete_caption(caption.id)
-    for pair in service.catalog.pairs():
-        service.delete_pair(pair.id)
+    for caption in list(service.state.catalog.iter_captions("user")):
+        service.annotations.delete_caption(caption.id)
+    for pair in service.state.catalog.pairs():
+        service.annotations.delete_pair(pair.id)
     for colour, name in DOGS.items():
         photos = dogs[colour][:]
         rng.shuffle(photos)
@@ -107,7 +107,7 @@ def name_dogs(service, files: list[str], caps: dict[str, list[str]], dogs: dict[
         captioned[name] = chosen
         for f in chosen:
             text = next(rename(t, colour, name) for t in caps[f] if rename(t, colour, name))
-            service.add_caption(by_name[f], text)
+            service.annotations.add_caption(by_name[f], text)
         queries[name] = [(f, q) for f in photos if f not in chosen
                          for q in (rename(t, colour, name) for t in caps[f]) if q]
     return captioned, queries, {by_name[f] for fs in captioned.values() for f in fs}
@@ -118,17 +118,19 @@ def retrain(service, extra: tuple[str, ...]) -> dict:
     library's annotations: the new model is activated only if the gate accepts it, as in the app."""
     import time
 
-    from engine.loop.retrain import Retrain, RetrainOptions
+    from engine.loop.retrain import RetrainOptions
 
-    job = Retrain(service, RetrainOptions(warm_start=True, trainer_args=extra))
+    job = service.models.retrain(RetrainOptions(warm_start=True, trainer_args=extra))
     started = time.monotonic()
     for _ in job.run():
+        pass
+    for _ in service.models.adopt(job.result):
         pass
     result = job.result
     return {"extra_args": list(extra), "model": result.model_name, "activated": result.activated,
             "decision": result.decision, "train_s": round(time.monotonic() - started, 1),
-            "heldout_rsum_before": round(result.before["rsum"], 1) if result.before else None,
-            "heldout_rsum_after": round(result.after["rsum"], 1) if result.after else None}
+            "heldout_rsum_before": round(result.before.rsum, 1) if result.before else None,
+            "heldout_rsum_after": round(result.after.rsum, 1) if result.after else None}
 
 
 def r10_among_uncaptioned(service, queries: list[tuple[str, str]], taken: set[int], by_name: dict[str, int]) -> float:
@@ -136,7 +138,7 @@ def r10_among_uncaptioned(service, queries: list[tuple[str, str]], taken: set[in
     out of each ranking."""
     hits = []
     for f, q in queries:
-        ids, ranking, _, _ = service.rank_text(q)
+        ids, ranking, _, _ = service.search.rank_text(q)
         ranked = [m for m in (int(ids[ranking.rows[p]]) for p in ranking.order()) if m not in taken][:10]
         hits.append(by_name[f] in ranked)
     return round(100 * float(np.mean(hits)), 1)
@@ -156,7 +158,7 @@ def hits_whole_library(service, queries: list[tuple[str, str]], by_name: dict[st
     """Per ``(photo file, query)`` pair: the photo in the top 10 of the app's ranking of the whole library."""
     hits = []
     for f, q in queries:
-        ids, ranking, _, _ = service.rank_text(q)
+        ids, ranking, _, _ = service.search.rank_text(q)
         hits.append(by_name[f] in {int(ids[ranking.rows[p]]) for p in ranking.order()[:10]})
     return hits
 
@@ -176,14 +178,14 @@ def caption_hundred(service, files: list[str], caps: dict[str, list[str]]) -> tu
     """The general loop's library state: the starter active, the user's captions cleared, then 100 photos (the
     first of a seeded shuffle of ``files``) captioned once with a seeded caption of theirs. Returns the items' ids
     by file name and the shuffled order (its first 100 captioned, the next 300 the queries' photos)."""
-    service.set_active_model("starter")
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
-    for caption in list(service.catalog.iter_captions("user")):
-        service.delete_caption(caption.id)
+    service.models.activate("starter")
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
+    for caption in list(service.state.catalog.iter_captions("user")):
+        service.annotations.delete_caption(caption.id)
     order = files[:]
     random.Random(0).shuffle(order)
     for f in order[:100]:
-        service.add_caption(by_name[f], random.Random(f).choice(caps[f]))
+        service.annotations.add_caption(by_name[f], random.Random(f).choice(caps[f]))
     return by_name, order
 
 
@@ -207,13 +209,13 @@ def general(home: Path, data: Path, split: str, tag: str, shares: list[float] | 
     out: dict = {"captioned": 100, "queries": len(queries)}
     for row, evidence in (("model only", {"model"}), ("model + zero-shot", {"model", "zero_shot"}),
                           ("default", {"model", "zero_shot", "words"})):
-        service.evidence = frozenset(evidence)
+        service.state.evidence = frozenset(evidence)
         out[row] = r10_among_uncaptioned(service, queries, taken, by_name)
         print("general", row, out[row], flush=True)
     kept = words.SPREAD_SHARE
     for share in shares or []:
         words.SPREAD_SHARE = share
-        service.evidence = frozenset({"model", "zero_shot", "words"})
+        service.state.evidence = frozenset({"model", "zero_shot", "words"})
         out[f"default, spread share {share}"] = r10_among_uncaptioned(service, queries, taken, by_name)
         print("general share", share, out[f"default, spread share {share}"], flush=True)
     words.SPREAD_SHARE = kept
@@ -248,8 +250,8 @@ def main() -> int:
         return 0
     files, caps, dogs = dog_photos(args.data, args.split)
     service = open_library(args.home, f"words-{args.split}{args.tag}", args.data / "images", files)
-    service.set_active_model("starter")  # an earlier run's retrain may have left its model active
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    service.models.activate("starter")  # an earlier run's retrain may have left its model active
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     captioned, queries, taken = name_dogs(service, files, caps, dogs, by_name)
     ordinary = ordinary_queries(files, caps, dogs)
     ordinary_all = [(f, c) for f, _ in ordinary for c in caps[f]]  # every caption of the same photos: more power
@@ -258,10 +260,10 @@ def main() -> int:
     results: dict = {"split": args.split, "photos": len(files), "per_dog": {n: len(c) for n, c in captioned.items()},
                      "others": {n: len({f for f, _ in q}) for n, q in queries.items()}}
     def measure(row: str, evidence: set[str]) -> None:
-        service.evidence = frozenset(evidence)
-        record: dict = {"active": service.catalog.active_model().name}
+        service.state.evidence = frozenset(evidence)
+        record: dict = {"active": service.state.catalog.active_model().name}
         for name in DOGS.values():
-            top = [h.media_id for h in service.search_text(name, top=len(captioned[name]))]
+            top = [h.media_id for h in service.search.text(name, top=len(captioned[name]))]
             found = len(set(top) & {by_name[f] for f in captioned[name]})
             record[name] = {"bare_name_in_top16": found, "captioned": len(captioned[name]),
                             "others_r10": r10_among_uncaptioned(service, queries[name], taken, by_name),
@@ -286,12 +288,12 @@ def main() -> int:
                                       for row in ("model only", "default")}
         print("ordinary change", json.dumps(results["ordinary_change"]), flush=True)
     # a rejection takes effect at once
-    service.evidence = frozenset({"model", "zero_shot", "words"})
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
     query, paraphrase = "a dog swimming in a lake", "a dog is swimming in the water of a lake"
-    victim = service.search_text(query, top=1)[0].media_id
-    service.reject_pair(query, victim)
-    after = [h.media_id for h in service.search_text(query, top=60)]
-    para = [h.media_id for h in service.search_text(paraphrase, top=10)]
+    victim = service.search.text(query, top=1)[0].media_id
+    service.annotations.reject_pair(query, victim)
+    after = [h.media_id for h in service.search.text(query, top=60)]
+    para = [h.media_id for h in service.search.text(paraphrase, top=10)]
     results["rejection"] = {"query": query, "left_top60": victim not in after, "paraphrase": paraphrase,
                             "left_paraphrase_top10": victim not in para}
     print(json.dumps(results["rejection"]))

@@ -5,7 +5,7 @@
 
 The train side only (the 500 Flickr8k train photos the starter held aside): the named dogs of
 ``bench_words.py --split train-slice`` and its general loop. Each query is ranked once by the app
-(:meth:`engine.service.SearchService.rank_text`) with the spread switched off; a variant then adds its own spread
+(:meth:`engine.workspace.search.Search.rank_text`) with the spread switched off; a variant then adds its own spread
 to that ranking exactly as the app does (``words = max(direct match, spread)``, :data:`engine.search.evidence.WORDS`
 z-units), so every variant is scored against the same model, zero-shot semantics and direct matches. ``--model``:
 the dogs with a model retrained on their captions (``bench_words.py --split train-slice --retrain`` leaves it).
@@ -56,10 +56,10 @@ def centred(x: np.ndarray) -> np.ndarray:
 
 def spaces(service, ids: np.ndarray) -> dict[str, np.ndarray]:
     """Unit rows (N, D) per candidate neighbour space, in ``ids`` order."""
-    model = unit(service.active_trained().index.get(ids).mean(axis=1))
-    _, globals_ = service.indexes.global_matrix()
-    _, hashes = service.indexes.ok_items()
-    local = service.features.stack(hashes, service.encoders.backbone.id, "local").astype(np.float32)
+    model = unit(service.models.active_trained().index.get(ids).mean(axis=1))
+    _, globals_ = service.state.indexes.global_matrix()
+    _, hashes = service.state.indexes.ok_items()
+    local = service.state.features.stack(hashes, service.state.encoders.backbone.id, "local").astype(np.float32)
     gem3 = unit(((np.maximum(local, 0) + 1e-6) ** 3).mean(axis=1) ** (1 / 3))  # GeM pooling, p = 3
     both = unit(np.concatenate([centred(model), centred(globals_)], axis=1))
     return {"model": model, "globals": globals_, "gem3": gem3, "max": unit(local.max(axis=1)),
@@ -84,7 +84,7 @@ def capture(service, queries: list[tuple[str, str, str]], by_name: dict[str, int
     try:
         for group, photo, query in queries:
             seen.clear()
-            ids, ranking, _, _ = service.rank_text(query)
+            ids, ranking, _, _ = service.search.rank_text(query)
             total = np.empty(len(ids), np.float32)
             total[ranking.rows] = ranking.total
             direct = np.zeros(len(ids), np.float32)
@@ -162,21 +162,21 @@ def main() -> int:
     results: dict = {"model": args.model, "variants": []}
     tests = {}
     service = open_library(args.home, f"words-train-slice{args.tag}", args.data / "images", files)
-    service.set_active_model("starter")
-    by_name = {Path(m.path).name: m.id for m in service.catalog.iter_media()}
+    service.models.activate("starter")
+    by_name = {Path(m.path).name: m.id for m in service.state.catalog.iter_media()}
     _, queries, taken = name_dogs(service, files, caps, dogs, by_name)
-    service.set_active_model(args.model)
-    service.evidence = frozenset({"model", "zero_shot", "words"})
+    service.models.activate(args.model)
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
     records = capture(service, [(n, f, q) for n, qs in queries.items() for f, q in qs], by_name)
-    ids = service.indexes.zero_shot()[0]
+    ids = service.state.indexes.zero_shot()[0]
     tests["dogs"] = (records, ids, taken, spaces(service, ids))
     service.close()
     if args.model == "starter":  # the general loop, as bench_words.general
         service = open_library(args.home, f"words-train-slice-general{args.tag}", args.data / "images", files)
         by_name, order = caption_hundred(service, files, caps)
-        service.evidence = frozenset({"model", "zero_shot", "words"})
+        service.state.evidence = frozenset({"model", "zero_shot", "words"})
         records = capture(service, [("general", f, q) for f in order[100:400] for q in caps[f]], by_name)
-        ids = service.indexes.zero_shot()[0]
+        ids = service.state.indexes.zero_shot()[0]
         tests["general"] = (records, ids, {by_name[f] for f in order[:100]}, spaces(service, ids))
         service.close()
     for space, cfg in VARIANTS:

@@ -124,7 +124,7 @@ def profiled(service):
     stages.patch(indexer.Indexer, "_store", "store (catalog + feature store)")
     stages.patch(TrainedSearch, "sync", "active model embeds new items")
     waits: dict[str, float] = defaultdict(float)
-    locks = {"catalog": service.catalog, "features": service.features}
+    locks = {"catalog": service.state.catalog, "features": service.state.features}
     for name, store in locks.items():
         store._lock = TimedLock(store._lock, waits, name)
     figures = {"stages": stages, "waits": waits}

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.e2e.test_offline_cli import polyseek
 from tests.mediagen import make_jpeg
 from tests.unit.test_annotations_survive import annotations, without_times
@@ -21,14 +21,14 @@ def test_export_then_import_into_a_fresh_library_restores_everything(tmp_path, p
     for i, color in enumerate([(220, 30, 30), (30, 200, 30), (30, 30, 220)]):
         make_jpeg(photos / f"p{i}.jpg", (64, 48), color)
     assert polyseek("index", str(photos), "--library", "old", home=polyseek_home, assets=assets_dir).returncode == 0
-    service = SearchService.open("old", assets_dir)
+    service = Workspace.open("old", assets_dir)
     try:
-        ids = {m.path.name: m.id for m in service.catalog.iter_media()}
-        service.add_caption(ids["p0.jpg"], "the red one")
-        service.catalog.add_caption(ids["p1.jpg"], "green, from an old album", "imported")
-        service.accept_pair("something red", ids["p0.jpg"])
-        service.reject_pair("something red", ids["p2.jpg"])
-        before = annotations(service.catalog)
+        ids = {m.path.name: m.id for m in service.state.catalog.iter_media()}
+        service.annotations.add_caption(ids["p0.jpg"], "the red one")
+        service.state.catalog.add_caption(ids["p1.jpg"], "green, from an old album", "imported")
+        service.annotations.accept_pair("something red", ids["p0.jpg"])
+        service.annotations.reject_pair("something red", ids["p2.jpg"])
+        before = annotations(service.state.catalog)
     finally:
         service.close()
     run = polyseek("annotations", "export", str(tmp_path / backup), "--library", "old", "--json", home=polyseek_home,
@@ -47,8 +47,8 @@ def test_export_then_import_into_a_fresh_library_restores_everything(tmp_path, p
     run = polyseek("annotations", "import", str(tmp_path / backup), "--library", "new", "--json",
                    home=polyseek_home, assets=assets_dir)
     assert (json.loads(run.stdout)["captions"], json.loads(run.stdout)["pairs"]) == (0, 0)  # nothing twice
-    service = SearchService.open("new", assets_dir)
+    service = Workspace.open("new", assets_dir)
     try:
-        assert without_times(annotations(service.catalog)) == without_times(before)
+        assert without_times(annotations(service.state.catalog)) == without_times(before)
     finally:
         service.close()

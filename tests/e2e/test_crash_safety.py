@@ -27,7 +27,7 @@ from PIL import Image, ImageDraw
 from engine.features.featurestore import FIELDS, FeatureStore
 from engine.library.catalog import Catalog
 from engine.library.indexer import BATCH
-from engine.service import SearchService
+from engine.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
 N_ITEMS = 150
@@ -172,8 +172,8 @@ class Crash(BaseException):
 def test_a_crash_between_the_feature_and_catalog_commits_changes_nothing(tmp_path, assets_dir, monkeypatch):
     library = make_library(tmp_path / "library", 40)
     monkeypatch.setenv("POLYSEEK_HOME", str(tmp_path / "reference"))
-    with closing(SearchService.open("default", assets_dir)) as reference:
-        list(reference.index_paths([library]))
+    with closing(Workspace.open("default", assets_dir)) as reference:
+        list(reference.library.index([library]))
     monkeypatch.setenv("POLYSEEK_HOME", str(tmp_path / "crashed"))
     original = Catalog.set_media_ok
 
@@ -181,24 +181,24 @@ def test_a_crash_between_the_feature_and_catalog_commits_changes_nothing(tmp_pat
         raise Crash
 
     monkeypatch.setattr(Catalog, "set_media_ok", crash_after_the_features_are_stored)
-    with closing(SearchService.open("default", assets_dir)) as service, pytest.raises(Crash):
-        list(service.index_paths([library]))
+    with closing(Workspace.open("default", assets_dir)) as service, pytest.raises(Crash):
+        list(service.library.index([library]))
     with FeatureStore(tmp_path / "crashed" / "features.sqlite") as store:
         assert store.stats().items > 0  # the crash came after the features were stored
     monkeypatch.setattr(Catalog, "set_media_ok", original)
-    with closing(SearchService.open("default", assets_dir)) as service:
-        list(service.reindex())
+    with closing(Workspace.open("default", assets_dir)) as service:
+        list(service.models.reindex())
     got, want = snapshot(tmp_path / "crashed"), snapshot(tmp_path / "reference")
     assert {n: g[:3] for n, g in got.items()} == {n: w[:3] for n, w in want.items()}
 
 
 WRITER = """
 import sys
-from engine.service import SearchService
-service = SearchService.open("default")
+from engine.workspace import Workspace
+service = Workspace.open("default")
 media_id, start = int(sys.argv[1]), int(sys.argv[2])
 for n in range(start, start + 100_000):
-    service.add_caption(media_id, f"caption number {n}: it's a \\"test\\"; with quotes")
+    service.annotations.add_caption(media_id, f"caption number {n}: it's a \\"test\\"; with quotes")
     print(f"ack {n}", flush=True)
 """
 
@@ -206,9 +206,9 @@ for n in range(start, start + 100_000):
 @pytest.mark.slow
 def test_an_acknowledged_caption_survives_a_kill_of_the_writer(tmp_path, polyseek_home, assets_dir):
     library = make_library(tmp_path / "library", 1)
-    with closing(SearchService.open("default", assets_dir)) as service:
-        list(service.index_paths([library]))
-        media_id = next(service.catalog.iter_media()).id
+    with closing(Workspace.open("default", assets_dir)) as service:
+        list(service.library.index([library]))
+        media_id = next(service.state.catalog.iter_media()).id
     catalog_file = polyseek_home / "libraries" / "default" / "catalog.sqlite"
     rng = random.Random(SEED)
     acked: list[int] = []

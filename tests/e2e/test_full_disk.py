@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.library.catalog import Catalog, CatalogError
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg
 from tests.unit.test_annotations_survive import annotations
 
@@ -84,27 +84,27 @@ def test_indexing_and_caption_saves_on_a_full_disk_lose_nothing(small_disk, tmp_
     monkeypatch.setenv("POLYSEEK_HOME", str(home))
     folder = tmp_path / "photos"
     photos(folder, 3)
-    service = SearchService.open("full", assets_dir)  # open all along, as the app is while the disk fills up
+    service = Workspace.open("full", assets_dir)  # open all along, as the app is while the disk fills up
     try:
-        list(service.index_paths([folder]))
-        first = service.catalog.media_by_path(folder / "p000.jpg").id
-        service.add_caption(first, "a caption written before the disk filled up")
-        service.accept_pair("the first photo", first)
-        before = annotations(service.catalog)
+        list(service.library.index([folder]))
+        first = service.state.catalog.media_by_path(folder / "p000.jpg").id
+        service.annotations.add_caption(first, "a caption written before the disk filled up")
+        service.annotations.accept_pair("the first photo", first)
+        before = annotations(service.state.catalog)
         photos(folder, 60, start=3)  # about 7 MB of features to store: more than the disk will have left
         filler = fill(small_disk, leave=1 << 20)
         with pytest.raises(CatalogError, match="full"):  # the disk fills up in the middle of indexing
-            list(service.index_paths([folder]))
+            list(service.library.index([folder]))
         fill_rest(filler)
         try:  # SQLite may still have room in its log for one small row; either way, nothing half-written
-            service.add_caption(first, "a caption typed while the disk was full")
+            service.annotations.add_caption(first, "a caption typed while the disk was full")
             acked = True
         except CatalogError as error:
             assert "full" in str(error)
             acked = False
         with pytest.raises(CatalogError, match="full"):  # the purge cannot write its snapshot: it deletes nothing
-            service.catalog.mark_missing([folder / "p001.jpg"])
-            service.purge_missing()
+            service.state.catalog.mark_missing([folder / "p001.jpg"])
+            service.library.purge_missing()
     finally:
         service.close()
 
@@ -113,15 +113,15 @@ def test_indexing_and_caption_saves_on_a_full_disk_lose_nothing(small_disk, tmp_
     assert "disk is full" in run.stderr and "Traceback" not in run.stderr
 
     filler.unlink()
-    service = SearchService.open("full", assets_dir)
+    service = Workspace.open("full", assets_dir)
     try:
-        assert service.catalog.integrity_ok() and service.features.integrity_ok()
+        assert service.state.catalog.integrity_ok() and service.state.features.integrity_ok()
         typed = "a caption typed while the disk was full"
-        assert [r for r in annotations(service.catalog) if r[3] != typed] == before
-        assert (typed in [r[3] for r in annotations(service.catalog)]) == acked
-        list(service.index_paths([folder]))  # with room again, the run finishes what the full disk stopped
-        assert service.counts()["image"] == 63 and service.counts()["pending"] == 0
-        assert [r for r in annotations(service.catalog) if r[3] != typed] == before
+        assert [r for r in annotations(service.state.catalog) if r[3] != typed] == before
+        assert (typed in [r[3] for r in annotations(service.state.catalog)]) == acked
+        list(service.library.index([folder]))  # with room again, the run finishes what the full disk stopped
+        assert service.library.counts()["image"] == 63 and service.library.counts()["pending"] == 0
+        assert [r for r in annotations(service.state.catalog) if r[3] != typed] == before
         assert not list(home.rglob("*.tmp"))
     finally:
         service.close()

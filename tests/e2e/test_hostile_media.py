@@ -31,7 +31,7 @@ import pytest
 from engine import paths
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus
 from engine.media import limits
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import (
     BLACK,
     BLUE,
@@ -168,8 +168,8 @@ def check_outcomes(rows: dict[str, MediaRecord], cases: list[Case]) -> None:
 
 
 @pytest.fixture
-def service(assets_dir: Path) -> SearchService:
-    svc = SearchService.open("hostile", assets_dir)
+def service(assets_dir: Path) -> Workspace:
+    svc = Workspace.open("hostile", assets_dir)
     yield svc
     svc.close()
 
@@ -193,34 +193,34 @@ def test_every_hostile_file_is_recorded_and_failures_are_retried_only_when_chang
     service, tmp_path, monkeypatch
 ):
     library = build(tmp_path / "library", CASES)
-    list(service.index_paths([library]))
-    check_outcomes(rows_by_name(service.catalog), CASES)
-    many = service.catalog.media_by_path(library / "10000-frames.gif")
+    list(service.library.index([library]))
+    check_outcomes(rows_by_name(service.state.catalog), CASES)
+    many = service.state.catalog.media_by_path(library / "10000-frames.gif")
     assert many.n_frames == limits.MAX_ANIMATION_FRAMES  # counted up to the cap, not all 10,000
-    assert service.catalog.media_by_path(library / "really-a-png.mp4").format == "png"
-    assert service.search_text("a red picture", top=3)  # the library is searchable next to the bad files
+    assert service.state.catalog.media_by_path(library / "really-a-png.mp4").format == "png"
+    assert service.search.text("a red picture", top=3)  # the library is searchable next to the bad files
 
-    failures = sorted(service.failures())
+    failures = sorted(service.library.failures())
     decoded = count_decodes(monkeypatch)
-    list(service.reindex())
-    assert decoded == [] and sorted(service.failures()) == failures  # nothing changed: nothing retried
+    list(service.models.reindex())
+    assert decoded == [] and sorted(service.library.failures()) == failures  # nothing changed: nothing retried
 
     make_jpeg(library / "truncated.jpg", pixels=noise(99))  # the user repairs it (content new to the store)
     os.utime(library / "truncated.jpg", ns=(10**18, 10**18))
-    list(service.reindex())
+    list(service.models.reindex())
     assert decoded == ["truncated.jpg"]
-    assert service.catalog.media_by_path(library / "truncated.jpg").status == MediaStatus.OK
+    assert service.state.catalog.media_by_path(library / "truncated.jpg").status == MediaStatus.OK
 
 
 def test_a_non_utf8_file_name_round_trips_through_the_catalog(service, tmp_path):
     library = build(tmp_path / "library", [c for c in CASES if c.category == "names"])
-    list(service.index_paths([library]))
-    row = service.catalog.media_by_path(library / NON_UTF8_NAME)
+    list(service.library.index([library]))
+    row = service.state.catalog.media_by_path(library / NON_UTF8_NAME)
     assert row is not None and row.path == library / NON_UTF8_NAME and row.path.exists()
-    assert service.thumbnail(row.id).is_file()
-    service.add_caption(row.id, "a blue square")
-    list(service.reindex())  # unchanged, so not "missing": the row and its caption stay
-    assert [c.text for c in service.captions(row.id) if c.source == "user"] == ["a blue square"]
+    assert service.library.thumbnail(row.id).is_file()
+    service.annotations.add_caption(row.id, "a blue square")
+    list(service.models.reindex())  # unchanged, so not "missing": the row and its caption stay
+    assert [c.text for c in service.annotations.captions(row.id) if c.source == "user"] == ["a blue square"]
 
 
 def race_hook(monkeypatch: pytest.MonkeyPatch, actions: dict[str, Callable[[Path], None]]) -> None:
@@ -256,19 +256,19 @@ def test_files_deleted_replaced_or_growing_after_the_scan(service, tmp_path, mon
     old_hash = {}
     race_hook(monkeypatch, {"vanishes.jpg": os.remove, "replaced.jpg": replace_with_other_picture,
                             "grows.jpg": grow})
-    list(service.index_paths([library]))
-    rows = rows_by_name(service.catalog)
+    list(service.library.index([library]))
+    rows = rows_by_name(service.state.catalog)
     assert rows["good.jpg"].status == MediaStatus.OK
     assert "disappeared" in rows["vanishes.jpg"].error
     for name in ("replaced.jpg", "grows.jpg"):
         assert rows[name].status == MediaStatus.FAILED and "changed while" in rows[name].error
         old_hash[name] = rows[name].content_hash
         # the new content's features must not be filed under the old content's hash
-        assert service.features.get(old_hash[name], service.encoders.backbone.id) is None
+        assert service.state.features.get(old_hash[name], service.state.encoders.backbone.id) is None
 
     monkeypatch.undo()
-    list(service.reindex())
-    rows = rows_by_name(service.catalog)
+    list(service.models.reindex())
+    rows = rows_by_name(service.state.catalog)
     assert rows["vanishes.jpg"].status == MediaStatus.MISSING  # gone: kept as missing until the user purges it
     assert rows["replaced.jpg"].status == rows["grows.jpg"].status == MediaStatus.OK  # retried: it changed
     assert rows["replaced.jpg"].content_hash != old_hash["replaced.jpg"]
@@ -287,8 +287,8 @@ def test_a_file_vanishing_between_listing_and_hashing_is_skipped(service, tmp_pa
         return original(path)
 
     monkeypatch.setattr(indexer, "content_hash", vanish_first)
-    list(service.index_paths([library]))
-    assert set(rows_by_name(service.catalog)) == {"good.jpg"}
+    list(service.library.index([library]))
+    assert set(rows_by_name(service.state.catalog)) == {"good.jpg"}
 
 
 def fail_listing(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
@@ -308,22 +308,22 @@ def test_an_unreadable_folder_is_skipped_and_keeps_its_indexed_items(service, tm
     (library / "private").mkdir()
     make_jpeg(library / "private" / "secret.jpg", (64, 64), BLUE)
     make_jpeg(library / "zzz-after.jpg", (64, 64), GREEN)
-    list(service.index_paths([library]))
-    secret = service.catalog.media_by_path(library / "private" / "secret.jpg")
-    caption = service.add_caption(secret.id, "my private photo")
+    list(service.library.index([library]))
+    secret = service.state.catalog.media_by_path(library / "private" / "secret.jpg")
+    caption = service.annotations.add_caption(secret.id, "my private photo")
 
     fail_listing(monkeypatch, library / "private")
     make_jpeg(library / "new.jpg", (64, 64), WHITE)
-    list(service.reindex())  # the walk goes on past the folder it cannot list
-    assert set(rows_by_name(service.catalog)) == {"good.jpg", "secret.jpg", "zzz-after.jpg", "new.jpg"}
+    list(service.models.reindex())  # the walk goes on past the folder it cannot list
+    assert set(rows_by_name(service.state.catalog)) == {"good.jpg", "secret.jpg", "zzz-after.jpg", "new.jpg"}
     # not listable is not deleted: the row and the user's caption survive
-    assert caption in [c.id for c in service.captions(secret.id)]
+    assert caption in [c.id for c in service.annotations.captions(secret.id)]
 
     monkeypatch.undo()
     (library / "private" / "secret.jpg").unlink()
-    list(service.reindex())  # readable again and really gone: missing now, the caption still kept
-    assert rows_by_name(service.catalog)["secret.jpg"].status == MediaStatus.MISSING
-    assert caption in [c.id for c in service.captions(secret.id)]
+    list(service.models.reindex())  # readable again and really gone: missing now, the caption still kept
+    assert rows_by_name(service.state.catalog)["secret.jpg"].status == MediaStatus.MISSING
+    assert caption in [c.id for c in service.annotations.captions(secret.id)]
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
@@ -443,15 +443,15 @@ def test_a_file_replaced_by_known_content_gets_that_contents_pseudo_caption(serv
     library.mkdir()
     make_jpeg(library / "a.jpg", (64, 64), RED)
     make_jpeg(library / "b.jpg", (64, 64), BLUE)
-    list(service.index_paths([library]))
-    pseudo = {m.path.name: service.catalog.captions(m.id, sources=["pseudo"])[0].text
-              for m in service.catalog.iter_media()}
+    list(service.library.index([library]))
+    pseudo = {m.path.name: service.state.catalog.captions(m.id, sources=["pseudo"])[0].text
+              for m in service.state.catalog.iter_media()}
     assert pseudo["a.jpg"] != pseudo["b.jpg"]
     os.replace(make_jpeg(library / "copy.tmp", (64, 64), BLUE), library / "a.jpg")  # now b's content
-    list(service.reindex())  # a.jpg's features come from the store (b's): its old caption must not survive
-    a = service.catalog.media_by_path(library / "a.jpg")
+    list(service.models.reindex())  # a.jpg's features come from the store (b's): its old caption must not survive
+    a = service.state.catalog.media_by_path(library / "a.jpg")
     assert a.status == MediaStatus.OK
-    [caption] = [c.text for c in service.captions(a.id) if c.source == "pseudo"]
+    [caption] = [c.text for c in service.annotations.captions(a.id) if c.source == "pseudo"]
     assert caption != pseudo["a.jpg"]
     assert all(phrase in pseudo["b.jpg"] for phrase in caption.split(", "))  # b's classes (no colours)
 

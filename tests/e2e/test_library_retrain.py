@@ -1,4 +1,4 @@
-"""The library loop end to end: annotate through SearchService, ``polyseek retrain`` (tiny A3VSE), the new model
+"""The library loop end to end: annotate through the Workspace, ``polyseek retrain`` (tiny A3VSE), the new model
 is active after the re-index, and R@K on the held-aside annotations is reported for the old and the new model."""
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ def annotated_library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> 
     toy = make_toy_photo_folder(tmp_path / "toy", N_ITEMS, seed=5)
     service = Workspace.open(LIBRARY, assets_dir)
     try:
-        list(service.index_paths([toy.media_dir]))
-        by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+        list(service.library.index([toy.media_dir]))
+        by_path = {m.path.resolve(): m.id for m in service.state.catalog.iter_media()}
         annotated = {}
         for index, (item, texts) in enumerate(toy.item_captions()[:N_ANNOTATED]):
             media_id = by_path[item.path.resolve()]
-            service.add_caption(media_id, texts[0])
+            service.annotations.add_caption(media_id, texts[0])
             if index == 0:
-                service.accept_pair(texts[1], media_id)
-                service.reject_pair("a picture of something else entirely", media_id)
+                service.annotations.accept_pair(texts[1], media_id)
+                service.annotations.reject_pair("a picture of something else entirely", media_id)
             annotated[media_id] = len(texts) if index == 0 else 1  # captions it has for training
         unannotated = set(by_path.values()) - set(annotated)
     finally:
@@ -71,7 +71,7 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
 
     service = Workspace.open(LIBRARY, lib["assets"])
     try:
-        held = {i for i in lib["annotated"] if is_held_aside(service.media(i).content_hash, HOLDOUT)}
+        held = {i for i in lib["annotated"] if is_held_aside(service.library.media(i).content_hash, HOLDOUT)}
         assert held, "the toy library must hold some annotations aside for this test to mean anything"
         ts = result["training_set"]
         assert (ts["annotated_items"], ts["heldout_items"]) == (N_ANNOTATED, len(held))
@@ -86,7 +86,8 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
         assert len(folder.split(TRAIN_SPLIT).items) == N_ITEMS - len(held)  # D^l plus D^u
         assert len(folder.split(HELDOUT_SPLIT).items) == len(held)
         # the trainer reads the set as A3VSE's D^l (train), D^u with pseudo captions, and the held-aside split
-        source = FeatureSource(service.features, service.encoders, lib["home"] / "cache" / "text", lib["assets"])
+        state = service.state
+        source = FeatureSource(state.features, state.encoders, lib["home"] / "cache" / "text", lib["assets"])
         data = load_training_data(Path(ts["folder"]), TRAIN_SPLIT, HELDOUT_SPLIT, SparseConfig(),
                                   FeatureNeeds(True, True, False, "minilm", 8), source, with_pseudo=True)
         assert data.train.n_items == N_ANNOTATED - len(held) and data.val.n_items == len(held)
@@ -101,13 +102,13 @@ def test_retrain_activates_the_new_model_and_reports_before_and_after(annotated_
         assert result["before"]["model"] == "zero-shot" and result["after"]["model"] == "loop-v1"
         assert result["trainer_metrics"]["n_media"] == len(held)
 
-        active = [m for m in service.models() if m.active]
+        active = [m for m in service.models.all() if m.active]
         assert [m.name for m in active] == ["loop-v1"] and active[0].method == "a3vse"
-        record = service.catalog.model("loop-v1")
-        assert service.catalog.embedded_ids(record.id) == set(lib["annotated"]) | lib["unannotated"]
-        hits = service.search_text("a large red circle", top=5)
+        record = service.state.catalog.model("loop-v1")
+        assert service.state.catalog.embedded_ids(record.id) == set(lib["annotated"]) | lib["unannotated"]
+        hits = service.search.text("a large red circle", top=5)
         assert len(hits) == 5 and hits[0].score >= hits[-1].score
-        picks = service.suggest_annotations(4)  # a3vse exports one vector per item: random suggestions
+        picks = service.annotations.suggest(4)  # a3vse exports one vector per item: random suggestions
         assert len(picks) == 4 and {i for i, _ in picks} <= lib["unannotated"]
     finally:
         service.close()
@@ -129,10 +130,10 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
                         assets=assets_dir).returncode == 0
     service = Workspace.open("mine", assets_dir)
     try:
-        ids = sorted(m.id for m in service.catalog.iter_media())
-        service.add_caption(ids[0], "a shape on a plain background")
-        service.accept_pair("something round", ids[1])
-        service.reject_pair("a cat", ids[2])
+        ids = sorted(m.id for m in service.state.catalog.iter_media())
+        service.annotations.add_caption(ids[0], "a shape on a plain background")
+        service.annotations.accept_pair("something round", ids[1])
+        service.annotations.reject_pair("a cat", ids[2])
     finally:
         service.close()
     for target, extra in ((tmp_path / "out.json", []), (tmp_path / "out", ["--format", "folder"])):
@@ -150,9 +151,10 @@ def test_annotations_export_then_import_into_another_library(tmp_path, polyseek_
     assert again.returncode == 0 and "imported 0 captions" in again.stdout  # the same captions, not twice
     service = Workspace.open("theirs", assets_dir)
     try:  # restored as they were: the user's caption as the user's, the verdicts with their queries
-        restored = {service.media(c.media_id).path.name: c.text for c in service.catalog.iter_captions("user")}
+        catalog = service.state.catalog
+        restored = {service.library.media(c.media_id).path.name: c.text for c in catalog.iter_captions("user")}
         assert restored == {"toy_0000.png": "a shape on a plain background"}
-        verdicts = {(service.media(p.media_id).path.name, p.query, p.label) for p in service.catalog.pairs()}
+        verdicts = {(service.library.media(p.media_id).path.name, p.query, p.label) for p in catalog.pairs()}
         assert verdicts == {("toy_0001.png", "something round", 1), ("toy_0002.png", "a cat", -1)}
     finally:
         service.close()

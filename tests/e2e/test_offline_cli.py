@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg, make_png
 from tests.unit.test_annotations_survive import annotations, without_times
 
@@ -31,13 +31,13 @@ def test_unplugged_drive_through_the_cli(tmp_path, polyseek_home, assets_dir):
     make_png(home / "green.png", (48, 48), (30, 200, 30))
     run = polyseek("index", str(drive), str(home), "--library", "cli", home=polyseek_home, assets=assets_dir)
     assert run.returncode == 0, run.stderr
-    service = SearchService.open("cli", assets_dir)
+    service = Workspace.open("cli", assets_dir)
     try:
-        red = service.catalog.media_by_path(drive / "red.jpg").id
-        service.add_caption(red, "the red one from the trip")
-        service.accept_pair("red", red)
-        service.add_caption(service.catalog.media_by_path(home / "green.png").id, "green at home")
-        before = annotations(service.catalog)
+        red = service.state.catalog.media_by_path(drive / "red.jpg").id
+        service.annotations.add_caption(red, "the red one from the trip")
+        service.annotations.accept_pair("red", red)
+        service.annotations.add_caption(service.state.catalog.media_by_path(home / "green.png").id, "green at home")
+        before = annotations(service.state.catalog)
     finally:
         service.close()
 
@@ -71,10 +71,10 @@ def test_unplugged_drive_through_the_cli(tmp_path, polyseek_home, assets_dir):
     drive.rmdir()
     shutil.move(tmp_path / "unplugged", drive)
     assert polyseek("index", str(drive), "--library", "cli", home=polyseek_home, assets=assets_dir).returncode == 0
-    service = SearchService.open("cli", assets_dir)
+    service = Workspace.open("cli", assets_dir)
     try:
-        assert without_times(annotations(service.catalog)) == without_times(before)
-        assert {str(m.status) for m in service.catalog.iter_media()} == {"ok"}
+        assert without_times(annotations(service.state.catalog)) == without_times(before)
+        assert {str(m.status) for m in service.state.catalog.iter_media()} == {"ok"}
     finally:
         service.close()
 

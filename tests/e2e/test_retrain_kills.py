@@ -24,7 +24,7 @@ import pytest
 
 from engine.search.modelrunner import ModelRunner
 from engine.search.trained import model_export_dir
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.synthetic import make_toy_photo_folder
 from tests.unit.test_annotations_survive import annotations
 
@@ -45,22 +45,22 @@ def library(tmp_path: Path, polyseek_home: Path, assets_dir: Path) -> dict:
     """Toy photos, ten annotated (captions, an accepted and a rejected pair), one annotated and one plain photo
     deleted from disk (kept as missing, with the annotation)."""
     toy = make_toy_photo_folder(tmp_path / "toy", N_ITEMS, seed=11)
-    service = SearchService.open(LIBRARY, assets_dir)
+    service = Workspace.open(LIBRARY, assets_dir)
     try:
-        list(service.index_paths([toy.media_dir]))
-        by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+        list(service.library.index([toy.media_dir]))
+        by_path = {m.path.resolve(): m.id for m in service.state.catalog.iter_media()}
         items = toy.item_captions()
         for index, (item, texts) in enumerate(items[:N_ANNOTATED]):
             media_id = by_path[item.path.resolve()]
-            service.add_caption(media_id, texts[0])
+            service.annotations.add_caption(media_id, texts[0])
             if index == 0:
-                service.accept_pair(texts[1], media_id)
-                service.reject_pair("a picture of something else entirely", media_id)
+                service.annotations.accept_pair(texts[1], media_id)
+                service.annotations.reject_pair("a picture of something else entirely", media_id)
         items[0][0].path.unlink()  # annotated, then deleted
         items[-1][0].path.unlink()  # never annotated, deleted
-        list(service.reindex())
-        assert service.counts()["missing"] == 2
-        before = annotations(service.catalog)
+        list(service.models.reindex())
+        assert service.library.counts()["missing"] == 2
+        before = annotations(service.state.catalog)
     finally:
         service.close()
     return {"home": polyseek_home, "assets": assets_dir, "before": before}
@@ -103,22 +103,22 @@ def models_in(catalog: Path) -> list[tuple[str, int]]:
 
 def check_library(lib: dict) -> str | None:
     """The state after a restart; returns the active model's name."""
-    service = SearchService.open(LIBRARY, lib["assets"])
+    service = Workspace.open(LIBRARY, lib["assets"])
     try:
-        assert service.catalog.integrity_ok()
-        assert annotations(service.catalog) == lib["before"]
-        for record in service.catalog.models():  # no half model: every registered one opens
-            ModelRunner.load(model_export_dir(record.path), backbone_id=service.encoders.backbone.id)
-        list(service.reindex())  # what the app's re-index does on a restart
-        assert service.search_text("a large green triangle", top=3) is not None  # the active model loads
-        active = service.catalog.active_model()
-        present = {m.id for m in service.catalog.iter_media("ok")}
+        assert service.state.catalog.integrity_ok()
+        assert annotations(service.state.catalog) == lib["before"]
+        for record in service.state.catalog.models():  # no half model: every registered one opens
+            ModelRunner.load(model_export_dir(record.path), backbone_id=service.state.encoders.backbone.id)
+        list(service.models.reindex())  # what the app's re-index does on a restart
+        assert service.search.text("a large green triangle", top=3) is not None  # the active model loads
+        active = service.state.catalog.active_model()
+        present = {m.id for m in service.state.catalog.iter_media("ok")}
         assert len(present) == N_ITEMS - 2
         if active is not None:
-            assert service.catalog.embedded_ids(active.id) == present  # the missing items have no vectors
-            trained = service.active_trained()
+            assert service.state.catalog.embedded_ids(active.id) == present  # the missing items have no vectors
+            trained = service.models.active_trained()
             assert trained is not None and set(trained.index.ids().tolist()) == present
-        assert annotations(service.catalog) == lib["before"]
+        assert annotations(service.state.catalog) == lib["before"]
         return active.name if active is not None else None
     finally:
         service.close()

@@ -64,11 +64,12 @@ def open_workspace(name: str = "gui", encoders: StandinEncoders | None = None, m
     from engine.features.featurestore import FeatureStore
     from engine.library.catalog import Catalog
     from engine.paths import home, library_dir
+    from engine.state import LibraryState
 
     folder = library_dir(name)
     folder.mkdir(parents=True, exist_ok=True)
-    ws = Workspace(name, Catalog(folder / "catalog.sqlite"), FeatureStore(home() / "features.sqlite"),
-                   encoders or StandinEncoders(), folder / "thumbnails")
+    ws = Workspace(LibraryState(name, Catalog(folder / "catalog.sqlite"), FeatureStore(home() / "features.sqlite"),
+                                encoders or StandinEncoders(), folder / "thumbnails"))
     if models:
         for path in tiny_models().values():
             ws.models.register(path)
@@ -123,12 +124,12 @@ def window(qtbot, service: Workspace, calls) -> Iterator:
 
 def user_pairs(ws: Workspace) -> dict[int, tuple[str, int, int]]:
     """The user's accepted (+1) and rejected (-1) pairs in the catalog: ``{id: (query, media_id, label)}``."""
-    return {p.id: (p.query, p.media_id, p.label) for p in ws.catalog.pairs(source="user")}
+    return {p.id: (p.query, p.media_id, p.label) for p in ws.state.catalog.pairs(source="user")}
 
 
 def media_ids(ws: Workspace) -> list[int]:
     """Every indexed item's id, in id order."""
-    return sorted(int(m) for m in ws.catalog.media_ids())
+    return sorted(int(m) for m in ws.state.catalog.media_ids())
 
 
 def active_model(ws: Workspace) -> str:
@@ -138,7 +139,7 @@ def active_model(ws: Workspace) -> str:
 
 def by_path(ws: Workspace, path: Path | str) -> int:
     """The id of the indexed item at ``path``."""
-    return ws.catalog.media_by_path(Path(path).resolve()).id
+    return ws.state.catalog.media_by_path(Path(path).resolve()).id
 
 
 def by_name(ws: Workspace, name: str) -> int:
@@ -147,29 +148,22 @@ def by_name(ws: Workspace, name: str) -> int:
     return found
 
 
-# the workspace's flat method each part's call forwards to while both exist (h45: the flat ones are going)
-_FLAT = {"search.text": "search_text", "search.example": "search_media", "search.warm": "warm_search",
-         "library.browse": "browse", "library.browse_count": "browse_count", "library.index": "index_paths",
-         "annotations.add_caption": "add_caption", "annotations.export": "export_annotations",
-         "annotations.import_file": "import_annotations", "annotations.suggest": "suggest_annotations",
-         "models.activate": "set_active_model", "models.register": "register_model",
-         "models.evaluate": "evaluate_on", "models.training_set": "export_training_set",
-         "annotations.states": "annotation_states", "annotations.suggestion_policy": "suggestion_policy",
-         "models.switch": "switch_model"}
+# the part methods the call log spies on
+_SPIED = ("search.text", "search.example", "search.warm", "library.browse", "library.browse_count", "library.index",
+          "annotations.add_caption", "annotations.export", "annotations.import_file", "annotations.suggest",
+          "annotations.states", "annotations.suggestion_policy", "models.activate", "models.register",
+          "models.evaluate", "models.training_set", "models.switch")
 
 
 def replace_call(ws: Workspace, monkeypatch: pytest.MonkeyPatch, name: str, make) -> None:
-    """Put ``make(real)`` in the place of the workspace's ``part.method`` ``name``, whichever way the app reaches it
-    (a part's method, or the flat method it forwards to while that exists)."""
-    flat = _FLAT.get(name)
+    """Put ``make(real)`` in the place of the workspace's ``part.method`` ``name``."""
     part, method = name.split(".")
-    owner, attr = (ws, flat) if flat and hasattr(type(ws), flat) else (getattr(ws, part), method)
-    monkeypatch.setattr(owner, attr, make(getattr(owner, attr)))
+    owner = getattr(ws, part)
+    monkeypatch.setattr(owner, method, make(getattr(owner, method)))
 
 
 class CallLog(list):
-    """What the window asked the workspace for, in order: ``(part.method, arguments by name)`` for each spied call,
-    whichever way the app reaches it (a part's method, or the flat method it forwards to while that exists)."""
+    """What the window asked the workspace for, in order: ``(part.method, arguments by name)`` for each spied call."""
 
     def __init__(self, ws: Workspace, monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
         super().__init__()
@@ -202,5 +196,5 @@ class CallLog(list):
 
 @pytest.fixture
 def calls(service: Workspace, monkeypatch: pytest.MonkeyPatch) -> CallLog:
-    """What the window asks ``service`` for from now on (every part method of :data:`_FLAT`)."""
-    return CallLog(service, monkeypatch, *_FLAT)
+    """What the window asks ``service`` for from now on (every part method of :data:`_SPIED`)."""
+    return CallLog(service, monkeypatch, *_SPIED)

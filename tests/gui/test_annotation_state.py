@@ -75,7 +75,7 @@ def test_caption_provenance_is_visibly_different(qtbot, window, service: Workspa
     start_typing_a_query(qtbot, window, "blue")
     hit = window.results.current_hit()
     service.annotations.add_caption(hit.media_id, "mine")
-    service.catalog.add_caption(hit.media_id, "from a file", CaptionSource.IMPORTED)  # as an import writes it
+    service.state.catalog.add_caption(hit.media_id, "from a file", CaptionSource.IMPORTED)  # as an import writes it
     guess = service.library.item(hit.media_id).guess  # indexing gave the item its guess
     window.annotate.refresh()
     settle(qtbot, window)

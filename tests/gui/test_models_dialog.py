@@ -131,7 +131,7 @@ def test_a_model_switched_by_another_process_shows_when_the_window_comes_back(qt
     assert window.search_bar.model_combo.currentData() != "tiny-pcme"
     from engine.library.catalog import Catalog
 
-    other = Catalog(service.catalog.path)  # another process wrote the catalog: this process is not told
+    other = Catalog(service.state.catalog.path)  # another process wrote the catalog: this process is not told
     other.set_active_model("tiny-pcme")
     other.close()
     window._application_state_changed(Qt.ApplicationState.ApplicationInactive)  # away: nothing read

@@ -74,6 +74,12 @@ def test_the_viewer_shows_a_heic(qtbot, tmp_path: Path) -> None:
 class _PictureQueryService:
     """Only what the inspector's loader asks for: an explanation of a picture query, no item picture."""
 
+    @property
+    def search(self) -> _PictureQueryService:  # the parts the loader asks: search.explain, library.preview_frames
+        return self
+
+    library = search
+
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         grid = np.full((1, 49), 1 / 49, dtype=np.float32)
         return Explanation((), grid, np.zeros((1, 3), dtype=np.float32), None, np.eye(1), (0, 0))

@@ -18,7 +18,7 @@ service_module = pytest.importorskip("engine.workspace")
 def window_and_service(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("POLYSEEK_ASSETS", str(tmp_path / "no-assets"))  # never the developer's assets
     service = service_module.Workspace.open("purge-test")
-    catalog = service.catalog
+    catalog = service.state.catalog
     root = catalog.add_root(tmp_path / "drive")
     gone, _ = catalog.upsert_media(tmp_path / "drive" / "gone.jpg", 10, 1, "hash-gone", root)
     here, _ = catalog.upsert_media(tmp_path / "drive" / "here.jpg", 11, 1, "hash-here", root)
@@ -48,5 +48,5 @@ def test_purge_yes_deletes_the_missing_items_after_a_snapshot(qtbot, window_and_
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window._confirm_purge_missing()
     qtbot.waitUntil(lambda: service.library.missing_summary() == (0, 0, 0), timeout=10000)
-    assert [c.text for c in service.catalog.iter_captions()] == ["still here"]
+    assert [c.text for c in service.state.catalog.iter_captions()] == ["still here"]
     assert len(service.annotations.snapshots()) == 1

@@ -39,7 +39,7 @@ def test_a_search_rerun_after_indexing_keeps_its_grid_and_selection(qtbot, tmp_p
         rows: list[int] = []  # the grid's length, sampled while the re-run is on its way
         sampler = QTimer(interval=5)
         sampler.timeout.connect(lambda: rows.append(window.results_model.rowCount()))
-        service.encoders.delay_s = 0.02  # a slow machine's backbone
+        service.state.encoders.delay_s = 0.02  # a slow machine's backbone
         with qtbot.waitSignal(window.library.indexing_finished, timeout=10000):
             window.library.add_folder(make_media_folder(tmp_path / "b", n_images=4, n_gifs=0, video=False,
                                                         broken=False))
@@ -59,7 +59,7 @@ def test_browsing_shows_items_as_they_are_indexed_and_both_headers_agree(qtbot, 
     window = shown_window(qtbot, service)
     try:
         qtbot.waitUntil(lambda: window.results_model.rowCount() == 4, timeout=5000)
-        service.encoders.delay_s = 0.05
+        service.state.encoders.delay_s = 0.05
         # three of the indexer's batches of 32 (engine.library.indexer.BATCH), each committed as it is done
         window.library.add_folder(make_media_folder(tmp_path / "b", n_images=70, n_gifs=0, video=False,
                                                     broken=False))

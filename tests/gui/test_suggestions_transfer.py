@@ -152,7 +152,7 @@ def test_use_model_activates_it_and_reindexes(qtbot, window, service, calls) -> 
     assert window.library.is_indexing or calls.named("models.activate")
     qtbot.waitUntil(lambda: not window.library.is_indexing, timeout=5000)
     qtbot.waitUntil(lambda: window.search_bar.model_combo.currentData() == "tiny-pvse", timeout=5000)
-    # the engine's one switch (SearchService.switch_model), not a second spelling of it in the window
+    # the engine's one switch (Models.switch), not a second spelling of it in the window
     assert calls.has("models.switch", name="tiny-pvse")
 
 

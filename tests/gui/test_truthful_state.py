@@ -205,7 +205,7 @@ def test_point5_cancelled_indexing_offers_resume(qtbot, tmp_path) -> None:
     assert finished.args == ["cancelled"]
     assert panel.resume_button.isVisibleTo(panel)
     assert "Resume" in panel.progress_label.text() and "Re-index" in panel.progress_label.text()
-    service.encoders.delay_s = 0.0
+    service.state.encoders.delay_s = 0.0
     with qtbot.waitSignal(panel.indexing_finished, timeout=10000) as resumed:
         panel.resume_button.click()
     assert resumed.args == ["done"] and service.library.counts()["image"] == 100

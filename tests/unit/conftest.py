@@ -9,7 +9,7 @@ import pytest
 
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg
 from tests.synthetic import make_toy_photo_folder
 from trainer.data import FeatureSource
@@ -28,7 +28,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, assets_dir: Path):
 
 
 @pytest.fixture
-def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> SearchService:
+def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> Workspace:
     """Eight plain-coloured photos, zero-shot ranking (no starter)."""
     monkeypatch.setenv("POLYSEEK_STARTER", "off")
     folder = tmp_path / "media"
@@ -37,7 +37,7 @@ def library(assets_dir: Path, tmp_path: Path, monkeypatch) -> SearchService:
                (200, 0, 200), (0, 200, 200)]
     for i, colour in enumerate(colours):
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
-    service = SearchService.open("words", assets_dir)
-    list(service.index_paths([folder]))
+    service = Workspace.open("words", assets_dir)
+    list(service.library.index([folder]))
     yield service
     service.close()

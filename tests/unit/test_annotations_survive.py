@@ -55,21 +55,21 @@ def drives(tmp_path: Path) -> dict[str, Path]:
 
 def annotate(service: Workspace, drives: dict[str, Path]) -> list[tuple]:
     """Index both folders and annotate two drive photos and one home photo; returns the annotations."""
-    list(service.index_paths([drives["drive"], drives["home"]]))
-    by_name = {m.path.name: m.id for m in service.catalog.iter_media()}
-    service.add_caption(by_name["d0.jpg"], "a red square from the holiday")
-    service.add_caption(by_name["d0.jpg"], "the red one")
-    service.accept_pair("something red", by_name["d0.jpg"])
-    service.reject_pair("a green field", by_name["d1.jpg"])
-    service.catalog.add_caption(by_name["d1.jpg"], "imported green caption", "imported")
-    service.add_caption(by_name["h0.png"], "yellow at home")
-    before = annotations(service.catalog)
+    list(service.library.index([drives["drive"], drives["home"]]))
+    by_name = {m.path.name: m.id for m in service.state.catalog.iter_media()}
+    service.annotations.add_caption(by_name["d0.jpg"], "a red square from the holiday")
+    service.annotations.add_caption(by_name["d0.jpg"], "the red one")
+    service.annotations.accept_pair("something red", by_name["d0.jpg"])
+    service.annotations.reject_pair("a green field", by_name["d1.jpg"])
+    service.state.catalog.add_caption(by_name["d1.jpg"], "imported green caption", "imported")
+    service.annotations.add_caption(by_name["h0.png"], "yellow at home")
+    before = annotations(service.state.catalog)
     assert len(before) == 6
     return before
 
 
 def statuses(service: Workspace) -> dict[str, str]:
-    return {m.path.name: str(m.status) for m in service.catalog.iter_media()}
+    return {m.path.name: str(m.status) for m in service.state.catalog.iter_media()}
 
 
 def unplug(drive: Path, tmp: Path) -> Path:
@@ -90,27 +90,27 @@ def plug_back(drive: Path, away: Path) -> None:
 
 def test_empty_mount_point_is_offline_and_keeps_every_annotation(service, drives):
     before = annotate(service, drives)
-    ids = {m.path.name: m.id for m in service.catalog.iter_media()}
+    ids = {m.path.name: m.id for m in service.state.catalog.iter_media()}
     away = unplug(drives["drive"], drives["tmp"])
     make_png(drives["home"] / "h-new.png", (40, 40), (90, 90, 90))  # the other folder still gets indexed
 
-    list(service.reindex())
+    list(service.models.reindex())
 
-    assert annotations(service.catalog) == before
-    [offline] = service.offline_roots()
+    assert annotations(service.state.catalog) == before
+    [offline] = service.library.offline_roots()
     assert offline.path == drives["drive"] and offline.items == 3 and "empty" in offline.reason
     assert statuses(service) == {"d0.jpg": "missing", "d1.jpg": "missing", "d2.jpg": "missing", "h0.png": "ok",
                                  "h1.png": "ok", "h-new.png": "ok"}
-    assert service.counts()["missing"] == 3
-    hits = service.search_text("red", top=10)
+    assert service.library.counts()["missing"] == 3
+    hits = service.search.text("red", top=10)
     assert hits and {Path(h.path).parent for h in hits} == {drives["home"]}  # offline items are not results
 
     plug_back(drives["drive"], away)
-    list(service.reindex())
-    assert service.offline_roots() == []
-    assert {m.path.name: m.id for m in service.catalog.iter_media() if m.path.name != "h-new.png"} == ids
+    list(service.models.reindex())
+    assert service.library.offline_roots() == []
+    assert {m.path.name: m.id for m in service.state.catalog.iter_media() if m.path.name != "h-new.png"} == ids
     assert set(statuses(service).values()) == {"ok"}
-    assert annotations(service.catalog) == before
+    assert annotations(service.state.catalog) == before
 
 
 def test_missing_root_among_present_ones_is_skipped_not_fatal(service, drives):
@@ -119,66 +119,66 @@ def test_missing_root_among_present_ones_is_skipped_not_fatal(service, drives):
     drives["drive"].rmdir()  # the mount point itself is gone
     make_png(drives["home"] / "h-new.png", (40, 40), (90, 90, 90))
 
-    list(service.reindex())  # used to raise "no such file or folder" and index nothing
+    list(service.models.reindex())  # used to raise "no such file or folder" and index nothing
 
-    assert [(o.path, o.items) for o in service.offline_roots()] == [(drives["drive"], 3)]
-    assert "not found" in service.offline_roots()[0].reason
+    assert [(o.path, o.items) for o in service.library.offline_roots()] == [(drives["drive"], 3)]
+    assert "not found" in service.library.offline_roots()[0].reason
     assert statuses(service)["h-new.png"] == "ok"
-    assert annotations(service.catalog) == before
+    assert annotations(service.state.catalog) == before
 
     shutil.move(away, drives["drive"])
-    list(service.reindex())
-    assert set(statuses(service).values()) == {"ok"} and annotations(service.catalog) == before
+    list(service.models.reindex())
+    assert set(statuses(service).values()) == {"ok"} and annotations(service.state.catalog) == before
 
 
 def test_a_single_file_added_to_the_library_and_then_gone_keeps_its_caption(service, drives):
     single = make_jpeg(drives["tmp"] / "single.jpg", (50, 50), (120, 60, 10))
-    list(service.index_paths([single, drives["home"]]))
-    media_id = service.catalog.media_by_path(single).id
-    service.add_caption(media_id, "one photo added on its own")
-    before = annotations(service.catalog)
+    list(service.library.index([single, drives["home"]]))
+    media_id = service.state.catalog.media_by_path(single).id
+    service.annotations.add_caption(media_id, "one photo added on its own")
+    before = annotations(service.state.catalog)
     single.unlink()
-    list(service.reindex())
-    assert [(o.path, o.reason) for o in service.offline_roots()] == [(single, "file not found")]
-    assert statuses(service)["single.jpg"] == "missing" and annotations(service.catalog) == before
+    list(service.models.reindex())
+    assert [(o.path, o.reason) for o in service.library.offline_roots()] == [(single, "file not found")]
+    assert statuses(service)["single.jpg"] == "missing" and annotations(service.state.catalog) == before
 
 
 def test_a_path_that_never_was_a_library_folder_is_still_an_error(service, drives):
     with pytest.raises(FileNotFoundError, match="no such file"):
-        list(service.index_paths([drives["tmp"] / "typo"]))
+        list(service.library.index([drives["tmp"] / "typo"]))
 
 
 def test_root_on_another_device_without_its_files_is_offline(service, drives):
     before = annotate(service, drives)
-    root_id = service.catalog.root_id(drives["drive"])
-    assert service.catalog.root_device(root_id) == os.stat(drives["drive"]).st_dev  # recorded when added
+    root_id = service.state.catalog.root_id(drives["drive"])
+    assert service.state.catalog.root_device(root_id) == os.stat(drives["drive"]).st_dev  # recorded when added
     away = unplug(drives["drive"], drives["tmp"])
     make_jpeg(drives["drive"] / "other-disk.jpg", (30, 30), (10, 10, 10))  # another drive, mounted there
-    service.catalog.set_root_device(root_id, os.stat(drives["drive"]).st_dev + 1)  # what the drive was on
+    service.state.catalog.set_root_device(root_id, os.stat(drives["drive"]).st_dev + 1)  # what the drive was on
 
-    list(service.reindex())
+    list(service.models.reindex())
 
-    [offline] = service.offline_roots()
+    [offline] = service.library.offline_roots()
     assert "another device" in offline.reason
     assert "other-disk.jpg" not in statuses(service)  # the stranger's files are not indexed into this folder
-    assert annotations(service.catalog) == before
+    assert annotations(service.state.catalog) == before
 
     # the drive comes back under a new device id (its files are there): online, and the new id is recorded
     shutil.rmtree(drives["drive"])
     shutil.move(away, drives["drive"])
-    list(service.reindex())
-    assert service.offline_roots() == []
-    assert service.catalog.root_device(root_id) == os.stat(drives["drive"]).st_dev
-    assert set(statuses(service).values()) == {"ok"} and annotations(service.catalog) == before
+    list(service.models.reindex())
+    assert service.library.offline_roots() == []
+    assert service.state.catalog.root_device(root_id) == os.stat(drives["drive"]).st_dev
+    assert set(statuses(service).values()) == {"ok"} and annotations(service.state.catalog) == before
 
 
 def test_a_folder_the_user_emptied_on_purpose_keeps_its_annotations_until_purged(service, drives):
     before = annotate(service, drives)
     for f in drives["home"].iterdir():
         f.unlink()
-    list(service.reindex())
-    assert [o.path for o in service.offline_roots()] == [drives["home"]]  # it looks unplugged: nothing is lost
-    assert annotations(service.catalog) == before
+    list(service.models.reindex())
+    assert [o.path for o in service.library.offline_roots()] == [drives["home"]]  # it looks unplugged: nothing is lost
+    assert annotations(service.state.catalog) == before
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -186,38 +186,38 @@ def test_a_folder_the_user_emptied_on_purpose_keeps_its_annotations_until_purged
 
 def test_deleted_file_is_missing_and_gets_its_annotations_back_when_it_returns(service, drives):
     before = annotate(service, drives)
-    d0 = service.catalog.media_by_path(drives["drive"] / "d0.jpg")
+    d0 = service.state.catalog.media_by_path(drives["drive"] / "d0.jpg")
     kept = drives["tmp"] / "kept.jpg"
     shutil.move(drives["drive"] / "d0.jpg", kept)
 
-    list(service.reindex())
-    assert service.offline_roots() == []  # the folder still has files: a deleted file, not an unplugged drive
+    list(service.models.reindex())
+    assert service.library.offline_roots() == []  # the folder still has files: a deleted file, not an unplugged drive
     assert statuses(service)["d0.jpg"] == "missing"
-    assert annotations(service.catalog) == before
-    assert all(Path(h.path).name != "d0.jpg" for h in service.search_text("red square", top=10))
+    assert annotations(service.state.catalog) == before
+    assert all(Path(h.path).name != "d0.jpg" for h in service.search.text("red square", top=10))
 
     # it comes back renamed, in another folder of the library: the same row, by content
     shutil.move(kept, drives["home"] / "renamed.jpg")
-    list(service.reindex())
-    moved = service.catalog.media_by_path(drives["home"] / "renamed.jpg")
+    list(service.models.reindex())
+    moved = service.state.catalog.media_by_path(drives["home"] / "renamed.jpg")
     assert moved.id == d0.id and moved.status == MediaStatus.OK
-    assert without_times(annotations(service.catalog)) == without_times(
+    assert without_times(annotations(service.state.catalog)) == without_times(
         [(*r[:1], "renamed.jpg" if r[1] == "d0.jpg" else r[1], *r[2:]) for r in before])
-    assert [c.created_at for c in service.captions(d0.id) if c.source == "user"] == sorted(
+    assert [c.created_at for c in service.annotations.captions(d0.id) if c.source == "user"] == sorted(
         r[-1] for r in before if r[1] == "d0.jpg" and r[2] == "caption")
 
 
 def test_export_with_files_missing_writes_what_it_can_and_names_the_rest(service, drives):
     annotate(service, drives)
     away = unplug(drives["drive"], drives["tmp"])
-    list(service.reindex())
+    list(service.models.reindex())
 
-    folder = service.export_annotations(drives["tmp"] / "export")
+    folder = service.annotations.export(drives["tmp"] / "export")
     assert int(folder) == 1 and sorted(folder.skipped) == ["d0.jpg", "d1.jpg"]
     exported = load_caption_folder(drives["tmp"] / "export")
     assert [(i.file, t) for i, t in exported.item_captions()] == [("h0.png", ["yellow at home"])]
 
-    coco = service.export_annotations(drives["tmp"] / "all.json", "coco")
+    coco = service.annotations.export(drives["tmp"] / "all.json", "coco")
     assert (int(coco), coco.accepted, coco.rejected, coco.skipped) == (4, 1, 1, ())
     data = json.loads((drives["tmp"] / "all.json").read_text())
     assert sorted(i["file_name"] for i in data["images"]) == ["d0.jpg", "d1.jpg", "h0.png"]
@@ -230,17 +230,17 @@ def test_export_with_files_missing_writes_what_it_can_and_names_the_rest(service
 
 def test_a_backup_import_reaches_items_on_an_unplugged_drive(service, drives):
     annotate(service, drives)
-    assert service.export_annotations(drives["tmp"] / "backup.json", "coco") == 4
+    assert service.annotations.export(drives["tmp"] / "backup.json", "coco") == 4
     away = unplug(drives["drive"], drives["tmp"])
-    list(service.reindex())
-    d0 = service.catalog.media_by_path(drives["drive"] / "d0.jpg")
-    for caption in service.captions(d0.id):
+    list(service.models.reindex())
+    d0 = service.state.catalog.media_by_path(drives["drive"] / "d0.jpg")
+    for caption in service.annotations.captions(d0.id):
         if caption.source == "user":
-            service.delete_caption(caption.id)  # the user deletes them by mistake while the drive is away
+            service.annotations.delete_caption(caption.id)  # the user deletes them by mistake while the drive is away
 
-    assert service.import_annotations(drives["tmp"] / "backup.json") == 2
+    assert service.annotations.import_file(drives["tmp"] / "backup.json") == 2
 
-    assert sorted(c.text for c in service.captions(d0.id) if c.source == "user") == [  # as the user's, again
+    assert sorted(c.text for c in service.annotations.captions(d0.id) if c.source == "user") == [  # the user's again
         "a red square from the holiday", "the red one"]
     plug_back(drives["drive"], away)
 
@@ -251,94 +251,95 @@ def test_a_backup_import_reaches_items_on_an_unplugged_drive(service, drives):
 def test_purge_counts_then_snapshots_then_deletes_and_the_snapshot_restores_everything(service, drives):
     before = annotate(service, drives)
     away = unplug(drives["drive"], drives["tmp"])
-    list(service.reindex())
-    assert service.missing_summary() == (3, 3, 2)  # 3 items; 2 user + 1 imported captions; 1 accepted + 1 rejected
+    list(service.models.reindex())
+    assert service.library.missing_summary() == (3, 3, 2)  # 3 items; 2 user + 1 imported captions; 1 + 1 pairs
 
-    items, captions, pairs, snapshot = service.purge_missing()
+    items, captions, pairs, snapshot = service.library.purge_missing()
 
     assert (items, captions, pairs) == (3, 3, 2)
-    assert {m.path.name for m in service.catalog.iter_media()} == {"h0.png", "h1.png"}
-    assert without_times(annotations(service.catalog)) == without_times([r for r in before if r[1] == "h0.png"])
-    assert service.annotation_snapshots() == [snapshot]
+    assert {m.path.name for m in service.state.catalog.iter_media()} == {"h0.png", "h1.png"}
+    assert without_times(annotations(service.state.catalog)) == without_times([r for r in before if r[1] == "h0.png"])
+    assert service.annotations.snapshots() == [snapshot]
     data = snapshots.read(snapshot)
     assert data["reason"] == "purge-missing" and len(data["items"]) == 3  # d0, d1 and h0: every annotation
 
-    restored = service.restore_snapshot(snapshot)  # the drive is still unplugged: the rows wait, marked missing
+    restored = service.annotations.restore_snapshot(snapshot)  # the drive is unplugged: the rows wait, marked missing
     assert (restored.captions, restored.pairs, restored.items_created) == (3, 2, 2)
-    assert without_times(annotations(service.catalog)) == without_times(before)
+    assert without_times(annotations(service.state.catalog)) == without_times(before)
     assert statuses(service)["d0.jpg"] == "missing"
-    again = service.restore_snapshot(snapshot)
+    again = service.annotations.restore_snapshot(snapshot)
     assert (again.captions, again.pairs, again.items_created) == (0, 0, 0)  # restoring twice adds nothing
 
     plug_back(drives["drive"], away)
-    list(service.reindex())
+    list(service.models.reindex())
     assert set(statuses(service).values()) == {"ok"}
-    assert without_times(annotations(service.catalog)) == without_times(before)
+    assert without_times(annotations(service.state.catalog)) == without_times(before)
 
 
 def test_purging_an_item_whose_copy_is_still_there_moves_its_annotations_to_the_copy(service, drives):
     before = annotate(service, drives)
     shutil.copy2(drives["drive"] / "d0.jpg", drives["home"] / "copy-of-d0.jpg")
-    list(service.reindex())
-    copy = service.catalog.media_by_path(drives["home"] / "copy-of-d0.jpg")
-    service.add_caption(copy.id, "the red one")  # the copy already has one of the same captions
+    list(service.models.reindex())
+    copy = service.state.catalog.media_by_path(drives["home"] / "copy-of-d0.jpg")
+    service.annotations.add_caption(copy.id, "the red one")  # the copy already has one of the same captions
     (drives["drive"] / "d0.jpg").unlink()  # the original goes; the copy stays
-    list(service.reindex())
+    list(service.models.reindex())
     assert statuses(service)["d0.jpg"] == "missing"
-    assert service.missing_summary() == (1, 0, 0)  # nothing would be lost
+    assert service.library.missing_summary() == (1, 0, 0)  # nothing would be lost
 
-    items, captions, pairs, snapshot = service.purge_missing()
+    items, captions, pairs, snapshot = service.library.purge_missing()
 
     assert (items, captions, pairs) == (1, 0, 0) and snapshot is not None
-    on_copy = sorted((c.text, str(c.source)) for c in service.captions(copy.id) if c.source != "pseudo")
+    on_copy = sorted((c.text, str(c.source)) for c in service.annotations.captions(copy.id) if c.source != "pseudo")
     assert on_copy == [("a red square from the holiday", "user"), ("the red one", "user")]
-    assert [(p.query, p.label) for p in service.catalog.pairs(copy.id)] == [("something red", 1)]
+    assert [(p.query, p.label) for p in service.state.catalog.pairs(copy.id)] == [("something red", 1)]
     others = [r for r in before if r[1] != "d0.jpg"]
-    assert [r for r in annotations(service.catalog) if r[1] != "copy-of-d0.jpg"] == others
+    assert [r for r in annotations(service.state.catalog) if r[1] != "copy-of-d0.jpg"] == others
 
 
 def test_purge_with_nothing_missing_deletes_nothing(service, drives):
     before = annotate(service, drives)
-    assert service.missing_summary() == (0, 0, 0)
-    assert service.purge_missing() == (0, 0, 0, None)
-    assert annotations(service.catalog) == before and service.annotation_snapshots() == []
+    assert service.library.missing_summary() == (0, 0, 0)
+    assert service.library.purge_missing() == (0, 0, 0, None)
+    assert annotations(service.state.catalog) == before and service.annotations.snapshots() == []
 
 
 def test_removing_a_folder_snapshots_its_annotations_first(service, drives):
     before = annotate(service, drives)
-    service.remove_root(drives["drive"])
-    assert {m.path.name for m in service.catalog.iter_media()} == {"h0.png", "h1.png"}
-    [snapshot] = service.annotation_snapshots()
+    service.library.remove_root(drives["drive"])
+    assert {m.path.name for m in service.state.catalog.iter_media()} == {"h0.png", "h1.png"}
+    [snapshot] = service.annotations.snapshots()
     assert snapshots.read(snapshot)["reason"] == "remove-root"
-    service.add_root(drives["drive"])
-    list(service.reindex())
-    assert service.restore_snapshot(snapshot).captions == 3
-    assert without_times(annotations(service.catalog)) == without_times(before)
+    service.library.add_root(drives["drive"])
+    list(service.models.reindex())
+    assert service.annotations.restore_snapshot(snapshot).captions == 3
+    assert without_times(annotations(service.state.catalog)) == without_times(before)
 
 
 def test_removing_a_folder_counts_what_goes_names_its_snapshot_and_the_import_menu_restores_it(service, drives):
     """Issue #44: the GUI asks with these counts, then says where the snapshot went; File > Import annotations
     (``import_annotations``, which reads a snapshot as one) brings every caption and verdict back."""
     before = annotate(service, drives)
-    assert service.root_summary(drives["drive"]) == (3, 3, 2)  # d0: 2 captions, 1 pair; d1: 1 imported, 1 pair
-    assert service.root_summary(drives["home"]) == (2, 1, 0)
-    snapshot = service.remove_root(drives["drive"])
-    assert snapshot is not None and service.annotation_snapshots() == [snapshot]
+    assert service.library.root_summary(drives["drive"]) == (3, 3, 2)  # d0: 2 captions, 1 pair; d1: 1 imported, 1 pair
+    assert service.library.root_summary(drives["home"]) == (2, 1, 0)
+    snapshot = service.library.remove_root(drives["drive"])
+    assert snapshot is not None and service.annotations.snapshots() == [snapshot]
     assert snapshots.read(snapshot)["reason"] == "remove-root"
     with pytest.raises(NotFound):
-        service.root_summary(drives["drive"])
-    service.add_root(drives["drive"])
-    list(service.reindex())
-    assert service.import_annotations(snapshot) == 3
-    assert without_times(annotations(service.catalog)) == without_times(before)
-    assert service.import_annotations(snapshot) == 0  # twice adds nothing
+        service.library.root_summary(drives["drive"])
+    service.library.add_root(drives["drive"])
+    list(service.models.reindex())
+    assert service.annotations.import_file(snapshot) == 3
+    assert without_times(annotations(service.state.catalog)) == without_times(before)
+    assert service.annotations.import_file(snapshot) == 0  # twice adds nothing
 
 
 def test_removing_a_folder_nobody_annotated_writes_no_snapshot(service, drives):
     annotate(service, drives)
-    service.delete_caption(next(c.id for c in service.catalog.iter_captions() if c.text == "yellow at home"))
-    assert service.root_summary(drives["home"]) == (2, 0, 0)
-    assert service.remove_root(drives["home"]) is None and service.annotation_snapshots() == []
+    yellow = next(c.id for c in service.state.catalog.iter_captions() if c.text == "yellow at home")
+    service.annotations.delete_caption(yellow)
+    assert service.library.root_summary(drives["home"]) == (2, 0, 0)
+    assert service.library.remove_root(drives["home"]) is None and service.annotations.snapshots() == []
 
 
 def test_only_the_newest_snapshots_are_kept(tmp_path, monkeypatch):

@@ -12,8 +12,8 @@ import pytest
 
 from engine.search import calibration, evidence
 from engine.search.words import UserWords
-from engine.service import SearchService
 from engine.types import percent
+from engine.workspace import Workspace
 
 N = 40
 
@@ -108,35 +108,35 @@ def test_familiarity_is_the_share_of_words_the_text_side_knows():
     assert calibration.log_items(10**6) == calibration.log_items(calibration.FITTED_ITEMS[1])
 
 
-def test_a_search_says_how_well_each_hit_matches_in_calibrated_words(library: SearchService):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
-    library.add_caption(media[4].id, "Biscuit asleep on the sofa")
-    library.add_caption(media[1].id, "Biscuit in the garden")
-    named = library.search_text("Biscuit", top=8)
+def test_a_search_says_how_well_each_hit_matches_in_calibrated_words(library: Workspace):
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
+    library.annotations.add_caption(media[4].id, "Biscuit asleep on the sofa")
+    library.annotations.add_caption(media[1].id, "Biscuit in the garden")
+    named = library.search.text("Biscuit", top=8)
     assert {h.media_id for h in named[:2]} == {media[4].id, media[1].id}
     assert all(h.match in ("good", "strong") for h in named[:2])
     assert all(0.0 <= h.match_probability <= 1.0 for h in named)
-    made_up = library.search_text("blorfquiz zanglewop", top=8)
+    made_up = library.search.text("blorfquiz zanglewop", top=8)
     assert len(made_up) == 8 and all(h.match == "weak" for h in made_up)
     cutoff = calibration.load("zero_shot").good
-    assert library.search_text("blorfquiz zanglewop", min_probability=cutoff) == []
+    assert library.search.text("blorfquiz zanglewop", min_probability=cutoff) == []
 
 
-def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: SearchService):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
-    library.add_caption(media[3].id, "a small terrier in the grass under a red ball")
-    hit = library.search_text("a red car parked on the street", top=8)
+def test_the_inspector_reads_the_numbers_that_ranked_the_item(library: Workspace):
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
+    library.annotations.add_caption(media[3].id, "a small terrier in the grass under a red ball")
+    hit = library.search.text("a red car parked on the street", top=8)
     terrier = next(h for h in hit if h.media_id == media[3].id)
-    notes = " ".join(library.explain("a red car parked on the street", terrier.media_id).notes)
+    notes = " ".join(library.search.explain("a red car parked on the street", terrier.media_id).notes)
     assert percent(terrier.match_probability) in notes and "Log-odds" in notes
     assert "covers 2" in notes or "covers 1" in notes  # "red" alone: a quarter of the words or less
     assert "far from the search in meaning" in notes
 
 
-def test_the_inspector_does_not_call_a_name_that_covers_the_whole_search_far_in_meaning(library: SearchService):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
-    library.add_caption(media[2].id, "Doctor Nova explains space dust")
-    notes = " ".join(library.explain("Doctor Nova", media[2].id).notes)
+def test_the_inspector_does_not_call_a_name_that_covers_the_whole_search_far_in_meaning(library: Workspace):
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
+    library.annotations.add_caption(media[2].id, "Doctor Nova explains space dust")
+    notes = " ".join(library.search.explain("Doctor Nova", media[2].id).notes)
     assert "covers 100% of this search's words." in notes and "in meaning" not in notes
 
 

@@ -18,8 +18,8 @@ from engine.library.catalog import schema as catalog_schema
 from engine.media import probe, read_capture
 from engine.media.exif import DATETIME_ORIGINAL, EXIF_IFD, MAKE, MODEL, parse_exif_date
 from engine.progress import CancelToken
-from engine.service import SearchService
 from engine.types import CaptureInfo, MediaKind
+from engine.workspace import Workspace
 from tests import mediagen as mg
 
 
@@ -84,11 +84,11 @@ def _set_mtime(path: Path, when: datetime) -> None:
 
 @pytest.fixture
 def service(assets_dir: Path):
-    with closing(SearchService.open("capture", assets_dir)) as svc:
+    with closing(Workspace.open("capture", assets_dir)) as svc:
         yield svc
 
 
-def test_indexing_stores_the_date_taken_and_browsing_sorts_by_it(service: SearchService, tmp_path: Path) -> None:
+def test_indexing_stores_the_date_taken_and_browsing_sorts_by_it(service: Workspace, tmp_path: Path) -> None:
     folder = tmp_path / "photos"
     folder.mkdir()
     # modified in the order a, b, c; taken: a in 2014, c (no EXIF: its mtime, 2019) and b in 2022
@@ -98,38 +98,38 @@ def test_indexing_stores_the_date_taken_and_browsing_sorts_by_it(service: Search
     _set_mtime(a, datetime(2023, 1, 1))
     _set_mtime(c, datetime(2019, 1, 1))
     _set_mtime(b, datetime(2018, 1, 1))
-    list(service.index_paths([folder]))
+    list(service.library.index([folder]))
 
     def names(sort: str) -> list[str]:
-        return [Path(h.path).stem for h in service.browse(sort=sort)]
+        return [Path(h.path).stem for h in service.library.browse(sort=sort)]
 
     # issue #44: newest first is by date taken (the README says so), not by the files' dates
     assert names("newest") == ["b", "c", "a"]
     assert names("oldest") == ["a", "c", "b"]
     assert names("modified") == ["a", "c", "b"]  # by file date
     assert names("modified-oldest") == ["b", "c", "a"]
-    media = service.catalog.media_by_path(a)
-    details = service.media_details(media.id)
+    media = service.state.catalog.media_by_path(a)
+    details = service.library.details(media.id)
     assert details.path == a and details.kind is MediaKind.IMAGE and details.size_bytes == a.stat().st_size
     assert (details.width, details.height) == (48, 32) and details.format == "jpeg"
     assert details.capture.taken_at == "2014-06-21T18:05:09+02:00" and details.capture.camera == "Canon EOS 5D Mark III"
-    assert service.media_details(service.catalog.media_by_path(c).id).capture == CaptureInfo()
+    assert service.library.details(service.state.catalog.media_by_path(c).id).capture == CaptureInfo()
 
 
-def test_the_details_are_read_from_the_catalog_not_the_file(service: SearchService, tmp_path: Path,
+def test_the_details_are_read_from_the_catalog_not_the_file(service: Workspace, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "photos"
     folder.mkdir()
     path = mg.make_jpeg_with_exif(folder / "a.jpg")
-    list(service.index_paths([folder]))
-    media_id = service.catalog.media_by_path(path).id
+    list(service.library.index([folder]))
+    media_id = service.state.catalog.media_by_path(path).id
 
     def no_decoding(*_args, **_kwargs):
         raise AssertionError("the details decoded the file")
 
     monkeypatch.setattr("engine.media.exif.capture_info", no_decoding)
     monkeypatch.setattr("engine.media.exif.read_capture", no_decoding)
-    assert service.media_details(media_id).capture.camera == "Canon EOS 5D Mark III"
+    assert service.library.details(media_id).capture.camera == "Canon EOS 5D Mark III"
 
 
 def _v4_catalog(path: Path, photo: Path) -> None:

@@ -10,9 +10,9 @@ What is checked, in README.md and every docs/*.md:
    a repository path (``methods/export.py``); a bare ``name.py`` or ``name.sh`` must be the name of a
    repository file.
 3. **Dotted Python names.** An inline span that is a dotted name (``engine.search.ranking``,
-   ``evidence.fuse``, ``SearchService.search_text``, a trailing ``()`` allowed) whose first part names one of
+   ``evidence.fuse``, ``Search.text``, a trailing ``()`` allowed) whose first part names one of
    our modules (the full dotted path from ``engine``, ``trainer``, ``app``, or a module's own name such as
-   ``evidence``) or one of our top-level classes (``SearchService``) must resolve, part by part, in one of
+   ``evidence``) or one of our top-level classes (``Search``) must resolve, part by part, in one of
    them. A first part that names none of these (``model.safetensors``, ``torch.load``) is not ours and is
    skipped.
 
@@ -217,6 +217,6 @@ def test_the_checks_catch_a_missing_name():
     assert not _missing_path("engine/search/ranking.py") and not _missing_path("bench-results/")
     assert _resolves_dotted("engine.search.ranking.rank_sentence".split("."))
     assert not _resolves_dotted("engine.search.ranking.nothere".split("."))
-    assert any(_resolves_dotted(r) for r in _ours(["SearchService", "search_text"]))
-    assert not any(_resolves_dotted(r) for r in _ours(["SearchService", "nothere"]))
+    assert any(_resolves_dotted(r) for r in _ours(["Models", "switch"]))
+    assert not any(_resolves_dotted(r) for r in _ours(["Models", "nothere"]))
     assert not _ours(["model", "safetensors"])

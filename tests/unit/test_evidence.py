@@ -13,7 +13,7 @@ import pytest
 
 from engine.search import evidence
 from engine.search.words import LookAlikes, UserWords, query_terms, spread
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg
 
 
@@ -92,20 +92,20 @@ def test_look_alikes_tell_the_same_dog_from_a_photo_with_more_of_what_every_phot
     assert set(shares) == {101}  # the only look-alike above the floor (centred cosine 0)
 
 
-def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: SearchService):
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
-    library.add_caption(media[5].id, "Biscuit sleeping on the sofa")
-    library.add_caption(media[2].id, "Biscuit in the garden")
-    top = [h.media_id for h in library.search_text("Biscuit", top=2)]
+def test_a_caption_finds_its_item_at_once_and_a_rejection_removes_it(library: Workspace):
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
+    library.annotations.add_caption(media[5].id, "Biscuit sleeping on the sofa")
+    library.annotations.add_caption(media[2].id, "Biscuit in the garden")
+    top = [h.media_id for h in library.search.text("Biscuit", top=2)]
     assert set(top) == {media[5].id, media[2].id}
-    victim = library.search_text("a cat on a sofa", top=1)[0].media_id
-    library.reject_pair("a cat on a sofa", victim)
+    victim = library.search.text("a cat on a sofa", top=1)[0].media_id
+    library.annotations.reject_pair("a cat on a sofa", victim)
     # REJECT z-units put it under every item of this 8-item library (a library of any size: under its top 60)
-    assert library.search_text("a cat on a sofa", top=60)[-1].media_id == victim
+    assert library.search.text("a cat on a sofa", top=60)[-1].media_id == victim
     # and for a paraphrase of the rejected query (same content words; MiniLM cosine above SEM_FULL)
-    assert library.search_text("a cat on the sofa", top=60)[-1].media_id == victim
-    library.delete_pair(library.catalog.pairs()[0].id)
-    assert library.search_text("a cat on a sofa", top=1)[0].media_id == victim
+    assert library.search.text("a cat on the sofa", top=60)[-1].media_id == victim
+    library.annotations.delete_pair(library.state.catalog.pairs()[0].id)
+    assert library.search.text("a cat on a sofa", top=1)[0].media_id == victim
 
 
 def test_the_users_words_built_on_one_thread_are_read_on_another() -> None:
@@ -151,20 +151,20 @@ def test_a_large_librarys_zero_shot_sample_is_scored_once_and_as_any_rows_are():
     np.testing.assert_allclose(source.score(rows), expected, rtol=1e-6, atol=1e-6)
 
 
-def test_a_photo_added_after_the_names_shares_them_when_it_looks_like_a_named_one(library: SearchService,
+def test_a_photo_added_after_the_names_shares_them_when_it_looks_like_a_named_one(library: Workspace,
                                                                                  tmp_path: Path):
     """The spread reads the library as it is now: a photo indexed after the user named two (the same picture as
     one of them) comes next for the name, before any retrain."""
-    media = sorted(library.catalog.iter_media(), key=lambda m: m.id)
-    library.add_caption(media[5].id, "Biscuit sleeping on the sofa")
-    library.add_caption(media[2].id, "Biscuit in the garden")
-    library.search_text("Biscuit")  # the look-alikes are built here, before the new photo
+    media = sorted(library.state.catalog.iter_media(), key=lambda m: m.id)
+    library.annotations.add_caption(media[5].id, "Biscuit sleeping on the sofa")
+    library.annotations.add_caption(media[2].id, "Biscuit in the garden")
+    library.search.text("Biscuit")  # the look-alikes are built here, before the new photo
     later = tmp_path / "later"
     later.mkdir()
     make_jpeg(later / "again.jpg", (48, 40), (250, 200, 0))  # photo5's colour
-    list(library.index_paths([later]))
-    again = next(m.id for m in library.catalog.iter_media() if Path(m.path).name == "again.jpg")
-    assert [h.media_id for h in library.search_text("Biscuit", top=3)][2] == again
+    list(library.library.index([later]))
+    again = next(m.id for m in library.state.catalog.iter_media() if Path(m.path).name == "again.jpg")
+    assert [h.media_id for h in library.search.text("Biscuit", top=3)][2] == again
 
 
 class _Index:

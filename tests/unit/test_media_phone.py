@@ -123,25 +123,25 @@ def test_a_portrait_video_is_decoded_upright(tmp_path: Path) -> None:
 
 
 def test_a_live_photo_pair_indexes_and_previews_both_halves(tmp_path: Path, assets_dir: Path) -> None:
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     folder = tmp_path / "DCIM"
     folder.mkdir()
     mg.make_heif_or_avif(folder / "IMG_0001.HEIC", "HEIF", mg.halves((64, 32), RED, BLUE), exif_orientation=6)
     movie = portrait_clip(folder / "IMG_0001.MOV")  # QuickTime ('qt  ' brand), as the phone writes it
     assert sniff_format(movie) == "mov"
-    service = SearchService.open("phone", assets_dir)
+    service = Workspace.open("phone", assets_dir)
     try:
-        list(service.index_paths([folder]))
-        counts = service.counts()
-        assert (counts.get("image"), counts.get("video"), counts["failed"]) == (1, 1, 0), service.failures()
-        hits = service.search_media(folder / "IMG_0001.HEIC", top=2)
+        list(service.library.index([folder]))
+        counts = service.library.counts()
+        assert (counts.get("image"), counts.get("video"), counts["failed"]) == (1, 1, 0), service.library.failures()
+        hits = service.search.example(folder / "IMG_0001.HEIC", top=2)
         assert Path(hits[0].path).name == "IMG_0001.HEIC"
         by_name = {Path(hit.path).name: hit.media_id for hit in hits}
         for name in ("IMG_0001.HEIC", "IMG_0001.MOV"):
-            with Image.open(service.thumbnail(by_name[name])) as image:
+            with Image.open(service.library.thumbnail(by_name[name])) as image:
                 assert image.size[0] < image.size[1], name  # portrait, like the phone showed it
-        assert len(service.preview_frames(by_name["IMG_0001.MOV"], n=3)) == 3
+        assert len(service.library.preview_frames(by_name["IMG_0001.MOV"], n=3)) == 3
     finally:
         service.close()
 
@@ -149,20 +149,21 @@ def test_a_live_photo_pair_indexes_and_previews_both_halves(tmp_path: Path, asse
 def test_heic_and_avif_photos_are_searched_like_jpegs(tmp_path: Path, assets_dir: Path) -> None:
     import skimage.data
 
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     folder = tmp_path / "phone"
     folder.mkdir()
     mg.make_heif_or_avif(folder / "coffee.heic", "HEIF", skimage.data.coffee())
     mg.make_heif_or_avif(folder / "cat.avif", "AVIF", skimage.data.chelsea())
     Image.fromarray(skimage.data.rocket()).save(folder / "rocket.jpg")
-    service = SearchService.open("phone", assets_dir)
+    service = Workspace.open("phone", assets_dir)
     try:
-        list(service.index_paths([folder]))
-        assert (service.counts().get("image"), service.counts()["failed"]) == (3, 0), service.failures()
-        assert Path(service.search_text("a cup of coffee", top=1)[0].path).name == "coffee.heic"
-        assert Path(service.search_text("a cat", top=1)[0].path).name == "cat.avif"
-        assert Path(service.search_media(folder / "cat.avif", top=1)[0].path).name == "cat.avif"
+        list(service.library.index([folder]))
+        counts = service.library.counts()
+        assert (counts.get("image"), counts["failed"]) == (3, 0), service.library.failures()
+        assert Path(service.search.text("a cup of coffee", top=1)[0].path).name == "coffee.heic"
+        assert Path(service.search.text("a cat", top=1)[0].path).name == "cat.avif"
+        assert Path(service.search.example(folder / "cat.avif", top=1)[0].path).name == "cat.avif"
     finally:
         service.close()
 
@@ -184,7 +185,7 @@ def moov_less_mp4(path: Path) -> Path:
 
 
 def test_a_broken_video_is_reported_once_without_decoder_noise(tmp_path: Path, assets_dir: Path, capfd) -> None:
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     folder = tmp_path / "videos"
     folder.mkdir()
@@ -192,10 +193,10 @@ def test_a_broken_video_is_reported_once_without_decoder_noise(tmp_path: Path, a
     whole = mg.make_mp4(tmp_path / "whole.mp4", n_frames=20).read_bytes()
     (folder / "truncated.mp4").write_bytes(whole[: len(whole) * 2 // 3])
     capfd.readouterr()
-    service = SearchService.open("noise", assets_dir)
+    service = Workspace.open("noise", assets_dir)
     try:
-        list(service.index_paths([folder]))
-        failures = dict(service.failures())
+        list(service.library.index([folder]))
+        failures = dict(service.library.failures())
     finally:
         service.close()
     err = capfd.readouterr().err  # what reached file descriptor 2, C libraries included

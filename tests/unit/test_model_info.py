@@ -45,12 +45,12 @@ def test_a_model_gives_a_match_probability_where_the_calibration_ships(assets_di
     """Issue #40: every model's text searches give a calibrated probability (the GUI offers its cutoff for each);
     without the calibration file only a probabilistic model would, and zero-shot ranking does not."""
     from engine.search import calibration
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
-    service = SearchService.open("probabilities", assets_dir)
+    service = Workspace.open("probabilities", assets_dir)
     try:
-        assert [(m.name, m.gives_probability) for m in service.models()] == [("zero-shot", True)]
+        assert [(m.name, m.gives_probability) for m in service.models.all()] == [("zero-shot", True)]
         monkeypatch.setattr(calibration, "load", lambda kind, path=None: None)
-        assert [(m.name, m.gives_probability) for m in service.models()] == [("zero-shot", False)]
+        assert [(m.name, m.gives_probability) for m in service.models.all()] == [("zero-shot", False)]
     finally:
         service.close()

@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_info
 
 from engine.search import threads
 from engine.search.zeroshot import ZeroShotIndex
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_jpeg
 
 
@@ -57,15 +57,15 @@ def test_a_text_query_computes_on_one_thread_and_gives_the_pools_back(two_thread
     folder.mkdir()
     for i, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
-    service = SearchService.open("threads", assets_dir)
-    list(service.index_paths([folder]))
+    service = Workspace.open("threads", assets_dir)
+    list(service.library.index([folder]))
     during: list[set[int]] = []
     real = ZeroShotIndex.query_columns
     monkeypatch.setattr(ZeroShotIndex, "query_columns",
                         lambda self, *a, **k: (during.append(_blas_threads()), real(self, *a, **k))[1])
-    assert service.search_text("a red square")  # the first query also imports the libraries it needs
+    assert service.search.text("a red square")  # the first query also imports the libraries it needs
     during.clear()
-    assert service.search_text("a green square")
+    assert service.search.text("a green square")
     service.close()
     assert during and all(seen == {1} for seen in during)
     assert _blas_threads() == {2}

@@ -210,7 +210,7 @@ def service(assets_dir: Path, tmp_path: Path):
         image.paste((255 - colour[0], 128, colour[2]), (5 + 4 * i, 5, 20 + 2 * i, 30))
         image.save(folder / f"photo{i}.png")
     svc = Workspace.open("retrain-unit", assets_dir)
-    list(svc.index_paths([folder]))
+    list(svc.library.index([folder]))
     yield svc
     svc.close()
 
@@ -230,50 +230,50 @@ def _export_untrained(method: str, dest: Path, **overrides) -> Path:
 def test_suggestions_follow_the_active_model(service, tmp_path):
     from engine.search.pcme import uncertainty
 
-    ids = sorted(m.id for m in service.catalog.iter_media())
-    service.add_caption(ids[0], "a red picture")
-    service.accept_pair("a green picture", ids[1])
+    ids = sorted(m.id for m in service.state.catalog.iter_media())
+    service.annotations.add_caption(ids[0], "a red picture")
+    service.annotations.accept_pair("a green picture", ids[1])
     bare = set(ids[2:])
-    picks = service.suggest_annotations(10)  # zero-shot: random
+    picks = service.annotations.suggest(10)  # zero-shot: random
     assert {i for i, _ in picks} == bare and all(score == 0.0 for _, score in picks)
     with pytest.raises(ValueError, match="needs an active trained model"):
-        service.suggest_annotations(3, "uncertainty")
+        service.annotations.suggest(3, "uncertainty")
 
-    service.set_active_model(str(_export_untrained("pvse", tmp_path / "pvse", num_embeds=3)))
-    picks = service.suggest_annotations(3)
+    service.models.activate(str(_export_untrained("pvse", tmp_path / "pvse", num_embeds=3)))
+    picks = service.annotations.suggest(3)
     assert len(picks) == 3 and {i for i, _ in picks} <= bare
     scores = [s for _, s in picks]
     assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores)
     with pytest.raises(ValueError, match="needs a PCME model"):
-        service.suggest_annotations(3, "uncertainty")
-    assert len(service.suggest_annotations(2, "random")) == 2
+        service.annotations.suggest(3, "uncertainty")
+    assert len(service.annotations.suggest(2, "random")) == 2
 
-    service.set_active_model(str(_export_untrained("pcme", tmp_path / "pcme")))
-    picks = service.suggest_annotations(10)
-    record = service.catalog.active_model()
-    got_ids, _, extras = service.catalog.get_embeddings(record.id, sorted(bare))
+    service.models.activate(str(_export_untrained("pcme", tmp_path / "pcme")))
+    picks = service.annotations.suggest(10)
+    record = service.state.catalog.active_model()
+    got_ids, _, extras = service.state.catalog.get_embeddings(record.id, sorted(bare))
     expected = dict(zip(got_ids.tolist(), uncertainty(extras["log_sigma"]).tolist(), strict=True))
     assert [i for i, _ in picks] == sorted(expected, key=lambda i: (-expected[i], sorted(bare).index(i)))
     assert all(s == pytest.approx(expected[i]) for i, s in picks)
     with pytest.raises(ValueError, match="policy"):
-        service.suggest_annotations(3, "loudest")
+        service.annotations.suggest(3, "loudest")
 
 
 def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_path):
     from engine.search.vectorindex import kxk_scores
     from engine.trainercontract.metrics import retrieval_report
 
-    ids = sorted(m.id for m in service.catalog.iter_media())
+    ids = sorted(m.id for m in service.state.catalog.iter_media())
     texts = ["a red picture", "a green picture", "a blue one", "white", "black", "yellow square"]
     for media_id, text in zip(ids, texts, strict=True):
-        service.add_caption(media_id, text)
-    ts = service.export_training_set(tmp_path / "set", holdout=0.5)
-    service.set_active_model(str(_export_untrained("pvse", tmp_path / "pvse", num_embeds=2)))
-    report = service.evaluate_on(ts.folder, TRAIN_SPLIT, "pvse")
-    trained = service.active_trained()
+        service.annotations.add_caption(media_id, text)
+    ts = service.models.training_set(tmp_path / "set", holdout=0.5)
+    service.models.activate(str(_export_untrained("pvse", tmp_path / "pvse", num_embeds=2)))
+    report = service.models.evaluate(ts.folder, TRAIN_SPLIT, "pvse")
+    trained = service.models.active_trained()
     view = load_caption_folder(ts.folder).split(TRAIN_SPLIT)
-    items = np.concatenate([trained.encode_media_features(service.features.get(content_hash(item.path),
-                                                                                service.encoders.backbone.id)).emb
+    items = np.concatenate([trained.encode_media_features(service.state.features.get(content_hash(item.path),
+                                                                                service.state.encoders.backbone.id)).emb
                             for item in view.items])
     queries, _ = trained.encode_text([t for _, t in view.captions])
     scores = np.stack([kxk_scores(q, items)[0] for q in queries.emb], axis=1)
@@ -281,12 +281,12 @@ def test_evaluate_on_scores_a_trained_model_like_a_naive_reference(service, tmp_
     from engine.loop.evaluate import fused_matrix, zero_shot_matrix
 
     zero = zero_shot_matrix([content_hash(item.path) for item in view.items], [t for _, t in view.captions],
-                            service.features, service.encoders)
+                            service.state.features, service.state.encoders)
     expected = retrieval_report(fused_matrix(scores, zero), np.array([i for i, _ in view.captions]))
-    assert report["rsum"] == pytest.approx(expected["rsum"]) and report["i2t"] == pytest.approx(expected["i2t"])
-    assert report["model"] == "pvse" and report["split"] == TRAIN_SPLIT
-    zero = service.evaluate_on(ts.folder, TRAIN_SPLIT, None)
-    assert zero["model"] == "zero-shot" and zero["n_captions"] == report["n_captions"]
+    assert report.rsum == pytest.approx(expected["rsum"]) and report.i2t.as_dict() == pytest.approx(expected["i2t"])
+    assert report.model == "pvse" and report.split == TRAIN_SPLIT
+    zero = service.models.evaluate(ts.folder, TRAIN_SPLIT, None)
+    assert zero.model == "zero-shot" and zero.n_captions == report.n_captions
     assert os.path.islink(view.items[0].path)
 
 
@@ -395,11 +395,11 @@ def test_files_with_the_same_relative_path_in_two_folders_keep_their_own_caption
 def test_the_result_summary_shows_before_and_after_and_says_when_one_is_missing(tmp_path):
     from engine.loop.retrain import RetrainResult
     from engine.loop.trainingset import TrainingSet
-    from engine.trainercontract.metrics import retrieval_report
+    from engine.trainercontract.metrics import measure
 
     ts = TrainingSet(tmp_path, n_annotated_items=12, n_captions=15, n_heldout_items=3, n_unannotated=40)
-    perfect = retrieval_report(np.eye(3), np.arange(3))
-    wrong = retrieval_report(1.0 - np.eye(3), np.arange(3))
+    perfect = measure(np.eye(3), np.arange(3))
+    wrong = measure(1.0 - np.eye(3), np.arange(3))
     result = RetrainResult(ts, old_model=None, model_name="v2", before=wrong, after=perfect)
     lines = result.summary_lines()
     assert lines[0] == "trained v2 on 9 annotated + 40 un-annotated items; 3 held aside"

@@ -11,10 +11,10 @@ import pytest
 
 from engine.loop.gate import PSEUDO_TOLERANCE, ModelComparison, gate, heldout_tolerance, mean_r10
 from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
-from engine.trainercontract.metrics import retrieval_report
+from engine.trainercontract.metrics import RetrievalReport, measure
 
 
-def _report(n: int, hits_in_top10: int, slipped: int = 0, per_query: bool = False) -> dict:
+def _report(n: int, hits_in_top10: int, slipped: int = 0, per_query: bool = False) -> RetrievalReport:
     """A retrieval report over ``n`` items, one caption each: the first ``hits_in_top10`` rank first (of those,
     the last ``slipped`` rank second instead), the others last; ``per_query``: with each query's rank."""
     scores = np.zeros((n, n))
@@ -24,10 +24,11 @@ def _report(n: int, hits_in_top10: int, slipped: int = 0, per_query: bool = Fals
         scores[i, i] = 2.0 if i < hits_in_top10 else -1.0
         if hits_in_top10 - slipped <= i < hits_in_top10:
             scores[i, (i + 1) % n] = 3.0  # caption i's item 2nd; item i+1's caption 2nd: one slip each way
-    return retrieval_report(scores, np.arange(n), per_query=per_query)
+    return measure(scores, np.arange(n), per_query=per_query)
 
 
-def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] | None = None) -> ModelComparison:
+def _result(before: RetrievalReport | None, after: RetrievalReport | None,
+            pseudo: tuple[RetrievalReport, RetrievalReport] | None = None) -> ModelComparison:
     result = ModelComparison("v2", "starter", before=before, after=after)
     if pseudo is not None:
         result.pseudo_before, result.pseudo_after = pseudo
@@ -36,44 +37,48 @@ def _result(before: dict | None, after: dict | None, pseudo: tuple[dict, dict] |
 
 def test_a_worse_model_is_not_activated_and_the_reason_names_the_figures():
     before, after = _report(40, 40), _report(40, 20)  # every caption's item first -> half of them last
-    activated, why = gate(_result(before, after))
+    decision = gate(_result(before, after))
+    activated, why = decision.activated, decision.text
     assert not activated
-    assert why.startswith(f"not activated: held-aside rsum {before['rsum']:.0f} -> {after['rsum']:.0f}")
+    assert why.startswith(f"not activated: held-aside rsum {before.rsum:.0f} -> {after.rsum:.0f}")
     assert "polyseek models --activate v2" in why and "worse than starter" in why
 
 
 def test_a_better_or_equal_model_is_activated():
-    activated, why = gate(_result(_report(40, 20), _report(40, 30)))
+    decision = gate(_result(_report(40, 20), _report(40, 30)))
+    activated, why = decision.activated, decision.text
     assert activated and why.startswith("activated v2: held-aside rsum")
-    assert gate(_result(_report(40, 30), _report(40, 30)))[0]
+    assert gate(_result(_report(40, 30), _report(40, 30))).activated
 
 
 def test_a_tiny_held_aside_set_tolerates_one_query_slipping_each_way_and_no_more():
     before = _report(50, 50)
     one, three = _report(50, 50, slipped=1), _report(50, 50, slipped=3)
     tol = heldout_tolerance(before)
-    assert before["rsum"] - one["rsum"] <= tol < before["rsum"] - three["rsum"]
-    assert gate(_result(before, one))[0]
-    assert not gate(_result(before, three))[0]
+    assert before.rsum - one.rsum <= tol < before.rsum - three.rsum
+    assert gate(_result(before, one)).activated
+    assert not gate(_result(before, three)).activated
 
 
 def test_r10_alone_could_not_judge_a_set_of_ten_items_but_the_gate_can():
     before, after = _report(8, 8), _report(8, 4)
     assert mean_r10(before) == mean_r10(after) == 100.0
-    assert not gate(_result(before, after))[0]
+    assert not gate(_result(before, after)).activated
 
 
 def test_the_pseudo_pairs_veto_a_model_that_lost_its_general_skill():
     held = _report(40, 30)
     good, bad = _report(200, 120), _report(200, 100)
-    assert good["rsum"] - bad["rsum"] > PSEUDO_TOLERANCE
-    activated, why = gate(_result(held, held, (good, bad)))
+    assert good.rsum - bad.rsum > PSEUDO_TOLERANCE
+    decision = gate(_result(held, held, (good, bad)))
+    activated, why = decision.activated, decision.text
     assert not activated and why.startswith("not activated: pseudo-pair rsum")
-    assert gate(_result(held, held, (good, good)))[0]
+    assert gate(_result(held, held, (good, good))).activated
 
 
 def test_without_any_measure_the_model_is_kept_but_not_activated():
-    activated, why = gate(_result(None, None))
+    decision = gate(_result(None, None))
+    activated, why = decision.activated, decision.text
     assert not activated and "too little to compare" in why
 
 
@@ -96,10 +101,10 @@ def library(tmp_path: Path, assets_dir: Path):
     shutil.copytree(good, bad)
     _scramble(bad)
     service = Workspace.open("gate", assets_dir)
-    list(service.index_paths([toy.media_dir]))
-    by_path = {m.path.resolve(): m.id for m in service.catalog.iter_media()}
+    list(service.library.index([toy.media_dir]))
+    by_path = {m.path.resolve(): m.id for m in service.state.catalog.iter_media()}
     for item, texts in toy.item_captions()[:14]:
-        service.add_caption(by_path[item.path.resolve()], texts[0])
+        service.annotations.add_caption(by_path[item.path.resolve()], texts[0])
     yield service, good, bad
     service.close()
 
@@ -128,36 +133,38 @@ def _retrain_into(monkeypatch, result_folder: Path):
 
 
 def _run(service, holdout=0.4) -> RetrainResult:
-    job = Retrain(service, RetrainOptions(holdout=holdout))
+    job = service.models.retrain(RetrainOptions(holdout=holdout))
     for _ in job.run():
         pass
     assert job.result is not None
+    for _ in service.models.adopt(job.result):  # what polyseek retrain and the training dialog do next
+        pass
     return job.result
 
 
 def test_a_worse_retrain_is_kept_listed_and_explained_but_not_activated(library, monkeypatch):
     service, good, bad = library
-    service.set_active_model(str(good))
+    service.models.activate(str(good))
     _retrain_into(monkeypatch, bad)
     result = _run(service)
     assert result.init_from == str(good.resolve()) or Path(result.init_from).resolve() == good.resolve()
     assert result.before is not None and result.after is not None
-    assert result.after["rsum"] < result.before["rsum"] - heldout_tolerance(result.after)
+    assert result.after.rsum < result.before.rsum - heldout_tolerance(result.after)
     assert not result.activated and result.decision.startswith("not activated")
-    assert service.catalog.active_model().name == good.name  # the old one still searches
-    listed = {m.name: m for m in service.models()}
+    assert service.state.catalog.active_model().name == good.name  # the old one still searches
+    listed = {m.name: m for m in service.models.all()}
     assert result.model_name in listed and not listed[result.model_name].active
 
 
 def test_a_better_retrain_is_activated_and_the_library_is_embedded_with_it(library, monkeypatch):
     service, good, bad = library
-    service.set_active_model(str(bad))
+    service.models.activate(str(bad))
     _retrain_into(monkeypatch, good)
     result = _run(service, holdout=0.8)  # 10+ of the 14 held aside: alone (no pseudo pairs here) they decide
     assert result.activated and result.decision.startswith(f"activated {result.model_name}")
-    assert service.catalog.active_model().name == result.model_name
-    record = service.catalog.model(result.model_name)
-    assert len(service.catalog.embedded_ids(record.id)) == 24
+    assert service.state.catalog.active_model().name == result.model_name
+    record = service.state.catalog.model(result.model_name)
+    assert len(service.state.catalog.embedded_ids(record.id)) == 24
 
 
 def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypatch, tmp_path):
@@ -166,15 +173,15 @@ def test_the_pseudo_check_items_are_never_in_the_training_set(library, monkeypat
 
     service, _, _ = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
-    assert len(trainingset.pseudo_check_media(service.catalog, limit=100)) == 10 // 2  # half of the un-annotated
-    checked = trainingset.pseudo_check_media(service.catalog, limit=5)
+    assert len(trainingset.pseudo_check_media(service.state.catalog, limit=100)) == 10 // 2  # half of the un-annotated
+    checked = trainingset.pseudo_check_media(service.state.catalog, limit=5)
     assert len(checked) == 5
     monkeypatch.setattr(trainingset, "PSEUDO_CHECK_ITEMS", 5)
-    ts = service.export_training_set(tmp_path / "ts")
+    ts = service.models.training_set(tmp_path / "ts")
     linked = {p.resolve() for p in (ts.folder / "media").iterdir()}
     assert not linked & {m.path.resolve() for m in checked}
     assert len(linked) == 24 - 5 and ts.n_unannotated == 10 - 5
-    folder = trainingset.pseudo_check_set(service.catalog, tmp_path / "check", limit=5)
+    folder = trainingset.pseudo_check_set(service.state.catalog, tmp_path / "check", limit=5)
     assert {Path(i.path).resolve() for i in load_caption_folder(folder).items} == {m.path.resolve() for m in checked}
 
 
@@ -182,18 +189,19 @@ def test_from_zero_shot_a_few_held_aside_items_alone_do_not_decide():
     """No pseudo-pair check (the old ranking is zero-shot): 4 held-aside items cannot vouch for a model (a
     from-scratch retrain that fell to a tenth of zero-shot's library-wide rsum passed them); 10 can."""
     small_before, small_after = _report(4, 4), _report(4, 4, slipped=1)
-    assert small_before["rsum"] - small_after["rsum"] <= heldout_tolerance(small_after)
-    activated, why = gate(_result(small_before, small_after))
+    assert small_before.rsum - small_after.rsum <= heldout_tolerance(small_after)
+    decision = gate(_result(small_before, small_after))
+    activated, why = decision.activated, decision.text
     assert not activated and "too little to compare" in why and "no pseudo pairs" in why
-    assert gate(_result(_report(12, 12), _report(12, 12)))[0]
+    assert gate(_result(_report(12, 12), _report(12, 12))).activated
     held = _report(4, 4)  # with the pseudo-pair check beside it, 3+ held-aside items count
-    assert gate(_result(held, held, (_report(200, 120), _report(200, 120))))[0]
+    assert gate(_result(held, held, (_report(200, 120), _report(200, 120)))).activated
 
 
 # ------------------------------------------------------------------- the interval the gate states (issue #43)
 
 
-def _ranked(n: int, hits_in_top10: int, slipped: int = 0) -> dict:
+def _ranked(n: int, hits_in_top10: int, slipped: int = 0) -> RetrievalReport:
     """:func:`_report` with its per-query ranks (``retrieval_report(per_query=True)``)."""
     return _report(n, hits_in_top10, slipped, per_query=True)
 
@@ -208,25 +216,27 @@ def test_the_decision_line_states_the_intervals_and_the_rule_is_unchanged(before
     ranked.measure_intervals()
     plain.measure_intervals()
     assert plain.heldout_interval is None and plain.pseudo_interval is None  # no ranks: nothing to state
-    activated, why = gate(ranked)
-    assert activated == gate(plain)[0]  # the interval is stated, not yet the rule
+    decision = gate(ranked)
+    activated, why = decision.activated, decision.text
+    assert activated == gate(plain).activated  # the interval is stated, not yet the rule
     interval = ranked.heldout_interval
-    assert interval is not None and interval.difference == pytest.approx(ranked.after["rsum"] - ranked.before["rsum"])
-    assert "ranks" not in ranked.before and "ranks" not in ranked.after  # summarised by the interval
+    assert interval is not None and interval.difference == pytest.approx(ranked.after.rsum - ranked.before.rsum)
+    assert ranked.before.ranks is None and ranked.after.ranks is None  # summarised by the interval
     # the line names each measure it states (all of them when activated, the failing ones when not) with its interval
     assert ("held-aside rsum" in why) == (f"on {before[0]} items (R@10 " in why and f"), {interval.text()}" in why)
     if "pseudo-pair rsum" in why:
-        assert f"pseudo-pair rsum {ranked.pseudo_before['rsum']:.0f} -> {ranked.pseudo_after['rsum']:.0f}, " \
+        assert f"pseudo-pair rsum {ranked.pseudo_before.rsum:.0f} -> {ranked.pseudo_after.rsum:.0f}, " \
                f"{ranked.pseudo_interval.text()}" in why
 
 
 def test_a_clear_loss_is_stated_as_worse_in_the_decision_line():
     result = _result(_ranked(40, 40), _ranked(40, 20))
     result.measure_intervals()
-    activated, why = gate(result)
+    decision = gate(result)
+    activated, why = decision.activated, decision.text
     assert not activated and result.heldout_interval.verdict == "worse"
-    assert why.startswith(f"not activated: held-aside rsum {result.before['rsum']:.0f} -> "
-                          f"{result.after['rsum']:.0f} on 40 items (R@10 ") and ": worse)" in why
+    assert why.startswith(f"not activated: held-aside rsum {result.before.rsum:.0f} -> "
+                          f"{result.after.rsum:.0f} on 40 items (R@10 ") and ": worse)" in why
 
 
 def test_compare_models_on_a_real_library_fills_both_intervals(library, monkeypatch, tmp_path):
@@ -236,21 +246,21 @@ def test_compare_models_on_a_real_library_fills_both_intervals(library, monkeypa
 
     service, good, bad = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)  # the toy library's 10 un-annotated items
-    service.set_active_model(str(good))
-    new = service.register_model(bad, "bad-v2")
-    ts = service.export_training_set(tmp_path / "training-set", holdout=0.4)
-    out = compare_models(service, new, good.name, ts.folder, ts.val_split)
+    service.models.activate(str(good))
+    new = service.models.register(bad, "bad-v2")
+    ts = service.models.training_set(tmp_path / "training-set", holdout=0.4)
+    out = compare_models(service.state, new, good.name, ts.folder, ts.val_split)
     assert isinstance(out.heldout_interval, RsumInterval) and isinstance(out.pseudo_interval, RsumInterval)
-    assert out.heldout_interval.items == out.after["n_media"] == ts.n_heldout_items
-    assert out.heldout_interval.difference == pytest.approx(out.after["rsum"] - out.before["rsum"])
-    assert out.pseudo_interval.difference == pytest.approx(out.pseudo_after["rsum"] - out.pseudo_before["rsum"])
+    assert out.heldout_interval.items == out.after.n_media == ts.n_heldout_items
+    assert out.heldout_interval.difference == pytest.approx(out.after.rsum - out.before.rsum)
+    assert out.pseudo_interval.difference == pytest.approx(out.pseudo_after.rsum - out.pseudo_before.rsum)
     assert out.heldout_interval.low <= out.heldout_interval.difference <= out.heldout_interval.high
     # the line names each measure it states (all when activated, the failing ones when not) with its interval
     assert "items (R@10 " in out.decision and f"), {out.heldout_interval.text()}" in out.decision
     assert (f", {out.pseudo_interval.text()}" in out.decision) == ("pseudo-pair rsum" in out.decision)
     unmeasured = ModelComparison(new, good.name, out.before, out.after, out.pseudo_before, out.pseudo_after)
-    assert gate(unmeasured)[0] == out.activated  # the rule is the same with or without the intervals
-    assert all("ranks" not in r for r in (out.before, out.after, out.pseudo_before, out.pseudo_after))
+    assert gate(unmeasured).activated == out.activated  # the rule is the same with or without the intervals
+    assert all(r.ranks is None for r in (out.before, out.after, out.pseudo_before, out.pseudo_after))
 
 
 def test_retrain_json_carries_the_intervals(library, monkeypatch):
@@ -260,7 +270,7 @@ def test_retrain_json_carries_the_intervals(library, monkeypatch):
 
     service, good, bad = library
     monkeypatch.setattr(trainingset, "MIN_PSEUDO_CHECK_ITEMS", 4)
-    service.set_active_model(str(good))
+    service.models.activate(str(good))
     _retrain_into(monkeypatch, bad)
     result = _run(service)
     record = json.loads(json.dumps(result.to_json()))
@@ -284,10 +294,10 @@ def test_a_retrain_from_random_weights_takes_the_epochs_the_dialog_proposes(libr
     from engine.loop.retrain import COLD_START_EPOCHS, WARM_START_EPOCHS, planned_epochs
 
     service, good, _ = library
-    service.set_active_model(str(good))
+    service.models.activate(str(good))
     _retrain_into(monkeypatch, good)
-    job = Retrain(service, RetrainOptions(holdout=0.4, warm_start=False))
+    job = service.models.retrain(RetrainOptions(holdout=0.4, warm_start=False))
     for _ in job.run():
         pass
     assert job.result.epochs == COLD_START_EPOCHS == planned_epochs(None, "vse")
-    assert planned_epochs(next(m for m in service.models() if m.active), None) == WARM_START_EPOCHS
+    assert planned_epochs(next(m for m in service.models.all() if m.active), None) == WARM_START_EPOCHS

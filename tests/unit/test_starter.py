@@ -91,23 +91,23 @@ def photos(tmp_path: Path) -> Path:
 
 
 def test_a_new_library_searches_with_the_starter_and_keeps_a_switch_to_zero_shot(photos, assets_dir, monkeypatch):
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     monkeypatch.setenv("POLYSEEK_STARTER", "on")
-    service = SearchService.open("fresh", assets_dir)
+    service = Workspace.open("fresh", assets_dir)
     try:
-        active = service.catalog.active_model()
+        active = service.state.catalog.active_model()
         assert active is not None and active.name == STARTER_NAME and active.method == "vse"
-        list(service.index_paths([photos]))
-        hits = service.search_text("a large red circle", top=3)
-        assert len(hits) == 3 and service.active_trained() is not None  # ranked by the trained model
-        service.set_active_model(None)  # the user picks zero-shot ranking
+        list(service.library.index([photos]))
+        hits = service.search.text("a large red circle", top=3)
+        assert len(hits) == 3 and service.models.active_trained() is not None  # ranked by the trained model
+        service.models.activate(None)  # the user picks zero-shot ranking
     finally:
         service.close()
-    service = SearchService.open("fresh", assets_dir)
+    service = Workspace.open("fresh", assets_dir)
     try:
-        assert service.catalog.active_model() is None
-        assert STARTER_NAME in {m.name for m in service.models()}
+        assert service.state.catalog.active_model() is None
+        assert STARTER_NAME in {m.name for m in service.models.all()}
     finally:
         service.close()
 
@@ -129,17 +129,17 @@ def test_a_model_that_cannot_load_falls_back_to_zero_shot_ranking(photos, assets
     import shutil
 
     from engine import paths
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     monkeypatch.setenv("POLYSEEK_STARTER", "on")
-    service = SearchService.open("broken", assets_dir)
+    service = Workspace.open("broken", assets_dir)
     try:
-        list(service.index_paths([photos]))
+        list(service.library.index([photos]))
         shutil.rmtree(paths.models_dir())  # the model's folder is gone (a deleted or unplugged models folder)
-        service._invalidate()
-        hits = service.search_text("a large red circle", top=3)
-        assert len(hits) == 3 and service.active_trained() is None
-        assert service.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
+        service.state.invalidate()
+        hits = service.search.text("a large red circle", top=3)
+        assert len(hits) == 3 and service.models.active_trained() is None
+        assert service.state.catalog.active_model().name == STARTER_NAME  # the choice itself is kept
     finally:
         service.close()
 
@@ -210,10 +210,10 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
     from safetensors.numpy import load_file, save_file
 
     from engine.search import starter
-    from engine.service import SearchService
+    from engine.workspace import Workspace
 
     monkeypatch.setenv("POLYSEEK_STARTER", "on")
-    service = SearchService.open("upgraded", assets_dir)
+    service = Workspace.open("upgraded", assets_dir)
     service.close()
     newer = tmp_path / "release-2" / "starter"
     shutil.copytree(shipped_starter(), newer)
@@ -223,26 +223,26 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
     save_file(weights, newer / "model.safetensors")
     monkeypatch.setattr(starter, "shipped_starter", lambda: newer)
     for _ in range(2):  # the second open finds it listed already
-        service = SearchService.open("upgraded", assets_dir)
+        service = Workspace.open("upgraded", assets_dir)
         try:
-            names = [m.name for m in service.models()]
-            assert service.catalog.active_model().name == STARTER_NAME  # unchanged
+            names = [m.name for m in service.models.all()]
+            assert service.state.catalog.active_model().name == STARTER_NAME  # unchanged
             assert names.count(starter.installed_name(newer)) == 1 and STARTER_NAME in names
         finally:
             service.close()
-    service = SearchService.open("upgraded", assets_dir)
+    service = Workspace.open("upgraded", assets_dir)
     try:
-        service.rename_model(starter.installed_name(newer), "the new starter")  # a renamed one is not listed again
+        service.models.rename(starter.installed_name(newer), "the new starter")  # a renamed one is not listed again
     finally:
         service.close()
-    service = SearchService.open("upgraded", assets_dir)
+    service = Workspace.open("upgraded", assets_dir)
     try:
-        assert len(service.models()) == len(names)
+        assert len(service.models.all()) == len(names)
     finally:
         service.close()
-    service = SearchService.open("another", assets_dir)  # a new library begins with the release's starter
+    service = Workspace.open("another", assets_dir)  # a new library begins with the release's starter
     try:
-        assert service.catalog.active_model().name == STARTER_NAME
-        assert Path(service.catalog.active_model().path).name == starter.installed_name(newer)
+        assert service.state.catalog.active_model().name == STARTER_NAME
+        assert Path(service.state.catalog.active_model().path).name == starter.installed_name(newer)
     finally:
         service.close()

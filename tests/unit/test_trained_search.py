@@ -36,28 +36,28 @@ def service(assets_dir: Path, tmp_path: Path) -> Workspace:
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
     make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
     svc = Workspace.open("trained", assets_dir)
-    svc.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
-    list(svc.index_paths([folder]))
+    svc.state.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
+    list(svc.library.index([folder]))
     yield svc
     svc.close()
 
 
 def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service, tmp_path):
     model_dir = export_untrained("pvse", tmp_path / "pvse-model", num_embeds=3)
-    service.set_active_model(str(model_dir))
-    assert [m.name for m in service.models() if m.active] == ["pvse-model"]
-    hits = service.search_text("a red square", top=10)
+    service.models.activate(str(model_dir))
+    assert [m.name for m in service.models.all() if m.active] == ["pvse-model"]
+    hits = service.search.text("a red square", top=10)
     assert len(hits) == 7
-    record = service.catalog.model("pvse-model")
-    ids, vectors, _ = service.catalog.get_embeddings(record.id)
+    record = service.state.catalog.model("pvse-model")
+    ids, vectors, _ = service.state.catalog.get_embeddings(record.id)
     assert vectors.shape[1:] == (3, 8)
-    trained = service.active_trained()
+    trained = service.models.active_trained()
     query, _ = trained.encode_text(["a red square"])
     expected, _ = kxk_scores(query.emb[0], vectors)
     by_id = dict(zip(ids.tolist(), expected.tolist(), strict=True))
     # a GIF is also scored by each of its shots (near-identical frames pooled; image encoder), and ranks by the best
-    gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
-    feats = service.features.get(gif.content_hash, service.encoders.backbone.id)
+    gif = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith(".gif"))
+    feats = service.state.features.get(gif.content_hash, service.state.encoders.backbone.id)
     per_frame = kxk_scores(query.emb[0], trained.encode_frames(feats))[0]
     labels = shot_labels(feats.frames)
     by_id[gif.id] = max(by_id[gif.id], max(float(per_frame[labels == s].mean()) for s in set(labels.tolist())))
@@ -65,54 +65,54 @@ def test_pvse_model_ranks_by_kxk_max_cosine_and_keeps_vectors_per_model(service,
     assert all(h.head_pair is not None for h in hits)
 
     other = export_untrained("vse", tmp_path / "vse-model")
-    service.set_active_model(str(other))
-    service.search_text("anything")
-    vse_id = service.catalog.model("vse-model").id
-    assert service.catalog.get_embeddings(vse_id)[1].shape[1] == 1
-    assert service.catalog.get_embeddings(record.id)[1].shape == vectors.shape  # untouched by the switch
-    service.set_active_model("zero-shot")
-    first = service.search_text("a red square")[0]  # zero-shot ranking is calibrated too (#40)
+    service.models.activate(str(other))
+    service.search.text("anything")
+    vse_id = service.state.catalog.model("vse-model").id
+    assert service.state.catalog.get_embeddings(vse_id)[1].shape[1] == 1
+    assert service.state.catalog.get_embeddings(record.id)[1].shape == vectors.shape  # untouched by the switch
+    service.models.activate("zero-shot")
+    first = service.search.text("a red square")[0]  # zero-shot ranking is calibrated too (#40)
     assert 0.0 <= first.match_probability <= 1.0 and first.match in ("strong", "good", "weak")
 
 
 def test_explain_with_a_trained_model_gives_normalised_maps_of_the_right_shapes(service, tmp_path):
-    service.set_active_model(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
-    photo = next(h for h in service.search_text("a green picture", top=10) if h.path.endswith(".jpg"))
-    explanation = service.explain("a green picture", photo.media_id)
+    service.models.activate(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
+    photo = next(h for h in service.search.text("a green picture", top=10) if h.path.endswith(".jpg"))
+    explanation = service.search.explain("a green picture", photo.media_id)
     assert explanation.item_attention.shape == (2, 49) and explanation.item_grid == (7, 7)
     assert np.allclose(explanation.item_attention.sum(axis=1), 1.0, atol=1e-5)
     assert explanation.query_attention.shape[0] == 2
     assert np.allclose(explanation.query_attention.sum(axis=1), 1.0, atol=1e-5)
     assert explanation.similarity.shape == (2, 2)
     assert explanation.head_pair == tuple(np.unravel_index(explanation.similarity.argmax(), (2, 2)))
-    gif = next(h for h in service.search_text("a green picture", top=10) if h.path.endswith(".gif"))
-    frames = service.explain("a green picture", gif.media_id)
+    gif = next(h for h in service.search.text("a green picture", top=10) if h.path.endswith(".gif"))
+    frames = service.search.explain("a green picture", gif.media_id)
     assert frames.item_grid is None and frames.item_attention.shape == (2, 8)
 
 
 def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff(service, tmp_path):
-    service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme")))
-    hits = service.search_text("a blue picture", top=10)
+    service.models.activate(str(export_untrained("pcme", tmp_path / "pcme")))
+    hits = service.search.text("a blue picture", top=10)
     probabilities = [h.match_probability for h in hits]
     assert all(0.0 <= p <= 1.0 for p in probabilities)
     # ranked by the cosine of the means (the score every kind of evidence is fused on), each hit with the
     # calibrated probability of the ranking (#40: the same scale for every model, falling with the rank); the
     # model's own match probability (PCME eq. 2) is the explanation's
-    trained = service.active_trained()
+    trained = service.models.active_trained()
     query, _ = trained.encode_text(["a blue picture"])
     cosines, _, _ = trained.score_ids(query, np.array([h.media_id for h in hits]))
     assert list(cosines) == sorted(cosines, reverse=True)
     assert probabilities == sorted(probabilities, reverse=True)
     expected, _ = trained.match_probability(query, np.array([hits[0].media_id]))
-    assert service.explain("a blue picture", hits[0].media_id).match_probability == pytest.approx(expected[0])
+    assert service.search.explain("a blue picture", hits[0].media_id).match_probability == pytest.approx(expected[0])
     assert all(h.uncertainty is not None and h.uncertainty > 0 for h in hits)
     cut = sorted(probabilities)[len(probabilities) // 2]
-    kept = service.search_text("a blue picture", top=10, min_probability=cut)
+    kept = service.search.text("a blue picture", top=10, min_probability=cut)
     assert len(hits) == 7 and probabilities[-1] < cut  # the whole library, some of it below the cutoff
     assert [h.media_id for h in kept] == [h.media_id for h in hits if h.match_probability >= cut]
     assert 0 < len(kept) < len(hits)
-    assert service.search_text("a blue picture", top=10, min_probability=1.01) == []
-    explanation = service.explain("a blue picture", hits[0].media_id)
+    assert service.search.text("a blue picture", top=10, min_probability=1.01) == []
+    explanation = service.search.explain("a blue picture", hits[0].media_id)
     assert explanation.match_probability is not None and explanation.item_uncertainty > 0
     assert explanation.query_mu_2d.shape == (2,) and explanation.item_sigma.shape == (2,)
 
@@ -122,23 +122,23 @@ def test_pcme_explanation_places_the_item_uncertainty_among_the_library(service,
     the item, from the uncertainties the engine stored for every item (the least certain item reads 100)."""
     from engine.search.pcme import uncertainty
 
-    service.set_active_model(str(export_untrained("pcme", tmp_path / "pcme", match_distance="csd")))
-    hits = service.search_text("a blue picture", top=10)
-    _, _, extras = service.catalog.get_embeddings(service.catalog.model("pcme").id)
+    service.models.activate(str(export_untrained("pcme", tmp_path / "pcme", match_distance="csd")))
+    hits = service.search.text("a blue picture", top=10)
+    _, _, extras = service.state.catalog.get_embeddings(service.state.catalog.model("pcme").id)
     library = uncertainty(extras["log_sigma"])
     assert len(library) == 7 and np.ptp(library) > 0  # seven items, not all alike
     for hit in hits:
-        explanation = service.explain("a blue picture", hit.media_id)
+        explanation = service.search.explain("a blue picture", hit.media_id)
         want = 100.0 * (library <= explanation.item_uncertainty + 1e-12).sum() / len(library)
         assert explanation.item_uncertainty_percentile == pytest.approx(want)
         assert explanation.library_items == 7
     least_certain = max(hits, key=lambda h: h.uncertainty)
-    assert service.explain("a blue picture", least_certain.media_id).item_uncertainty_percentile == 100.0
+    assert service.search.explain("a blue picture", least_certain.media_id).item_uncertainty_percentile == 100.0
 
 
 def test_an_unknown_model_name_is_a_clear_error(service):
     with pytest.raises(LookupError, match="no model named"):
-        service.set_active_model("does-not-exist")
+        service.models.activate("does-not-exist")
 
 
 @pytest.mark.slow
@@ -172,27 +172,27 @@ def test_relevance_cutoff_on_a_trained_toy_pcme_returns_nothing_for_nonsense(ass
               source=source, reporter=Reporter(True, enabled=False))
     service = Workspace.open("toy", assets_dir)
     try:
-        list(service.index_paths([folder]))
-        service.set_active_model(str(tmp_path / "pcme-toy"))
+        list(service.library.index([folder]))
+        service.models.activate(str(tmp_path / "pcme-toy"))
         own, others = [], []
-        trained = service.active_trained()
+        trained = service.models.active_trained()
         for line in (folder / "captions.tsv").read_text().splitlines()[1:]:
             file, caption = line.split("\t")
-            hits = service.search_text(caption, top=24)
+            hits = service.search.text(caption, top=24)
             query, _ = trained.encode_text([caption])
             model_p, _ = trained.match_probability(query, np.array([h.media_id for h in hits]))  # PCME eq. 2
             for hit, p in zip(hits, model_p.tolist(), strict=True):
                 (own if Path(hit.path).name == Path(file).name else others).append(p)
         assert len(own) == 48 and float(np.median(own)) >= 0.5, own
         assert float(np.median(others)) <= 0.05
-        believed = service.search_text("a large green triangle on a white background", top=5, min_probability=0.0)
+        believed = service.search.text("a large green triangle on a white background", top=5, min_probability=0.0)
         assert believed  # known words: the model's call, whatever it is
 
         for nonsense in ("zxqv blorf", "Zxqv, blorf!", "the zxqv of a blorf"):
-            assert not service.query_carries_evidence(nonsense)
-            assert service.search_text(nonsense, top=5, min_probability=0.5) == []
-            assert all(h.match == "weak" for h in service.search_text(nonsense, top=5))  # the calibrated words
-        assert len(service.search_text("zxqv blorf", top=5)) == 5  # without a cutoff: a ranking, as asked
+            assert not service.search.carries_evidence(nonsense)
+            assert service.search.text(nonsense, top=5, min_probability=0.5) == []
+            assert all(h.match == "weak" for h in service.search.text(nonsense, top=5))  # the calibrated words
+        assert len(service.search.text("zxqv blorf", top=5)) == 5  # without a cutoff: a ranking, as asked
     finally:
         service.close()
 
@@ -203,16 +203,17 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
 
     # exact_limit=3 makes the 7 items of the library approximate; "today's" kind is switched between opens
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw-sq8", exact_limit=3))
-    service.set_active_model(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
-    service.search_text("a red square", top=7)
-    first = service.active_trained()
+    service.models.activate(str(export_untrained("pvse", tmp_path / "m", num_embeds=2)))
+    service.search.text("a red square", top=7)
+    first = service.models.active_trained()
     query, _ = first.encode_text(["a red square"])
     before = list(first.index.search(query.emb[0], 7)[0])
     assert first.index.describe()["approximate"]["kind"] == "hnsw-sq8"
 
     monkeypatch.setattr(trained, "AnnParams", lambda: AnnParams(kind="hnsw+ivf", exact_limit=3, nlist=1))
-    reopened = trained.TrainedSearch.open(first.record, service.catalog, service.features, service.encoders,
-                                          service.library_dir)
+    state = service.state
+    reopened = trained.TrainedSearch.open(first.record, state.catalog, state.features, state.encoders,
+                                          state.library_dir)
     assert reopened.index.describe()["approximate"]["kind"] == "hnsw-sq8"  # still searchable as saved
     assert list(reopened.sync()) == []  # nothing to embed, but the structure is outdated: rebuilt and saved
     assert reopened.index.describe()["approximate"]["kind"] == "hnsw+ivf"
@@ -223,39 +224,39 @@ def test_an_index_saved_with_an_older_kind_is_rebuilt_with_todays_by_the_next_sy
 
 
 def test_a_renamed_model_keeps_its_index_and_ranks_the_same(service, tmp_path):
-    service.set_active_model(str(export_untrained("pvse", tmp_path / "pvse-model", num_embeds=2)))
-    before = [h.media_id for h in service.search_text("a red square", top=10)]
+    service.models.activate(str(export_untrained("pvse", tmp_path / "pvse-model", num_embeds=2)))
+    before = [h.media_id for h in service.search.text("a red square", top=10)]
     index = service.library_dir / "index"
     assert (index / "pvse-model").is_dir()
-    service.rename_model("pvse-model", "  my   colours ")
-    assert [m.name for m in service.models() if m.active] == ["my colours"]
+    service.models.rename("pvse-model", "  my   colours ")
+    assert [m.name for m in service.models.all() if m.active] == ["my colours"]
     assert (index / "my colours").is_dir() and not (index / "pvse-model").exists()
-    assert [h.media_id for h in service.search_text("a red square", top=10)] == before
+    assert [h.media_id for h in service.search.text("a red square", top=10)] == before
     with pytest.raises(ValueError, match="zero-shot"):
-        service.rename_model("my colours", "zero-shot")
+        service.models.rename("my colours", "zero-shot")
 
 
 def test_indexing_embeds_new_files_and_drops_gone_ones_in_the_open_model_without_reopening_it(service, tmp_path):
-    service.set_active_model(str(export_untrained("vse", tmp_path / "vse-model")))
-    trained = service.active_trained()
+    service.models.activate(str(export_untrained("vse", tmp_path / "vse-model")))
+    trained = service.models.active_trained()
     folder = tmp_path / "media"
     make_jpeg(folder / "new.jpg", (48, 40), (120, 60, 200))
     (folder / "photo0.jpg").unlink()
-    list(service.index_paths([folder]))
-    assert service.active_trained() is trained  # the same ONNX sessions and vector index
-    paths = {Path(h.path).name for h in service.search_text("a purple square", top=20)}
+    list(service.library.index([folder]))
+    assert service.models.active_trained() is trained  # the same ONNX sessions and vector index
+    paths = {Path(h.path).name for h in service.search.text("a purple square", top=20)}
     assert "new.jpg" in paths and "photo0.jpg" not in paths
-    record = service.catalog.model("vse-model")
-    new = service.catalog.media_by_path(folder / "new.jpg")
-    assert new.id in trained.index and new.id in service.catalog.embedded_ids(record.id)
+    record = service.state.catalog.model("vse-model")
+    new = service.state.catalog.media_by_path(folder / "new.jpg")
+    assert new.id in trained.index and new.id in service.state.catalog.embedded_ids(record.id)
 
 
 def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_index(service, tmp_path,
                                                                                       monkeypatch):
     from engine.search.trained import TrainedSearch
 
-    service.set_active_model(str(export_untrained("vse", tmp_path / "m")))
-    assert service.search_text("a red square", top=3)  # the library's index exists and is saved
+    service.models.activate(str(export_untrained("vse", tmp_path / "m")))
+    assert service.search.text("a red square", top=3)  # the library's index exists and is saved
     folder = tmp_path / "folder"
     (folder / "images").mkdir(parents=True)
     for i, colour in enumerate(COLOURS[:3]):
@@ -267,8 +268,8 @@ def test_evaluating_a_model_on_a_caption_folder_never_loads_the_librarys_vector_
         raise AssertionError("an evaluation read the library's vector index")
 
     monkeypatch.setattr(TrainedSearch, "_load_index", refuse)
-    report = service.evaluate_on(folder, None, "m")
-    assert report["n_media"] == 3 and report["n_captions"] == 3
+    report = service.models.evaluate(folder, None, "m")
+    assert report.n_media == 3 and report.n_captions == 3
 
 
 def test_a_query_carries_evidence_when_the_models_text_encoder_knows_one_of_its_content_words(assets_dir):
@@ -298,14 +299,14 @@ def test_a_search_with_no_known_word_finds_no_good_match_under_any_model(service
 
     good = calibration.load("model").good
     for model in (export_untrained("pcme", tmp_path / "pcme"), export_untrained("vse", tmp_path / "vse")):
-        service.set_active_model(str(model))
-        assert service.search_text("a blue picture", top=10, min_probability=0.0)
-        assert not service.query_carries_evidence("zxqv blorf")
-        assert service.search_text("zxqv blorf", top=10, min_probability=good) == []
-        hits = service.search_text("zxqv blorf", top=10)
+        service.models.activate(str(model))
+        assert service.search.text("a blue picture", top=10, min_probability=0.0)
+        assert not service.search.carries_evidence("zxqv blorf")
+        assert service.search.text("zxqv blorf", top=10, min_probability=good) == []
+        hits = service.search.text("zxqv blorf", top=10)
         assert len(hits) == 7 and all(h.match == "weak" for h in hits)  # no cutoff: the ranking asked for
-    service.set_active_model("zero-shot")
-    assert service.query_carries_evidence("zxqv blorf")  # zero-shot search has no cutoff to apply it to
+    service.models.activate("zero-shot")
+    assert service.search.carries_evidence("zxqv blorf")  # zero-shot search has no cutoff to apply it to
 
 
 def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp_path):
@@ -322,11 +323,11 @@ def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp
     manifest = json.loads(manifest_file.read_text())
     manifest["trained_on"] = {"image": 100, "video": 0}
     manifest_file.write_text(json.dumps(manifest))
-    service.set_active_model(str(model_dir))
-    trained = service.active_trained()
-    gif = next(m for m in service.catalog.iter_media() if str(m.path).endswith(".gif"))
-    feats = service.features.get(gif.content_hash, service.encoders.backbone.id)
-    runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=service.encoders.backbone.id)
+    service.models.activate(str(model_dir))
+    trained = service.models.active_trained()
+    gif = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith(".gif"))
+    feats = service.state.features.get(gif.content_hash, service.state.encoders.backbone.id)
+    runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=service.state.encoders.backbone.id)
     stored = trained.index.get([gif.id])[0]
     by_image = runner.encode_image(None, feats.global_[None].astype(np.float32)).emb[0]
     by_video = runner.encode_video(feats.frames[None].astype(np.float32),

@@ -17,7 +17,7 @@ import torch
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.search.modelrunner import ModelLoadError, ModelRunner
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.synthetic import make_motion_gif_folder
 from tests.trainerruns import scripted_rsums, straight_and_interrupted
 from trainer import checkpoint as ckpt
@@ -176,25 +176,25 @@ def test_the_engine_indexes_and_searches_with_a_models_own_backbone(assets_dir, 
     for i, colour in enumerate([(220, 30, 30), (30, 200, 30), (30, 30, 220)]):
         make_jpeg(media / f"photo{i}.jpg", (48, 40), colour)
     model_dir, bid = _export_with_tuned_backbone(tmp_path / "tuned")
-    svc = SearchService.open("tuned", assets_dir)
+    svc = Workspace.open("tuned", assets_dir)
     try:
-        list(svc.index_paths([media]))
-        svc.set_active_model(str(model_dir))
-        hits = svc.search_text("a red photo", top=10)
+        list(svc.library.index([media]))
+        svc.models.activate(str(model_dir))
+        hits = svc.search.text("a red photo", top=10)
         assert len(hits) == 3
-        items = list(svc.catalog.iter_media())
-        stock = svc.encoders.backbone.id
+        items = list(svc.state.catalog.iter_media())
+        stock = svc.state.encoders.backbone.id
         for m in items:  # both backbones' features are in the shared store
-            assert svc.features.has(m.content_hash, bid) and svc.features.has(m.content_hash, stock)
-        tuned = svc.features.get(items[0].content_hash, bid).global_
-        assert not np.allclose(tuned, svc.features.get(items[0].content_hash, stock).global_, atol=1e-2)
-        trained = svc.active_trained()
+            assert svc.state.features.has(m.content_hash, bid) and svc.state.features.has(m.content_hash, stock)
+        tuned = svc.state.features.get(items[0].content_hash, bid).global_
+        assert not np.allclose(tuned, svc.state.features.get(items[0].content_hash, stock).global_, atol=1e-2)
+        trained = svc.models.active_trained()
         assert trained.encoders.backbone.id == bid
-        ids, vectors, _ = svc.catalog.get_embeddings(svc.catalog.model("tuned").id)
-        record = svc.features.get(items[0].content_hash, bid)
+        ids, vectors, _ = svc.state.catalog.get_embeddings(svc.state.catalog.model("tuned").id)
+        record = svc.state.features.get(items[0].content_hash, bid)
         expected = trained.encode_media_features(record).emb[0]
         np.testing.assert_allclose(vectors[list(ids).index(items[0].id)], expected, atol=1e-5)
-        assert svc.search_media(media / "photo0.jpg", top=1)[0].path.endswith("photo0.jpg")
+        assert svc.search.example(media / "photo0.jpg", top=1)[0].path.endswith("photo0.jpg")
     finally:
         svc.close()
 

@@ -15,7 +15,7 @@ import torch
 
 from engine.features.text import MiniLMEncoder
 from engine.search.modelrunner import ModelLoadError, ModelRunner
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.trainerruns import scripted_rsums, straight_and_interrupted
 from trainer import checkpoint as ckpt
 from trainer.cli import evaluate_folder
@@ -128,22 +128,22 @@ def test_the_engine_searches_with_a_models_own_text_encoder(assets_dir, tmp_path
     for i, colour in enumerate([(220, 30, 30), (30, 200, 30), (30, 30, 220), (200, 200, 30)]):
         make_jpeg(media / f"photo{i}.jpg", (48, 40), colour)
     model_dir, tid = _export_with_tuned_text(tmp_path / "tuned")
-    svc = SearchService.open("tuned-text", assets_dir)
+    svc = Workspace.open("tuned-text", assets_dir)
     try:
-        list(svc.index_paths([media]))
-        svc.set_active_model(str(model_dir))
-        trained = svc.active_trained()
+        list(svc.library.index([media]))
+        svc.models.activate(str(model_dir))
+        trained = svc.models.active_trained()
         assert trained.encoders.minilm.id == tid
-        assert trained.encoders.backbone.id == svc.encoders.backbone.id  # the image side is the stock one
+        assert trained.encoders.backbone.id == svc.state.encoders.backbone.id  # the image side is the stock one
         query = "a green photo"
         own = MiniLMEncoder(assets_dir, graph=model_dir / "onnx" / "text_encoder.onnx").encode([query]).sentence
-        stock = svc.encoders.minilm.encode([query]).sentence
+        stock = svc.state.encoders.minilm.encode([query]).sentence
         runner = trained.runner
         with_own = runner.encode_text(None, None, own).emb[0, 0]
         with_stock = runner.encode_text(None, None, stock).emb[0, 0]
-        ids, vectors, _ = svc.catalog.get_embeddings(svc.catalog.model("tuned").id)
+        ids, vectors, _ = svc.state.catalog.get_embeddings(svc.state.catalog.model("tuned").id)
         vectors = vectors.reshape(len(ids), -1)
-        hits = svc.search_text(query, top=4)
+        hits = svc.search.text(query, top=4)
         got = [h.media_id for h in hits]
         order_own = [ids[i] for i in np.argsort(-(vectors @ with_own), kind="stable")]
         order_stock = [ids[i] for i in np.argsort(-(vectors @ with_stock), kind="stable")]

@@ -14,7 +14,7 @@ from PIL import Image
 
 from engine.features import wordtable
 from engine.features.wordtable import WordEmbeddings, build_table, table_path
-from engine.service import SearchService
+from engine.workspace import Workspace
 from tests.mediagen import make_animated_gif, make_jpeg
 
 DIM = 8
@@ -96,10 +96,10 @@ def _library(folder: Path) -> None:
     make_animated_gif(folder / "clip.gif", [(200, 30, 30), (30, 200, 30), (30, 30, 200)])
 
 
-def _rankings(service: SearchService) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
+def _rankings(service: Workspace) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
     out = []
     for query in QUERIES:
-        ids, ranking, _, _ = service.rank_text(query)
+        ids, ranking, _, _ = service.search.rank_text(query)
         order = ranking.order()
         out.append((ids[ranking.rows[order]].tolist(), ranking.total[order], ranking.parts["zero_shot"][order]))
     return out
@@ -128,9 +128,9 @@ def test_the_ranking_with_the_word_table_is_the_ranking_without_it(assets_dir: P
     folder.mkdir()
     _library(folder)
     plain = _assets_without_table(assets_dir, tmp_path / "plain")
-    service = SearchService.open("words", plain)
-    list(service.index_paths([folder]))
-    assert service.encoders.word_embeddings.table_size == 0
+    service = Workspace.open("words", plain)
+    list(service.library.index([folder]))
+    assert service.state.encoders.word_embeddings.table_size == 0
     before = _rankings(service)
     service.close()
 
@@ -138,14 +138,14 @@ def test_the_ranking_with_the_word_table_is_the_ranking_without_it(assets_dir: P
     vocabulary = sorted({w for q in QUERIES for w in content_words(q)} - OUTSIDE) + ["kite", "harbour"]
     minilm = MiniLMEncoder(tabled)
     list(build_table(tabled, lambda words: minilm.encode(words).sentence, vocabulary))
-    service = SearchService.open("words", tabled)
+    service = Workspace.open("words", tabled)
     encoded: list[str] = []
-    stock = service.encoders.minilm
+    stock = service.state.encoders.minilm
     real = stock.encode
     monkeypatch.setattr(stock, "encode", lambda texts, *a, **k: (encoded.extend(texts), real(texts, *a, **k))[1])
-    assert service.encoders.word_embeddings.table_size == len(vocabulary)
+    assert service.state.encoders.word_embeddings.table_size == len(vocabulary)
     after = _rankings(service)
-    assert (service.active_trained() is not None) == (starter == "on")
+    assert (service.models.active_trained() is not None) == (starter == "on")
     service.close()
 
     assert not set(encoded) & set(vocabulary)  # the table's words never went through MiniLM again

@@ -10,7 +10,7 @@ from PIL import Image
 
 from engine.features.regional import class_texts, colour_name, content_words, region_colour, region_colours
 from engine.search.zeroshot import ZeroShotIndex
-from engine.service import SearchService
+from engine.workspace import Workspace
 
 SAMPLES = {"chelsea": "cat.jpg", "coffee": "coffee.jpg", "astronaut": "astronaut.jpg", "rocket": "rocket.jpg",
            "coins": "coins.jpg", "camera": "cameraman.jpg"}
@@ -27,9 +27,9 @@ def sample_photos(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def indexed(assets_dir: Path, sample_photos: Path) -> SearchService:
-    service = SearchService.open("samples", assets_dir)
-    list(service.index_paths([sample_photos]))
+def indexed(assets_dir: Path, sample_photos: Path) -> Workspace:
+    service = Workspace.open("samples", assets_dir)
+    list(service.library.index([sample_photos]))
     yield service
     service.close()
 
@@ -41,22 +41,22 @@ def indexed(assets_dir: Path, sample_photos: Path) -> SearchService:
     ("a pile of old coins", "coins.jpg"),
 ])
 def test_a_sentence_ranks_the_matching_photo_first(indexed, query, expected):
-    hits = indexed.search_text(query, top=3)
+    hits = indexed.search.text(query, top=3)
     assert Path(hits[0].path).name == expected, [Path(h.path).name for h in hits]
 
 
 def test_hits_carry_the_pseudo_caption_and_paging_is_consistent(indexed):
-    first = indexed.search_text("a cat", top=6)
+    first = indexed.search.text("a cat", top=6)
     assert len(first) == len(SAMPLES)
     assert "cat" in first[0].guess.lower() and first[0].captions == ()  # the model's guess is no caption (#32)
-    assert [h.media_id for h in indexed.search_text("a cat", top=2, offset=2)] == [h.media_id for h in first[2:4]]
-    assert indexed.search_text("   ") == []
+    assert [h.media_id for h in indexed.search.text("a cat", top=2, offset=2)] == [h.media_id for h in first[2:4]]
+    assert indexed.search.text("   ") == []
 
 
 def test_explain_finds_the_word_cat_in_the_regions_of_the_cat(indexed):
     """Zero-shot ranking has no attention: it explains by the class its regions show for each query word."""
-    cat = next(h for h in indexed.search_text("a cat", top=1))
-    explanation = indexed.explain("a cat", cat.media_id)
+    cat = next(h for h in indexed.search.text("a cat", top=1))
+    explanation = indexed.search.explain("a cat", cat.media_id)
     assert explanation.item_attention.size == 0 and explanation.query_attention.size == 0  # no pretend heads
     (match,) = explanation.word_matches
     assert match.word == "cat" and match.class_name is not None and match.similarity >= 0.5  # a cat breed
@@ -161,17 +161,17 @@ def test_scores_equal_the_terms_computed_item_by_item_on_random_libraries():
 
 
 def test_a_rescan_that_changes_nothing_keeps_the_loaded_ranking_and_a_change_drops_it(indexed, tmp_path):
-    indexed.search_text("a cat")
-    loaded = indexed.indexes.zero_shot_built
+    indexed.search.text("a cat")
+    loaded = indexed.state.indexes.zero_shot_built
     assert loaded is not None
-    list(indexed.index_paths(None))  # the app's start-up scan of an unchanged library
-    assert indexed.indexes.zero_shot_built is loaded
+    list(indexed.library.index(None))  # the app's start-up scan of an unchanged library
+    assert indexed.state.indexes.zero_shot_built is loaded
     more = tmp_path / "more"
     more.mkdir()
     Image.new("RGB", (64, 48), (200, 30, 30)).save(more / "red.jpg")
-    list(indexed.index_paths([more]))
-    assert indexed.indexes.zero_shot_built is None  # rebuilt with the new item at the next query
-    assert len(indexed.search_text("a cat", top=10)) == len(SAMPLES) + 1
+    list(indexed.library.index([more]))
+    assert indexed.state.indexes.zero_shot_built is None  # rebuilt with the new item at the next query
+    assert len(indexed.search.text("a cat", top=10)) == len(SAMPLES) + 1
 
 
 def test_a_query_prepared_once_scores_any_rows_as_a_fresh_one_and_kept_row_sets_stay_exact() -> None:
@@ -198,15 +198,16 @@ def test_a_query_prepared_once_scores_any_rows_as_a_fresh_one_and_kept_row_sets_
 def test_the_explanation_says_what_the_user_wrote_that_counted(indexed):
     """A caption the user wrote is evidence the ranking counts (issue #31): the inspector's notes quote it, and a
     rejection for a like query; an item without either gets no such note."""
-    cat = next(h for h in indexed.search_text("a cat", top=1))
-    indexed.add_caption(cat.media_id, "Biscuit asleep on the rug")
-    assert indexed.search_text("Biscuit", top=1)[0].media_id == cat.media_id
-    notes = " ".join(indexed.explain("Biscuit", cat.media_id).notes)
+    cat = next(h for h in indexed.search.text("a cat", top=1))
+    indexed.annotations.add_caption(cat.media_id, "Biscuit asleep on the rug")
+    assert indexed.search.text("Biscuit", top=1)[0].media_id == cat.media_id
+    notes = " ".join(indexed.search.explain("Biscuit", cat.media_id).notes)
     assert "\u201cBiscuit asleep on the rug\u201d" in notes and "What you wrote counts here" in notes
-    other = next(h for h in indexed.search_text("a rocket on the launch pad", top=1))
-    assert "What you wrote" not in " ".join(indexed.explain("Biscuit", other.media_id).notes)
-    indexed.reject_pair("a rocket on the launch pad", other.media_id)
-    assert "You rejected this item" in " ".join(indexed.explain("a rocket on a launch pad", other.media_id).notes)
+    other = next(h for h in indexed.search.text("a rocket on the launch pad", top=1))
+    assert "What you wrote" not in " ".join(indexed.search.explain("Biscuit", other.media_id).notes)
+    indexed.annotations.reject_pair("a rocket on the launch pad", other.media_id)
+    notes = indexed.search.explain("a rocket on a launch pad", other.media_id).notes
+    assert "You rejected this item" in " ".join(notes)
 
 
 def test_the_inspector_names_no_class_a_person_would_not_accept():
