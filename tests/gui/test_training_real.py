@@ -86,7 +86,7 @@ def test_real_training_plots_live_progress_and_compares_with_the_active_model(
     comparison = ready.args[0]
     assert comparison.split == "dev" and comparison.data == toy
     # both models measured by the one evaluation path (the workspace's) on the same dev split
-    assert comparison.new == service.models.evaluate(toy, "dev", comparison.new_name)
+    assert comparison.new == service.models.evaluate(toy, "dev", comparison.new_name).as_dict()
     assert comparison.old["n_media"] == comparison.new["n_media"] == metrics["n_media"] == 6
     assert comparison.new_name == model_dir.name and comparison.new_name in {m.name for m in service.models.all()}
     # six dev items are under the floor of engine.loop.figures: no numbers set side by side, the reason instead

@@ -252,7 +252,7 @@ def test_point6_the_example_is_shown_and_kind_and_folder_narrow_the_search(qtbot
 # --- point 7: cosmetics --------------------------------------------------------------------------------------
 def test_point7_counts_are_plural_only_when_many(qtbot, window, service: Workspace, monkeypatch) -> None:
     asked: list[str] = []
-    monkeypatch.setattr(service, "missing_summary", lambda: (1, 1, 2))
+    monkeypatch.setattr(service.library, "missing_summary", lambda: (1, 1, 2))
     monkeypatch.setattr(QMessageBox, "question", staticmethod(
         lambda _parent, _title, text, *_a: asked.append(text) or QMessageBox.StandardButton.No))
     qtbot.waitUntil(window._confirm_purge_missing().done, timeout=5000)
