@@ -156,9 +156,6 @@ def test_relevance_is_a_calibrated_word_and_percentage_or_a_band_never_a_raw_sco
     assert model.data(model.index(0), RELEVANCE_ROLE) is None
 
 
-@pytest.mark.xfail(strict=True, reason="real bug the fake hid: a zero-shot search by example has one source of "
-                   "evidence, which engine.search.evidence.fuse leaves as raw cosines (<= 1), while the band "
-                   "(app.widgets.hittext.STANDING) reads z-scores: every find-similar hit says 'weak match'")
 def test_find_similar_says_an_identical_picture_stands_out(qtbot, window, service: Workspace) -> None:
     start_typing_a_query(qtbot, window, "red circle")
     model = window.results_model
