@@ -15,7 +15,7 @@ from engine.loop.gate import ModelComparison
 from engine.loop.trainingset import pseudo_check_set
 from engine.search.modelrunner import ModelLoadError
 from engine.state import LibraryState
-from engine.trainercontract.metrics import RetrievalReport
+from engine.trainercontract.reports import RetrievalReport
 
 log = logging.getLogger(__name__)
 

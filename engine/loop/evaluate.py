@@ -25,7 +25,8 @@ from engine.search.trained import TrainedSearch
 from engine.search.vectorindex import kxk_scores
 from engine.search.zeroshot import ZeroShotIndex
 from engine.state import LibraryState
-from engine.trainercontract.metrics import RetrievalReport, measure
+from engine.trainercontract.metrics import measure
+from engine.trainercontract.reports import RetrievalReport
 from engine.types import ZERO_SHOT, EvidenceKind
 
 # how a model is measured: (folder, split, model or None for zero-shot, distractors) -> a retrieval report

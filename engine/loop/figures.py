@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.trainercontract.metrics import ReportError, RetrievalReport
+from engine.trainercontract.reports import ReportError, RetrievalReport
 from engine.trainercontract.runfolder import CheckpointError, TrainerMetrics
 
 MIN_MEANINGFUL_ITEMS = 30

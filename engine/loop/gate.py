@@ -12,7 +12,7 @@ from typing import Any
 from engine.loop.figures import MIN_MEANINGFUL_ITEMS
 from engine.loop.interval import RsumInterval, report_interval
 from engine.loop.trainingset import MIN_HELDOUT_ITEMS
-from engine.trainercontract.metrics import RetrievalReport
+from engine.trainercontract.reports import RetrievalReport
 
 MIN_HELDOUT_ALONE = 10  # held-aside items the gate needs when they are its only measure
 PSEUDO_TOLERANCE = 12.0  # rsum a retrain may lose on the pseudo pairs (noisy labels): 2 points of mean recall

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.trainercontract.metrics import QueryRanks, RetrievalReport
+from engine.trainercontract.reports import QueryRanks, RetrievalReport
 
 RESAMPLES = 2000
 LEVEL = 0.90  # the central share of the resampled differences the interval spans

@@ -49,7 +49,8 @@ from engine.state import LibraryState
 from engine.state.models import model_infos, register_model
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
-from engine.trainercontract.metrics import RetrievalReport, rounded
+from engine.trainercontract.metrics import rounded
+from engine.trainercontract.reports import RetrievalReport
 from engine.trainercontract.runfolder import TrainerMetrics, has_weights, read_metrics, saved_checkpoint
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 

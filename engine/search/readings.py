@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from engine.search.zeroshot import WORD_FLOOR
-from engine.trainercontract.metrics import ReportError, UncertaintyCurve
+from engine.trainercontract.metrics import UncertaintyCurve
+from engine.trainercontract.reports import ReportError
 from engine.types import WordMatch
 
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>"})

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.trainercontract.metrics import ReportError, RetrievalReport, UncertaintyCurve
+from engine.trainercontract.metrics import UncertaintyCurve
+from engine.trainercontract.reports import ReportError, RetrievalReport
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -21,7 +21,7 @@ from engine.progress import CancelToken, Progress, staged
 from engine.state import LibraryState
 from engine.state.models import model_infos, register_model, registered_name, set_active_model
 from engine.trainercontract import events
-from engine.trainercontract.metrics import RetrievalReport
+from engine.trainercontract.reports import RetrievalReport
 from engine.types import ZERO_SHOT, ModelInfo
 from engine.workspace.library import Library
 

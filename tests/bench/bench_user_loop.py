@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 if TYPE_CHECKING:
-    from engine.trainercontract.metrics import RetrievalReport
+    from engine.trainercontract.reports import RetrievalReport
 
 SEED = 0
 ROWS = ("zero-shot", "starter", "scratch", "warm")

@@ -16,7 +16,7 @@ import app.widgets.training as training_module
 from app.widgets.training import SOURCE_FOLDER, SOURCE_LIBRARY, TrainingDialog, trainer_options
 from app.widgets.trainingview import RunProgress, describe_training_set, format_eta, headline
 from engine.trainercontract.command import TrainerRequest
-from engine.trainercontract.metrics import RetrievalReport
+from engine.trainercontract.reports import RetrievalReport
 from engine.trainercontract.runfolder import saved_checkpoint
 from engine.workspace import Workspace
 from tests.gui.conftest import CallLog

@@ -11,7 +11,8 @@ import pytest
 
 from engine.loop.gate import PSEUDO_TOLERANCE, ModelComparison, gate, heldout_tolerance, mean_r10
 from engine.loop.retrain import Retrain, RetrainOptions, RetrainResult
-from engine.trainercontract.metrics import RetrievalReport, measure
+from engine.trainercontract.metrics import measure
+from engine.trainercontract.reports import RetrievalReport
 
 
 def _report(n: int, hits_in_top10: int, slipped: int = 0, per_query: bool = False) -> RetrievalReport:

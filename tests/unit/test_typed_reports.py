@@ -12,14 +12,8 @@ import numpy as np
 import pytest
 
 from engine.loop.gate import GateDecision, Measure, ModelComparison, gate
-from engine.trainercontract.metrics import (
-    QueryRanks,
-    ReportError,
-    RetrievalReport,
-    measure,
-    retrieval_report,
-    rounded,
-)
+from engine.trainercontract.metrics import measure, retrieval_report, rounded
+from engine.trainercontract.reports import QueryRanks, ReportError, RetrievalReport
 from engine.trainercontract.runfolder import (
     CheckpointError,
     TrainerMetrics,
