@@ -1,5 +1,5 @@
 """The house rules, checked by tools: engine/trainer never import Qt; the engine and the GUI never import torch;
-the import graph of engine/ and trainer/ has no circle."""
+the import graph of engine/, trainer/ and app/ has no circle; no module over 500 lines."""
 
 from __future__ import annotations
 
@@ -41,3 +41,13 @@ def test_the_gui_process_never_imports_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO), "QT_QPA_PLATFORM": "offscreen"})
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+MODULE_LINES = 500  # a module longer than this does more than one job
+
+
+def test_no_module_is_longer_than_a_reader_can_hold():
+    lines = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+             for root in ("engine", "app", "trainer") for p in (REPO / root).rglob("*.py")}
+    long = {path: n for path, n in lines.items() if n > MODULE_LINES}
+    assert not long, f"modules over {MODULE_LINES} lines: {long}"
