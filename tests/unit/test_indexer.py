@@ -6,7 +6,6 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from engine.progress import Cancelled, CancelToken
@@ -175,7 +174,9 @@ def test_search_by_example_finds_the_same_picture_first(service, library, tmp_pa
     query = make_png(tmp_path / "query.png", (50, 50), GREEN)
     hits = service.search.example(query, top=3)
     assert Path(hits[0].path).name == "green.png"
-    assert np.isclose(hits[0].score, 1.0, atol=0.02)
+    # zero-shot ranking has one source: its cosines are said in z-units over the library, as a fused sum is (the
+    # hit's standing reads them), so the same picture stands above the rest rather than at a cosine of 1
+    assert hits[0].score > hits[1].score + 0.5
     # Find similar on a library item leaves the item itself out (it is trivially its own best match)
     green = Path(hits[0].path)
     similar = service.search.example(green, top=3, exclude_example=True)
