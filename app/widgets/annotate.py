@@ -284,8 +284,11 @@ class AnnotationPanel(QWidget):
 
     # --- current item
     def set_item(self, query: str | Path | None, hit: SearchHit | None, from_suggestion: bool = False) -> None:
-        """Show the captions of ``hit``; Accept / Reject need a text ``query``."""
-        self.query, self.hit, self.from_suggestion = query, hit, from_suggestion and hit is not None
+        """Show the captions of ``hit``; Accept / Reject need a text ``query``. The same item shown again (the
+        results refreshed or re-selected it) stays picked from the suggestions if it was."""
+        again = hit is not None and self.hit is not None and hit.media_id == self.hit.media_id
+        picked = from_suggestion or (again and self.from_suggestion)
+        self.query, self.hit, self.from_suggestion = query, hit, picked and hit is not None
         if self.from_suggestion:
             for row in range(self.suggestions.count()):
                 if self.suggestions.item(row).data(MEDIA_ID_ROLE) == hit.media_id:
