@@ -61,7 +61,6 @@ def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | N
 
 def safetensors_metadata(path: Path) -> dict[str, str]:
     """The metadata of a safetensors file's header; :class:`CheckpointError` when it cannot be read."""
-
     try:
         with safe_open(str(path), framework="pt") as f:
             return dict(f.metadata() or {})

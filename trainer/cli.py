@@ -148,7 +148,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
     if args.command == "prepare":
-
         if args.json_progress:
             emit = _json_printer()
             root = prepare(force=args.force, progress=lambda p: emit(
@@ -231,7 +230,6 @@ def _configure_logging(verbose: bool) -> None:
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """``--set key=value`` pairs: the value is read as JSON (numbers, true/false, lists), else as a string."""
-
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
@@ -311,7 +309,6 @@ def _train(args: argparse.Namespace) -> int:
         finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks, init_from=args.init_from,
         l2sp=args.l2sp, text_layers=args.text_layers, text_lr=args.text_lr)
     if not (args.data / "captions.tsv").is_file():
-
         raise DataError(f"--data: {args.data} is not a caption folder (no captions.tsv)")
     stop = StopRequest()
     previous = _install_stop_handlers(stop)
@@ -336,7 +333,6 @@ def stopped_event(out: Path, signal_name: str) -> events.Stopped:
     """What a run stopped by ``signal_name`` left, read from the disk and logged (trainer.log too): the folder of
     its resumable checkpoint, or that nothing can be resumed (a stop while the data was loading, before the
     first checkpoint, leaves none: #44 said "a resumable checkpoint is in" a folder that did not exist)."""
-
     saved = saved_checkpoint(out)
     if saved is not None:
         log.warning("training stopped by %s: %s (continue with --resume)", signal_name, saved.describe())
@@ -364,7 +360,6 @@ def _install_stop_handlers(stop: Any) -> dict[int, Any]:
 
 def _model_dir(path: Path) -> Path:
     """A model folder, or the name of one under the models folder."""
-
     if path.is_dir():
         return path
     named = paths.models_dir() / str(path)
@@ -391,7 +386,6 @@ def evaluate_folder(model_dir: Path, data: Path, split: str | None, device: Any,
                     rerank: int | None = None, candidates: Path | None = None, shuffle_frames: Any = None,
                     json_progress: bool = False) -> dict[str, Any]:
     """The ``evaluate`` report of a model folder on one split of a caption folder."""
-
     model = load_model(model_dir, device)
     view = split_view(data, split)
     source = FeatureSource.open(progress=Reporter(json_progress).progress("features"))  # else log lines on stderr

@@ -258,7 +258,6 @@ class FeatureSource:
     @classmethod
     def open(cls, assets: Path | None = None, progress: ProgressFn | None = None) -> FeatureSource:
         """The source under ``engine.paths.home()``: the feature store every library shares."""
-
         home = paths.home()
         home.mkdir(parents=True, exist_ok=True)
         return cls(FeatureStore(home / "features.sqlite"), Encoders(assets), paths.cache_dir() / "text", assets,
@@ -325,7 +324,6 @@ class FeatureSource:
     def _recompute_local(self, local: list[np.ndarray], where: list[int], items: list[Item]) -> None:
         """Local features the store dropped past its cap are recomputed, not stored (module docstring of
         :mod:`engine.features.featurestore`)."""
-
         results = self.encoders.extractor().extract([item.path for item in items])
         for position, item, result in zip(where, items, results, strict=True):
             if not isinstance(result, Extracted) or result.record.local is None:
@@ -335,7 +333,6 @@ class FeatureSource:
     def pseudo_captions(self, items: Sequence[Item]) -> list[str]:
         """Regional-semantics pseudo captions (A3VSE §3.2) of items already in the store, rebuilt from their
         stored top ImageNet classes (:func:`engine.features.regional.pseudo_caption_from_record`)."""
-
         hashes = [content_hash(item.path) for item in items]
         records = self.store.get_many(hashes, backbone_id(self.assets), ("image_top_ids",))
         names = self.encoders.class_names
@@ -379,7 +376,6 @@ class FeatureSource:
             if name == "minilm":
                 self._text_encoders[name] = self.encoders.minilm
             else:
-
                 self._text_encoders[name] = GloveEncoder(self.assets)
         return self._text_encoders[name]
 

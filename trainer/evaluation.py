@@ -279,7 +279,6 @@ def report_from_scores(scores: np.ndarray, caption_item: np.ndarray) -> dict:
 def uncertainty_report(model: RetrievalModel, encoded: Encoded, scores: np.ndarray,
                        caption_item: np.ndarray) -> dict:
     """R@1 per uncertainty decile (PCME fig. 6) of media queries (i2t) and caption queries (t2i)."""
-
     item_sigma = PCMEModel.uncertainty(encoded.visual).cpu().numpy()
     caption_sigma = PCMEModel.uncertainty(encoded.text).cpu().numpy()
     has_caption = np.bincount(caption_item, minlength=scores.shape[0]) > 0

@@ -14,7 +14,6 @@ from trainer.textencoder import export_text, finetuned_text, load_text_encoder
 def export_folder(model_dir: Path, head: RetrievalModel, out: Path, trained_on: dict[str, int] | None = None) -> dict:
     """Export a model folder's head, with its fine-tuned backbone and text encoder where it has them;
     ``trained_on``: the photos and clips its visual branches learnt from (the manifest's ``trained_on``)."""
-
     found = finetuned_backbone(model_dir)
     backbone = None
     if found is not None:

@@ -357,7 +357,6 @@ def require_photos(pairs: PairSet, what: str) -> None:
 
 def item_paths(root: Path, files: Sequence[str]) -> list[Path]:
     """Paths of the caption folder's ``files`` (the names a :class:`PairSet` keeps)."""
-
     by_name = {item.file: item.path for item in load_caption_folder(root).items}
     missing = [f for f in files if f not in by_name]
     if missing:
@@ -378,7 +377,6 @@ def save_best(out: Path, head: RetrievalModel, backbone: TorchBackbone | None, t
     naming them (the commit point; see the module docstring). ``kept_text`` (id, file) is a fine-tuned text
     encoder the head keeps unchanged (a warm start from a model that has one): its file is copied in.
     Returns the backbone id (None: the stock one)."""
-
     meta: dict[str, str] = {}
     bid = None
     if backbone is not None:
@@ -413,7 +411,6 @@ def finetuned_backbone(model_dir: Path) -> tuple[str, Path] | None:
 
 def export_backbone(backbone: TorchBackbone, bid: str, dest: Path) -> dict:
     """``dest/backbone.onnx`` (the stock backbone's inputs and outputs) and its manifest entry."""
-
     net = _BackboneWithRegions(copy.deepcopy(backbone.net).to(memory_format=torch.contiguous_format)).cpu().eval()
     dummy = torch.zeros(2, 3, IMAGE_SIZE, IMAGE_SIZE)
     with warnings.catch_warnings(), torch.no_grad():
@@ -431,7 +428,6 @@ def model_pairs(model_dir: Path, pairs: PairSet, data_root: Path, device: torch.
     """``pairs`` as the model folder's head sees them: unchanged for a head on the stock features; photo
     features recomputed by its fine-tuned backbone and caption features by its fine-tuned text encoder where
     it has them."""
-
     found = finetuned_backbone(model_dir)
     if found is not None:
         require_photos(pairs, "evaluated")

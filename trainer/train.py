@@ -266,7 +266,6 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
     source.progress = progress
     kept = start_text(options)
     if kept is not None:
-
         source.use_minilm(MiniLMEncoder(options.assets, graph=kept[2], name=kept[0]), kept[0])
     if world.active and not world.main:
         dist.barrier()

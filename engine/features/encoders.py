@@ -36,7 +36,6 @@ class Encoders:
         their word table (:mod:`engine.features.wordtable`; once, also for an asset set prepared before it
         existed); an assets folder given explicitly is used as it is."""
         if self._assets is None:
-
             yield from ensure_assets(cancel)
             own = wordtable.own_assets()
             if own is not None:
@@ -45,7 +44,6 @@ class Encoders:
     def ready(self) -> bool:
         """Whether the pretrained assets are there (a fresh home's default set is missing until :meth:`prepare`
         has run: the first index run prepares it)."""
-
         return assets_ready(self._assets)
 
     def _get(self, key: str, make: Callable[[], Any]) -> Any:
@@ -91,7 +89,6 @@ class Encoders:
     def word_embeddings(self):
         """The stock MiniLM's embeddings of single words (:class:`engine.features.wordtable.WordEmbeddings`:
         the assets' word table, else encoded once per session), for the zero-shot concept term."""
-
         return self._get("word_embeddings",
                          lambda: WordEmbeddings(lambda words: self.minilm.encode(words).sentence,
                                                 require_assets(self._assets)))

@@ -48,7 +48,6 @@ class MiniLMEncoder:
                  graph: Path | None = None, name: str = "minilm") -> None:
         """The prepared assets' MiniLM, or ``graph``: a fine-tuned copy with the same inputs and outputs (a model
         folder's ``text_encoder.onnx``), read with the same tokenizer."""
-
         folder = require_assets(root) / "minilm"
         self.id = name
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -134,7 +133,6 @@ def carries_evidence(text: str, encoder: MiniLMEncoder | GloveEncoder,
     vocabulary (400,000 words of Wikipedia and Gigaword) passed as ``lexicon`` says ("snowboarder" -> snow ##board
     ##er is one). Stop words and 1-2 letter words carry no evidence for either.
     """
-
     return any(encoder.knows(w) or (lexicon is not None and lexicon.knows(w)) for w in content_words(text))
 
 

@@ -58,7 +58,6 @@ def common_words(root: Path, n: int = VOCABULARY) -> list[str]:
     frequency), then those of the shipped starter's training captions that are not among them. Wikipedia's
     frequencies miss everyday visual words ("frisbee", "leash", "puddle": 59 of 200 Flickr8k dev captions had a
     word outside GloVe's 20,000 alone, 7 with the captions' words added)."""
-
     words = (root / "glove" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:n]
     starter = paths.shipped_starter_dir()
     captions = read_caption_words(starter) if starter.is_dir() else None
@@ -99,7 +98,6 @@ def ensure_table(root: Path, encode: Encode | None = None, cancel: CancelToken |
     if table_path(root).is_file():
         return
     if encode is None:
-
         minilm = MiniLMEncoder(root)
         encode = lambda words: minilm.encode(words).sentence  # noqa: E731
     yield from build_table(root, encode, cancel=cancel)

@@ -131,7 +131,6 @@ class Indexer:
     def _read_captures(self, cancel: CancelToken) -> Iterator[Progress]:
         """Read the date taken and camera of the items indexed before the catalog stored them (schema v5): once,
         a header read each; indexing reads them with the rest for every new item."""
-
         while batch := self.catalog.media_without_capture(HASH_CHUNK):
             cancel.raise_if_cancelled()
             captures = [(media.id, read_capture(media.path)) for media in batch]
@@ -267,7 +266,6 @@ class Indexer:
 
     def _finish_cached(self, batch: list[MediaRecord], backbone: str) -> int:
         """Items whose content already has features (moved, re-added, seen in another library)."""
-
         with self.catalog.transaction("reusing cached features"):
             for media in batch:
                 try:

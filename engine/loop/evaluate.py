@@ -88,7 +88,6 @@ def zero_shot_matrix(hashes: list[str], texts: list[str], store: FeatureStore, e
 def fused_matrix(model: np.ndarray, zero_shot: np.ndarray) -> np.ndarray:
     """Each caption's column ranked the way the app ranks it: the model and the zero-shot semantics fused by
     :func:`engine.search.evidence.fuse` over the items."""
-
     rows = np.arange(model.shape[0])
     out = np.empty(model.shape, np.float32)
     for j in range(model.shape[1]):
@@ -106,7 +105,6 @@ def evaluate_trained(service: LibraryState, folder: Path, split: str | None, mod
     :func:`engine.trainercontract.metrics.retrieval_report`). ``fused`` (the default): each caption ranked the way
     the app ranks it, the model beside the zero-shot semantics (:func:`fused_matrix`), so a retrain and its gate are
     judged on what the user gets; False: the model alone. ``per_query``: the report keeps each query's rank."""
-
     view = _split_view(folder, split)
     record = service.catalog.model(model)
     trained = TrainedSearch.open(record, service.catalog, service.features, service.encoders, service.library_dir)
@@ -126,7 +124,6 @@ def evaluate_trained(service: LibraryState, folder: Path, split: str | None, mod
     def scores_of(records: list[FeatureRecord]) -> np.ndarray:
         items = [trained.encode_media_features(_with_local(r)) for r in records]
         if trained.runner.probabilistic:
-
             mu = np.concatenate([e.mu for e in items])
             log_sigma = np.concatenate([e.log_sigma for e in items])
             return model_match_probability(trained.runner.manifest, texts.mu, texts.log_sigma, mu, log_sigma).T

@@ -49,7 +49,6 @@ def suggest(catalog: Catalog, trained: TrainedSearch | None, n: int = 20, policy
     first that applies in that order. ``trained`` is the active :class:`engine.search.trained.TrainedSearch`, or None
     while the zero-shot ranking is active.
     """
-
     if policy not in SUGGEST_POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(SUGGEST_POLICIES)}, got {policy!r}")
     annotated = library_annotations(catalog)

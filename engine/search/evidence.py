@@ -135,7 +135,6 @@ def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarr
     ``frames_bias`` z-units per log T of its dense sum (the best of T draws stands above one draw). Without
     one (the dense sources alone, or no fitted parameters), ``words`` (0..1 per row) adds up to :data:`WORDS`
     z-units and ``rejected`` removes up to :data:`REJECT`."""
-
     w = weights(list(dense), user_share)
     model = dense.get(EvidenceKind.MODEL)
     seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(model, "head_pairs", None)}
@@ -330,7 +329,6 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
     the library (the zero-shot semantics, its query made by ``zero_shot_query``, or a model without the record).
     Ranking a bare word is a poor test of a sentence model: on photos it never saw it put everyday words ("girl",
     "jumps") as low as names."""
-
     terms = list(labels)
     if trained is not None and trained.caption_words is not None:  # what the model read, not what it ranks
 
@@ -348,7 +346,6 @@ def word_novelty(labels: dict, ids: np.ndarray, index, trained,
         if not len(rows):
             continue
         if trained is not None:
-
             query = Encoded(encoded.emb[j:j + 1])
             mine, _, _ = trained.score_ids(query, ids[rows])
             reference, _, _ = trained.score_ids(query, ids[sample])

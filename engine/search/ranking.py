@@ -42,7 +42,6 @@ def ground_names(encoded, trained, named: dict[str, tuple[int, ...]], novelty: d
     over a log (the look-alikes' spread, :func:`spread`, adds evidence; this asks for both at once). Items the
     model has not embedded are skipped; nothing named: ``encoded`` itself. ``used`` (filled in): each word that
     moved the query, with its number of items (the inspector says so)."""
-
     weight = NAME_LOOK if weight is None else weight
     look = np.zeros(encoded.emb.shape[-1], np.float32)
     for word, items in named.items():

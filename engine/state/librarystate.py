@@ -91,7 +91,6 @@ class LibraryState:
                 self._trained = None
                 return None
             if self._trained is None or self._trained.record.id != record.id:
-
                 try:
                     self._trained = TrainedSearch.open(record, self.catalog, self.features, self.encoders,
                                                        self.library_dir)

@@ -22,7 +22,6 @@ from engine.types import ZERO_SHOT, EvidenceKind, ModelInfo
 def model_infos(state: LibraryState) -> list[ModelInfo]:
     """Zero-shot ranking first, then the registered models; each says whether its text searches give a match
     probability (the calibration the ranking uses with it, else a probabilistic model's own)."""
-
     records = state.catalog.models()
     active = any(r.is_active for r in records)
     zero_shot = calibration.load(EvidenceKind.ZERO_SHOT) is not None
@@ -41,7 +40,6 @@ def model_infos(state: LibraryState) -> list[ModelInfo]:
 
 def register_model(state: LibraryState, model_dir: Path, name: str | None = None) -> str:
     """Register a model directory written by ``polyseek train --out`` (its ONNX export must be there)."""
-
     model_dir = Path(model_dir).resolve()
     runner = ModelRunner.load(model_export_dir(model_dir), backbone_id=state.encoders.backbone.id)
     if runner.manifest.backbone is not None:
@@ -79,7 +77,6 @@ def offer_starter(state: LibraryState) -> None:
     """Offer the shipped starter model (:mod:`engine.search.starter`) when the library has none yet. On a fresh
     home the pretrained assets are prepared by the first index run, after opening had to skip the offer (it checks
     the starter against the backbone); the index run calls this again once they are there (issue #32)."""
-
     state.offering = True  # registering checks it against the backbone (seconds): it stays listed meanwhile
     try:
         name = offer(state.catalog, lambda folder, as_name: register_model(state, folder, as_name),

@@ -47,12 +47,10 @@ class Annotations:
     def states(self, media_ids: list[int], query: str | None = None) -> dict[int, Any]:
         """Caption sources and the verdict for ``query`` of each item
         (:func:`engine.library.browse.annotation_states`)."""
-
         return browse.annotation_states(self._state.catalog, media_ids, query)
 
     def progress(self) -> Any:
         """How many indexed items carry a human caption (:func:`engine.library.browse.annotation_progress`)."""
-
         return browse.annotation_progress(self._state.catalog)
 
     def version(self) -> tuple:
@@ -61,7 +59,6 @@ class Annotations:
 
     def snapshots(self) -> list[Path]:
         """The library's automatic annotation snapshots, oldest first (:mod:`engine.library.catalog.snapshots`)."""
-
         return snapshots.snapshots(snapshots.folder_of(self._state.catalog.path))
 
     def restore_snapshot(self, path: Path) -> Restored:
@@ -81,7 +78,6 @@ class Annotations:
         (:class:`engine.loop.annotations.AnnotationCounts`: also the pairs). An annotation snapshot
         (:mod:`engine.library.catalog.snapshots`) is restored instead, with its provenance and pairs
         (:meth:`restore_snapshot`)."""
-
         if snapshots.is_snapshot_file(Path(path)):
             return self.restore_snapshot(Path(path)).captions
         return import_annotations(self._state.catalog, Path(path))

@@ -113,12 +113,10 @@ class Library:
     def details(self, media_id: int) -> MediaDetails:
         """Path, size, pixels, length, date taken and camera of one item
         (:func:`engine.library.browse.media_details`)."""
-
         return browse.media_details(self._state.catalog, media_id)
 
     def item(self, media_id: int) -> SearchHit:
         """One item as a hit of no search (score 0): its path, kind, captions and the model's guess."""
-
         record = self._state.catalog.media(media_id)
         captions, guess = split_captions(self._state.catalog.captions(media_id))
         return SearchHit(media_id, str(record.path), record.kind, 0.0, captions, guess=guess)
@@ -126,12 +124,10 @@ class Library:
     def browse(self, top: int = 60, offset: int = 0, sort: str = "newest", folder: Path | None = None,
                kind: str | None = None, annotation: str = "all") -> list[SearchHit]:
         """The library without a query, a page at a time, sorted and filtered (:func:`engine.library.browse.browse`)."""
-
         return browse.browse(self._state.catalog, offset, top, sort, folder, kind, annotation)
 
     def browse_count(self, folder: Path | None = None, kind: str | None = None, annotation: str = "all") -> int:
         """How many items :meth:`browse` lists with these filters (:func:`engine.library.browse.browse_count`)."""
-
         return browse.browse_count(self._state.catalog, folder, kind, annotation)
 
     def thumbnail(self, media_id: int, size: int = 256) -> Path:
@@ -142,7 +138,6 @@ class Library:
 
     def file_thumbnail(self, path: Path, size: int = 256) -> Path:
         """A thumbnail of any media file, in the library or not (the example a search is made by)."""
-
         return thumbnail(Path(path), paths.cache_dir() / "example-thumbnails", size=size)[0]
 
     def missing_summary(self) -> tuple[int, int, int]:

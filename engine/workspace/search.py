@@ -37,7 +37,6 @@ class Search:
         """The items that best match a sentence, best first: the active model, the zero-shot semantics and the
         user's own words in one ranking (:mod:`engine.search.evidence`); ``kind`` / ``folder`` keep only the
         items of that kind / under that library folder (ranked among the whole library)."""
-
         text = text.strip()
         if not text:
             return []
@@ -53,7 +52,6 @@ class Search:
     @single_threaded
     def rank_text(self, text: str):
         """``(ids, ranking, trained, encoded query)`` of a sentence over the library (None: nothing indexed)."""
-
         state = self._state
         return rank_sentence(text, state.indexes, state.encoders, state.active_trained(), state.evidence)
 
@@ -63,7 +61,6 @@ class Search:
         backbone's global features, fused (:mod:`engine.search.evidence`); ``kind`` / ``folder`` as in
         :meth:`text`; ``exclude_example``: the file itself is left out when it is a library item (Find similar:
         the item is trivially its own best match)."""
-
         state = self._state
         trained = state.active_trained()
         result = (trained.encoders if trained is not None else state.encoders).extractor().extract([Path(path)])[0]
@@ -97,7 +94,6 @@ class Search:
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match
         the query's words), and for a sentence what the user wrote on the item that the ranking counted."""
-
         state = self._state
         explained = explain_item(query, state.catalog.media(media_id), state.active_trained(), state.features,
                                  state.encoders)
