@@ -165,10 +165,7 @@ class RetrainResult:
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON summary (``polyseek retrain --json``'s last line)."""
 
-        def interval(value: RsumInterval | None) -> dict[str, Any] | None:
-            return value.as_dict() if value is not None else None
-
-        def report(value: RetrievalReport | None) -> dict[str, Any] | None:
+        def plain(value: RsumInterval | RetrievalReport | GateDecision | None) -> dict[str, Any] | None:
             return value.as_dict() if value is not None else None
 
         ts = self.training_set
@@ -178,12 +175,12 @@ class RetrainResult:
                 "folder": str(ts.folder), "train_split": ts.train_split, "val_split": ts.val_split,
                 "annotated_items": ts.n_annotated_items, "captions": ts.n_captions,
                 "heldout_items": ts.n_heldout_items, "unannotated_items": ts.n_unannotated},
-            "before": report(self.before), "after": report(self.after),
+            "before": plain(self.before), "after": plain(self.after),
             "trainer_metrics": self.trainer_metrics.as_dict() if self.trainer_metrics is not None else {},
-            "init_from": self.init_from, "pseudo_before": report(self.pseudo_before),
-            "pseudo_after": report(self.pseudo_after), "heldout_interval": interval(self.heldout_interval),
-            "pseudo_interval": interval(self.pseudo_interval), "activated": self.activated,
-            "decision": self.decision, "gate": self.verdict.as_dict() if self.verdict is not None else None,
+            "init_from": self.init_from, "pseudo_before": plain(self.pseudo_before),
+            "pseudo_after": plain(self.pseudo_after), "heldout_interval": plain(self.heldout_interval),
+            "pseudo_interval": plain(self.pseudo_interval), "activated": self.activated,
+            "decision": self.decision, "gate": plain(self.verdict),
             "warnings": self.warnings})
 
     def summary_lines(self) -> list[str]:
