@@ -21,6 +21,9 @@ from engine.search.vectorindex.scoring import normalise
 from engine.search.words import UserWords
 from engine.types import Explanation, percent
 
+EXAMPLE_NOTE = ("zero-shot ranking: no trained model, no attention; a search by example ranks items by how alike the "
+                "backbone's features of the two pictures are")
+
 
 def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch | None, features: FeatureStore,
                  encoders: Encoders) -> Explanation:
@@ -30,6 +33,8 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
         feats = features.get(record.content_hash, encoders.backbone.id)
         if feats is None:
             raise LookupError(f"{record.path} has no features yet (index it first)")
+        if isinstance(query, Path):  # ranked by how alike the backbone sees the two pictures: no words to match
+            return _zero_shot_explanation((), EXAMPLE_NOTE)
         return _zero_shot_explanation(_word_matches(str(query), record, features, encoders))
     if isinstance(query, Path):
         result = trained.encoders.extractor().extract([query])[0]
@@ -117,12 +122,14 @@ def _word_matches(query: str, record: MediaRecord, features: FeatureStore, encod
                         lambda words: encoders.minilm.encode(words).sentence)
 
 
-def _zero_shot_explanation(matches: tuple) -> Explanation:
-    """The zero-shot ranking has no attention: it ranks by the classes seen in the item's regions, so it explains
-    by which of them match the query's words (``matches``, :func:`engine.search.readings.word_matches`)."""
+def _zero_shot_explanation(matches: tuple, note: str | None = None) -> Explanation:
+    """The zero-shot ranking has no attention: it ranks a sentence by the classes seen in the item's regions, so it
+    explains by which of them match the query's words (``matches``, :func:`engine.search.readings.word_matches`);
+    ``note`` says instead what ranked (a search by example)."""
     empty = np.zeros((0, 0), np.float32)
     found = [m for m in matches if m.class_name is not None]
-    note = ("zero-shot ranking: no trained model, no attention; items are ranked by the classes seen in their "
-            "regions (regional semantics)" + ("" if found else ", and none of them is close to a word of this query"))
+    note = note or ("zero-shot ranking: no trained model, no attention; items are ranked by the classes seen in "
+                    "their regions (regional semantics)"
+                    + ("" if found else ", and none of them is close to a word of this query"))
     return Explanation(tuple(m.word for m in matches), empty, empty, None, empty, (0, 0), notes=(note,),
                        word_matches=matches)

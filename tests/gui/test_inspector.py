@@ -126,3 +126,17 @@ def test_void_qt_calls_do_not_exhaust_none_refcount() -> None:
                             timeout=60, env=env)
     assert result.returncode == 0, result.stderr[-500:]
     assert result.stdout.strip() == "alive"
+
+
+def test_a_search_by_example_without_a_model_is_not_explained_by_its_file_name(service: Workspace) -> None:
+    """Zero-shot ranking of a picture query compares the two pictures' looks; the file's path is no query words
+    (the inspector once listed "tmp, home, demo, library, cup, coffee, jpg" as words not found in the item)."""
+    from tests.gui.conftest import by_name
+
+    item = by_name(service, "green_square_1")
+    example = service.library.media(item).path
+    explained = service.search.explain(example, item)
+    assert explained.word_matches == () and explained.query_tokens == ()
+    assert "search by example" in explained.notes[0]
+    sentence = service.search.explain("a green square", item)  # a sentence still shows its words
+    assert [m.word for m in sentence.word_matches] == ["green", "square"]
