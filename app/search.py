@@ -45,6 +45,7 @@ class SearchSession:
         self.query: str | Path | None = None
         self.min_probability: float | None = None
         self.browse = BrowseOptions()
+        self.left_out: int | None = 0  # indexed items the query leaves out of its ranking (None: not known yet)
 
     @property
     def browsing(self) -> bool:
@@ -52,7 +53,12 @@ class SearchSession:
         return self.query is None
 
     def set_query(self, query: str | Path | None) -> None:
-        self.query = Path(query) if isinstance(query, Path) else (query.strip() or None if query else None)
+        """Search ``query`` from now on; a new example's :attr:`left_out` is not known until the GUI has read it
+        (:meth:`engine.workspace.search.Search.leaves_out`)."""
+        query = Path(query) if isinstance(query, Path) else (query.strip() or None if query else None)
+        if query != self.query:
+            self.left_out = None if isinstance(query, Path) else 0
+        self.query = query
 
     def page_fetcher(self) -> Callable[[int, int], list[SearchHit]] | None:
         """``fetch(offset, top) -> list[SearchHit]`` for the current query (or the library), None without a service."""
@@ -86,6 +92,14 @@ class SearchSession:
         def count_library() -> int:
             return service.library.browse_count(folder=options.folder, kind=options.kind, annotation=options.annotation)
         return count_library
+
+    def searched(self, indexed: int) -> int | None:
+        """How many items the search ranks, the "of N items" of its places: the library's ``indexed`` items less
+        those it leaves out (Find similar's own item, as its header counts); None when not known, or when the
+        search is narrowed to a kind or a folder."""
+        if self.scope() or self.left_out is None:
+            return None
+        return (indexed - self.left_out) or None
 
     def describe(self) -> str:
         """The query as the header and the status bar show it (on one line: :func:`shown_query`), with the kind

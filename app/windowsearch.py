@@ -69,7 +69,7 @@ class WindowSearch(QObject):
         text = self.session.query if isinstance(self.session.query, str) else None
         service = self.session.service
         states = (lambda ids: service.annotations.states(ids, text)) if service is not None else None
-        self._model.searched = (self._state.snapshot.indexed or None) if not self.session.scope() else None
+        self._model.searched = self.session.searched(self._state.snapshot.indexed)
         self._model.set_fetch(fetch, scored=not self.session.browsing, states=states,
                                      hide_rejected=text is not None, count=self.session.listing_counter(),
                                      keep_rows=rerun)
@@ -79,8 +79,26 @@ class WindowSearch(QObject):
             self._header.setText(f"{verb} {self.session.describe()}…")
         elif self.held.query is not None:
             self.rows_changed()
-        if isinstance(query, Path) and keep is None:
-            self._load_example_picture(query)
+        if isinstance(query, Path):
+            self._read_left_out(query)
+            if keep is None:
+                self._load_example_picture(query)
+
+    def _read_left_out(self, path: Path) -> None:
+        """Learn whether the example is one of the library's items, which its search leaves out: its places then
+        count the items it ranked ("ranked 1st of 11 items" under "11 results like …")."""
+        service = self.session.service
+        if service is not None:
+            start(self._set_left_out(service, path))
+
+    async def _set_left_out(self, service: Workspace, path: Path) -> None:
+        try:  # a catalog read: not on the GUI thread
+            left_out = await off_thread(self._owner, service.search.leaves_out, path, pool=self._pool, priority=10)
+        except Exception:  # noqa: BLE001 - the places go on without a count
+            return
+        if self.session.service is service and self.session.query == path:  # not another search's since
+            self.session.left_out = int(left_out)
+            self._model.set_searched(self.session.searched(self._state.snapshot.indexed))
 
     def _load_example_picture(self, path: Path) -> None:
         """Show the example a search is made by (its thumbnail, made off the GUI thread like the results')."""

@@ -128,6 +128,7 @@ class Inspector(QScrollArea):
         self.match_label: QLabel | None = None
         self.token_strips: list[TokenStrip] = []
         self.notes_label: QLabel | None = None
+        self.relevance_label: QLabel | None = None  # the hit's place and match in words
         self.probability_bar: QProgressBar | None = None
         self.uncertainty_plot: pg.PlotWidget | None = None
         self.uncertainty_values: tuple[float | None, float | None] = (None, None)
@@ -160,6 +161,14 @@ class Inspector(QScrollArea):
             on_result=lambda loaded: self._show(generation, loaded),
             on_error=lambda exc: self._show(generation, _Loaded(None, None, [], None, str(exc))),
         )
+
+    def set_rank(self, hit: SearchHit | None, rank: Any) -> None:
+        """The grid's place of ``hit`` changed (its search's count of items arrived): said, if it is the one shown."""
+        if hit is None or self.hit is None or hit.media_id != self.hit.media_id:
+            return
+        self.rank = rank
+        if self.relevance_label is not None and rank is not None:
+            self.relevance_label.setText(f"{rank.label} — {rank.explanation}")
 
     @property
     def is_loading(self) -> bool:

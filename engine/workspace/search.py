@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import heap
-from engine.library.catalog import MediaStatus
+from engine.library.catalog import MediaRecord, MediaStatus
 from engine.media import MediaError
 from engine.progress import CancelToken
 from engine.search import calibration, evidence
@@ -80,7 +80,7 @@ class Search:
                 dense[model] = evidence.ModelEvidence(trained, encoded, ids)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         ranking = evidence.fuse(dense, rows, sample)
-        itself = state.catalog.media_by_path(Path(path).resolve()) if exclude_example else None
+        itself = self._library_item(path) if exclude_example else None
         if len(dense) == 1:  # one source keeps its raw cosines; a hit's standing reads z-units, as of a fused sum,
             # against the library's other items (the example's own perfect match is not a typical item)
             (source,) = dense.values()
@@ -90,6 +90,16 @@ class Search:
             ranking.total = evidence.standardise(ranking.total, source.score(reference))
         return page_of_hits(state.catalog, ids, ranking, None, None, top, offset, None, self._scope(kind, folder),
                             exclude=itself.id if itself is not None else None)
+
+    def leaves_out(self, path: Path) -> bool:
+        """Whether a search by ``path`` that excludes its example (:meth:`example`, Find similar) ranks one item
+        fewer than the library's indexed items: the file is one of them (the GUI's places say "of N items")."""
+        itself = self._library_item(path)
+        return itself is not None and itself.status == MediaStatus.OK
+
+    def _library_item(self, path: Path) -> MediaRecord | None:
+        """The library's item at ``path`` (None: the file is not one), the example a search may leave out."""
+        return self._state.catalog.media_by_path(Path(path).resolve())
 
     def explain(self, query: str | Path, media_id: int) -> Explanation:
         """Why an item matched: the model's attention (or, without any, the regional semantics' classes that match

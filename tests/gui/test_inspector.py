@@ -14,6 +14,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QImage
 
 from app.widgets.attention import TokenStrip, bin_weights, heatmap_image, overlay
 from app.widgets.inspector import ellipse_axes
+from app.widgets.resultsmodel import RELEVANCE_ROLE
 from engine.workspace import Workspace
 from tests.gui.test_search import search
 
@@ -140,3 +141,25 @@ def test_a_search_by_example_without_a_model_is_not_explained_by_its_file_name(s
     assert "search by example" in explained.notes[0]
     sentence = service.search.explain("a green square", item)  # a sentence still shows its words
     assert [m.word for m in sentence.word_matches] == ["green", "square"]
+
+
+def test_find_similar_says_each_place_among_the_items_it_searched(qtbot, window) -> None:
+    """Find similar leaves its example out of its results: the places count the items it ranked, as the header
+    does ("11 results like cup-of-coffee.jpg" once stood above "ranked 1st of 12 items for this search"), and the
+    first result shown is the 1st."""
+    qtbot.waitUntil(lambda: bool(window.state.snapshot.indexed), timeout=3000)  # the library's count, read off thread
+    others = window.state.snapshot.indexed - 1
+    search(qtbot, window, "red circle")
+    model, inspector = window.results_model, window.inspector
+    example = model.hit(0)
+    with qtbot.waitSignal(model.page_loaded, timeout=3000):
+        window.find_similar(example)
+    qtbot.waitUntil(lambda: not model.is_loading, timeout=3000)
+    assert window.empty_label.text() == f"{others} results like {Path(example.path).name}"
+    assert model.rowCount() == others and example.media_id not in {model.hit(r).media_id for r in range(others)}
+    first = model.hit(0)
+    qtbot.waitUntil(lambda: inspector.hit == first and inspector.explanation is not None
+                    and " of " in inspector.relevance_label.text(), timeout=3000)
+    assert f"ranked 1st of {others} items for this search" in inspector.relevance_label.text()
+    last = model.data(model.index(others - 1), RELEVANCE_ROLE).explanation
+    assert last.startswith(f"ranked {others}th of {others} items for this search")

@@ -295,8 +295,9 @@ def test_point7_a_results_place_is_said_in_words_not_raw_scores(qtbot, window) -
     assert "between" not in second.explanation and "score" not in second.explanation
     assert f"{model.hit(1).score:.3f}" not in second.explanation
     with qtbot.waitSignal(model.page_loaded, timeout=3000):
-        window.find_similar(model.hit(0))  # no probability there: the place and the standing
-    qtbot.waitUntil(lambda: "of 11 items" in model.data(model.index(1), RELEVANCE_ROLE).explanation, timeout=3000)
+        window.find_similar(model.hit(0))  # no probability there: the place and the standing, among the 10 items
+    # ranked (the example itself is left out, as the header's "10 results" says)
+    qtbot.waitUntil(lambda: "of 10 items" in model.data(model.index(1), RELEVANCE_ROLE).explanation, timeout=3000)
     second = model.data(model.index(1), RELEVANCE_ROLE)
-    assert second.explanation.startswith("ranked 2nd of 11 items for this search; ")
+    assert second.explanation.startswith("ranked 2nd of 10 items for this search; ")
     assert "typical item" in second.explanation and f"{model.hit(1).score:.3f}" not in second.explanation

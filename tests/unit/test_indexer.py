@@ -182,6 +182,8 @@ def test_search_by_example_finds_the_same_picture_first(service, library, tmp_pa
     similar = service.search.example(green, top=3, exclude_example=True)
     assert similar and green.name not in {Path(h.path).name for h in similar}
     assert Path(service.search.example(green, top=1)[0].path).name == "green.png"  # not asked: it stays
+    # so it ranks one item fewer than the library holds; a file from outside it leaves nothing out
+    assert service.search.leaves_out(green) and not service.search.leaves_out(query)
 
 
 @pytest.mark.parametrize(("cores", "threads"), [(None, 2), (1, 2), (2, 2), (4, 2), (16, 8)])
