@@ -65,6 +65,8 @@ SETTINGS = {s.label: s for s in (Setting("10%x5", 0.1, 5), Setting("20%x1", 0.2,
 RUNS = {r.label: r for r in (
     RunSpec("vse", "vse"),
     RunSpec("pvse", "pvse"),
+    # VSE with A3VSE's un-annotated corpus D^u (the pseudo pairs as weighted pairs, trainer/methods/vse.py)
+    RunSpec("vse-pseudo", "vse", {"pseudo_weight": 1.0}),
     RunSpec("a3vse", "a3vse"),
     RunSpec("a3vse-no-pseudo", "a3vse", pseudo_pairs=False),
     RunSpec("a3vse-no-attention", "a3vse", {"attention": False}),
