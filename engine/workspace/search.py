@@ -79,14 +79,15 @@ class Search:
             if model in state.evidence:
                 dense[model] = evidence.ModelEvidence(trained, encoded, ids)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
-        ranking = evidence.fuse(dense, rows, sample)
         itself = self._library_item(path) if exclude_example else None
-        if len(dense) == 1:  # one source keeps its raw cosines; a hit's standing reads z-units, as of a fused sum,
-            # against the library's other items (the example's own perfect match is not a typical item)
+        # every source is z-scored against the library's other items: the example's own perfect match is no
+        # typical item (with it, a model's and the look's spreads both swelled and every hit read "weak")
+        reference = sample if sample is not None else rows
+        if itself is not None:
+            reference = reference[ids[reference] != itself.id]
+        ranking = evidence.fuse(dense, rows, reference if itself is not None else sample)
+        if len(dense) == 1:  # one source keeps its raw cosines; a hit's standing reads z-units, as of a fused sum
             (source,) = dense.values()
-            reference = sample if sample is not None else rows
-            if itself is not None:
-                reference = reference[ids[reference] != itself.id]
             ranking.total = evidence.standardise(ranking.total, source.score(reference))
         return page_of_hits(state.catalog, ids, ranking, None, None, top, offset, None, self._scope(kind, folder),
                             exclude=itself.id if itself is not None else None)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from app.widgets.hittext import relevance, relevance_line
 from app.widgets.resultsmodel import HIT_ROLE, RELEVANCE_ROLE, STATE_ROLE
+from engine.library.catalog import MediaStatus
 from engine.types import CaptionSource, MediaKind, SearchHit, percent
 from engine.workspace import Workspace
-from tests.gui.conftest import user_pairs
+from tests.gui.conftest import PVSE, user_pairs
 from tests.gui.test_keyboard import ALT, CTRL, focused, press, settle, start_typing_a_query
 
 SHIFT = Qt.KeyboardModifier.ShiftModifier
@@ -164,6 +166,16 @@ def test_find_similar_says_an_identical_picture_stands_out(qtbot, window, servic
     assert Path(model.hit(0).path).name.startswith("red_circle")  # the other red circle: the very same picture
     # its band and its words say the same standing (issue #44)
     assert first.label != "weak match" and "above the library's typical item" in first.explanation
+
+
+def test_find_similar_with_a_model_reads_each_item_against_the_other_items(service: Workspace) -> None:
+    service.models.activate(PVSE)  # two sources, the model and the backbone's look: each z-scored over the library
+    indexed = [Path(m.path) for m in service.state.catalog.iter_media() if m.status == MediaStatus.OK]
+    example = indexed[0]  # without the example, whose own perfect match is no typical item (it swelled both
+    hits = service.search.example(example, top=100, exclude_example=True)  # spreads and sank every other item:
+    scores = np.array([h.score for h in hits])  # all of them read "weak match")
+    assert len(hits) == len(indexed) - 1 and example.name not in {Path(h.path).name for h in hits}
+    assert abs(scores.mean()) < 1e-4  # the typical item stands at 0, as a hit's standing reads it
 
 
 def test_a_calibrated_match_says_its_word_and_its_percentage() -> None:
