@@ -246,3 +246,28 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
         assert Path(service.state.catalog.active_model().path).name == starter.installed_name(newer)
     finally:
         service.close()
+
+
+# the demo library's item that each suggestion under the search box asks for
+DEMO_ANSWERS = {"a cat lying on a rug": "cat-on-a-rug.jpg", "a cup of coffee": "cup-of-coffee.jpg",
+                "a man with a camera on a tripod": "cameraman.jpg", "a bouncing red ball": "bouncing-red-ball.gif",
+                "sunset over the sea": "sunset-over-the-sea.gif"}
+
+
+def test_every_suggestion_under_the_search_box_finds_its_demo_item_first(assets_dir, monkeypatch, tmp_path):
+    """A first start shows the demo library with a few searches to try: each must work with the shipped starter
+    (the calibrated ranking over the whole demo library, as the grid shows it)."""
+    from app.widgets.browsebar import EXAMPLE_QUERIES
+    from engine.workspace import Workspace
+    from resources.demo import ensure_demo_library
+
+    assert set(EXAMPLE_QUERIES) == set(DEMO_ANSWERS)  # a new suggestion says here what it should find
+    monkeypatch.setenv("POLYSEEK_STARTER", "on")
+    service = Workspace.open("demo", assets_dir)
+    try:
+        list(service.library.index([ensure_demo_library()]))
+        assert service.models.active_trained() is not None
+        first = {query: Path(service.search.text(query, top=1)[0].path).name for query in EXAMPLE_QUERIES}
+    finally:
+        service.close()
+    assert first == DEMO_ANSWERS
