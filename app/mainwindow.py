@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QModelIndex, Qt, QThread, QThreadPool, QTimer, QUrl, Signal
+from PySide6.QtCore import Qt, QThread, QThreadPool, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QCloseEvent,
     QDesktopServices,
@@ -45,7 +45,7 @@ from app.widgets.library import LibraryPanel
 from app.widgets.models import ModelsDialog
 from app.widgets.plaintext import plain_label, show_message
 from app.widgets.results import ResultsView
-from app.widgets.resultsmodel import HIT_ROLE, RELEVANCE_ROLE, ResultsModel
+from app.widgets.resultsmodel import RELEVANCE_ROLE, ResultsModel
 from app.widgets.screen import clamp_to_screen, fit_to_screen
 from app.widgets.searchbar import SearchBar, local_file
 from app.widgets.training import TrainingDialog
@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
         bar.cutoff_changed.connect(self.searching.cutoff_changed)
         bar.model_chosen.connect(self.activate_model)
         self.results.current_hit_changed.connect(self._show_hit)
-        self.results_model.dataChanged.connect(self._places_changed)
+        self.results.current_place_changed.connect(self.inspector.set_rank)
         self.results_model.page_loaded.connect(self.searching.page_loaded)
         self.results_model.rowsRemoved.connect(self.searching.rows_changed)  # a rejected item left the results
         self.results_model.rowsInserted.connect(self.searching.rows_changed)  # ... and came back (undo)
@@ -274,13 +274,6 @@ class MainWindow(QMainWindow):
         self.annotate.set_item(self.session.query, hit)
         if self.viewer is not None and self.viewer.isVisible() and hit is not None:
             self.viewer.follow(hit, self.results_model.state(hit.media_id))
-
-    def _places_changed(self, top: QModelIndex, bottom: QModelIndex, roles: list[int]) -> None:
-        """The results' places learnt their count ("of 11 items") after the inspector said the current one's:
-        the inspector says it again."""
-        index = self.results.currentIndex()
-        if RELEVANCE_ROLE in roles and index.isValid() and top.row() <= index.row() <= bottom.row():
-            self.inspector.set_rank(index.data(HIT_ROLE), index.data(RELEVANCE_ROLE))
 
     def open_viewer(self, hit: SearchHit | None = None, state: Any = None, start: int | None = None) -> Viewer | None:
         """Show the current (or given) result large; the viewer follows the selection while it is open.

@@ -195,6 +195,7 @@ class ResultsView(QListView):
     find_similar_requested = Signal(object)  # SearchHit
     up_from_top = Signal()  # Up on the first row: back to the search box
     open_requested = Signal(object)  # SearchHit: show it large (the viewer)
+    current_place_changed = Signal(object, object)  # (SearchHit, Relevance): its count of items arrived late
 
     def __init__(self, model: ResultsModel, cache: ThumbnailCache, icon_size: int = 160,
                  parent: QWidget | None = None) -> None:
@@ -220,6 +221,7 @@ class ResultsView(QListView):
         model.modelAboutToBeReset.connect(self._before_reset)
         self._scroll_kept: int | None = None  # where a re-run found the user (ResultsModel.replacing)
         model.rows_filled.connect(self._rows_filled)
+        model.dataChanged.connect(self._places_changed)
         self.selectionModel().currentChanged.connect(self._current_changed)
         self.entered.connect(self._hover)
         self._hovered: int | None = None
@@ -290,6 +292,12 @@ class ResultsView(QListView):
         current = self.currentIndex()
         if current.isValid() and first <= current.row() <= last:  # the current row's hit has just arrived
             self.current_hit_changed.emit(current.data(HIT_ROLE))
+
+    def _places_changed(self, top: QModelIndex, bottom: QModelIndex, roles: list[int]) -> None:
+        """The places learnt their count ("of 11 items") after the current one was shown: say it again."""
+        current = self.currentIndex()
+        if RELEVANCE_ROLE in roles and current.isValid() and top.row() <= current.row() <= bottom.row():
+            self.current_place_changed.emit(current.data(HIT_ROLE), current.data(RELEVANCE_ROLE))
 
     def cell_width(self) -> int:
         """The width one result takes in the grid, spacing included (:meth:`ResultDelegate.sizeHint`'s)."""
