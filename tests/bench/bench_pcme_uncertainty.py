@@ -1,4 +1,4 @@
-"""Does PCME's uncertainty mean something? sigma's spread and R@1 per sigma decile on Flickr8k dev.
+"""Does PCME's uncertainty mean something? sigma's spread and R@1 per sigma decile on a held-out split.
 
     python tests/bench/bench_pcme_uncertainty.py --home DIR --models LABEL=MODEL_DIR ... \
         [--data ../shared/datasets/flickr8k] [--split dev] [--out bench-results/pcme-uncertainty.json]
@@ -95,9 +95,12 @@ def histogram_lines(summary: dict) -> list[str]:
             for i in range(len(counts))]
 
 
-def markdown(rows: dict[str, dict], command: str) -> str:
+def markdown(rows: dict[str, dict], command: str, where: str = "Flickr8k dev") -> str:
+    """The table, R@1 by decile and σ's histograms; ``where``: the data set and split measured."""
+    first = next(iter(rows.values()), None)
+    photos, captions = (first["sigma"]["photos"]["n"], first["sigma"]["captions"]["n"]) if first else (0, 0)
     lines = [f"Measured with `{command}` on this machine (2 CPU cores shared with other jobs, no GPU); "
-             "Flickr8k dev = 1,000 photos, 5,000 captions. σ = the geometric mean of an item's sigma (PCME "
+             f"{where} = {photos:,} photos, {captions:,} captions. σ = the geometric mean of an item's sigma (PCME "
              "§3.2.1). Spearman: of R@1 over the σ deciles, lowest σ first (negative: R@1 falls as σ rises).",
              "",
              "| model | distance | i2t R@1 | R@5 | R@10 | t2i R@1 | R@5 | R@10 | rsum | Spearman i2t | Spearman t2i "
@@ -111,7 +114,9 @@ def markdown(rows: dict[str, dict], command: str) -> str:
                      f"| {cap['min']:.4f}-{cap['max']:.4f} | {pho['min']:.4f}-{pho['max']:.4f} |")
     for label, r in rows.items():
         lines += ["", f"### {label}", ""]
-        for way, what in (("i2t", "photo queries, 100 a decile"), ("t2i", "caption queries, 500 a decile")):
+        photos, captions = r["sigma"]["photos"]["n"], r["sigma"]["captions"]["n"]
+        for way, what in (("i2t", f"photo queries, {photos // 10:,} a decile"),
+                          ("t2i", f"caption queries, {captions // 10:,} a decile")):
             r1 = " ".join(f"{v:.1f}" for v in r["r1_by_sigma_decile"][way]["r1"])
             lines.append(f"- R@1 by σ decile, {way} ({what}): {r1}")
         for side in ("captions", "photos"):
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tests/bench/bench_pcme_uncertainty.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(rows, command))
+    args.out.with_suffix(".md").write_text(markdown(rows, command, f"{args.data.name} {args.split}"))
     return 0
 
 
