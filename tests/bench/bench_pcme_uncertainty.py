@@ -20,6 +20,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,24 @@ def markdown(rows: dict[str, dict], command: str, where: str = "Flickr8k dev") -
     return "\n".join(lines) + "\n"
 
 
+SLICES = ("flickr8k-train-slice", "webcaps-train-slice", "msrvtt-train-slice")
+
+
+def slice_folder(datasets: Path, name: str, folder: Path) -> Path:
+    """A caption folder at ``folder`` holding one train-side slice of ``tests/bench/bench_domains.py`` (the items the
+    starter's build held aside) as its split ``slice``: PCME's recipe is chosen on these, each read apart (#42)."""
+    from tests.bench.bench_domains import domains
+
+    media, files, caps = domains(datasets)[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / media.name).symlink_to(media.resolve(), target_is_directory=True)
+    rows = ["file\tcaption", *(f"{f}\t{c}" for f in files for c in caps[f])]
+    (folder / "captions.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (folder / "splits.tsv").write_text("\n".join(["file\tsplit", *(f"{f}\tslice" for f in files)]) + "\n",
+                                       encoding="utf-8")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", required=True, metavar="LABEL=DIR")
@@ -136,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="dev")
     parser.add_argument("--home", type=Path, default=None, help="POLYSEEK_HOME with the cached features")
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "pcme-uncertainty.json")
+    parser.add_argument("--slice", choices=SLICES, help="a train-side slice the starter held aside instead of --data "
+                        "--split (the datasets folder is --data's parent)")
     args = parser.parse_args(argv)
+    where = f"{args.data.name} {args.split}"
+    if args.slice:
+        args.data = slice_folder(args.data.parent, args.slice, Path(tempfile.mkdtemp(prefix="pcme-slice-")) / "data")
+        args.split, where = "slice", args.slice
     if not (args.data / "captions.tsv").is_file():
         raise SystemExit(f"{args.data}: no Flickr8k caption folder here (see ../shared/datasets)")
     if args.home is not None:
@@ -149,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tests/bench/bench_pcme_uncertainty.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(rows, command, f"{args.data.name} {args.split}"))
+    args.out.with_suffix(".md").write_text(markdown(rows, command, where))
     return 0
 
 
