@@ -168,7 +168,7 @@ class Inspector(QScrollArea):
             return
         self.rank = rank
         if self.relevance_label is not None and rank is not None:
-            self.relevance_label.setText(f"{rank.label} — {rank.explanation}")
+            self.relevance_label.setText(_place_words(rank))
 
     @property
     def is_loading(self) -> bool:
@@ -237,7 +237,7 @@ class Inspector(QScrollArea):
         if self.hit is not None:
             rank = self.rank
             if rank is not None:
-                self.relevance_label = selectable_label(f"{rank.label} — {rank.explanation}")
+                self.relevance_label = selectable_label(_place_words(rank))
                 layout.addWidget(self.relevance_label)
             elif self.query is not None:  # opened on its own (What to annotate next): no place, no raw score
                 layout.addWidget(selectable_label("Opened on its own, not from this search's results: it has no "
@@ -484,3 +484,8 @@ def _load_explanation(service: Workspace, query: str | Path, hit: SearchHit) -> 
         except OSError:
             query_image = None
     return _Loaded(ex, image, frames, query_image)
+
+
+def _place_words(rank: Any) -> str:
+    """A hit's match and place in the results as the inspector says them (a :class:`app.widgets.hittext.Relevance`)."""
+    return f"{rank.label} — {rank.explanation}"

@@ -158,23 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slice", choices=SLICES, help="a train-side slice the starter held aside instead of --data "
                         "--split (the datasets folder is --data's parent)")
     args = parser.parse_args(argv)
-    where = f"{args.data.name} {args.split}"
-    if args.slice:
-        args.data = slice_folder(args.data.parent, args.slice, Path(tempfile.mkdtemp(prefix="pcme-slice-")) / "data")
-        args.split, where = "slice", args.slice
-    if not (args.data / "captions.tsv").is_file():
-        raise SystemExit(f"{args.data}: no Flickr8k caption folder here (see ../shared/datasets)")
-    if args.home is not None:
-        os.environ["POLYSEEK_HOME"] = str(args.home)
-    rows = {}
-    for spec in args.models:
-        label, _, folder = spec.partition("=")
-        rows[label] = measure(Path(folder), args.data, args.split)
-        print(f"{label}: rsum {rows[label]['rsum']:.1f}, Spearman {rows[label]['spearman']}", flush=True)
-    command = "python tests/bench/bench_pcme_uncertainty.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(rows, command, where))
+    with tempfile.TemporaryDirectory(prefix="pcme-slice-") as scratch:  # a --slice's caption folder
+        where = f"{args.data.name} {args.split}"
+        if args.slice:
+            args.data = slice_folder(args.data.parent, args.slice, Path(scratch) / "data")
+            args.split, where = "slice", args.slice
+        if not (args.data / "captions.tsv").is_file():
+            raise SystemExit(f"{args.data}: no Flickr8k caption folder here (see ../shared/datasets)")
+        if args.home is not None:
+            os.environ["POLYSEEK_HOME"] = str(args.home)
+        rows = {}
+        for spec in args.models:
+            label, _, folder = spec.partition("=")
+            rows[label] = measure(Path(folder), args.data, args.split)
+            print(f"{label}: rsum {rows[label]['rsum']:.1f}, Spearman {rows[label]['spearman']}", flush=True)
+        command = "python tests/bench/bench_pcme_uncertainty.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(rows, command, where))
     return 0
 
 
