@@ -45,6 +45,7 @@ from engine.loop.interval import RsumInterval, intervals_line
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
 from engine.progress import Cancelled, CancelToken, Progress, staged
+from engine.search.companion import carry_companion
 from engine.state import LibraryState
 from engine.state.models import model_infos, register_model
 from engine.trainercontract import events
@@ -253,6 +254,8 @@ class Retrain:
             self._discard_unresumable(result)
             raise
         result.trainer_metrics = read_metrics(out)
+        if start is not None and carry_companion(start, out):  # the companion searches beside it, as beside its start
+            log.info("the new model keeps the companion of %s", start)
         if self.state is None:
             yield Progress(1, 1, "done")
             return

@@ -43,6 +43,11 @@ from engine.types import EvidenceKind
 MODEL = 0.8  # weight of the trained model's z-score (the zero-shot semantics get 1 - MODEL)
 WORDS = 10.0  # z-units a full match of the user's words adds (what you wrote outranks what a model guesses)
 REJECT = 15.0  # z-units a rejected pair for this very query removes
+# The active model's companion (engine.search.companion), a dense source beside it: it takes this share of the
+# trained models' weight MODEL (chosen on the train-side slices, docs/benchmarks.md "A PVSE starter": 0 / 0.5 / 0.7
+# gave app rsum 370.6 / 378.2 / 377.1 on the Flickr8k slice, 247.4 / 251.2 / 250.8 on the webcaps slice)
+COMPANION = "companion"
+COMPANION_SHARE = 0.5
 DENSE_LIMIT = 20_000
 CANDIDATES = 300
 SAMPLE = 1_000
@@ -51,7 +56,7 @@ SAMPLE = 1_000
 class Evidence(Protocol):
     """One kind of evidence over the library's rows (``rows`` index the ranker's ``ids``)."""
 
-    name: EvidenceKind
+    name: str  # an EvidenceKind, or COMPANION
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         """Raw scores (n,) of ``rows`` for the query this object was made for."""
@@ -102,8 +107,13 @@ def weights(sources: Sequence[EvidenceKind], user_share: float = 0.0) -> dict[Ev
     as ImageNet classes, while they mean what the user's items show (the words evidence), so their weight shrinks
     by that share."""
     if EvidenceKind.MODEL in sources and EvidenceKind.ZERO_SHOT in sources:
-        return {EvidenceKind.MODEL: MODEL, EvidenceKind.ZERO_SHOT: (1.0 - MODEL) * (1.0 - user_share)}
-    return {name: 1.0 for name in sources}
+        out = {EvidenceKind.MODEL: MODEL, EvidenceKind.ZERO_SHOT: (1.0 - MODEL) * (1.0 - user_share)}
+    else:
+        out = {name: 1.0 for name in sources if name != COMPANION}
+    if COMPANION in sources and EvidenceKind.MODEL in out:  # the model's companion takes its share of its weight
+        out[COMPANION] = out[EvidenceKind.MODEL] * COMPANION_SHARE
+        out[EvidenceKind.MODEL] *= 1.0 - COMPANION_SHARE
+    return out
 
 
 @dataclass
@@ -120,7 +130,7 @@ class UserEvidence:
     described: np.ndarray | None = None  # 1 where the user wrote what the item is (a caption or accepted query)
 
 
-def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
+def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None = None,
          words: np.ndarray | None = None, rejected: np.ndarray | None = None, user_share: float = 0.0,
          calibrated=None, user: UserEvidence | None = None, familiar: float = 1.0,
          n_items: int | None = None, log_frames: np.ndarray | None = None) -> Ranking:
@@ -137,7 +147,9 @@ def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarr
     z-units and ``rejected`` removes up to :data:`REJECT`."""
     w = weights(list(dense), user_share)
     model = dense.get(EvidenceKind.MODEL)
-    seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(model, "head_pairs", None)}
+    # a hit's heads are the companion's where the model has one vector per item (the inspector shows them)
+    heads = dense.get(COMPANION) if COMPANION in dense and not _has_heads(model) else model
+    seen = {"frames": getattr(model, "frames", None), "head_pairs": getattr(heads, "head_pairs", None)}
     if len(dense) == 1 and words is None and rejected is None and calibrated is None:
         (name, source), = dense.items()  # one source: its own scores (e.g. a cosine)
         raw = source.score(rows).astype(np.float32)
@@ -176,6 +188,12 @@ def fuse(dense: dict[EvidenceKind, Evidence], rows: np.ndarray, sample: np.ndarr
         parts["rejected"] = rejected
         total -= REJECT * rejected.astype(np.float32)
     return Ranking(rows, total, parts, **seen)
+
+
+def _has_heads(source) -> bool:
+    """Whether a model source embeds an item as more than one vector (PVSE's K heads)."""
+    trained = getattr(source, "trained", None)
+    return trained is not None and trained.runner.num_embeddings > 1
 
 
 def novel_cover(labels: dict[str, tuple[float, tuple[int, ...]]], shares: dict[str, float],
@@ -269,10 +287,11 @@ class ModelEvidence:
     """The trained model's score of library rows (``ids[rows]``): :meth:`TrainedSearch.score_ids`; remembers
     which frame of a clip matched."""
 
-    name = EvidenceKind.MODEL
+    name: str = EvidenceKind.MODEL
 
-    def __init__(self, trained, encoded, ids: np.ndarray) -> None:
-        self.trained, self.encoded, self.ids = trained, encoded, ids
+    def __init__(self, trained, encoded, ids: np.ndarray, name: str = EvidenceKind.MODEL) -> None:
+        """``name``: :data:`COMPANION` for the active model's companion."""
+        self.trained, self.encoded, self.ids, self.name = trained, encoded, ids, name
         self.frames = np.full(len(ids), -1, np.int64)  # per library row: the clip's best frame (-1: none)
         self.head_pairs = np.zeros((len(ids), 2), np.int64)  # per library row: (query head, item head)
         self._sample: np.ndarray | None = None

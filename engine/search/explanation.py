@@ -36,17 +36,15 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
         if isinstance(query, Path):  # ranked by how alike the backbone sees the two pictures: no words to match
             return _zero_shot_explanation((), EXAMPLE_NOTE)
         return _zero_shot_explanation(_word_matches(str(query), record, features, encoders))
-    if isinstance(query, Path):
-        result = trained.encoders.extractor().extract([query])[0]
-        if isinstance(result, MediaError):
-            raise result
-        encoded = trained.encode_media_features(result.record)
-        tokens = tuple(f"region {i}" for i in range(encoded.attention.shape[-1])) \
-            if encoded.attention is not None else ("example",)
-    else:
-        encoded, token_lists = trained.encode_text([str(query)])
-        tokens = tuple(token_lists[0])
-    explained = trained.explain(encoded, tokens, record)
+    explained = _model_explanation(query, record, trained)
+    if not explained.item_attention.size and trained.companion is not None:
+        # a K = 1 model has no heads: the companion's, which rank beside it (engine.search.companion), explain
+        beside = _model_explanation(query, record, trained.companion)
+        if beside.item_attention.size:
+            note = (f"{beside.notes[0]}: the heads of the model searched beside {trained.record.name} "
+                    f"({trained.runner.method}, K={trained.runner.num_embeddings}, one vector per item); the two "
+                    "rank together")
+            return replace(beside, notes=(note, *beside.notes[1:]))
     if explained.item_attention.size or isinstance(query, Path):
         return explained
     # no attention (VSE, K = 1): the regional semantics the ranking fuses with the model explain instead
@@ -57,6 +55,21 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
             "the model).")
     return replace(explained, notes=(note, *explained.notes[1:]),
                    word_matches=_word_matches(str(query), record, features, encoders))
+
+
+def _model_explanation(query: str | Path, record: MediaRecord, trained: TrainedSearch) -> Explanation:
+    """One trained model's explanation of ``record`` for a sentence or an example file (its attention, if any)."""
+    if isinstance(query, Path):
+        result = trained.encoders.extractor().extract([query])[0]
+        if isinstance(result, MediaError):
+            raise result
+        encoded = trained.encode_media_features(result.record)
+        tokens = tuple(f"region {i}" for i in range(encoded.attention.shape[-1])) \
+            if encoded.attention is not None else ("example",)
+    else:
+        encoded, token_lists = trained.encode_text([str(query)])
+        tokens = tuple(token_lists[0])
+    return trained.explain(encoded, tokens, record)
 
 
 def your_words_note(query: str, media_id: int, words: UserWords, encoders: Encoders) -> str | None:

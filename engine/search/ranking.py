@@ -83,7 +83,7 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
     novelty = (evidence.word_novelty(match.labels, ids, index, trained, indexes.zero_shot_query)
                if match.labels else {})
     own = {word for word, new in novelty.items() if new >= OWN_WORD}
-    dense: dict[EvidenceKind, evidence.Evidence] = {}
+    dense: dict[str, evidence.Evidence] = {}
     if EvidenceKind.ZERO_SHOT in kinds or trained is None:
         _, words = indexes.zero_shot_query(text, exclude=own, sentence=sentence)
         dense[EvidenceKind.ZERO_SHOT] = evidence.ZeroShotEvidence(index, sentence, words, indexes.frames())
@@ -95,6 +95,12 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
             encoded = ground_names(encoded, trained, named, novelty, used=names)
         if EvidenceKind.MODEL in kinds:
             dense[EvidenceKind.MODEL] = evidence.ModelEvidence(trained, encoded, ids)
+            companion = trained.companion  # engine.search.companion: its score beside the model's, by the same rule
+            if companion is not None:
+                beside, _ = companion.encode_text([text], minilm=stock)
+                if named and NAME_LOOK:
+                    beside = ground_names(beside, companion, named, novelty)
+                dense[evidence.COMPANION] = evidence.ModelEvidence(companion, beside, ids, evidence.COMPANION)
     shared = spread(match.labels, indexes.look_alikes().nearest, novelty) if match.labels else {}
     named = np.array([*shared, *match.positive, *match.rejected], np.int64)
     rows, sample = evidence.candidate_rows(ids, trained, encoded, named)

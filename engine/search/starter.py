@@ -44,7 +44,8 @@ def starter_enabled() -> bool:
     return os.environ.get("POLYSEEK_STARTER", "on").strip().lower() not in ("off", "0", "no", "false")
 
 
-ADDED_LATER = ("caption_words.json",)  # shipped after a starter with the same weights was installed
+# shipped after a starter with the same weights was installed (a folder before the file that names it)
+ADDED_LATER = ("caption_words.json", "companion", "companion.json")
 
 
 def installed_name(shipped: Path) -> str:
@@ -84,11 +85,20 @@ def _top_up(shipped: Path, installed: Path) -> None:
     """Files a later release ships beside the same weights (:data:`ADDED_LATER`), added to an installed copy of
     the starter; nothing there is replaced. Best effort: a read-only models folder keeps the copy as it is."""
     for name in ADDED_LATER:
-        if (shipped / name).is_file() and not (installed / name).is_file():
-            try:
-                atomic_write_bytes(installed / name, (shipped / name).read_bytes())
-            except OSError as exc:
-                log.warning("could not add %s to %s (%s)", name, installed, exc)
+        source, dest = shipped / name, installed / name
+        try:
+            if source.is_file() and not dest.is_file():
+                atomic_write_bytes(dest, source.read_bytes())
+            elif source.is_dir() and not dest.exists():
+                staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=installed))
+                try:
+                    shutil.copytree(source, staging, dirs_exist_ok=True)
+                    os.replace(staging, dest)
+                except BaseException:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    raise
+        except OSError as exc:
+            log.warning("could not add %s to %s (%s)", name, installed, exc)
 
 
 def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],

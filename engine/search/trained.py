@@ -58,6 +58,9 @@ class TrainedSearch:
         # PCME: metrics.json's R@1 per uncertainty decile on the model's validation split, and that split's name
         # (read once, with the model; what the inspector reads a sigma against); None: no such record
         self._validation_curves: tuple[Mapping[str, UncertaintyCurve], str] | None = None
+        # the model searched beside this one (engine.search.companion; its heads explain a K = 1 model's hits),
+        # attached by LibraryState; embedded and synced with it
+        self.companion: TrainedSearch | None = None
 
     @classmethod
     def open(cls, record: ModelRecord, catalog: Catalog, features: FeatureStore, encoders,
@@ -92,8 +95,19 @@ class TrainedSearch:
             index.add(ids, vectors)
         return index
 
+    def embedded(self) -> int:
+        """How many items this model (and its companion, if it has one) have both embedded."""
+        count = len(self.index)
+        return count if self.companion is None else min(count, self.companion.embedded())
+
     def sync(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Embed every indexed item the model has not embedded yet; drop vectors of items that are gone."""
+        """Embed every indexed item the model (and then its companion) has not embedded yet; drop vectors of items
+        that are gone."""
+        yield from self._sync_own(cancel)
+        if self.companion is not None:
+            yield from self.companion.sync(cancel)
+
+    def _sync_own(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         cancel = cancel or CancelToken()
         ok = {m.id: m for m in self.catalog.iter_media(MediaStatus.OK)}
         done_ids = self.catalog.embedded_ids(self.record.id)

@@ -19,11 +19,13 @@ from typing import Any
 from engine import paths
 from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
-from engine.library.catalog import Catalog, MediaStatus
+from engine.library.catalog import Catalog, CatalogError, MediaStatus
 from engine.library.indexer import Indexer
+from engine.search.companion import read_companion
 from engine.search.libraryindexes import LibraryIndexes
-from engine.search.modelrunner import ModelLoadError
+from engine.search.modelrunner import ModelLoadError, ModelRunner
 from engine.search.trained import TrainedSearch
+from engine.trainercontract.exportformat import model_export_dir
 from engine.types import ALL_EVIDENCE, EvidenceKind, ModelInfo, evidence_kinds
 
 log = logging.getLogger(__name__)
@@ -101,13 +103,37 @@ class LibraryState:
                         self._unloadable = record.id
                     self._trained = None
                     return None
+                self._trained.companion = self._open_companion(record)
                 status = self.catalog.counts()["status"]
                 searchable = sum(status.values()) - status.get(MediaStatus.FAILED, 0) - status.get(
                     MediaStatus.MISSING, 0)
-                if len(self._trained.index) < searchable:
+                if self._trained.embedded() < searchable:
                     for _ in self._trained.sync():
                         pass
             return self._trained
+
+    def _open_companion(self, record):
+        """The TrainedSearch of the companion the model ``record`` names (:mod:`engine.search.companion`),
+        registered in this library on first use under :meth:`CompanionSpec.registered_name`; None when the model
+        has none or it cannot be loaded (logged: the model then searches alone)."""
+        spec = read_companion(record.path)
+        if spec is None:
+            return None
+        name = spec.registered_name(record.name)
+        try:
+            known = {m.name: m for m in self.catalog.models()}
+            companion = known.get(name)
+            if companion is None or Path(companion.path).resolve() != spec.folder:
+                if companion is not None:  # the model now names another companion: its vectors are no longer valid
+                    self.catalog.delete_model(name)
+                runner = ModelRunner.load(model_export_dir(spec.folder), backbone_id=self.encoders.backbone.id)
+                self.catalog.register_model(name, runner.method, spec.folder, {})
+                companion = self.catalog.model(name)
+            return TrainedSearch.open(companion, self.catalog, self.features, self.encoders, self.library_dir)
+        except (ModelLoadError, OSError, CatalogError) as exc:
+            log.warning("the companion of model %r (%s) cannot be loaded (%s); it searches alone", record.name,
+                        spec.folder, exc)
+            return None
 
     def invalidate(self, model: bool = True) -> None:
         """Drop what is built from the library's items (zero-shot ranking, global features) and, with ``model``,

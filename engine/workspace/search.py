@@ -69,7 +69,7 @@ class Search:
         ids, matrix = state.indexes.global_matrix()
         if not len(ids):
             return []
-        dense: dict[EvidenceKind, evidence.Evidence] = {}
+        dense: dict[str, evidence.Evidence] = {}
         zero_shot, model = EvidenceKind.ZERO_SHOT, EvidenceKind.MODEL
         if zero_shot in state.evidence or trained is None:
             dense[zero_shot] = evidence.CosineEvidence(zero_shot, matrix, result.record.global_.astype(np.float32))
@@ -78,6 +78,10 @@ class Search:
             encoded = trained.encode_media_features(result.record)
             if model in state.evidence:
                 dense[model] = evidence.ModelEvidence(trained, encoded, ids)
+                if trained.companion is not None:
+                    beside = trained.companion.encode_media_features(result.record)
+                    dense[evidence.COMPANION] = evidence.ModelEvidence(trained.companion, beside, ids,
+                                                                       evidence.COMPANION)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         itself = self._library_item(path) if exclude_example else None
         # every source is z-scored against the library's other items: the example's own perfect match is no

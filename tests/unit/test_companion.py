@@ -1,0 +1,122 @@
+"""A model's companion (engine/search/companion.py): a second model searched beside the active one, its heads shown
+where the model has none, kept by a retrain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.search import evidence
+from engine.search.companion import COMPANION_FILE, CompanionSpec, carry_companion, read_companion, write_companion
+from engine.types import EvidenceKind
+from engine.workspace import Workspace
+from tests.mediagen import make_animated_gif, make_jpeg
+from tests.unit.test_trained_search import COLOURS, export_untrained
+
+
+@pytest.fixture
+def service(assets_dir: Path, tmp_path: Path) -> Workspace:
+    folder = tmp_path / "media"
+    folder.mkdir()
+    for i, colour in enumerate(COLOURS):
+        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
+    make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
+    svc = Workspace.open("companion", assets_dir)
+    list(svc.library.index([folder]))
+    yield svc
+    svc.close()
+
+
+def vse_with_companion(tmp_path: Path) -> Path:
+    """A VSE model folder naming a PVSE (K = 3) companion inside it, as the shipped starter does."""
+    model = export_untrained("vse", tmp_path / "vse-model")
+    export_untrained("pvse", model / "companion", num_embeds=3)
+    (model / COMPANION_FILE).write_text(json.dumps({"folder": "companion"}))
+    return model
+
+
+def test_the_companion_is_embedded_and_ranks_beside_the_model_by_its_share(service, tmp_path):
+    service.models.activate(str(vse_with_companion(tmp_path)))
+    trained = service.models.active_trained()
+    assert trained.companion is not None and trained.companion.runner.num_embeddings == 3
+    catalog = service.state.catalog
+    companion = catalog.model("vse-model heads")
+    assert len(catalog.embedded_ids(companion.id)) == len(catalog.embedded_ids(catalog.model("vse-model").id)) == 7
+    assert not companion.is_active
+
+    service.state.evidence = frozenset({"model"})
+    ids, ranking, _, _ = service.search.rank_text("a red square")
+    assert {EvidenceKind.MODEL, evidence.COMPANION} <= set(ranking.parts)
+    half = evidence.standardise(ranking.parts[EvidenceKind.MODEL]) * (1 - evidence.COMPANION_SHARE) \
+        + evidence.standardise(ranking.parts[evidence.COMPANION]) * evidence.COMPANION_SHARE
+    np.testing.assert_allclose(ranking.parts["dense"], half, atol=1e-5)  # what the calibration reads
+    # the companion's own scores are its K x K best cosines
+    query, _ = trained.companion.encode_text(["a red square"])
+    own, _, pairs = trained.companion.score_ids(query, ids[ranking.rows])
+    np.testing.assert_allclose(ranking.parts[evidence.COMPANION], own, atol=1e-5)
+    # a hit's heads are the companion's: the K = 1 model has one vector
+    np.testing.assert_array_equal(ranking.head_pairs[ranking.rows], pairs)
+
+    service.state.evidence = frozenset({"model", "zero_shot"})
+    weights = evidence.weights([EvidenceKind.MODEL, EvidenceKind.ZERO_SHOT, evidence.COMPANION])
+    assert weights[EvidenceKind.MODEL] == pytest.approx(evidence.MODEL * (1 - evidence.COMPANION_SHARE))
+    assert weights[evidence.COMPANION] == pytest.approx(evidence.MODEL * evidence.COMPANION_SHARE)
+    assert sum(weights.values()) == pytest.approx(1.0)
+
+
+def test_the_inspector_shows_the_companions_heads_for_a_model_without_any(service, tmp_path):
+    service.models.activate(str(vse_with_companion(tmp_path)))
+    photo = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith("photo0.jpg"))
+    explained = service.search.explain("a red square", photo.id)
+    assert explained.item_attention.shape == (3, 49)  # three heads over the 7 x 7 regions
+    assert "the heads of the model searched beside vse-model" in explained.notes[0]
+    assert "vse-model heads" in explained.notes[0]
+
+    alone = export_untrained("vse", tmp_path / "alone")
+    service.models.activate(str(alone))
+    explained = service.search.explain("a red square", photo.id)
+    assert not explained.item_attention.size  # no companion: no heads to show, the words that match instead
+
+
+def test_a_companion_that_cannot_load_leaves_the_model_searching_alone(service, tmp_path, caplog):
+    model = vse_with_companion(tmp_path)
+    (model / "companion" / "onnx" / "manifest.json").unlink()
+    service.models.activate(str(model))
+    trained = service.models.active_trained()
+    assert trained is not None and trained.companion is None
+    assert "cannot be loaded" in caplog.text
+    assert service.search.text("a red square", top=3)
+
+
+def test_new_items_are_embedded_by_the_companion_too(service, tmp_path):
+    service.models.activate(str(vse_with_companion(tmp_path)))
+    service.search.text("anything")
+    more = tmp_path / "more"
+    more.mkdir()
+    make_jpeg(more / "new.jpg", (40, 40), (10, 120, 240))
+    list(service.library.index([more]))
+    catalog = service.state.catalog
+    assert len(catalog.embedded_ids(catalog.model("vse-model heads").id)) == 8
+
+
+def test_a_retrained_model_keeps_its_starts_companion(tmp_path):
+    start = vse_with_companion(tmp_path)
+    new = tmp_path / "retrained"
+    new.mkdir()
+    assert carry_companion(start, new)
+    assert read_companion(new) == CompanionSpec((start / "companion").resolve())
+    assert json.loads((new / COMPANION_FILE).read_text())["folder"] == str((start / "companion").resolve())
+    # a start without one, or none at all, carries nothing
+    assert not carry_companion(new / "nowhere", tmp_path / "x")
+    assert not carry_companion(None, tmp_path / "x")
+
+
+def test_an_unreadable_companion_file_is_no_companion(tmp_path, caplog):
+    (tmp_path / COMPANION_FILE).write_text("{not json")
+    assert read_companion(tmp_path) is None
+    assert "cannot be read" in caplog.text
+    write_companion(tmp_path, CompanionSpec(tmp_path / "c"))
+    assert read_companion(tmp_path) == CompanionSpec((tmp_path / "c").resolve())
