@@ -41,6 +41,9 @@ RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, 
           "clip_input": "stills", "clip_captions": 2}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
+# the starter's companion (engine/search/companion.py): the PVSE model built by this tool with ``--method pvse
+# --out resources/models/starter/companion``, and the file that names it
+COMPANION_PARTS = ("companion", "companion.json")
 
 
 def _train_rows(data: Path) -> tuple[Path, list[str], list[list[str]]]:
@@ -212,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                   "validation": {"rsum": metrics.rsum, "best_epoch": metrics.best_epoch, "epochs": metrics.epochs},
                   "terms": _terms(datas)}
         (staging / "starter.json").write_text(json.dumps(record, indent=2) + "\n")
+        for name in COMPANION_PARTS:  # a starter rebuilt over the shipped one keeps its companion (#42)
+            if (out / name).exists() and not (staging / name).exists():
+                (shutil.copytree if (out / name).is_dir() else shutil.copy2)(out / name, staging / name)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)

@@ -130,6 +130,8 @@ def score_matrices(service, queries: list[str]) -> tuple[np.ndarray, dict[str, n
     for q in queries:
         ids, ranking, _, _ = service.search.rank_text(q)
         assert len(ranking.rows) == len(ids)  # dense: every item scored
+        if "companion" in ranking.parts and "companion" not in parts:  # the model's companion (#42), alone
+            parts["companion"] = []
         for name in parts:
             column = np.empty(len(ids), np.float32)
             column[ranking.rows] = ranking.total if name == "app" else ranking.parts[name]
@@ -170,6 +172,8 @@ def run_domain(home: Path, name: str, images: Path, files: list[str], caps: dict
            "zero-shot": report(parts["zero_shot"], truth), "starter": report(parts["model"], truth),
            "default": report(fused(parts, MODEL), truth), "model_weight": MODEL,
            "app": report(parts["app"], truth)}  # the calibrated total the grid shows (issue #40)
+    if "companion" in parts:
+        out["companion"] = report(parts["companion"], truth)
     if sweep:
         out["sweep"] = {str(w): report(fused(parts, w), truth) for w in WEIGHTS}
     out["wall_s"] = round(time.monotonic() - started, 1)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.search.companion import read_companion
 from engine.search.starter import STARTER_NAME, shipped_starter, starter_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,9 +64,31 @@ def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_sa
     (shipped / "caption_words.json").write_text('{"captions": 1, "words": {"dog": 1}}')
     (installed / "config.json").write_text("mine")  # an installed file is never replaced
     (shipped / "config.json").write_text("theirs")
+    (shipped / "companion" / "onnx").mkdir(parents=True)  # a companion (engine/search/companion.py), later
+    (shipped / "companion" / "onnx" / "manifest.json").write_text('{"method": "pvse"}')
+    (shipped / "companion.json").write_text('{"folder": "companion"}')
     assert starter.installed_starter(shipped) == installed
     assert (installed / "caption_words.json").read_text() == (shipped / "caption_words.json").read_text()
     assert (installed / "config.json").read_text() == "mine"
+    assert (installed / "companion" / "onnx" / "manifest.json").read_text() == '{"method": "pvse"}'
+    assert read_companion(installed).folder == (installed / "companion").resolve()
+    assert not [p for p in installed.iterdir() if p.name.startswith(".")]  # no staging folder left behind
+
+
+def test_the_shipped_starter_searches_beside_a_pvse_companion_trained_on_its_data():
+    folder = shipped_starter()
+    spec = read_companion(folder)
+    assert spec is not None and spec.folder == (folder / "companion").resolve()
+    manifest = json.loads((spec.folder / "onnx" / "manifest.json").read_text())
+    assert manifest["method"] == "pvse" and manifest["num_embeddings"] == 3
+    assert "backbone" not in manifest and "video" not in manifest["encoders"]
+    record, starter = starter_record(spec.folder), starter_record(folder)
+    # the starter's data, held-aside slices and seed; only the method differs
+    same = ("seed", "train_split", "epoch_captions", "clip_input", "clip_captions", "val_items", "data")
+    assert record["method"] == "pvse" and {k: record[k] for k in same} == {k: starter[k] for k in same}
+    assert "--method pvse" in record["command"]
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert size < 60 * 2**20  # both models
 
 
 def test_the_build_tool_never_reads_a_split_other_than_train(tmp_path):
