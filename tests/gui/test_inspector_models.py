@@ -1,6 +1,6 @@
 """The inspector over the real engine shows what the active model really has (issue #32, point 2): per-head maps
 only for a model with attention, never the text encoder's [CLS] / [SEP] as query words, an honest explanation
-for a K = 1 model without attention (the shipped starter), and PCME's uncertainty read against the library."""
+for a K = 1 model without attention, the shipped starter's companion's heads, and PCME's uncertainty read against the library."""
 
 from __future__ import annotations
 
@@ -63,13 +63,31 @@ def _no_markers(inspector: Inspector) -> None:
     assert not any(marker in text for text in _texts(inspector) for marker in ("[CLS]", "[SEP]"))
 
 
-def test_a_vse_model_shows_no_heads_and_explains_by_the_regions_classes(qtbot, library) -> None:
+def _shipped_starter() -> Path:
     from engine.search.starter import shipped_starter
 
     starter = shipped_starter()
     if starter is None:
         pytest.skip("this installation ships no starter model")
-    inspector = _explained(qtbot, library, str(starter))
+    return starter
+
+
+def test_the_shipped_starter_shows_its_companions_heads(qtbot, library) -> None:
+    inspector = _explained(qtbot, library, str(_shipped_starter()))
+    assert inspector.explanation.item_attention.shape == (3, 49)  # the PVSE companion's three heads, 7 x 7 regions
+    assert len(inspector.head_views) == 3 and len(inspector.token_strips) == 3
+    _no_markers(inspector)
+    notes = inspector.notes_label.text()
+    assert "starter heads (pvse, K=3)" in notes and "the heads of the model searched beside" in notes
+    assert inspector.explanation.word_matches == ()
+
+
+def test_a_vse_model_shows_no_heads_and_explains_by_the_regions_classes(qtbot, library, tmp_path: Path) -> None:
+    import shutil
+
+    alone = tmp_path / "starter-alone"  # the shipped starter without its companion
+    shutil.copytree(_shipped_starter(), alone, ignore=shutil.ignore_patterns("companion*"))
+    inspector = _explained(qtbot, library, str(alone))
     assert inspector.explanation is not None and inspector.explanation.item_attention.size == 0
     assert inspector.head_views == [] and inspector.token_strips == []  # no map or word chips it does not have
     _no_markers(inspector)
