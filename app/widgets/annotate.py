@@ -99,6 +99,9 @@ class AnnotationPanel(QWidget):
         self.query: str | Path | None = None
         self.hit: SearchHit | None = None
         self.from_suggestion = False  # the current item was picked from "What to annotate next"
+        # the item last picked there: it stays picked whenever it is shown again (the results refreshing, the
+        # viewer following it, a row reselected), whatever was shown in between
+        self._picked: int | None = None
         self._suggestion_generation = 0
         self.ids = CaptionIds()
         self._last_texts: dict[int, str] = {}  # caption id -> text as last read, to tell edits apart
@@ -262,14 +265,20 @@ class AnnotationPanel(QWidget):
         return [int(self.suggestions.item(row).data(MEDIA_ID_ROLE)) for row in range(self.suggestions.count())]
 
     def _suggestion_clicked(self, item: QListWidgetItem) -> None:
-        self.suggestion_chosen.emit(int(item.data(MEDIA_ID_ROLE)))
+        self._choose(int(item.data(MEDIA_ID_ROLE)))
 
     def _suggestion_activated(self, item: QListWidgetItem) -> None:
         """Enter or a double-click: pick it, and show it large."""
         media_id = int(item.data(MEDIA_ID_ROLE))
+        self._picked = media_id  # picked before anything shows it: the viewer may show it first
         if self.hit is None or self.hit.media_id != media_id:
-            self.suggestion_chosen.emit(media_id)
+            self._choose(media_id)
         self.suggestion_open_requested.emit(media_id)
+
+    def _choose(self, media_id: int) -> None:
+        """A suggestion picked: remembered as picked, then shown (``suggestion_chosen``)."""
+        self._picked = media_id
+        self.suggestion_chosen.emit(media_id)
 
     def _advance(self) -> None:
         """Move on: to the next suggestion after a suggested item, else to the next result."""
@@ -278,17 +287,18 @@ class AnnotationPanel(QWidget):
             later = ids[ids.index(self.hit.media_id) + 1:] if self.hit.media_id in ids else ids
             later = [i for i in later if i != self.hit.media_id]
             if later:
-                self.suggestion_chosen.emit(later[0])
+                self._choose(later[0])
                 return
         self.next_requested.emit()
 
     # --- current item
     def set_item(self, query: str | Path | None, hit: SearchHit | None, from_suggestion: bool = False) -> None:
-        """Show the captions of ``hit``; Accept / Reject need a text ``query``. The same item shown again (the
-        results refreshed or re-selected it) stays picked from the suggestions if it was."""
-        again = hit is not None and self.hit is not None and hit.media_id == self.hit.media_id
-        picked = from_suggestion or (again and self.from_suggestion)
-        self.query, self.hit, self.from_suggestion = query, hit, picked and hit is not None
+        """Show the captions of ``hit``; Accept / Reject need a text ``query``. The item last picked from the
+        suggestions stays picked whenever it is shown again (the results refreshed or re-selected it)."""
+        if from_suggestion and hit is not None:
+            self._picked = hit.media_id
+        self.query, self.hit = query, hit
+        self.from_suggestion = hit is not None and hit.media_id == self._picked
         if self.from_suggestion:
             for row in range(self.suggestions.count()):
                 if self.suggestions.item(row).data(MEDIA_ID_ROLE) == hit.media_id:

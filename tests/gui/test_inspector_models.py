@@ -1,6 +1,7 @@
 """The inspector over the real engine shows what the active model really has (issue #32, point 2): per-head maps
 only for a model with attention, never the text encoder's [CLS] / [SEP] as query words, an honest explanation
-for a K = 1 model without attention, the shipped starter's companion's heads, and PCME's uncertainty read against the library."""
+for a K = 1 model without attention, the shipped starter's companion's heads, and PCME's uncertainty read against
+the library."""
 
 from __future__ import annotations
 
