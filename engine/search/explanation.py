@@ -37,8 +37,9 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
             return _zero_shot_explanation((), EXAMPLE_NOTE)
         return _zero_shot_explanation(_word_matches(str(query), record, features, encoders))
     explained = _model_explanation(query, record, trained)
-    if not explained.item_attention.size and trained.companion is not None:
-        # a K = 1 model has no heads: the companion's, which rank beside it (engine.search.companion), explain
+    if trained.companion is not None and trained.runner.num_embeddings == 1:
+        # a K = 1 model has no heads (for a clip, one weight per frame): the companion's, which rank beside it
+        # (engine.search.companion), explain, over a photo's regions or a clip's frames
         beside = _model_explanation(query, record, trained.companion)
         if beside.item_attention.size:
             note = (f"{beside.notes[0]}: the heads of the model searched beside {trained.record.name} "

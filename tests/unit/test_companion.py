@@ -75,6 +75,12 @@ def test_the_inspector_shows_the_companions_heads_for_a_model_without_any(servic
     assert "the heads of the model searched beside vse-model" in explained.notes[0]
     assert "vse-model heads" in explained.notes[0]
 
+    gif = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith(".gif"))
+    explained = service.search.explain("a red square", gif.id)
+    assert explained.item_attention.shape[0] == 3  # each head over the clip's frames
+    assert "the heads of the model searched beside" in explained.notes[0]
+    assert any(note.startswith("best match: frame") for note in explained.notes)
+
     alone = export_untrained("vse", tmp_path / "alone")
     service.models.activate(str(alone))
     explained = service.search.explain("a red square", photo.id)
