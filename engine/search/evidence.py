@@ -18,7 +18,8 @@ the library's size become the log-odds that an item is what the query asks for, 
 probability by ``1 - rejected``. Without one (a picture query, the gate's evaluation, no fitted parameters) the
 user's words add :data:`WORDS` z-units and a rejection subtracts :data:`REJECT`, the hand-set rule before #40.
 
-Scale: up to :data:`DENSE_LIMIT` items every source scores every item. Above it the candidates are the model's
+Scale: up to :data:`DENSE_LIMIT` items (:data:`COMPANION_DENSE_LIMIT` with a companion) every source scores every
+item. Above it the candidates are the model's
 approximate top :data:`CANDIDATES` (plus every clip and every item the user's words name), and the z-scores use
 the mean and spread of a fixed random sample of the library, so a query costs the same at 100,000 items.
 """
@@ -49,6 +50,10 @@ REJECT = 15.0  # z-units a rejected pair for this very query removes
 COMPANION = "companion"
 COMPANION_SHARE = 0.5
 DENSE_LIMIT = 20_000
+# A companion's K x K heads cost ~7x the starter's one cosine per item (8 ms per 1,000 items against 1.1 on this
+# machine): past this many items a model with one ranks the model's candidates (the large-library path) instead of
+# every item, so a query at 20,000 items does not pay 160 ms for it
+COMPANION_DENSE_LIMIT = 2_000
 CANDIDATES = 300
 SAMPLE = 1_000
 
@@ -332,9 +337,11 @@ def on_rows(values: dict[int, float], ids: np.ndarray, rows: np.ndarray) -> np.n
 
 
 def candidate_rows(ids: np.ndarray, trained, encoded, named: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Every row of a library up to :data:`DENSE_LIMIT` items; above it the model's candidates, every
-    clip and every item the user's words name, with a fixed sample of the library for the z-scores."""
-    if len(ids) <= DENSE_LIMIT or trained is None or encoded is None:
+    """Every row of a library up to :data:`DENSE_LIMIT` items (:data:`COMPANION_DENSE_LIMIT` when the model has a
+    companion); above it the model's candidates, every clip and every item the user's words name, with a fixed
+    sample of the library for the z-scores."""
+    limit = DENSE_LIMIT if trained is None or trained.companion is None else COMPANION_DENSE_LIMIT
+    if len(ids) <= limit or trained is None or encoded is None:
         return np.arange(len(ids)), None
     wanted = np.union1d(trained.candidate_ids(encoded, CANDIDATES), named)
     return np.unique(positions(ids, wanted)[0]), fixed_sample(len(ids))

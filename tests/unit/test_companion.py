@@ -126,3 +126,18 @@ def test_an_unreadable_companion_file_is_no_companion(tmp_path, caplog):
     assert "cannot be read" in caplog.text
     write_companion(tmp_path, CompanionSpec(tmp_path / "c"))
     assert read_companion(tmp_path) == CompanionSpec((tmp_path / "c").resolve())
+
+
+def test_past_its_dense_limit_a_model_with_a_companion_ranks_the_models_candidates(service, tmp_path, monkeypatch):
+    service.models.activate(str(vse_with_companion(tmp_path)))
+    ids, ranking, _, _ = service.search.rank_text("a red square")
+    assert len(ranking.rows) == len(ids) == 7  # every item, under the limit
+    monkeypatch.setattr(evidence, "COMPANION_DENSE_LIMIT", 5)
+    monkeypatch.setattr(evidence, "CANDIDATES", 2)
+    trained = service.models.active_trained()
+    query, _ = trained.encode_text(["a red square"])
+    rows, sample = evidence.candidate_rows(ids, trained, query, np.zeros(0, np.int64))
+    assert sample is not None and len(rows) < len(ids)  # the candidates, z-scored against a fixed sample
+    trained.companion = None  # the same model alone keeps scoring every item up to DENSE_LIMIT
+    rows, sample = evidence.candidate_rows(ids, trained, query, np.zeros(0, np.int64))
+    assert sample is None and len(rows) == len(ids)
