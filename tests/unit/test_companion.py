@@ -13,19 +13,13 @@ from engine.search import evidence
 from engine.search.companion import COMPANION_FILE, CompanionSpec, carry_companion, read_companion, write_companion
 from engine.types import EvidenceKind
 from engine.workspace import Workspace
-from tests.mediagen import make_animated_gif, make_jpeg
-from tests.unit.test_trained_search import COLOURS, export_untrained
+from tests.mediagen import make_jpeg
+from tests.unit.test_trained_search import colour_library, export_untrained
 
 
 @pytest.fixture
 def service(assets_dir: Path, tmp_path: Path) -> Workspace:
-    folder = tmp_path / "media"
-    folder.mkdir()
-    for i, colour in enumerate(COLOURS):
-        make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
-    make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
-    svc = Workspace.open("companion", assets_dir)
-    list(svc.library.index([folder]))
+    svc = colour_library("companion", assets_dir, tmp_path)
     yield svc
     svc.close()
 

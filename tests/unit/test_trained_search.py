@@ -28,16 +28,22 @@ def export_untrained(method: str, dest: Path, **overrides) -> Path:
     return dest
 
 
-@pytest.fixture
-def service(assets_dir: Path, tmp_path: Path) -> Workspace:
+def colour_library(name: str, assets_dir: Path, tmp_path: Path) -> Workspace:
+    """Library ``name`` of six one-colour photos and a GIF, indexed with the real assets."""
     folder = tmp_path / "media"
     folder.mkdir()
     for i, colour in enumerate(COLOURS):
         make_jpeg(folder / f"photo{i}.jpg", (48, 40), colour)
     make_animated_gif(folder / "anim.gif", COLOURS[:3], size=(24, 24))
-    svc = Workspace.open("trained", assets_dir)
-    svc.state.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
+    svc = Workspace.open(name, assets_dir)
     list(svc.library.index([folder]))
+    return svc
+
+
+@pytest.fixture
+def service(assets_dir: Path, tmp_path: Path) -> Workspace:
+    svc = colour_library("trained", assets_dir, tmp_path)
+    svc.state.evidence = frozenset({"model"})  # these tests are about the trained model's own ranking
     yield svc
     svc.close()
 
