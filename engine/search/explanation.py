@@ -36,16 +36,17 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
         if isinstance(query, Path):  # ranked by how alike the backbone sees the two pictures: no words to match
             return _zero_shot_explanation((), EXAMPLE_NOTE)
         return _zero_shot_explanation(_word_matches(str(query), record, features, encoders))
-    explained = _model_explanation(query, record, trained)
     if trained.companion is not None and trained.runner.num_embeddings == 1:
         # a K = 1 model has no heads (for a clip, one weight per frame): the companion's, which rank beside it
-        # (engine.search.companion), explain, over a photo's regions or a clip's frames
+        # (engine.search.companion), explain, over a photo's regions or a clip's frames; asked first, so an example
+        # file is not read twice for an explanation that is not shown
         beside = _model_explanation(query, record, trained.companion)
         if beside.item_attention.size:
             note = (f"{beside.notes[0]}: the heads of the model searched beside {trained.record.name} "
                     f"({trained.runner.method}, K={trained.runner.num_embeddings}, one vector per item); the two "
                     "rank together")
             return replace(beside, notes=(note, *beside.notes[1:]))
+    explained = _model_explanation(query, record, trained)
     if explained.item_attention.size or isinstance(query, Path):
         return explained
     # no attention (VSE, K = 1): the regional semantics the ranking fuses with the model explain instead

@@ -68,17 +68,23 @@ def installed_starter(shipped: Path) -> Path:
     dest = paths.models_dir() / installed_name(shipped)
     if not (dest / "onnx" / "manifest.json").is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-        try:
-            shutil.copytree(shipped, staging, dirs_exist_ok=True)
-            if dest.exists():  # half a copy from an interrupted start: replace it
-                shutil.rmtree(dest)
-            os.replace(staging, dest)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        _copy_folder(shipped, dest)
     _top_up(shipped, dest)
     return dest
+
+
+def _copy_folder(source: Path, dest: Path) -> None:
+    """``source`` copied to ``dest`` whole or not at all (a staging folder beside it, renamed); a half copy left at
+    ``dest`` by an interrupted start is replaced."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _top_up(shipped: Path, installed: Path) -> None:
@@ -90,13 +96,7 @@ def _top_up(shipped: Path, installed: Path) -> None:
             if source.is_file() and not dest.is_file():
                 atomic_write_bytes(dest, source.read_bytes())
             elif source.is_dir() and not dest.exists():
-                staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=installed))
-                try:
-                    shutil.copytree(source, staging, dirs_exist_ok=True)
-                    os.replace(staging, dest)
-                except BaseException:
-                    shutil.rmtree(staging, ignore_errors=True)
-                    raise
+                _copy_folder(source, dest)
         except OSError as exc:
             log.warning("could not add %s to %s (%s)", name, installed, exc)
 

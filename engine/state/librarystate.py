@@ -23,9 +23,9 @@ from engine.library.catalog import Catalog, CatalogError, MediaStatus
 from engine.library.indexer import Indexer
 from engine.search.companion import read_companion
 from engine.search.libraryindexes import LibraryIndexes
-from engine.search.modelrunner import ModelLoadError, ModelRunner
+from engine.search.modelrunner import ModelLoadError
 from engine.search.trained import TrainedSearch
-from engine.trainercontract.exportformat import model_export_dir
+from engine.trainercontract.runfolder import read_config_method
 from engine.types import ALL_EVIDENCE, EvidenceKind, ModelInfo, evidence_kinds
 
 log = logging.getLogger(__name__)
@@ -120,19 +120,21 @@ class LibraryState:
         if spec is None:
             return None
         name = spec.registered_name(record.name)
+        registered = False
         try:
-            known = {m.name: m for m in self.catalog.models()}
-            companion = known.get(name)
+            companion = next((m for m in self.catalog.models() if m.name == name), None)
             if companion is None or Path(companion.path).resolve() != spec.folder:
                 if companion is not None:  # the model now names another companion: its vectors are no longer valid
                     self.catalog.delete_model(name)
-                runner = ModelRunner.load(model_export_dir(spec.folder), backbone_id=self.encoders.backbone.id)
-                self.catalog.register_model(name, runner.method, spec.folder, {})
-                companion = self.catalog.model(name)
+                # opening it below checks it (its graphs, its backbone): loaded once, not once more to register
+                self.catalog.register_model(name, read_config_method(spec.folder), spec.folder, {})
+                registered, companion = True, self.catalog.model(name)
             return TrainedSearch.open(companion, self.catalog, self.features, self.encoders, self.library_dir)
         except (ModelLoadError, OSError, CatalogError) as exc:
             log.warning("the companion of model %r (%s) cannot be loaded (%s); it searches alone", record.name,
                         spec.folder, exc)
+            if registered:  # not listed as a model that cannot load
+                self.catalog.delete_model(name)
             return None
 
     def invalidate(self, model: bool = True) -> None:
