@@ -122,9 +122,12 @@ class LibraryState:
         name = spec.registered_name(record.name)
         registered = False
         try:
-            companion = next((m for m in self.catalog.models() if m.name == name), None)
-            if companion is None or Path(companion.path).resolve() != spec.folder:
-                if companion is not None:  # the model now names another companion: its vectors are no longer valid
+            models = self.catalog.models()
+            # one registration per companion folder: a retrained model keeps its start's companion, whose vectors
+            # the library already has (embedding it again under the new version's name cost a pass over every item)
+            companion = next((m for m in models if Path(m.path).resolve() == spec.folder), None)
+            if companion is None:
+                if any(m.name == name for m in models):  # named so for another folder: its vectors are not these
                     self.catalog.delete_model(name)
                 # opening it below checks it (its graphs, its backbone): loaded once, not once more to register
                 self.catalog.register_model(name, read_config_method(spec.folder), spec.folder, {})

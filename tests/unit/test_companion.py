@@ -135,3 +135,18 @@ def test_past_its_dense_limit_a_model_with_a_companion_ranks_the_models_candidat
     trained.companion = None  # the same model alone keeps scoring every item up to DENSE_LIMIT
     rows, sample = evidence.candidate_rows(ids, trained, query, np.zeros(0, np.int64))
     assert sample is None and len(rows) == len(ids)
+
+
+def test_a_retrained_version_searches_with_the_companion_the_library_already_embedded(service, tmp_path):
+    start = vse_with_companion(tmp_path)
+    service.models.activate(str(start))
+    service.search.text("anything")
+    catalog = service.state.catalog
+    registered = catalog.model("vse-model heads")
+    retrained = export_untrained("vse", tmp_path / "vse-model-2")
+    assert carry_companion(start, retrained)
+    service.models.activate(str(retrained))
+    trained = service.models.active_trained()
+    assert trained.companion.record.id == registered.id  # the same vectors, not a second registration
+    assert [m.name for m in catalog.models()].count("vse-model-2 heads") == 0
+    assert len(catalog.embedded_ids(registered.id)) == 7
