@@ -131,13 +131,18 @@ def drop_untrained_branches(model_dir: Path) -> list[str]:
     return dropped
 
 
-def half_precision(weights: Path) -> None:
+def half_precision(weights: Path, trained_on: dict[str, int] | None = None) -> None:
     """Store the weights as float16 (half the size in the repository; a warm start loads them into float32
-    parameters, and the engine ranks with the float32 ONNX export, so search is unchanged)."""
+    parameters, and the engine ranks with the float32 ONNX export, so search is unchanged), without the branches
+    ``trained_on`` (the export manifest's counts) says learnt from nothing (``trainer.checkpoint.drop_untrained``:
+    a warm start builds them afresh)."""
     from safetensors.numpy import load_file, save_file
 
+    from trainer.checkpoint import drop_untrained, untrained_prefixes
+
     tensors = {k: (v.astype("float16") if v.dtype.kind == "f" else v) for k, v in load_file(weights).items()}
-    save_file(tensors, weights)
+    tensors, metadata = drop_untrained(tensors, untrained_prefixes(tensors, trained_on or {"video": 1}))
+    save_file(tensors, weights, metadata=metadata or None)
 
 
 def _write_words(work: Path, out: Path) -> int:
@@ -199,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in KEEP:
             src = run / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
-        half_precision(staging / "model.safetensors")
+        trained_on = json.loads((staging / "onnx" / "manifest.json").read_text()).get("trained_on") or {}
+        half_precision(staging / "model.safetensors", trained_on)
         drop_untrained_branches(staging)
         metrics = read_metrics(run)
         if metrics is None:

@@ -95,11 +95,38 @@ def save_weights(path: Path, model: nn.Module, metadata: dict[str, str] | None =
     atomic_write_bytes(path, weights_bytes(model, metadata))
 
 
+# Metadata of a weights file stored without the parameters of a branch that learnt from nothing (a shipped model's
+# video encoder when its clips trained through the image side): the parameter-name prefixes left out, comma-separated.
+UNTRAINED_KEY = "untrained"
+
+
+def untrained_prefixes(tensors: dict[str, Any], trained_on: dict[str, int]) -> tuple[str, ...]:
+    """The parameter-name prefixes of the encoder branches ``trained_on`` (an export manifest's counts) says learnt
+    from nothing: today the video branch (``globals.video.``, ``video_pie.``) when no clip trained through it."""
+    if trained_on.get("video", 0):
+        return ()
+    return tuple(sorted({".".join(k.split(".")[:i + 1]) + "." for k in tensors
+                         for i, part in enumerate(k.split(".")[:2]) if part == "video" or part.startswith("video_")}))
+
+
+def drop_untrained(tensors: dict[str, Any], prefixes: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``tensors`` without those under ``prefixes``, and the metadata that lets :func:`load_weights` accept the file
+    (a shipped model half the size: the starter's PVSE companion's video side is 15 of its 24 MB)."""
+    kept = {k: v for k, v in tensors.items() if not k.startswith(prefixes)}
+    return kept, ({UNTRAINED_KEY: ",".join(prefixes)} if prefixes else {})
+
+
 def load_weights(path: Path, model: nn.Module) -> None:
-    """Load safetensors weights into ``model`` (strict: every tensor must fit)."""
+    """Load safetensors weights into ``model`` (strict: every tensor must fit). A file stored without an untrained
+    branch (:data:`UNTRAINED_KEY`) leaves those parameters as the model built them: they never learnt anything,
+    and nothing ranks with them."""
     tensors = read_safetensors(path)
+    untrained = tuple(p for p in safetensors_metadata(path).get(UNTRAINED_KEY, "").split(",") if p)
     target = _unwrap(model)
     device = next(iter(target.state_dict().values())).device if target.state_dict() else torch.device("cpu")
+    if untrained:
+        left = {k: v for k, v in target.state_dict().items() if k.startswith(untrained) and k not in tensors}
+        tensors = {**left, **tensors}
     try:
         target.load_state_dict({k: v.to(device) for k, v in tensors.items()}, strict=True)
     except RuntimeError as exc:

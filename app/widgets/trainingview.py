@@ -131,6 +131,7 @@ class Comparison:
     library: bool = False  # measured on the library's held-aside annotations (else a caption folder's split)
     heldout: int | None = None  # the library's held-aside items (None: a caption folder's split)
     interval: str = ""  # how sure the rsum differences are, in one line (RetrainResult.interval_line; "": not measured)
+    companion: str = ""  # what became of the heads model retrained beside it (CompanionRetrain.line; "": none)
 
     @classmethod
     def of(cls, result: Any) -> Comparison:
@@ -143,7 +144,8 @@ class Comparison:
                    "; ".join(result.measure_warnings) or None, Path(result.data), str(result.val_split),
                    measured=ts is None or int(ts.n_heldout_items) > 0, activated=result.activated,
                    decision=result.decision, library=ts is not None,
-                   heldout=int(ts.n_heldout_items) if ts is not None else None, interval=result.interval_line())
+                   heldout=int(ts.n_heldout_items) if ts is not None else None, interval=result.interval_line(),
+                   companion=result.companion.line() if getattr(result, "companion", None) is not None else "")
 
     @property
     def set_name(self) -> str:
@@ -199,6 +201,8 @@ class Comparison:
                  "the app ranks with): its figures differ from these.")
         if self.decision:  # a library retrain: the rule `polyseek retrain` applies has decided
             text += f"\n{self.decision[0].upper()}{self.decision[1:]}."
+        if self.companion:
+            text += f"\n{self.companion[0].upper()}{self.companion[1:]}."
         return text
 
 

@@ -13,6 +13,9 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    (:mod:`engine.loop.trainerprocess`, the command line :mod:`engine.trainercontract.command`), warm-started from
    the active model when it can be; its typed events (:mod:`engine.trainercontract.events`) go to ``on_event``
    and become progress records.
+   When the start has a companion with its trainer weights (:mod:`engine.search.companion`: the shipped starter's
+   PVSE model with its heads), a second run warm-starts it on the same training set into the new model's
+   ``companion`` folder (:class:`CompanionRetrain`).
 4. **New model version**: the run's folder is registered under a new name.
 5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; the
    rule decides whether it should become active (``result.activated``). The job only decides and reports: the
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.library.catalog import CatalogError
 from engine.loop.compare import compare_models, measure_models
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
@@ -45,14 +49,21 @@ from engine.loop.interval import RsumInterval, intervals_line
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
 from engine.progress import Cancelled, CancelToken, Progress, staged
-from engine.search.companion import carry_companion
+from engine.search.companion import COMPANION_DIR, CompanionSpec, carry_companion, read_companion, write_companion
+from engine.search.modelrunner import ModelLoadError
 from engine.state import LibraryState
 from engine.state.models import model_infos, register_model
 from engine.trainercontract import events
 from engine.trainercontract.command import TRAINER_PROGRAM, TrainerRequest
 from engine.trainercontract.metrics import rounded
 from engine.trainercontract.reports import RetrievalReport
-from engine.trainercontract.runfolder import TrainerMetrics, has_weights, read_metrics, saved_checkpoint
+from engine.trainercontract.runfolder import (
+    TrainerMetrics,
+    has_weights,
+    read_config_method,
+    read_metrics,
+    saved_checkpoint,
+)
 from engine.types import ZERO_SHOT, ModelInfo, active_model
 
 log = logging.getLogger(__name__)
@@ -71,6 +82,10 @@ WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--pat
 # few hundred annotations at most take seconds an epoch, and the gate keeps the old model if the run is worse.
 COLD_START_EPOCHS = 10
 WARM_START_PSEUDO_WEIGHT = {"vse": 1.0}  # methods whose config has pseudo_weight (A3VSE has its own D^u terms)
+
+
+# What the training dialog's status line and the job's progress call the companion's run.
+COMPANION_STAGE = "training the heads model"
 
 
 def warm_start_from(active: ModelInfo | None, method: str | None, warm_start: bool = True) -> Path | None:
@@ -130,6 +145,49 @@ class RetrainOptions:
     stop_wait_s: float = STOP_WAIT_S  # how long a cancelled trainer may take to save its checkpoint
 
 
+def retrainable_companion(start: Path | None) -> CompanionSpec | None:
+    """The companion of the model a retrain starts from, when it has the trainer weights a warm start needs (the
+    shipped starter's does); None: no companion, or one shipped as ONNX only (then it is carried as it is)."""
+    spec = read_companion(start) if start is not None else None
+    return spec if spec is not None and has_weights(spec.folder) else None
+
+
+@dataclass
+class CompanionRetrain:
+    """The start's companion retrained beside the model (issue #42: a retrain warm-starts each shipped model and
+    keeps the gate): the same training set and warm-start recipe, measured and judged by the same rule as the model,
+    against the start's companion. ``kept``: the new version searches with it; otherwise with the start's."""
+
+    start: Path  # the companion folder it warm-started from
+    method: str
+    folder: Path  # the new model's own companion folder
+    name: str | None = None  # its registration in the library (removed again when it is not kept)
+    old_name: str | None = None  # the start's companion's registration
+    comparison: ModelComparison | None = None
+    kept: bool = False
+    decision: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        found = self.comparison
+
+        def plain(value: Any) -> dict[str, Any] | None:
+            return value.as_dict() if value is not None else None
+
+        return {"method": self.method, "start": str(self.start), "folder": str(self.folder), "name": self.name,
+                "old_name": self.old_name, "kept": self.kept, "decision": self.decision,
+                "before": plain(found.before if found else None), "after": plain(found.after if found else None),
+                "heldout_interval": plain(found.heldout_interval if found else None),
+                "pseudo_interval": plain(found.pseudo_interval if found else None)}
+
+    def line(self) -> str:
+        """One sentence for a terminal and the training dialog."""
+        said = f" ({self.decision})" if self.decision else ""
+        if self.kept:
+            return f"the heads model ({self.method}) was retrained with it and is kept{said}"
+        return f"the heads model ({self.method}) was retrained with it but not kept{said}; the new version searches " \
+               "with its start's"
+
+
 @dataclass
 class RetrainResult:
     """What a retraining did: the data it trained on, the new model, and R@K on the held-aside annotations
@@ -158,6 +216,7 @@ class RetrainResult:
     verdict: GateDecision | None = None  # what the rule found (None: not applied, e.g. a caption folder's run)
     heldout_interval: RsumInterval | None = None  # new - old rsum on the held-aside annotations, how sure
     pseudo_interval: RsumInterval | None = None  # the same on the pseudo pairs (:mod:`engine.loop.interval`)
+    companion: CompanionRetrain | None = None  # the start's companion retrained beside it (None: carried or none)
 
     def interval_line(self) -> str:
         """Both intervals in one line (:func:`engine.loop.interval.intervals_line`; "" when not measured)."""
@@ -182,6 +241,7 @@ class RetrainResult:
             "pseudo_after": plain(self.pseudo_after), "heldout_interval": plain(self.heldout_interval),
             "pseudo_interval": plain(self.pseudo_interval), "activated": self.activated,
             "decision": self.decision, "gate": plain(self.verdict),
+            "companion": self.companion.as_dict() if self.companion is not None else None,
             "warnings": self.warnings})
 
     def summary_lines(self) -> list[str]:
@@ -194,7 +254,8 @@ class RetrainResult:
                      f"un-annotated items; {ts.n_heldout_items} held aside"]
             where = "held-aside annotations"
         if self.before is None and self.after is None:
-            return lines + [f"no {where}: before/after cannot be compared"]
+            return (lines + [f"no {where}: before/after cannot be compared"]
+                    + ([self.companion.line()] if self.companion is not None else []))
         shown = self.after or self.before
         assert shown is not None
         lines.append(f"{where} ({shown.n_media} items, {shown.n_captions} captions):")
@@ -206,7 +267,8 @@ class RetrainResult:
             cells = "  ".join(f"{way} R@1 {recall.r1:5.1f} R@5 {recall.r5:5.1f} R@10 {recall.r10:5.1f}"
                               for way, recall in (("i2t", report.i2t), ("t2i", report.t2i)))
             lines.append(f"  {label} {cells}  rsum {report.rsum:6.1f}  ({name})")
-        return lines + ([self.decision] if self.decision else [])
+        return (lines + ([self.decision] if self.decision else [])
+                + ([self.companion.line()] if self.companion is not None else []))
 
 
 class Retrain:
@@ -250,13 +312,18 @@ class Retrain:
             result.model_dir = out
             yield Progress(0, 0, f"training {method}")
             yield from self._train(result, cancel, start)
+            result.trainer_metrics = read_metrics(out)
+            companion = retrainable_companion(start)
+            if companion is not None:
+                yield from self._train_companion(result, cancel, companion)
         except Cancelled:
             self._discard_unresumable(result)
             raise
-        result.trainer_metrics = read_metrics(out)
-        if start is not None and carry_companion(start, out):  # the companion searches beside it, as beside its start
-            log.info("the new model keeps the companion of %s", start)
+        if result.companion is None and start is not None and carry_companion(start, out):
+            log.info("the new model keeps the companion of %s", start)  # it searches beside it, as beside its start
         if self.state is None:
+            if result.companion is not None:  # no library to measure it in: it stays with the run it belongs to
+                self._keep_companion(result.companion, out, "no library to measure it in")
             yield Progress(1, 1, "done")
             return
         result.model_name = self._register(out, name)
@@ -269,6 +336,9 @@ class Retrain:
             setattr(result, name_, getattr(comparison, name_))
         if options.always_activate and not result.activated:
             result.activated, result.decision = True, f"activated as asked ({result.decision})"
+        if result.companion is not None:
+            yield Progress(0, 0, f"comparing the heads model of {result.model_name} with its start's")
+            self._judge_companion(result, start)
         yield Progress(1, 1, "done")
 
     def _discard_unresumable(self, result: RetrainResult) -> None:
@@ -369,6 +439,96 @@ class Retrain:
         finally:
             stream.close()  # a consumer that stops early (GeneratorExit here) stops the trainer now
             self.trainer = None
+
+    def _train_companion(self, result: RetrainResult, cancel: CancelToken, start: CompanionSpec) -> Iterator[Progress]:
+        """Warm-start the start's companion on the same training set into ``<new model>/companion``
+        (:data:`WARM_START_EPOCHS`, :func:`warm_start_args` of its method; the device asked of the model's run).
+        Its epochs reach ``on_event`` as one stage's progress (the dialog's curve is the model's). A companion whose
+        run fails is left out with a warning (the new version keeps the start's); a cancelled one leaves nothing."""
+        options = self.options
+        assert result.model_dir is not None and result.data is not None
+        folder = result.model_dir / COMPANION_DIR
+        shutil.rmtree(folder, ignore_errors=True)  # a resumed job's half-trained companion: trained again
+        method = read_config_method(start.folder)
+        ts = result.training_set
+        request = TrainerRequest(
+            method, result.data, folder, WARM_START_EPOCHS,
+            ts.train_split if ts is not None else options.train_split, str(result.val_split),
+            options=(*(["--device", options.device] if options.device else []), "--init-from", str(start.folder),
+                     *warm_start_args(method)))
+        self.trainer = trainer = TrainerProcess(options.trainer_command, request, self.on_output, options.stop_wait_s)
+        stream = trainer.events(cancel)
+        try:
+            for event in stream:
+                if isinstance(event, events.Step | events.EpochEnd):
+                    done = event.epoch if isinstance(event, events.EpochEnd) else event.epoch - 1
+                    stage = events.StageProgress(COMPANION_STAGE, done, WARM_START_EPOCHS,
+                                                 f"epoch {min(done + 1, WARM_START_EPOCHS)} of {WARM_START_EPOCHS}")
+                    self.on_event(stage)
+                    yield Progress(done, WARM_START_EPOCHS, f"{COMPANION_STAGE}: {stage.message}")
+        except Cancelled:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        except RetrainError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            result.warnings.append(f"the heads model ({method}) could not be retrained ({exc}); the new version "
+                                   "searches with its start's")
+            return
+        finally:
+            stream.close()
+            self.trainer = None
+        result.companion = CompanionRetrain(start.folder, method, folder)
+
+    def _judge_companion(self, result: RetrainResult, start: Path | None) -> None:
+        """Measure the retrained companion and the start's the way the models were measured, and keep the new one
+        only when the rule activates it (a caption folder's run: kept, its figures stated)."""
+        state, companion = self.state, result.companion
+        assert state is not None and companion is not None and result.model_name is not None
+        assert result.model_dir is not None and result.data is not None
+        new_spec, old_spec = CompanionSpec(companion.folder.resolve()), read_companion(start) if start else None
+        try:
+            record, _ = state.companion_record(new_spec, result.model_name)
+            companion.name = record.name
+            if old_spec is not None:
+                companion.old_name = state.companion_record(old_spec, result.old_model or "start")[0].name
+            ts = result.training_set
+            if ts is None:
+                found = measure_models(partial(evaluate_on, state), companion.name, companion.old_name,
+                                       result.data, str(result.val_split))
+            else:
+                found = compare_models(state, companion.name, companion.old_name, ts.folder,
+                                       ts.val_split if ts.n_heldout_items else None, self.options.seed)
+        except (OSError, LookupError, ValueError, RetrainError, CatalogError, ModelLoadError) as exc:
+            result.warnings.append(f"the retrained heads model could not be measured ({exc})")
+            self._drop_companion(result, start, f"not measured: {exc}")
+            return
+        companion.comparison = found
+        result.warnings.extend(found.warnings)
+        if result.training_set is None:
+            self._keep_companion(companion, result.model_dir, "a caption folder's run: yours to judge")
+        elif found.activated:
+            self._keep_companion(companion, result.model_dir, found.decision)
+        else:
+            self._drop_companion(result, start, found.decision)
+
+    @staticmethod
+    def _keep_companion(companion: CompanionRetrain, model_dir: Path, why: str) -> None:
+        write_companion(model_dir, CompanionSpec(companion.folder))
+        companion.kept, companion.decision = True, why
+
+    def _drop_companion(self, result: RetrainResult, start: Path | None, why: str) -> None:
+        """The retrained companion is not kept: unregistered and removed; the new version keeps the start's."""
+        companion = result.companion
+        assert companion is not None and self.state is not None and result.model_dir is not None
+        if companion.name is not None:
+            try:
+                self.state.catalog.delete_model(companion.name)
+            except CatalogError as exc:
+                log.warning("could not unregister %s (%s)", companion.name, exc)
+            companion.name = None
+        shutil.rmtree(companion.folder, ignore_errors=True)
+        carry_companion(start, result.model_dir)
+        companion.kept, companion.decision = False, why
 
     def _compare(self, result: RetrainResult) -> ModelComparison:
         """The library's rule on its held-aside annotations, or both models on the folder's validation split."""

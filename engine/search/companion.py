@@ -9,7 +9,10 @@ models' weight), and the inspector shows the companion's heads where the model i
 (:func:`engine.search.explanation.explain_item`). Two differently built models ranking together also rank better
 than either: docs/benchmarks.md, "A PVSE starter".
 
-A retrain warm-starts the active model and keeps its companion as it is (:func:`carry_companion`).
+A retrain warm-starts the active model and, when the companion ships its trainer weights, the companion too, into
+the new model's own ``companion`` folder (:data:`COMPANION_DIR`), which the same activation rule judges
+(:mod:`engine.loop.retrain`); a companion without weights, or one the rule turns down, is kept as it is
+(:func:`carry_companion`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from engine.files import atomic_write_bytes
 log = logging.getLogger(__name__)
 
 COMPANION_FILE = "companion.json"
+COMPANION_DIR = "companion"  # where a model folder keeps a companion of its own (the shipped starter's, a retrain's)
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,18 @@ def read_companion(model_dir: Path | str) -> CompanionSpec | None:
 
 
 def write_companion(model_dir: Path, spec: CompanionSpec) -> None:
-    """Record ``spec`` as ``model_dir``'s companion (an absolute folder: the model may be copied elsewhere)."""
-    text = json.dumps({"folder": str(Path(spec.folder).resolve())}, indent=2) + "\n"
+    """Record ``spec`` as ``model_dir``'s companion: a folder inside ``model_dir`` by its relative path (the two are
+    copied together), another by its absolute path (the model may be copied elsewhere)."""
+    folder, model_dir = Path(spec.folder).resolve(), Path(model_dir).resolve()
+    named = folder.relative_to(model_dir) if folder.is_relative_to(model_dir) else folder
+    text = json.dumps({"folder": str(named)}, indent=2) + "\n"
     atomic_write_bytes(Path(model_dir) / COMPANION_FILE, text.encode("utf-8"))
 
 
 def carry_companion(start_dir: Path | str | None, new_dir: Path) -> bool:
-    """A retrained model keeps the companion of the model it started from (``start_dir``): the companion is not
-    retrained with it, and without it the new version would rank worse than its start. True if one was carried."""
+    """A retrained model keeps the companion of the model it started from (``start_dir``) as it is, when the
+    companion was not retrained with it or its retrain was turned down: without one the new version would rank
+    worse than its start. True if one was carried."""
     if start_dir is None:
         return False
     spec = read_companion(start_dir)

@@ -45,7 +45,7 @@ def starter_enabled() -> bool:
 
 
 # shipped after a starter with the same weights was installed (a folder before the file that names it)
-ADDED_LATER = ("caption_words.json", "companion", "companion.json")
+ADDED_LATER = ("caption_words.json", "companion", "companion/model.safetensors", "companion.json")
 
 
 def installed_name(shipped: Path) -> str:

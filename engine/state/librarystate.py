@@ -21,7 +21,7 @@ from engine.features.encoders import Encoders
 from engine.features.featurestore import FeatureStore
 from engine.library.catalog import Catalog, CatalogError, MediaStatus
 from engine.library.indexer import Indexer
-from engine.search.companion import read_companion
+from engine.search.companion import CompanionSpec, read_companion
 from engine.search.libraryindexes import LibraryIndexes
 from engine.search.modelrunner import ModelLoadError
 from engine.search.trained import TrainedSearch
@@ -114,31 +114,37 @@ class LibraryState:
 
     def _open_companion(self, record):
         """The TrainedSearch of the companion the model ``record`` names (:mod:`engine.search.companion`),
-        registered in this library on first use under :meth:`CompanionSpec.registered_name`; None when the model
-        has none or it cannot be loaded (logged: the model then searches alone)."""
+        registered in this library on first use (:meth:`companion_record`); None when the model has none or it
+        cannot be loaded (logged: the model then searches alone)."""
         spec = read_companion(record.path)
         if spec is None:
             return None
-        name = spec.registered_name(record.name)
         registered = False
         try:
-            models = self.catalog.models()
-            # one registration per companion folder: a retrained model keeps its start's companion, whose vectors
-            # the library already has (embedding it again under the new version's name cost a pass over every item)
-            companion = next((m for m in models if Path(m.path).resolve() == spec.folder), None)
-            if companion is None:
-                if any(m.name == name for m in models):  # named so for another folder: its vectors are not these
-                    self.catalog.delete_model(name)
-                # opening it below checks it (its graphs, its backbone): loaded once, not once more to register
-                self.catalog.register_model(name, read_config_method(spec.folder), spec.folder, {})
-                registered, companion = True, self.catalog.model(name)
+            companion, registered = self.companion_record(spec, record.name)
             return TrainedSearch.open(companion, self.catalog, self.features, self.encoders, self.library_dir)
         except (ModelLoadError, OSError, CatalogError) as exc:
             log.warning("the companion of model %r (%s) cannot be loaded (%s); it searches alone", record.name,
                         spec.folder, exc)
             if registered:  # not listed as a model that cannot load
-                self.catalog.delete_model(name)
+                self.catalog.delete_model(spec.registered_name(record.name))
             return None
+
+    def companion_record(self, spec: CompanionSpec, model_name: str) -> tuple[Any, bool]:
+        """The catalog's record of the companion ``spec`` of model ``model_name``, and whether it was registered
+        now (under :meth:`CompanionSpec.registered_name`). One registration per companion folder: a retrained
+        model that keeps its start's companion searches with the vectors the library already has for it
+        (embedding it again under the new version's name cost a pass over every item). Nothing is loaded here:
+        opening it checks it (its graphs, its backbone)."""
+        models = self.catalog.models()
+        found = next((m for m in models if Path(m.path).resolve() == spec.folder), None)
+        if found is not None:
+            return found, False
+        name = spec.registered_name(model_name)
+        if any(m.name == name for m in models):  # named so for another folder: its vectors are not these
+            self.catalog.delete_model(name)
+        self.catalog.register_model(name, read_config_method(spec.folder), spec.folder, {})
+        return self.catalog.model(name), True
 
     def invalidate(self, model: bool = True) -> None:
         """Drop what is built from the library's items (zero-shot ranking, global features) and, with ``model``,

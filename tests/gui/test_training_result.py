@@ -104,3 +104,15 @@ def test_the_mouse_wheel_over_a_chart_scrolls_the_dialog_and_leaves_the_chart_al
         assert not wheel.isAccepted()  # left for the dialog's scroll area
         assert plot.viewRange() == ranges  # not zoomed
     dialog.close()
+
+
+def test_the_note_says_what_became_of_the_heads_model_retrained_beside_it() -> None:
+    from dataclasses import replace
+
+    comparison = _comparison(40)
+    assert "heads model" not in comparison.note()
+    line = "the heads model (pvse) was retrained with it but not kept (not activated: worse); the new version " \
+           "searches with its start's"
+    note = replace(comparison, companion=line).note()
+    assert note.endswith("\nThe heads model (pvse) was retrained with it but not kept (not activated: worse); the "
+                         "new version searches with its start's.")

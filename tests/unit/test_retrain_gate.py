@@ -302,3 +302,107 @@ def test_a_retrain_from_random_weights_takes_the_epochs_the_dialog_proposes(libr
         pass
     assert job.result.epochs == COLD_START_EPOCHS == planned_epochs(None, "vse")
     assert planned_epochs(next(m for m in service.models.all() if m.active), None) == WARM_START_EPOCHS
+
+
+# ------------------------------------------------------------------------------------------ the companion (#42)
+
+
+def _with_companion(tmp_path: Path, model: Path, assets_dir: Path, scrambled: bool = False) -> tuple[Path, Path]:
+    """A copy of ``model`` naming a small PVSE companion (K = 2) trained on the same toy captions, inside it as the
+    shipped starter's is; and that companion's folder (``scrambled``: random weights, as an untrained one)."""
+    import json
+
+    from tests.synthetic import make_toy_photo_folder
+    from trainer.train import TrainOptions, train
+
+    start = tmp_path / f"{model.name}-with-heads"
+    shutil.copytree(model, start)
+    toy = make_toy_photo_folder(tmp_path / "toy-heads", 24, seed=5)
+    train(TrainOptions(method="pvse", data=toy.root, out=start / "companion", train_split="all", val_split="all",
+                       epochs=4, preset="test", batch_size=8, device="cpu", assets=assets_dir,
+                       overrides={"num_embeds": 2}))
+    if scrambled:
+        _scramble(start / "companion")
+    (start / "companion.json").write_text(json.dumps({"folder": "companion"}))
+    return start, start / "companion"
+
+
+def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judges_it(library, monkeypatch,
+                                                                                    tmp_path, assets_dir):
+    """The model's run is stood in for; the companion's is the real trainer, warm-started from the start's."""
+    from engine.search.companion import read_companion
+
+    service, good, _ = library
+    start, heads = _with_companion(tmp_path, good, assets_dir)
+    service.models.activate(str(start))
+    service.search.text("a red circle")  # the start's companion is registered and embedded, as in use
+    old_heads = service.state.catalog.model(f"{start.name} heads")
+    _retrain_into(monkeypatch, good)
+    seen: list = []
+    job = service.models.retrain(RetrainOptions(holdout=0.8))
+    job.on_event = seen.append
+    for _ in job.run():
+        pass
+    result = job.result
+    companion = result.companion
+    assert companion is not None and companion.method == "pvse" and companion.start == heads
+    assert companion.folder == result.model_dir / "companion" and companion.old_name == old_heads.name
+    assert companion.comparison is not None and companion.comparison.after is not None
+    assert companion.kept == companion.comparison.activated  # the model's rule, on the companions
+    stages = [e for e in seen if getattr(e, "stage", None) == "training the heads model"]
+    assert stages and stages[-1].done == stages[-1].total == 20
+    names = {m.name for m in service.state.catalog.models()}
+    if companion.kept:
+        assert read_companion(result.model_dir).folder == companion.folder.resolve()
+        assert (companion.folder / "model.safetensors").is_file() and f"{result.model_name} heads" in names
+        assert (result.model_dir / "companion.json").read_text().count('"companion"') == 1  # relative: moves with it
+    else:
+        assert read_companion(result.model_dir).folder == heads.resolve() and not companion.folder.exists()
+    record = result.to_json()["companion"]
+    assert record["kept"] == companion.kept and record["before"]["rsum"] == companion.comparison.before.rsum
+    assert result.summary_lines()[-1] == companion.line() and "heads model (pvse)" in companion.line()
+
+
+def test_a_retrained_companion_the_rule_turns_down_leaves_and_the_starts_searches_on(library, monkeypatch,
+                                                                                   tmp_path, assets_dir):
+    from engine.loop.retrain import CompanionRetrain
+    from engine.search.companion import read_companion
+
+    service, good, _ = library
+    start, heads = _with_companion(tmp_path, good, assets_dir)
+    _, scrambled = _with_companion(tmp_path / "b", good, assets_dir, scrambled=True)
+    service.models.activate(str(start))
+    _retrain_into(monkeypatch, good)
+
+    def worse_heads(self, result, cancel, spec):
+        shutil.copytree(scrambled, result.model_dir / "companion")
+        result.companion = CompanionRetrain(spec.folder, "pvse", result.model_dir / "companion")
+        yield from ()
+
+    monkeypatch.setattr(Retrain, "_train_companion", worse_heads)
+    result = _run(service, holdout=0.8)
+    companion = result.companion
+    assert companion is not None and not companion.kept and companion.decision.startswith("not activated")
+    assert not companion.folder.exists() and companion.name is None
+    assert read_companion(result.model_dir).folder == heads.resolve()  # the start's, as before companions retrained
+    assert f"{result.model_name} heads" not in {m.name for m in service.state.catalog.models()}
+    assert "not kept" in companion.line() and "searches with its start's" in companion.line()
+    # the new version, active, searches beside the start's companion with the vectors the library has for it
+    assert result.activated
+    assert service.models.active_trained().companion.record.path == heads.resolve()
+
+
+def test_a_companion_run_that_fails_leaves_the_new_version_with_the_starts(library, monkeypatch, tmp_path,
+                                                                         assets_dir):
+    from engine.search.companion import read_companion
+
+    service, good, _ = library
+    start, heads = _with_companion(tmp_path, good, assets_dir)
+    service.models.activate(str(start))
+    _retrain_into(monkeypatch, good)
+    (heads / "config.json").write_text((heads / "config.json").read_text().replace('"pvse"', '"vse"'))
+    result = _run(service, holdout=0.8)
+    assert result.companion is None and any("heads model" in w and "could not be retrained" in w
+                                            for w in result.warnings)
+    assert read_companion(result.model_dir).folder == heads.resolve()
+    assert not (result.model_dir / "companion").exists()

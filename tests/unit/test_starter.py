@@ -72,6 +72,11 @@ def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_sa
     assert (installed / "config.json").read_text() == "mine"
     assert (installed / "companion" / "onnx" / "manifest.json").read_text() == '{"method": "pvse"}'
     assert read_companion(installed).folder == (installed / "companion").resolve()
+    (shipped / "companion" / "model.safetensors").write_bytes(b"heads")  # its weights shipped later still (#42)
+    (installed / "companion" / "onnx" / "manifest.json").write_text("mine")
+    assert starter.installed_starter(shipped) == installed
+    assert (installed / "companion" / "model.safetensors").read_bytes() == b"heads"
+    assert (installed / "companion" / "onnx" / "manifest.json").read_text() == "mine"
     assert not [p for p in installed.iterdir() if p.name.startswith(".")]  # no staging folder left behind
 
 
@@ -89,6 +94,21 @@ def test_the_shipped_starter_searches_beside_a_pvse_companion_trained_on_its_dat
     assert "--method pvse" in record["command"]
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < 60 * 2**20  # both models
+
+
+def test_the_shipped_companion_has_the_weights_a_retrain_warm_starts_from():
+    """Stored in float16 without its video side, which learnt from nothing (the clips trained as stills)."""
+    from engine.loop.retrain import retrainable_companion
+    from trainer import checkpoint as ckpt
+
+    folder = shipped_starter()
+    spec = retrainable_companion(folder)
+    assert spec is not None
+    weights = spec.folder / ckpt.WEIGHTS_FILE
+    assert ckpt.safetensors_metadata(weights)[ckpt.UNTRAINED_KEY] == "globals.video.,video_pie."
+    assert weights.stat().st_size < 10 * 2**20
+    model = ckpt.load_model(spec.folder)
+    assert model.config.num_embeds == 3
 
 
 def test_the_build_tool_never_reads_a_split_other_than_train(tmp_path):

@@ -80,3 +80,30 @@ def test_a_warm_start_from_another_method_is_refused(workspace, start, tmp_path)
     folder, source, assets = workspace
     with pytest.raises(TrainingError, match="is a 'vse' model, not 'pvse'"):
         train(_options(folder, tmp_path / "x", assets, method="pvse", init_from=start), source=source)
+
+
+def test_a_start_stored_without_its_untrained_video_branch_warm_starts_the_same(workspace, start, tmp_path):
+    """A shipped model's weights leave out the branch that learnt from nothing (the starter's companion: its clips
+    trained through the image side); loading builds that branch afresh, every other weight is the file's."""
+    import shutil
+
+    folder, source, assets = workspace
+    slim = tmp_path / "slim"
+    shutil.copytree(start, slim)
+    tensors = ckpt.read_safetensors(slim / ckpt.WEIGHTS_FILE)
+    prefixes = ckpt.untrained_prefixes(tensors, {"image": 10, "video": 0})
+    assert prefixes and all("video" in p for p in prefixes)
+    assert ckpt.untrained_prefixes(tensors, {"image": 10, "video": 3}) == ()  # a video side that learnt stays
+    kept, metadata = ckpt.drop_untrained(tensors, prefixes)
+    (slim / ckpt.WEIGHTS_FILE).write_bytes(ckpt.tensors_bytes(kept, metadata))
+    full, loaded = _weights(start), _weights(slim)
+    assert all(torch.equal(full[k], loaded[k]) for k in kept) and set(loaded) == set(full)
+
+    report = train(_options(folder, tmp_path / "from-slim", assets, init_from=slim, epochs=1), source=source)
+    reference = train(_options(folder, tmp_path / "from-full", assets, init_from=start, epochs=1), source=source)
+    assert report["rsum"] == pytest.approx(reference["rsum"])
+
+    del kept[next(iter(kept))]  # a trained weight missing is still an error
+    (slim / ckpt.WEIGHTS_FILE).write_bytes(ckpt.tensors_bytes(kept, metadata))
+    with pytest.raises(ckpt.CheckpointError, match="do not fit"):
+        ckpt.load_model(slim)
