@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--patience", type=int, default=None, help="epochs without a better rsum before stopping")
+    p.add_argument("--later-ties", action="store_true", help="an epoch whose validation rsum equals the best so far "
+                   "becomes the best (the app's retrain: a few held-aside captions soon stop moving the rsum)")
     p.add_argument("--val-items", type=int, default=None, help="items in the per-epoch validation")
     p.add_argument("--epoch-captions", type=int, default=None, metavar="N",
                    help="captions of each item an epoch shows (0: all; default: the method's recipe, 1)")
@@ -303,6 +305,7 @@ def _train(args: argparse.Namespace) -> int:
         epochs=args.epochs, device=args.device, sparse=sparse_config_from_args(args),
         json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
+        later_ties=args.later_ties,
         pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
         epoch_captions=args.epoch_captions, clip_captions=args.clip_captions, finetune_epochs=args.finetune_epochs,
         finetune_lr=args.finetune_lr,

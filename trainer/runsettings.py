@@ -66,6 +66,9 @@ class TrainOptions:
     batch_size: int | None = None
     lr: float | None = None
     patience: int | None = None
+    # a validation rsum equal to the best so far keeps the later epoch (a warm start validated on a few held-aside
+    # captions: its rsum soon stops moving, and the first epoch that reached it would be all the run learnt)
+    later_ties: bool = False
     pseudo_pairs: bool = True
     val_items: int | None = None
     schedule: str | None = None
@@ -139,10 +142,12 @@ def learning_rate(recipe: Recipe, base: float, epoch: int, epochs: int, state: c
     return base
 
 
-def update_after_validation(recipe: Recipe, state: ckpt.TrainerState, rsum: float, patience: int) -> bool:
-    """Record a validation rsum; returns True when it is the best so far. Updates the plateau schedule and
-    the early-stopping counter."""
-    improved = state.best_rsum is None or rsum > state.best_rsum
+def update_after_validation(recipe: Recipe, state: ckpt.TrainerState, rsum: float, patience: int,
+                            later_ties: bool = False) -> bool:
+    """Record a validation rsum; returns True when it is the best so far (``later_ties``: or equal to it). Updates
+    the plateau schedule and the early-stopping counter."""
+    improved = (state.best_rsum is None or rsum > state.best_rsum
+                or (later_ties and rsum >= state.best_rsum - 1e-9))
     if improved:
         state.best_rsum, state.best_epoch, state.bad_epochs, state.plateau_epochs = rsum, state.epoch, 0, 0
     else:

@@ -440,7 +440,8 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: Eta, train_
                             run.warm.distractors if run.warm is not None else None)
         state.epoch += 1
         state.step = 0
-        best = update_after_validation(run.recipe, state, report["rsum"], run.settings.patience)
+        best = update_after_validation(run.recipe, state, report["rsum"], run.settings.patience,
+                                       run.options.later_ties)
         state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best,
                               "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2),
                               **gpu_peak(run.device)})

@@ -76,7 +76,7 @@ log = logging.getLogger(__name__)
 # lr of 5e-5 and batches of 128, 100 captions made 1 step an epoch and nothing was learnt; batches of 32 at 1e-4
 # for 20 epochs, with the library's pseudo pairs as extra pairs and negatives (VSE), learnt a user's own word.
 WARM_START_EPOCHS = 20
-WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--patience", "20",
+WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--patience", "20", "--later-ties",
                                     "--schedule", "constant")
 # A library's retrain from random weights (``polyseek retrain --from-scratch``, the training dialog's form): its
 # few hundred annotations at most take seconds an epoch, and the gate keeps the old model if the run is worse.

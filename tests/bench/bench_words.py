@@ -124,13 +124,16 @@ def retrain(service, extra: tuple[str, ...]) -> dict:
     started = time.monotonic()
     for _ in job.run():
         pass
+    job_s = time.monotonic() - started  # exporting, both trainer runs, measuring (the adopt's re-index not counted)
     for _ in service.models.adopt(job.result):
         pass
     result = job.result
     return {"extra_args": list(extra), "model": result.model_name, "activated": result.activated,
             "decision": result.decision, "train_s": round(time.monotonic() - started, 1),
             "heldout_rsum_before": round(result.before.rsum, 1) if result.before else None,
-            "heldout_rsum_after": round(result.after.rsum, 1) if result.after else None}
+            "heldout_rsum_after": round(result.after.rsum, 1) if result.after else None,
+            "companion": result.companion.as_dict() if result.companion is not None else None,
+            "job_s": round(job_s, 1)}
 
 
 def r10_among_uncaptioned(service, queries: list[tuple[str, str]], taken: set[int], by_name: dict[str, int]) -> float:
@@ -275,17 +278,28 @@ def main() -> int:
         results[row] = record
         print(row, json.dumps(record), flush=True)
 
+    def alone(row: str) -> None:
+        """The active model by itself, its companion (engine/search/companion.py) left out: #43's "model alone"."""
+        trained = service.models.active_trained()
+        kept, trained.companion = trained.companion, None
+        try:
+            measure(row, {"model"})
+        finally:
+            trained.companion = kept
+
     measure("model only", {"model"})
+    alone("model alone, without its companion")
     measure("default", {"model", "zero_shot", "words"})
     if args.retrain:
         results["retrain"] = retrain(service, tuple(shlex.split(args.trainer_args)))
         print("retrain", json.dumps(results["retrain"]), flush=True)
         measure("after a retrain: model only", {"model"})
+        alone("after a retrain: model alone, without its companion")
         measure("after a retrain: default", {"model", "zero_shot", "words"})
         photos = [f for f, _ in ordinary_all]
         results["ordinary_change"] = {row: paired_change(photos, ordinary_hits[row],
                                                          ordinary_hits["after a retrain: " + row])
-                                      for row in ("model only", "default")}
+                                      for row in ("model only", "model alone, without its companion", "default")}
         print("ordinary change", json.dumps(results["ordinary_change"]), flush=True)
     # a rejection takes effect at once
     service.state.evidence = frozenset({"model", "zero_shot", "words"})

@@ -222,6 +222,19 @@ def test_learning_rate_schedules():
     assert state.stopped_early and state.best_rsum == 100.0 and state.lr_scale == pytest.approx(0.125)
 
 
+def test_with_later_ties_an_epoch_equal_to_the_best_becomes_the_best():
+    """The app's warm retrain validates on a few held-aside captions, whose rsum soon stops moving: without
+    ``--later-ties`` the first epoch that reached it would be all the run kept (#43)."""
+    recipe = Recipe({}, schedule="constant")
+    for later, kept in ((False, 1), (True, 3)):
+        state = ckpt.TrainerState(method="pvse")
+        for epoch, rsum in enumerate((400.0, 433.3, 433.3, 433.3, 420.0)):
+            state.epoch = epoch
+            update_after_validation(recipe, state, rsum, patience=20, later_ties=later)
+        assert (state.best_epoch, state.best_rsum) == (kept, 433.3)
+        assert state.bad_epochs == (1 if later else 3)
+
+
 def test_early_stopping_keeps_the_best_epoch(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
     rsums = iter([50.0, 80.0, 70.0, 60.0, 10.0])
