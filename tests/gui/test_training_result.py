@@ -111,8 +111,8 @@ def test_the_note_says_what_became_of_the_heads_model_retrained_beside_it() -> N
 
     comparison = _comparison(40)
     assert "heads model" not in comparison.note()
-    line = "the heads model (pvse) was retrained with it but not kept (not activated: worse); the new version " \
-           "searches with its start's"
+    line = "the heads model (pvse) was retrained with it but is not kept (worse than the start's: ...); the new " \
+           "version searches with its start's"
     note = replace(comparison, companion=line).note()
-    assert note.endswith("\nThe heads model (pvse) was retrained with it but not kept (not activated: worse); the "
-                         "new version searches with its start's.")
+    assert note.endswith("\nThe heads model (pvse) was retrained with it but is not kept (worse than the start's: "
+                         "...); the new version searches with its start's.")

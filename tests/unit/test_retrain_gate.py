@@ -349,6 +349,7 @@ def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judge
     assert companion.folder == result.model_dir / "companion" and companion.old_name == old_heads.name
     assert companion.comparison is not None and companion.comparison.after is not None
     assert companion.kept == companion.comparison.activated  # the model's rule, on the companions
+    assert companion.decision.startswith("not worse than the start's: " if companion.kept else "worse than")
     stages = [e for e in seen if getattr(e, "stage", None) == "training the heads model"]
     assert stages and stages[-1].done == stages[-1].total == 20
     names = {m.name for m in service.state.catalog.models()}
@@ -382,11 +383,12 @@ def test_a_retrained_companion_the_rule_turns_down_leaves_and_the_starts_searche
     monkeypatch.setattr(Retrain, "_train_companion", worse_heads)
     result = _run(service, holdout=0.8)
     companion = result.companion
-    assert companion is not None and not companion.kept and companion.decision.startswith("not activated")
+    assert companion is not None and not companion.kept and companion.decision.startswith("worse than the start's: ")
+    assert "held-aside rsum" in companion.decision
     assert not companion.folder.exists() and companion.name is None
     assert read_companion(result.model_dir).folder == heads.resolve()  # the start's, as before companions retrained
     assert f"{result.model_name} heads" not in {m.name for m in service.state.catalog.models()}
-    assert "not kept" in companion.line() and "searches with its start's" in companion.line()
+    assert "is not kept (worse than" in companion.line() and "searches with its start's" in companion.line()
     # the new version, active, searches beside the start's companion with the vectors the library has for it
     assert result.activated
     assert service.models.active_trained().companion.record.path == heads.resolve()
