@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from engine import paths
-from engine.library.catalog import CatalogError
+from engine.loop.companionretrain import (
+    COMPANION_ARGS,
+    CompanionRetrain,
+    companion_progress,
+    judge_companion,
+    keep_untrained_companion,
+    retrainable_companion,
+)
 from engine.loop.compare import compare_models, measure_models
 from engine.loop.defaults import DEFAULT_HOLDOUT, DEFAULT_METHOD
 from engine.loop.errors import RetrainError
@@ -49,8 +56,7 @@ from engine.loop.interval import RsumInterval, intervals_line
 from engine.loop.trainerprocess import STOP_WAIT_S, TrainerProcess
 from engine.loop.trainingset import MARKER_FILE, TrainingSet, build_training_set, training_set_dir
 from engine.progress import Cancelled, CancelToken, Progress, staged
-from engine.search.companion import COMPANION_DIR, CompanionSpec, carry_companion, read_companion, write_companion
-from engine.search.modelrunner import ModelLoadError
+from engine.search.companion import COMPANION_DIR, CompanionSpec, carry_companion
 from engine.state import LibraryState
 from engine.state.models import model_infos, register_model
 from engine.trainercontract import events
@@ -78,19 +84,10 @@ log = logging.getLogger(__name__)
 WARM_START_EPOCHS = 20
 WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--patience", "20",
                                     "--schedule", "constant")
-# The companion's run keeps the later of two epochs with the same validation rsum: on a few held-aside captions its
-# rsum stopped moving after epoch 1, and that epoch was all it kept (docs/benchmarks.md, "A retrain retrains the
-# companion too"). The model's run keeps session 22's recipe: on Flickr8k dev its best epoch was the last either way,
-# and on the train slice, with it, ordinary searches read 74.3 against session 22's 76.7 without (names 60.2 / 57.6).
-COMPANION_ARGS: tuple[str, ...] = ("--later-ties",)
 # A library's retrain from random weights (``polyseek retrain --from-scratch``, the training dialog's form): its
 # few hundred annotations at most take seconds an epoch, and the gate keeps the old model if the run is worse.
 COLD_START_EPOCHS = 10
 WARM_START_PSEUDO_WEIGHT = {"vse": 1.0}  # methods whose config has pseudo_weight (A3VSE has its own D^u terms)
-
-
-# What the training dialog's status line and the job's progress call the companion's run.
-COMPANION_STAGE = "training the heads model"
 
 
 def warm_start_from(active: ModelInfo | None, method: str | None, warm_start: bool = True) -> Path | None:
@@ -148,61 +145,6 @@ class RetrainOptions:
     resume_from: Path | None = None  # continue the stopped run in this folder (``--resume``)
     trainer_command: tuple[str, ...] = TRAINER_PROGRAM  # the program that runs ``train ...``
     stop_wait_s: float = STOP_WAIT_S  # how long a cancelled trainer may take to save its checkpoint
-
-
-def retrainable_companion(start: Path | None) -> CompanionSpec | None:
-    """The companion of the model a retrain starts from, when it has the trainer weights a warm start needs (the
-    shipped starter's does); None: no companion, or one shipped as ONNX only (then it is carried as it is)."""
-    spec = read_companion(start) if start is not None else None
-    return spec if spec is not None and has_weights(spec.folder) else None
-
-
-@dataclass
-class CompanionRetrain:
-    """The start's companion retrained beside the model (issue #42: a retrain warm-starts each shipped model and
-    keeps the gate): the same training set and warm-start recipe, measured and judged by the same rule as the model,
-    against the start's companion. ``kept``: the new version searches with it; otherwise with the start's."""
-
-    start: Path  # the companion folder it warm-started from
-    method: str
-    folder: Path  # the new model's own companion folder
-    name: str | None = None  # its registration in the library (removed again when it is not kept)
-    old_name: str | None = None  # the start's companion's registration
-    comparison: ModelComparison | None = None
-    kept: bool = False
-    decision: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        found = self.comparison
-
-        def plain(value: Any) -> dict[str, Any] | None:
-            return value.as_dict() if value is not None else None
-
-        return {"method": self.method, "start": str(self.start), "folder": str(self.folder), "name": self.name,
-                "old_name": self.old_name, "kept": self.kept, "decision": self.decision,
-                "before": plain(found.before if found else None), "after": plain(found.after if found else None),
-                "heldout_interval": plain(found.heldout_interval if found else None),
-                "pseudo_interval": plain(found.pseudo_interval if found else None)}
-
-    def line(self) -> str:
-        """One sentence for a terminal and the training dialog."""
-        said = f" ({self.decision})" if self.decision else ""
-        if self.kept:
-            return f"the heads model ({self.method}) was retrained with it and is kept{said}"
-        return f"the heads model ({self.method}) was retrained with it but is not kept{said}; the new version " \
-               "searches with its start's"
-
-
-def _companion_reasons(found: ModelComparison) -> str:
-    """The rule's measures on the two companions, in the words of a companion kept or not (a companion is never
-    "activated": it searches beside whichever version is)."""
-    checks = found.verdict.checks if found.verdict is not None else ()
-    if not checks:
-        return "too little to compare it with the start's"
-    failed = [check.text for check in checks if not check.passed]
-    if failed:
-        return "worse than the start's: " + ", ".join(failed)
-    return "not worse than the start's: " + ", ".join(check.text for check in checks)
 
 
 @dataclass
@@ -339,8 +281,8 @@ class Retrain:
         if result.companion is None and start is not None and carry_companion(start, out):
             log.info("the new model keeps the companion of %s", start)  # it searches beside it, as beside its start
         if self.state is None:
-            if result.companion is not None:  # no library to measure it in: it stays with the run it belongs to
-                self._keep_companion(result.companion, out, "no library to measure it in")
+            if result.companion is not None:
+                keep_untrained_companion(result.companion, out)
             yield Progress(1, 1, "done")
             return
         result.model_name = self._register(out, name)
@@ -459,9 +401,9 @@ class Retrain:
 
     def _train_companion(self, result: RetrainResult, cancel: CancelToken, start: CompanionSpec) -> Iterator[Progress]:
         """Warm-start the start's companion on the same training set into ``<new model>/companion``
-        (:data:`WARM_START_EPOCHS`, :func:`warm_start_args` of its method; the device asked of the model's run).
-        Its epochs reach ``on_event`` as one stage's progress (the dialog's curve is the model's). A companion whose
-        run fails is left out with a warning (the new version keeps the start's); a cancelled one leaves nothing."""
+        (:data:`WARM_START_EPOCHS`, :func:`warm_start_args` of its method, :data:`COMPANION_ARGS`; the device asked
+        of the model's run); :func:`engine.loop.companionretrain.companion_progress` says what happens to its
+        events, a failed or cancelled run."""
         options = self.options
         assert result.model_dir is not None and result.data is not None
         folder = result.model_dir / COMPANION_DIR
@@ -474,78 +416,20 @@ class Retrain:
             options=(*(["--device", options.device] if options.device else []), "--init-from", str(start.folder),
                      *warm_start_args(method), *COMPANION_ARGS))
         self.trainer = trainer = TrainerProcess(options.trainer_command, request, self.on_output, options.stop_wait_s)
-        stream = trainer.events(cancel)
         try:
-            for event in stream:
-                if isinstance(event, events.Step | events.EpochEnd):
-                    done = event.epoch if isinstance(event, events.EpochEnd) else event.epoch - 1
-                    stage = events.StageProgress(COMPANION_STAGE, done, WARM_START_EPOCHS,
-                                                 f"epoch {min(done + 1, WARM_START_EPOCHS)} of {WARM_START_EPOCHS}")
-                    self.on_event(stage)
-                    yield Progress(done, WARM_START_EPOCHS, f"{COMPANION_STAGE}: {stage.message}")
-        except Cancelled:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        except RetrainError as exc:
-            shutil.rmtree(folder, ignore_errors=True)
-            result.warnings.append(f"the heads model ({method}) could not be retrained ({exc}); the new version "
-                                   "searches with its start's")
-            return
+            result.companion = yield from companion_progress(trainer.events(cancel), self.on_event, start, method,
+                                                             folder, WARM_START_EPOCHS, result.warnings)
         finally:
-            stream.close()
             self.trainer = None
-        result.companion = CompanionRetrain(start.folder, method, folder)
 
     def _judge_companion(self, result: RetrainResult, start: Path | None) -> None:
-        """Measure the retrained companion and the start's the way the models were measured, and keep the new one
-        only when the rule activates it (a caption folder's run: kept, its figures stated)."""
-        state, companion = self.state, result.companion
-        assert state is not None and companion is not None and result.model_name is not None
+        assert self.state is not None and result.companion is not None and result.model_name is not None
         assert result.model_dir is not None and result.data is not None
-        new_spec, old_spec = CompanionSpec(companion.folder.resolve()), read_companion(start) if start else None
-        try:
-            record, _ = state.companion_record(new_spec, result.model_name)
-            companion.name = record.name
-            if old_spec is not None:
-                companion.old_name = state.companion_record(old_spec, result.old_model or "start")[0].name
-            ts = result.training_set
-            if ts is None:
-                found = measure_models(partial(evaluate_on, state), companion.name, companion.old_name,
-                                       result.data, str(result.val_split))
-            else:
-                found = compare_models(state, companion.name, companion.old_name, ts.folder,
-                                       ts.val_split if ts.n_heldout_items else None, self.options.seed)
-        except (OSError, LookupError, ValueError, RetrainError, CatalogError, ModelLoadError) as exc:
-            result.warnings.append(f"the retrained heads model could not be measured ({exc})")
-            self._drop_companion(result, start, f"not measured: {exc}")
-            return
-        companion.comparison = found
-        result.warnings.extend(found.warnings)
-        if result.training_set is None:
-            self._keep_companion(companion, result.model_dir, "a caption folder's run: yours to judge")
-        elif found.activated:
-            self._keep_companion(companion, result.model_dir, _companion_reasons(found))
-        else:
-            self._drop_companion(result, start, _companion_reasons(found))
-
-    @staticmethod
-    def _keep_companion(companion: CompanionRetrain, model_dir: Path, why: str) -> None:
-        write_companion(model_dir, CompanionSpec(companion.folder))
-        companion.kept, companion.decision = True, why
-
-    def _drop_companion(self, result: RetrainResult, start: Path | None, why: str) -> None:
-        """The retrained companion is not kept: unregistered and removed; the new version keeps the start's."""
-        companion = result.companion
-        assert companion is not None and self.state is not None and result.model_dir is not None
-        if companion.name is not None:
-            try:
-                self.state.catalog.delete_model(companion.name)
-            except CatalogError as exc:
-                log.warning("could not unregister %s (%s)", companion.name, exc)
-            companion.name = None
-        shutil.rmtree(companion.folder, ignore_errors=True)
-        carry_companion(start, result.model_dir)
-        companion.kept, companion.decision = False, why
+        ts = result.training_set
+        split = (ts.folder, ts.val_split if ts.n_heldout_items else None) if ts is not None else None
+        result.warnings.extend(judge_companion(self.state, result.companion, result.model_name, result.old_model,
+                                               start, result.model_dir, split, (result.data, str(result.val_split)),
+                                               self.options.seed))
 
     def _compare(self, result: RetrainResult) -> ModelComparison:
         """The library's rule on its held-aside annotations, or both models on the folder's validation split."""

@@ -366,7 +366,7 @@ def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judge
 
 def test_a_retrained_companion_the_rule_turns_down_leaves_and_the_starts_searches_on(library, monkeypatch,
                                                                                    tmp_path, assets_dir):
-    from engine.loop.retrain import CompanionRetrain
+    from engine.loop.companionretrain import CompanionRetrain
     from engine.search.companion import read_companion
 
     service, good, _ = library

@@ -98,7 +98,7 @@ def test_the_shipped_starter_searches_beside_a_pvse_companion_trained_on_its_dat
 
 def test_the_shipped_companion_has_the_weights_a_retrain_warm_starts_from():
     """Stored in float16 without its video side, which learnt from nothing (the clips trained as stills)."""
-    from engine.loop.retrain import retrainable_companion
+    from engine.loop.companionretrain import retrainable_companion
     from trainer import checkpoint as ckpt
 
     folder = shipped_starter()
