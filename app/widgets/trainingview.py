@@ -229,6 +229,9 @@ class ComparisonBox(QGroupBox):
 
     def __init__(self) -> None:
         super().__init__("New model beside the active one")
+        # what both were measured on, its own wrapped line: in the title it made the box wider than the dialog, and
+        # the note and the table's reasons were cut off at its right edge
+        self.where = plain_label("", wrap=True)
         self.note = plain_label("", wrap=True)
         self.table = QTableWidget(2, 5)
         self.table.setHorizontalHeaderLabels(["Model", "R@1", "R@5", "R@10", "rsum"])
@@ -247,6 +250,7 @@ class ComparisonBox(QGroupBox):
         row.addStretch(1)
         row.addWidget(self.use_button)
         box = QVBoxLayout(self)
+        box.addWidget(self.where)
         box.addWidget(self.table)
         box.addWidget(self.note)  # its own row: several wrapped lines need the box's whole width
         box.addLayout(row)
@@ -261,7 +265,8 @@ class ComparisonBox(QGroupBox):
         rows = ((f"{comparison.old_name} ({'active' if old_active else 'was active'})", comparison.old,
                  comparison.old_error, old),
                 (f"{comparison.new_name} ({'new, active' if new_active else 'new'})", comparison.new, None, new))
-        self.setTitle("New model beside the active one" + (f": {new.where()}" if new is not None else ""))
+        self.where.setText(f"Measured on {new.where()}." if new is not None else "")
+        self.where.setVisible(new is not None)
         table = self.table
         table.clearSpans()
         for row, (label, metrics, error, figure) in enumerate(rows):

@@ -2,7 +2,7 @@
 before any such model ships).
 
     python tests/bench/bench_companion.py --home DIR --companion MODEL_DIR [--data ../shared/datasets]
-        [--domains flickr8k-train-slice webcaps-train-slice] [--shares 0 0.25 0.5 0.75]
+        [--domains flickr8k-train-slice webcaps-train-slice] [--shares 0 0.25 0.5 0.75] [--beside]
         [--out bench-results/companion.json]
 
 Each domain is a library of its photos with the shipped starter active (tests/bench/bench_domains.py's
@@ -12,6 +12,9 @@ beside it and embeds every item. Every caption of the domain is a query through 
 dense kind: of the trained models' weight (:data:`engine.search.evidence.MODEL`) the companion takes ``share`` and
 the starter the rest; the calibration is the shipped one (fitted without the companion). Reported per share: the
 app's t2i / i2t R@K and rsum of the calibrated total. Choose the share on the train-side slices; dev once after.
+
+``--beside``: the model is a further kind beside the starter's own shipped companion (which ranks as the app ranks
+it), taking ``share`` of all the trained models' weight (e.g. a probabilistic model for its uncertainty, #42).
 """
 
 from __future__ import annotations
@@ -28,25 +31,29 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
-def with_companion(state: dict) -> None:
+def with_companion(state: dict, kind: str = "companion") -> None:
     """Make :func:`engine.search.evidence.fuse` add ``state["companion"]``'s score (a TrainedSearch) of the query in
-    ``state["text"]`` as the dense kind "companion", weighted ``state["share"]`` of the trained models' weight."""
+    ``state["text"]`` as the dense ``kind``, weighted ``state["share"]`` of the trained models' weight (the model's,
+    and with ``kind`` "further" its shipped companion's too)."""
     from engine.search import evidence
 
     fuse, weights = evidence.fuse, evidence.weights
+    trained = ("model", "companion") if kind != "companion" else ("model",)
 
     def fuse_with(dense, rows, sample=None, **kwargs):
         if "model" in dense and state["share"] > 0:
             companion = state["companion"]
             encoded, _ = companion.encode_text([state["text"]])
-            dense = {**dense, "companion": evidence.ModelEvidence(companion, encoded, dense["model"].ids)}
+            dense = {**dense, kind: evidence.ModelEvidence(companion, encoded, dense["model"].ids, kind)}
         return fuse(dense, rows, sample, **kwargs)
 
     def weights_with(sources, user_share=0.0):
-        out = weights([s for s in sources if s != "companion"], user_share)
-        if "companion" in sources:
-            out["companion"] = out["model"] * state["share"]
-            out["model"] *= 1.0 - state["share"]
+        out = weights([s for s in sources if s != kind], user_share)
+        if kind in sources:
+            out[kind] = sum(out.get(t, 0.0) for t in trained) * state["share"]
+            for t in trained:
+                if t in out:
+                    out[t] *= 1.0 - state["share"]
         return out
 
     evidence.fuse, evidence.weights = fuse_with, weights_with
@@ -60,6 +67,7 @@ def main() -> int:
     parser.add_argument("--domains", nargs="+", default=["flickr8k-train-slice", "webcaps-train-slice"])
     parser.add_argument("--shares", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75])
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "companion.json")
+    parser.add_argument("--beside", action="store_true", help="a further kind beside the shipped companion")
     args = parser.parse_args()
     from engine.search.trained import TrainedSearch
     from tests.bench.bench_domains import domains, open_library, report, use_home, write_json
@@ -68,7 +76,7 @@ def main() -> int:
         return 0
     sets = domains(args.data)
     state = {"text": "", "share": 0.0, "companion": None}
-    with_companion(state)
+    with_companion(state, "further" if args.beside else "companion")
     results = []
     for name in args.domains:
         images, files, caps = sets[name]

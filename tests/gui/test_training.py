@@ -242,7 +242,7 @@ def test_training_on_the_library_exports_shows_counts_and_compares_models(
     assert all(table.item(r, 1).text().startswith("too few held-aside items (2)") for r in (0, 1))
     assert [table.item(r, c).text() for r in (0, 1) for c in range(2, 5)] == ["—"] * 6
     assert "Not meaningful yet: only 2 items (2 captions) of the held-aside annotations" in dlg.result_note.text()
-    assert "held-aside annotations" in dlg.result_box.title() and "Not activated" in dlg.result_note.text()
+    assert "held-aside annotations" in dlg.result_box.where.text() and "Not activated" in dlg.result_note.text()
     with qtbot.waitSignal(dlg.use_model_requested) as use:
         dlg.use_button.click()
     assert use.args == [comparison.new_name] and not dlg.use_button.isEnabled()

@@ -81,7 +81,7 @@ def test_three_held_aside_items_are_not_meaningful_yet(qtbot) -> None:
     assert not any(any(ch.isdigit() for ch in cell) for cell in _cells(box, 0)[1:] + _cells(box, 1)[1:])
     note = box.note.text()
     assert "Not meaningful yet" in note and "3 items (15 captions)" in note and f"Under {FLOOR}" in note
-    assert "3 items (15 captions) of the held-aside annotations of this library" in box.title()
+    assert "3 items (15 captions) of the held-aside annotations of this library" in box.where.text()
 
 
 def test_thirty_held_aside_items_are_compared_on_the_named_set(qtbot) -> None:

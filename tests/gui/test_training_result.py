@@ -116,3 +116,13 @@ def test_the_note_says_what_became_of_the_heads_model_retrained_beside_it() -> N
     note = replace(comparison, companion=line).note()
     assert note.endswith("\nThe heads model (pvse) was retrained with it but is not kept (worse than the start's: "
                          "...); the new version searches with its start's.")
+
+
+def test_what_both_were_measured_on_wraps_instead_of_widening_the_box(qtbot) -> None:
+    """In the box's title it made the box wider than the dialog, and the note was cut off at its right edge."""
+    box = ComparisonBox()
+    qtbot.addWidget(box)
+    box.show_comparison(_comparison(40))
+    assert box.title() == "New model beside the active one"
+    assert box.where.text().startswith("Measured on 40 items") and box.where.wordWrap()
+    assert box.minimumSizeHint().width() < 500
