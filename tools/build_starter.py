@@ -43,7 +43,7 @@ SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
 # the starter's companion (engine/search/companion.py): the PVSE model built by this tool with ``--method pvse
 # --out resources/models/starter/companion``, and the file that names it
-COMPANION_PARTS = ("companion", "companion.json")
+COMPANION_PARTS = ("companion", "companion.json", "pcme")
 
 
 def _train_rows(data: Path) -> tuple[Path, list[str], list[list[str]]]:

@@ -159,6 +159,9 @@ def keep_untrained_companion(companion: CompanionRetrain, model_dir: Path) -> No
 
 
 def _keep(companion: CompanionRetrain, model_dir: Path, why: str) -> None:
+    """The retrained companion searches beside the new version, with its start's own companion (the probabilistic
+    one, not retrained) beside it as before."""
+    carry_companion(companion.start, companion.folder)
     write_companion(model_dir, CompanionSpec(companion.folder))
     companion.kept, companion.decision = True, why
 

@@ -9,6 +9,11 @@ models' weight), and the inspector shows the companion's heads where the model i
 (:func:`engine.search.explanation.explain_item`). Two differently built models ranking together also rank better
 than either: docs/benchmarks.md, "A PVSE starter".
 
+A companion may name its own (``companion.json`` in its folder, ``"role": "uncertainty"``): the shipped one names a
+probabilistic model (PCME), searched beside both as a further dense source
+(:data:`engine.search.evidence.PROBABILISTIC`) whose sigma the inspector reads as the item's and the query's
+uncertainty. One companion deep: the model, its companion, and the companion's.
+
 A retrain warm-starts the active model and, when the companion ships its trainer weights, the companion too, into
 the new model's own ``companion`` folder (:data:`COMPANION_DIR`), which the same activation rule judges
 (:mod:`engine.loop.retrain`); a companion without weights, or one the rule turns down, is kept as it is
@@ -32,13 +37,15 @@ COMPANION_DIR = "companion"  # where a model folder keeps a companion of its own
 
 @dataclass(frozen=True)
 class CompanionSpec:
-    """Where a model's companion lives and the name it is registered under in a library."""
+    """Where a model's companion lives, and what it is for (``role``: "heads", the shipped PVSE model's;
+    "uncertainty", the probabilistic model beside it), which names it in a library."""
 
     folder: Path
+    role: str = "heads"
 
     def registered_name(self, model_name: str) -> str:
         """The companion's name in a library's model list, beside the model it serves."""
-        return f"{model_name} heads"
+        return f"{model_name} {self.role}"
 
 
 def read_companion(model_dir: Path | str) -> CompanionSpec | None:
@@ -51,12 +58,16 @@ def read_companion(model_dir: Path | str) -> CompanionSpec | None:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
         folder = Path(str(data["folder"])).expanduser()
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        role = data.get("role", "heads")
+        if not isinstance(role, str) or not role.strip():
+            raise TypeError(f"role {role!r} is not a name")
+        role = role.strip()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.warning("%s cannot be read (%s): the model searches without its companion", file, exc)
         return None
     if not folder.is_absolute():
         folder = model_dir / folder
-    return CompanionSpec(folder.resolve())
+    return CompanionSpec(folder.resolve(), role)
 
 
 def write_companion(model_dir: Path, spec: CompanionSpec) -> None:
@@ -64,7 +75,8 @@ def write_companion(model_dir: Path, spec: CompanionSpec) -> None:
     copied together), another by its absolute path (the model may be copied elsewhere)."""
     folder, model_dir = Path(spec.folder).resolve(), Path(model_dir).resolve()
     named = folder.relative_to(model_dir) if folder.is_relative_to(model_dir) else folder
-    text = json.dumps({"folder": str(named)}, indent=2) + "\n"
+    record = {"folder": str(named), **({"role": spec.role} if spec.role != "heads" else {})}
+    text = json.dumps(record, indent=2) + "\n"
     atomic_write_bytes(Path(model_dir) / COMPANION_FILE, text.encode("utf-8"))
 
 

@@ -49,6 +49,12 @@ REJECT = 15.0  # z-units a rejected pair for this very query removes
 # gave app rsum 370.6 / 378.2 / 377.1 on the Flickr8k slice, 247.4 / 251.2 / 250.8 on the webcaps slice)
 COMPANION = "companion"
 COMPANION_SHARE = 0.5
+# The companion's own companion, a probabilistic model (PCME; its sigma is the uncertainty the inspector reads): a
+# dense source taking this share of all the trained models' weight (chosen on the train-side slices with
+# tests/bench/bench_companion.py --beside, docs/benchmarks.md "The probabilistic companion": shares 0 / 0.2 / 0.33
+# gave app rsum 376.6 / 381.0 / 383.7 on the Flickr8k slice, 250.6 / 253.4 / 252.8 on the webcaps slice)
+PROBABILISTIC = "probabilistic"
+PROBABILISTIC_SHARE = 0.33
 DENSE_LIMIT = 20_000
 # A companion's K x K heads cost ~7x the starter's one cosine per item (8 ms per 1,000 items against 1.1 on this
 # machine): past this many items a model with one ranks the model's candidates (the large-library path) instead of
@@ -114,10 +120,15 @@ def weights(sources: Sequence[EvidenceKind], user_share: float = 0.0) -> dict[Ev
     if EvidenceKind.MODEL in sources and EvidenceKind.ZERO_SHOT in sources:
         out = {EvidenceKind.MODEL: MODEL, EvidenceKind.ZERO_SHOT: (1.0 - MODEL) * (1.0 - user_share)}
     else:
-        out = {name: 1.0 for name in sources if name != COMPANION}
+        out = {name: 1.0 for name in sources if name not in (COMPANION, PROBABILISTIC)}
     if COMPANION in sources and EvidenceKind.MODEL in out:  # the model's companion takes its share of its weight
         out[COMPANION] = out[EvidenceKind.MODEL] * COMPANION_SHARE
         out[EvidenceKind.MODEL] *= 1.0 - COMPANION_SHARE
+    if PROBABILISTIC in sources and EvidenceKind.MODEL in out:  # and the companion's, its share of both
+        trained = [name for name in (EvidenceKind.MODEL, COMPANION) if name in out]
+        out[PROBABILISTIC] = sum(out[name] for name in trained) * PROBABILISTIC_SHARE
+        for name in trained:
+            out[name] *= 1.0 - PROBABILISTIC_SHARE
     return out
 
 

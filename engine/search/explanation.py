@@ -45,7 +45,8 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
             note = (f"{beside.notes[0]}: the heads of the model searched beside {trained.record.name} "
                     f"({trained.runner.method}, K={trained.runner.num_embeddings}, one vector per item); the two "
                     "rank together")
-            return replace(beside, notes=(note, *beside.notes[1:]))
+            return _with_uncertainty(replace(beside, notes=(note, *beside.notes[1:])), query, record,
+                                     trained.companion.companion)
     explained = _model_explanation(query, record, trained)
     if explained.item_attention.size or isinstance(query, Path):
         return explained
@@ -57,6 +58,30 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
             "the model).")
     return replace(explained, notes=(note, *explained.notes[1:]),
                    word_matches=_word_matches(str(query), record, features, encoders))
+
+
+# What a probabilistic model's explanation adds to the heads': the match probability, the sigmas, their readings.
+UNCERTAINTY_FIELDS = ("query_uncertainty", "item_uncertainty", "match_probability", "query_sigma", "item_sigma",
+                      "query_mu_2d", "item_mu_2d", "item_uncertainty_percentile", "library_items",
+                      "library_uncertainty_range", "uncertainty_calibration")
+
+
+def _with_uncertainty(explained: Explanation, query: str | Path, record: MediaRecord,
+                      probabilistic: TrainedSearch | None) -> Explanation:
+    """``explained`` (the heads') with the uncertainty of the probabilistic model searched beside it (the shipped
+    companion's own companion, :mod:`engine.search.companion`): the item's and the query's sigma, where they sit in
+    the library and what they meant on that model's validation split. Unchanged when there is none, or it
+    cannot explain this item (logged nowhere: the heads still explain)."""
+    if probabilistic is None or not probabilistic.runner.probabilistic:
+        return explained
+    try:
+        sigma = _model_explanation(query, record, probabilistic)
+    except (LookupError, MediaError):
+        return explained
+    note = (f"uncertainty: model {probabilistic.record.name} ({probabilistic.runner.method}), searched beside "
+            "the two")
+    return replace(explained, **{name: getattr(sigma, name) for name in UNCERTAINTY_FIELDS},
+                   notes=(*explained.notes, note))
 
 
 def _model_explanation(query: str | Path, record: MediaRecord, trained: TrainedSearch) -> Explanation:

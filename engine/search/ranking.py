@@ -101,6 +101,12 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
                 if named and NAME_LOOK:
                     beside = ground_names(beside, companion, named, novelty)
                 dense[evidence.COMPANION] = evidence.ModelEvidence(companion, beside, ids, evidence.COMPANION)
+                further = companion.companion  # the companion's own: the probabilistic model, by the same rule
+                if further is not None:
+                    sigma, _ = further.encode_text([text], minilm=stock)
+                    if named and NAME_LOOK:
+                        sigma = ground_names(sigma, further, named, novelty)
+                    dense[evidence.PROBABILISTIC] = evidence.ModelEvidence(further, sigma, ids, evidence.PROBABILISTIC)
     shared = spread(match.labels, indexes.look_alikes().nearest, novelty) if match.labels else {}
     named = np.array([*shared, *match.positive, *match.rejected], np.int64)
     rows, sample = evidence.candidate_rows(ids, trained, encoded, named)

@@ -45,7 +45,8 @@ def starter_enabled() -> bool:
 
 
 # shipped after a starter with the same weights was installed (a folder before the file that names it)
-ADDED_LATER = ("caption_words.json", "companion", "companion/model.safetensors", "companion.json")
+ADDED_LATER = ("caption_words.json", "companion", "companion/model.safetensors", "pcme", "companion/companion.json",
+               "companion.json")
 
 
 def installed_name(shipped: Path) -> str:

@@ -112,23 +112,29 @@ class LibraryState:
                         pass
             return self._trained
 
-    def _open_companion(self, record):
+    def _open_companion(self, record, owner: str | None = None, depth: int = 0):
         """The TrainedSearch of the companion the model ``record`` names (:mod:`engine.search.companion`),
-        registered in this library on first use (:meth:`companion_record`); None when the model has none or it
-        cannot be loaded (logged: the model then searches alone)."""
+        registered in this library on first use (:meth:`companion_record`, named after ``owner``, the active model,
+        default ``record``'s name), with the companion's own companion attached (one level: the shipped PVSE model's
+        probabilistic one); None when the model has none or it cannot be loaded (logged: the model then searches
+        alone)."""
         spec = read_companion(record.path)
-        if spec is None:
+        owner = owner or record.name
+        if spec is None or depth > 1 or Path(record.path).resolve() == spec.folder:
             return None
         registered = False
         try:
-            companion, registered = self.companion_record(spec, record.name)
-            return TrainedSearch.open(companion, self.catalog, self.features, self.encoders, self.library_dir)
+            companion, registered = self.companion_record(spec, owner)
+            opened = TrainedSearch.open(companion, self.catalog, self.features, self.encoders, self.library_dir)
         except (ModelLoadError, OSError, CatalogError) as exc:
             log.warning("the companion of model %r (%s) cannot be loaded (%s); it searches alone", record.name,
                         spec.folder, exc)
             if registered:  # not listed as a model that cannot load
-                self.catalog.delete_model(spec.registered_name(record.name))
+                self.catalog.delete_model(spec.registered_name(owner))
             return None
+        if depth == 0:
+            opened.companion = self._open_companion(companion, owner, depth + 1)
+        return opened
 
     def companion_record(self, spec: CompanionSpec, model_name: str) -> tuple[Any, bool]:
         """The catalog's record of the companion ``spec`` of model ``model_name``, and whether it was registered

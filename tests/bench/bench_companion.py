@@ -86,8 +86,8 @@ def main() -> int:
         service.state.evidence = frozenset({"model", "zero_shot"})
         companion = args.companion.resolve()
         registered = service.models.register(companion, name=f"companion-{companion.name}")
-        state = service.state
-        companion = TrainedSearch.open(state.catalog.model(registered), state.catalog, state.features, state.encoders,
+        lib = service.state  # not ``state``: that is the hook's
+        companion = TrainedSearch.open(lib.catalog.model(registered), lib.catalog, lib.features, lib.encoders,
                                        service.library_dir)
         for _ in companion.sync():
             pass

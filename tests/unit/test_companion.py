@@ -150,3 +150,52 @@ def test_a_retrained_version_searches_with_the_companion_the_library_already_emb
     assert trained.companion.record.id == registered.id  # the same vectors, not a second registration
     assert [m.name for m in catalog.models()].count("vse-model-2 heads") == 0
     assert len(catalog.embedded_ids(registered.id)) == 7
+
+
+def vse_with_heads_and_uncertainty(tmp_path: Path) -> Path:
+    """As the shipped starter: a VSE model, its PVSE companion, and the companion's own, a PCME model."""
+    model = vse_with_companion(tmp_path)
+    export_untrained("pcme", model / "pcme")
+    (model / "companion" / COMPANION_FILE).write_text(json.dumps({"folder": "../pcme", "role": "uncertainty"}))
+    return model
+
+
+def test_the_companions_probabilistic_companion_ranks_beside_both_and_explains_the_uncertainty(service, tmp_path):
+    service.models.activate(str(vse_with_heads_and_uncertainty(tmp_path)))
+    trained = service.models.active_trained()
+    further = trained.companion.companion
+    assert further is not None and further.runner.probabilistic and further.companion is None
+    catalog = service.state.catalog
+    registered = catalog.model("vse-model uncertainty")  # named after the active model, by its role
+    assert Path(registered.path) == (tmp_path / "vse-model" / "pcme").resolve()
+    assert len(catalog.embedded_ids(registered.id)) == 7  # embedded with the two others
+
+    service.state.evidence = frozenset({"model", "zero_shot"})
+    ids, ranking, _, _ = service.search.rank_text("a red square")
+    assert {EvidenceKind.MODEL, evidence.COMPANION, evidence.PROBABILISTIC} <= set(ranking.parts)
+    query, _ = further.encode_text(["a red square"])
+    own, _, _ = further.score_ids(query, ids[ranking.rows])
+    np.testing.assert_allclose(ranking.parts[evidence.PROBABILISTIC], own, atol=1e-5)
+    weights = evidence.weights([EvidenceKind.MODEL, EvidenceKind.ZERO_SHOT, evidence.COMPANION,
+                                evidence.PROBABILISTIC])
+    assert weights[evidence.PROBABILISTIC] == pytest.approx(evidence.MODEL * evidence.PROBABILISTIC_SHARE)
+    assert weights[EvidenceKind.MODEL] + weights[evidence.COMPANION] == pytest.approx(
+        evidence.MODEL * (1 - evidence.PROBABILISTIC_SHARE))
+    assert sum(weights.values()) == pytest.approx(1.0)
+
+    hit = service.search.text("a red square", top=1)[0]
+    explained = service.search.explain("a red square", hit.media_id)
+    assert explained.item_attention.shape[0] == 3  # the heads are the PVSE companion's
+    assert explained.item_uncertainty is not None and explained.query_uncertainty is not None  # sigma: the PCME's
+    assert explained.library_items == 7 and explained.match_probability is not None
+    assert any(note.startswith("uncertainty: model vse-model uncertainty (pcme)") for note in explained.notes)
+
+
+def test_a_companion_file_without_a_role_names_heads_and_a_bad_role_is_no_companion(tmp_path, caplog):
+    (tmp_path / COMPANION_FILE).write_text(json.dumps({"folder": "c"}))
+    assert read_companion(tmp_path).role == "heads"
+    write_companion(tmp_path, CompanionSpec(tmp_path / "p", "uncertainty"))
+    assert json.loads((tmp_path / COMPANION_FILE).read_text()) == {"folder": "p", "role": "uncertainty"}
+    assert read_companion(tmp_path) == CompanionSpec((tmp_path / "p").resolve(), "uncertainty")
+    (tmp_path / COMPANION_FILE).write_text(json.dumps({"folder": "c", "role": ["x"]}))
+    assert read_companion(tmp_path) is None and "cannot be read" in caplog.text

@@ -330,12 +330,18 @@ def _with_companion(tmp_path: Path, model: Path, assets_dir: Path, scrambled: bo
 def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judges_it(library, monkeypatch,
                                                                                     tmp_path, assets_dir):
     """The model's run is stood in for; the companion's is the real trainer, warm-started from the start's."""
+    import json
+
     from engine.search.companion import read_companion
+    from tests.unit.test_trained_search import export_untrained
 
     service, good, _ = library
     start, heads = _with_companion(tmp_path, good, assets_dir)
+    export_untrained("pcme", start / "pcme")  # the companion's own companion, as the shipped one has
+    (heads / "companion.json").write_text(json.dumps({"folder": "../pcme", "role": "uncertainty"}))
     service.models.activate(str(start))
     service.search.text("a red circle")  # the start's companion is registered and embedded, as in use
+    assert service.models.active_trained().companion.companion is not None
     old_heads = service.state.catalog.model(f"{start.name} heads")
     _retrain_into(monkeypatch, good)
     seen: list = []
@@ -357,6 +363,7 @@ def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judge
         assert read_companion(result.model_dir).folder == companion.folder.resolve()
         assert (companion.folder / "model.safetensors").is_file() and f"{result.model_name} heads" in names
         assert (result.model_dir / "companion.json").read_text().count('"companion"') == 1  # relative: moves with it
+        assert read_companion(companion.folder).folder == (start / "pcme").resolve()  # its own, not retrained
     else:
         assert read_companion(result.model_dir).folder == heads.resolve() and not companion.folder.exists()
     record = result.to_json()["companion"]

@@ -45,7 +45,7 @@ def test_the_shipped_starter_names_the_recipe_that_rebuilds_it():
     assert manifest["trained_on"]["video"] == 0 and "video" not in manifest["encoders"]
     assert not (folder / "onnx" / "video.onnx").exists()
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    assert size < 60 * 2**20
+    assert size < 80 * 2**20  # the starter, its PVSE companion and the companion's PCME (#42)
     record = json.loads((folder / "caption_words.json").read_text())  # the words the starter read, counted
     assert record["captions"] == 49500 and record["words"]["dog"] > 1000 and record["words"].get("biscuit", 0) < 5
 
@@ -76,6 +76,10 @@ def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_sa
     (installed / "companion" / "onnx" / "manifest.json").write_text("mine")
     assert starter.installed_starter(shipped) == installed
     assert (installed / "companion" / "model.safetensors").read_bytes() == b"heads"
+    (shipped / "pcme" / "onnx").mkdir(parents=True)  # the companion's own companion, later still
+    (shipped / "companion" / "companion.json").write_text('{"folder": "../pcme", "role": "uncertainty"}')
+    assert starter.installed_starter(shipped) == installed
+    assert read_companion(installed / "companion").folder == (installed / "pcme").resolve()
     assert (installed / "companion" / "onnx" / "manifest.json").read_text() == "mine"
     assert not [p for p in installed.iterdir() if p.name.startswith(".")]  # no staging folder left behind
 
@@ -93,7 +97,25 @@ def test_the_shipped_starter_searches_beside_a_pvse_companion_trained_on_its_dat
     assert record["method"] == "pvse" and {k: record[k] for k in same} == {k: starter[k] for k in same}
     assert "--method pvse" in record["command"]
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    assert size < 60 * 2**20  # both models
+    assert size < 80 * 2**20  # the three models
+
+
+def test_the_shipped_companion_searches_beside_a_probabilistic_model_of_its_own():
+    """The PCME model (#42's uncertainty from the first query): the same data, slices and seed as the starter."""
+    from trainer import checkpoint as ckpt
+
+    folder = shipped_starter()
+    spec = read_companion(folder / "companion")
+    assert spec is not None and spec.role == "uncertainty" and spec.folder == (folder / "pcme").resolve()
+    manifest = json.loads((spec.folder / "onnx" / "manifest.json").read_text())
+    assert manifest["method"] == "pcme" and "video" not in manifest["encoders"]
+    record, starter = starter_record(spec.folder), starter_record(folder)
+    same = ("seed", "train_split", "clip_input", "val_items", "data")
+    assert {k: record[k] for k in same} == {k: starter[k] for k in same} and "--method pcme" in record["command"]
+    metrics = json.loads((spec.folder / "metrics.json").read_text())
+    assert set(metrics["r1_by_uncertainty_decile"]) >= {"i2t", "t2i"}  # what the inspector reads a sigma against
+    assert ckpt.safetensors_metadata(spec.folder / ckpt.WEIGHTS_FILE)[ckpt.UNTRAINED_KEY]
+    assert ckpt.load_model(spec.folder).config.method == "pcme"
 
 
 def test_the_shipped_companion_has_the_weights_a_retrain_warm_starts_from():
