@@ -2,9 +2,11 @@
 #42: "retraining warm-starts each shipped model it retrains and keeps the gate").
 
 :class:`engine.loop.retrain.Retrain` starts the trainer on the same training set, warm-started from the start's
-companion, into the new model's ``companion`` folder; :func:`companion_progress` turns its events into one stage's
-progress; :func:`judge_companion` measures it beside the start's companion by the model's rule and keeps it only
-when the rule would activate it, else the new version keeps the start's companion (:func:`carry_companion`).
+companion, into the new model's ``companion`` folder, and then the companion's own (the probabilistic one) into that
+folder's ``companion``; :func:`companion_progress` turns each run's events into one stage's progress;
+:func:`judge_companion` measures each beside the start's by the model's rule and keeps it only when the rule would
+activate it, else the new version keeps the start's (:func:`carry_companion`). The probabilistic one is judged
+only beside a kept heads companion (it searches as that one's companion).
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ log = logging.getLogger(__name__)
 # companion too"). The model's run keeps session 22's recipe: on Flickr8k dev its best epoch was the last either way,
 # and on the train slice, with it, ordinary searches read 74.3 against session 22's 76.7 without (names 60.2 / 57.6).
 COMPANION_ARGS: tuple[str, ...] = ("--later-ties",)
-# What the training dialog's status line and the job's progress call the companion's run.
-COMPANION_STAGE = "training the heads model"
+
+
+def companion_stage(role: str) -> str:
+    """What the training dialog's status line and the job's progress call a companion's run."""
+    return f"training the {role} model"
 
 
 def retrainable_companion(start: Path | None) -> CompanionSpec | None:
@@ -56,11 +61,13 @@ class CompanionRetrain:
     start: Path  # the companion folder it warm-started from
     method: str
     folder: Path  # the new model's own companion folder
+    role: str = "heads"  # CompanionSpec.role: "heads" (the model's companion), "uncertainty" (the companion's)
     name: str | None = None  # its registration in the library (removed again when it is not kept)
     old_name: str | None = None  # the start's companion's registration
     comparison: ModelComparison | None = None
     kept: bool = False
     decision: str = ""
+    further: CompanionRetrain | None = None  # the companion's own companion, retrained beside it
 
     def as_dict(self) -> dict[str, Any]:
         found = self.comparison
@@ -68,7 +75,8 @@ class CompanionRetrain:
         def plain(value: Any) -> dict[str, Any] | None:
             return value.as_dict() if value is not None else None
 
-        return {"method": self.method, "start": str(self.start), "folder": str(self.folder), "name": self.name,
+        return {"method": self.method, "role": self.role, "start": str(self.start), "folder": str(self.folder),
+                "name": self.name, "further": self.further.as_dict() if self.further is not None else None,
                 "old_name": self.old_name, "kept": self.kept, "decision": self.decision,
                 "before": plain(found.before if found else None), "after": plain(found.after if found else None),
                 "heldout_interval": plain(found.heldout_interval if found else None),
@@ -77,10 +85,11 @@ class CompanionRetrain:
     def line(self) -> str:
         """One sentence for a terminal and the training dialog."""
         said = f" ({self.decision})" if self.decision else ""
+        then = f"; {self.further.line()}" if self.further is not None else ""
         if self.kept:
-            return f"the heads model ({self.method}) was retrained with it and is kept{said}"
-        return f"the heads model ({self.method}) was retrained with it but is not kept{said}; the new version " \
-               "searches with its start's"
+            return f"the {self.role} model ({self.method}) was retrained with it and is kept{said}{then}"
+        return f"the {self.role} model ({self.method}) was retrained with it but is not kept{said}; the new " \
+               "version searches with its start's"
 
 
 def companion_reasons(found: ModelComparison) -> str:
@@ -99,7 +108,7 @@ def companion_progress(stream: Iterator[events.TrainerEvent], on_event: Callable
                        method: str, folder: Path, epochs: int,
                        warnings: list[str]) -> Iterator[Progress]:
     """Follow the companion's trainer run (``stream``, its events): each step or epoch reaches ``on_event`` as one
-    stage's progress (:data:`COMPANION_STAGE`; the dialog's curve stays the model's). Returns the
+    stage's progress (:func:`companion_stage`; the dialog's curve stays the model's). Returns the
     :class:`CompanionRetrain` (the generator's value); None when the run failed (``warnings`` says so, the new
     version keeps the start's); a cancelled run leaves nothing behind and re-raises."""
     try:
@@ -107,20 +116,20 @@ def companion_progress(stream: Iterator[events.TrainerEvent], on_event: Callable
             if isinstance(event, events.Step | events.EpochEnd):
                 done = event.epoch if isinstance(event, events.EpochEnd) else event.epoch - 1
                 said = f"epoch {min(done + 1, epochs)} of {epochs}"
-                stage = events.StageProgress(COMPANION_STAGE, done, epochs, said)
+                stage = events.StageProgress(companion_stage(start.role), done, epochs, said)
                 on_event(stage)
-                yield Progress(done, epochs, f"{COMPANION_STAGE}: {stage.message}")
+                yield Progress(done, epochs, f"{stage.stage}: {stage.message}")
     except Cancelled:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     except RetrainError as exc:
         shutil.rmtree(folder, ignore_errors=True)
-        warnings.append(f"the heads model ({method}) could not be retrained ({exc}); the new version searches with "
-                        "its start's")
+        warnings.append(f"the {start.role} model ({method}) could not be retrained ({exc}); the new version "
+                        "searches with its start's")
         return None
     finally:
         stream.close()  # type: ignore[attr-defined]
-    return CompanionRetrain(start.folder, method, folder)
+    return CompanionRetrain(start.folder, method, folder, start.role)
 
 
 def judge_companion(state: LibraryState, companion: CompanionRetrain, model_name: str, old_model: str | None,
@@ -130,7 +139,8 @@ def judge_companion(state: LibraryState, companion: CompanionRetrain, model_name
     model's companion, :meth:`LibraryState.companion_record`), on the training set's held-aside split (``heldout``:
     its folder and split) or, for a caption folder's run (``heldout`` None), on ``folder_split``; keep the new one
     only when the rule would activate it (a caption folder's run: kept, its figures stated). Returns warnings."""
-    new_spec, old_spec = CompanionSpec(companion.folder.resolve()), read_companion(start) if start else None
+    new_spec = CompanionSpec(companion.folder.resolve(), companion.role)
+    old_spec = read_companion(start) if start else None
     try:
         record, _ = state.companion_record(new_spec, model_name)
         companion.name = record.name
@@ -150,19 +160,29 @@ def judge_companion(state: LibraryState, companion: CompanionRetrain, model_name
         _keep(companion, model_dir, companion_reasons(found))
     else:
         _drop(state, companion, start, model_dir, companion_reasons(found))
-    return list(found.warnings)
+    warnings = list(found.warnings)
+    further = companion.further
+    if further is not None and companion.kept:  # judged as the kept companion's companion, against the start's own
+        warnings += judge_companion(state, further, model_name, old_model, companion.start, companion.folder,
+                                    heldout, folder_split, seed)
+    elif further is not None:  # its folder went with the companion's
+        further.kept, further.decision = False, f"its {companion.role} model is not kept"
+    return warnings
 
 
 def keep_untrained_companion(companion: CompanionRetrain, model_dir: Path) -> None:
-    """No library to measure it in (a caption folder's run without one): it stays with the run it belongs to."""
+    """No library to measure it in (a caption folder's run without one): it stays with the run it belongs to, and
+    so does its own."""
     _keep(companion, model_dir, "no library to measure it in")
+    if companion.further is not None:
+        _keep(companion.further, companion.folder, "no library to measure it in")
 
 
 def _keep(companion: CompanionRetrain, model_dir: Path, why: str) -> None:
     """The retrained companion searches beside the new version, with its start's own companion (the probabilistic
     one, not retrained) beside it as before."""
-    carry_companion(companion.start, companion.folder)
-    write_companion(model_dir, CompanionSpec(companion.folder))
+    carry_companion(companion.start, companion.folder)  # the start's own companion, until its retrain is judged
+    write_companion(model_dir, CompanionSpec(companion.folder, companion.role))
     companion.kept, companion.decision = True, why
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -273,8 +273,12 @@ class Retrain:
             yield from self._train(result, cancel, start)
             result.trainer_metrics = read_metrics(out)
             companion = retrainable_companion(start)
-            if companion is not None:
-                yield from self._train_companion(result, cancel, companion)
+            if companion is not None:  # the shipped PVSE companion, then its own probabilistic one
+                result.companion = yield from self._train_companion(result, cancel, companion, out / COMPANION_DIR)
+                further = retrainable_companion(companion.folder) if result.companion is not None else None
+                if further is not None and result.companion is not None:
+                    result.companion.further = yield from self._train_companion(
+                        result, cancel, further, result.companion.folder / COMPANION_DIR)
         except Cancelled:
             self._discard_unresumable(result)
             raise
@@ -399,14 +403,14 @@ class Retrain:
             stream.close()  # a consumer that stops early (GeneratorExit here) stops the trainer now
             self.trainer = None
 
-    def _train_companion(self, result: RetrainResult, cancel: CancelToken, start: CompanionSpec) -> Iterator[Progress]:
-        """Warm-start the start's companion on the same training set into ``<new model>/companion``
-        (:data:`WARM_START_EPOCHS`, :func:`warm_start_args` of its method, :data:`COMPANION_ARGS`; the device asked
-        of the model's run); :func:`engine.loop.companionretrain.companion_progress` says what happens to its
-        events, a failed or cancelled run."""
+    def _train_companion(self, result: RetrainResult, cancel: CancelToken, start: CompanionSpec,
+                         folder: Path) -> Generator[Progress, None, CompanionRetrain | None]:
+        """Warm-start the companion ``start`` on the same training set into ``folder`` (:data:`WARM_START_EPOCHS`,
+        :func:`warm_start_args` of its method, :data:`COMPANION_ARGS`; the device asked of the model's run);
+        :func:`engine.loop.companionretrain.companion_progress` says what happens to its events, a failed or
+        cancelled run. Returns the run (None: it failed)."""
         options = self.options
         assert result.model_dir is not None and result.data is not None
-        folder = result.model_dir / COMPANION_DIR
         shutil.rmtree(folder, ignore_errors=True)  # a resumed job's half-trained companion: trained again
         method = read_config_method(start.folder)
         ts = result.training_set
@@ -417,8 +421,8 @@ class Retrain:
                      *warm_start_args(method), *COMPANION_ARGS))
         self.trainer = trainer = TrainerProcess(options.trainer_command, request, self.on_output, options.stop_wait_s)
         try:
-            result.companion = yield from companion_progress(trainer.events(cancel), self.on_event, start, method,
-                                                             folder, WARM_START_EPOCHS, result.warnings)
+            return (yield from companion_progress(trainer.events(cancel), self.on_event, start, method, folder,
+                                                  WARM_START_EPOCHS, result.warnings))
         finally:
             self.trainer = None
 

@@ -333,11 +333,14 @@ def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judge
     import json
 
     from engine.search.companion import read_companion
-    from tests.unit.test_trained_search import export_untrained
+    from tests.synthetic import make_toy_photo_folder
+    from trainer.train import TrainOptions, train
 
     service, good, _ = library
     start, heads = _with_companion(tmp_path, good, assets_dir)
-    export_untrained("pcme", start / "pcme")  # the companion's own companion, as the shipped one has
+    toy = make_toy_photo_folder(tmp_path / "toy-sigma", 24, seed=5)  # the companion's own, as the shipped one has
+    train(TrainOptions(method="pcme", data=toy.root, out=start / "pcme", train_split="all", val_split="all",
+                       epochs=2, preset="test", batch_size=8, device="cpu", assets=assets_dir))
     (heads / "companion.json").write_text(json.dumps({"folder": "../pcme", "role": "uncertainty"}))
     service.models.activate(str(start))
     service.search.text("a red circle")  # the start's companion is registered and embedded, as in use
@@ -356,19 +359,31 @@ def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judge
     assert companion.comparison is not None and companion.comparison.after is not None
     assert companion.kept == companion.comparison.activated  # the model's rule, on the companions
     assert companion.decision.startswith("not worse than the start's: " if companion.kept else "worse than")
-    stages = [e for e in seen if getattr(e, "stage", None) == "training the heads model"]
-    assert stages and stages[-1].done == stages[-1].total == 20
+    for role in ("heads", "uncertainty"):  # each run one stage of the job's progress
+        stages = [e for e in seen if getattr(e, "stage", None) == f"training the {role} model"]
+        assert stages and stages[-1].done == stages[-1].total == 20
+    further = companion.further  # the probabilistic one, retrained after it into its folder
+    assert further is not None and further.role == "uncertainty" and further.method == "pcme"
+    assert further.start == (start / "pcme").resolve() or further.start == start / "pcme"
+    assert further.folder == companion.folder / "companion"
     names = {m.name for m in service.state.catalog.models()}
     if companion.kept:
         assert read_companion(result.model_dir).folder == companion.folder.resolve()
         assert (companion.folder / "model.safetensors").is_file() and f"{result.model_name} heads" in names
         assert (result.model_dir / "companion.json").read_text().count('"companion"') == 1  # relative: moves with it
-        assert read_companion(companion.folder).folder == (start / "pcme").resolve()  # its own, not retrained
+        # judged as the kept companion's own, by the same rule, against the start's
+        assert further.comparison is not None and further.kept == further.comparison.activated
+        own = read_companion(companion.folder)
+        assert own.role == "uncertainty" and own.folder == (further.folder if further.kept else start / "pcme").resolve()
+        assert (f"{result.model_name} uncertainty" in names) == further.kept
     else:
         assert read_companion(result.model_dir).folder == heads.resolve() and not companion.folder.exists()
+        assert not further.kept and further.decision == "its heads model is not kept"
     record = result.to_json()["companion"]
     assert record["kept"] == companion.kept and record["before"]["rsum"] == companion.comparison.before.rsum
     assert result.summary_lines()[-1] == companion.line() and "heads model (pvse)" in companion.line()
+    assert ("uncertainty model (pcme)" in companion.line()) == companion.kept
+    assert record["further"]["role"] == "uncertainty"
 
 
 def test_a_retrained_companion_the_rule_turns_down_leaves_and_the_starts_searches_on(library, monkeypatch,
@@ -382,10 +397,10 @@ def test_a_retrained_companion_the_rule_turns_down_leaves_and_the_starts_searche
     service.models.activate(str(start))
     _retrain_into(monkeypatch, good)
 
-    def worse_heads(self, result, cancel, spec):
-        shutil.copytree(scrambled, result.model_dir / "companion")
-        result.companion = CompanionRetrain(spec.folder, "pvse", result.model_dir / "companion")
+    def worse_heads(self, result, cancel, spec, folder):
+        shutil.copytree(scrambled, folder)
         yield from ()
+        return CompanionRetrain(spec.folder, "pvse", folder)
 
     monkeypatch.setattr(Retrain, "_train_companion", worse_heads)
     result = _run(service, holdout=0.8)

@@ -1,0 +1,92 @@
+"""What the starter's companions cost (issue #42): embedding an item with each model, and a text query on a library
+with the model alone, with its PVSE companion, and with the companion's probabilistic one, in one run.
+
+    python tests/bench/bench_companion_cost.py --home DIR --library mix-2080 [--queries 300]
+        [--out bench-results/companion-cost.json]
+
+``--library``: a library of the benchmark home with the shipped starter active (e.g. ``mix-2080``: Flickr8k dev,
+webcaps dev and coco-val-80 photos). Embedding: :meth:`TrainedSearch.encode_media_features` over 200 of its items'
+stored features (what indexing adds after decode and backbone), per model. Queries: the first ``--queries``
+captions of Flickr8k dev through :meth:`engine.workspace.search.Search.rank_text`, each setting timed in turn, p50
+and p95 (ms) and their ratio to the model alone. The items are already embedded; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--library", default="mix-2080")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "companion-cost.json")
+    args = parser.parse_args()
+    from tests.bench.bench_domains import domains, use_home
+
+    if not use_home(args.home, args.data, starter=True):
+        return 0
+    from engine.library.catalog import MediaStatus
+    from engine.workspace import Workspace
+
+    service = Workspace.open(args.library)
+    trained = service.models.active_trained()
+    heads = trained.companion
+    further = heads.companion if heads is not None else None
+    state = service.state
+    records = [state.features.get(m.content_hash, state.encoders.backbone.id)
+               for m in list(state.catalog.iter_media(MediaStatus.OK))[:200]]
+    records = [r for r in records if r is not None]
+    embed = {}
+    for name, model in (("model", trained), ("heads", heads), ("probabilistic", further)):
+        if model is None:
+            continue
+        model.encode_media_features(records[0])  # warm
+        started = time.perf_counter()
+        for record in records:
+            model.encode_media_features(record)
+        embed[name] = round(1000 * (time.perf_counter() - started) / len(records), 3)
+    _, files, caps = domains(args.data)["flickr8k-dev"]
+    texts = [caps[f][0] for f in files][:args.queries]
+    settings = {"model alone": (None, None), "with its heads companion": (heads, None),
+                "with both companions": (heads, further)}
+    times: dict[str, list[float]] = {name: [] for name in settings}
+    service.state.evidence = frozenset({"model", "zero_shot", "words"})
+    for text in texts:  # interleaved: each setting sees the same machine state
+        for name, (first, second) in settings.items():
+            trained.companion = first
+            if first is not None:
+                first.companion = second
+            started = time.perf_counter()
+            service.search.rank_text(text)
+            times[name].append(1000 * (time.perf_counter() - started))
+    trained.companion = heads
+    if heads is not None:
+        heads.companion = further
+    base = np.percentile(times["model alone"], [50, 95])
+    record = {"library": args.library, "items": state.catalog.counts()["total"] if "total" in state.catalog.counts()
+              else None, "embed_ms_per_item": embed, "queries": len(texts), "query_ms": {}}
+    for name, values in times.items():
+        p50, p95 = np.percentile(values, [50, 95])
+        record["query_ms"][name] = {"p50": round(float(p50), 2), "p95": round(float(p95), 2),
+                                    "p95_ratio": round(float(p95 / base[1]), 2)}
+    print(json.dumps(record, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
