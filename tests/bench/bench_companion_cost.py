@@ -8,7 +8,8 @@ with the model alone, with its PVSE companion, and with the companion's probabil
 webcaps dev and coco-val-80 photos). Embedding: :meth:`TrainedSearch.encode_media_features` over 200 of its items'
 stored features (what indexing adds after decode and backbone), per model. Queries: the first ``--queries``
 captions of Flickr8k dev through :meth:`engine.workspace.search.Search.rank_text`, each setting timed in turn, p50
-and p95 (ms) and their ratio to the model alone. The items are already embedded; nothing is written.
+and p95 (ms) and their ratio to the model alone, and the share of queries whose photo ranks in the top 10 (R@10 of
+the whole library). The items are already embedded; nothing is written.
 """
 
 from __future__ import annotations
@@ -58,29 +59,36 @@ def main() -> int:
             model.encode_media_features(record)
         embed[name] = round(1000 * (time.perf_counter() - started) / len(records), 3)
     _, files, caps = domains(args.data)["flickr8k-dev"]
-    texts = [caps[f][0] for f in files][:args.queries]
+    pairs = [(f, caps[f][0]) for f in files][:args.queries]
+    # a mixed library's files are named "<domain>--<file>" (the session-25 library of three dev sets)
+    by_name = {Path(m.path).name.split("--", 1)[-1]: m.id for m in state.catalog.iter_media()}
+    pairs = [(f, t) for f, t in pairs if f in by_name]
     settings = {"model alone": (None, None), "with its heads companion": (heads, None),
                 "with both companions": (heads, further)}
     times: dict[str, list[float]] = {name: [] for name in settings}
+    found: dict[str, list[bool]] = {name: [] for name in settings}
     service.state.evidence = frozenset({"model", "zero_shot", "words"})
-    for text in texts:  # interleaved: each setting sees the same machine state
+    for file, text in pairs:  # interleaved: each setting sees the same machine state
         for name, (first, second) in settings.items():
             trained.companion = first
             if first is not None:
                 first.companion = second
             started = time.perf_counter()
-            service.search.rank_text(text)
+            ids, ranking, _, _ = service.search.rank_text(text)
             times[name].append(1000 * (time.perf_counter() - started))
+            top = ids[ranking.rows[np.argsort(-ranking.total)[:10]]]
+            found[name].append(by_name[file] in set(top.tolist()))
     trained.companion = heads
     if heads is not None:
         heads.companion = further
     base = np.percentile(times["model alone"], [50, 95])
     record = {"library": args.library, "items": state.catalog.counts()["total"] if "total" in state.catalog.counts()
-              else None, "embed_ms_per_item": embed, "queries": len(texts), "query_ms": {}}
+              else None, "embed_ms_per_item": embed, "queries": len(pairs), "query_ms": {}, "r10": {}}
     for name, values in times.items():
         p50, p95 = np.percentile(values, [50, 95])
         record["query_ms"][name] = {"p50": round(float(p50), 2), "p95": round(float(p95), 2),
                                     "p95_ratio": round(float(p95 / base[1]), 2)}
+        record["r10"][name] = round(100 * float(np.mean(found[name])), 1)
     print(json.dumps(record, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

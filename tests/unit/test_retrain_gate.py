@@ -374,7 +374,8 @@ def test_a_retrain_warm_starts_the_companion_beside_the_model_and_the_rule_judge
         # judged as the kept companion's own, by the same rule, against the start's
         assert further.comparison is not None and further.kept == further.comparison.activated
         own = read_companion(companion.folder)
-        assert own.role == "uncertainty" and own.folder == (further.folder if further.kept else start / "pcme").resolve()
+        expected = further.folder if further.kept else start / "pcme"
+        assert own.role == "uncertainty" and own.folder == expected.resolve()
         assert (f"{result.model_name} uncertainty" in names) == further.kept
     else:
         assert read_companion(result.model_dir).folder == heads.resolve() and not companion.folder.exists()
