@@ -15,7 +15,8 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
    and become progress records.
    When the start has a companion with its trainer weights (:mod:`engine.search.companion`: the shipped starter's
    PVSE model with its heads), a second run warm-starts it on the same training set into the new model's
-   ``companion`` folder (:class:`CompanionRetrain`).
+   ``companion`` folder, and a third the companion's own (the probabilistic one) into that folder's
+   (:mod:`engine.loop.companionretrain`).
 4. **New model version**: the run's folder is registered under a new name.
 5. **After**: the new model is scored on ``heldout`` the same way as in step 2, so the two numbers compare; the
    rule decides whether it should become active (``result.activated``). The job only decides and reports: the
