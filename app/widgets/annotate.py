@@ -271,7 +271,11 @@ class AnnotationPanel(QWidget):
         """Enter or a double-click: pick it, and show it large."""
         media_id = int(item.data(MEDIA_ID_ROLE))
         self._picked = media_id  # picked before anything shows it: the viewer may show it first
-        if self.hit is None or self.hit.media_id != media_id:
+        if self.hit is not None and self.hit.media_id == media_id:
+            # already on show (e.g. the first result, selected when the library listed): picked now as well, or
+            # Enter in the caption box would move on to the next result instead of the next suggestion
+            self.from_suggestion = True
+        else:
             self._choose(media_id)
         self.suggestion_open_requested.emit(media_id)
 

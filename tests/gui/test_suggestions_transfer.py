@@ -214,6 +214,22 @@ def test_suggestions_refresh_when_the_library_changes(qtbot, window, service, tm
     assert len(after) == len(before) + 3
 
 
+def test_enter_on_the_suggestion_already_on_show_picks_it(qtbot, window, service) -> None:
+    """The race behind a flaky run: the library's first page selected its first result before Enter reached the
+    suggestion of that same item, so nothing showed it again and it stayed "not picked"."""
+    ids = loaded_suggestions(qtbot, window)
+    panel = window.annotate
+    qtbot.waitUntil(lambda: window.results_model.row_of(ids[1]) is not None, timeout=5000)
+    window.results.select_row(window.results_model.row_of(ids[1]))  # on show before it is picked
+    qtbot.waitUntil(lambda: panel.hit is not None and panel.hit.media_id == ids[1], timeout=5000)
+    assert not panel.from_suggestion
+    panel.suggestions.setFocus()
+    panel.suggestions.setCurrentRow(1)
+    qtbot.keyClick(panel.suggestions, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.viewer is not None and window.viewer.isVisible(), timeout=5000)
+    assert panel.hit.media_id == ids[1] and panel.from_suggestion
+
+
 def test_enter_on_a_suggestion_opens_it_large(qtbot, window, service) -> None:
     ids = loaded_suggestions(qtbot, window)
     panel = window.annotate
