@@ -41,8 +41,9 @@ RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, 
           "clip_input": "stills", "clip_captions": 2}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
-# the starter's companion (engine/search/companion.py): the PVSE model built by this tool with ``--method pvse
-# --out resources/models/starter/companion``, and the file that names it
+# the starter's companions (engine/search/companion.py): the PVSE model built by this tool with ``--method pvse
+# --out resources/models/starter/companion``, the file that names it, and the companion's own PCME model (``pcme``,
+# named by ``companion/companion.json``)
 COMPANION_PARTS = ("companion", "companion.json", "pcme")
 
 

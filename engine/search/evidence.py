@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,6 +55,7 @@ COMPANION_SHARE = 0.5
 # gave app rsum 376.6 / 381.0 / 383.7 on the Flickr8k slice, 250.6 / 253.4 / 252.8 on the webcaps slice)
 PROBABILISTIC = "probabilistic"
 PROBABILISTIC_SHARE = 0.33
+BESIDE = (COMPANION, PROBABILISTIC)  # the dense kinds of the models searched beside the active one
 DENSE_LIMIT = 20_000
 # A companion's K x K heads cost ~7x the starter's one cosine per item (8 ms per 1,000 items against 1.1 on this
 # machine): past this many items a model with one ranks the model's candidates (the large-library path) instead of
@@ -70,7 +71,7 @@ COMPANION_STRIDE = 4
 class Evidence(Protocol):
     """One kind of evidence over the library's rows (``rows`` index the ranker's ``ids``)."""
 
-    name: str  # an EvidenceKind, or COMPANION
+    name: str  # an EvidenceKind, or one of BESIDE
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         """Raw scores (n,) of ``rows`` for the query this object was made for."""
@@ -123,7 +124,7 @@ def weights(sources: Sequence[EvidenceKind], user_share: float = 0.0) -> dict[Ev
     if EvidenceKind.MODEL in sources and EvidenceKind.ZERO_SHOT in sources:
         out = {EvidenceKind.MODEL: MODEL, EvidenceKind.ZERO_SHOT: (1.0 - MODEL) * (1.0 - user_share)}
     else:
-        out = {name: 1.0 for name in sources if name not in (COMPANION, PROBABILISTIC)}
+        out = {name: 1.0 for name in sources if name not in BESIDE}
     if COMPANION in sources and EvidenceKind.MODEL in out:  # the model's companion takes its share of its weight
         out[COMPANION] = out[EvidenceKind.MODEL] * COMPANION_SHARE
         out[EvidenceKind.MODEL] *= 1.0 - COMPANION_SHARE
@@ -176,7 +177,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     total = np.zeros(len(rows), np.float32)
     parts: dict[str, np.ndarray] = {}
     for name, source in dense.items():
-        own = (sample[::COMPANION_STRIDE] if sample is not None and name in (COMPANION, PROBABILISTIC)
+        own = (sample[::COMPANION_STRIDE] if sample is not None and name in BESIDE
                and len(sample) >= 100 * COMPANION_STRIDE else sample)
         if own is not None and hasattr(source, "calibrate"):
             source.calibrate(own)
@@ -209,6 +210,18 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         parts["rejected"] = rejected
         total -= REJECT * rejected.astype(np.float32)
     return Ranking(rows, total, parts, **seen)
+
+
+def beside(trained) -> list[tuple[str, Any]]:
+    """The models searched beside ``trained`` (:mod:`engine.search.companion`), each with the dense kind it ranks
+    as: its companion (:data:`COMPANION`), then that one's own (:data:`PROBABILISTIC`); none without a model."""
+    out: list[tuple[str, Any]] = []
+    companion = getattr(trained, "companion", None)
+    if companion is not None:
+        out.append((COMPANION, companion))
+        if companion.companion is not None:
+            out.append((PROBABILISTIC, companion.companion))
+    return out
 
 
 def _has_heads(source) -> bool:
@@ -311,7 +324,7 @@ class ModelEvidence:
     name: str = EvidenceKind.MODEL
 
     def __init__(self, trained, encoded, ids: np.ndarray, name: str = EvidenceKind.MODEL) -> None:
-        """``name``: :data:`COMPANION` for the active model's companion."""
+        """``name``: one of :data:`BESIDE` for a model searched beside the active one."""
         self.trained, self.encoded, self.ids, self.name = trained, encoded, ids, name
         self.frames = np.full(len(ids), -1, np.int64)  # per library row: the clip's best frame (-1: none)
         self.head_pairs = np.zeros((len(ids), 2), np.int64)  # per library row: (query head, item head)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.features.encoders import Encoders
-from engine.features.featurestore import FeatureStore
+from engine.features.featurestore import FeatureRecord, FeatureStore
 from engine.features.regional import content_words
 from engine.library.catalog import MediaRecord
 from engine.media import MediaError
@@ -36,18 +36,19 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
         if isinstance(query, Path):  # ranked by how alike the backbone sees the two pictures: no words to match
             return _zero_shot_explanation((), EXAMPLE_NOTE)
         return _zero_shot_explanation(_word_matches(str(query), record, features, encoders))
+    read: dict[str, FeatureRecord] = {}  # an example file's features, read once per backbone for every model asked
     if trained.companion is not None and trained.runner.num_embeddings == 1:
         # a K = 1 model has no heads (for a clip, one weight per frame): the companion's, which rank beside it
-        # (engine.search.companion), explain, over a photo's regions or a clip's frames; asked first, so an example
-        # file is not read twice for an explanation that is not shown
-        beside = _model_explanation(query, record, trained.companion)
+        # (engine.search.companion), explain, over a photo's regions or a clip's frames; asked first, so the model's
+        # own explanation is not made for nothing
+        beside = _model_explanation(query, record, trained.companion, read)
         if beside.item_attention.size:
             note = (f"{beside.notes[0]}: the heads of the model searched beside {trained.record.name} "
                     f"({trained.runner.method}, K={trained.runner.num_embeddings}, one vector per item); the two "
                     "rank together")
             return _with_uncertainty(replace(beside, notes=(note, *beside.notes[1:])), query, record,
-                                     trained.companion.companion)
-    explained = _model_explanation(query, record, trained)
+                                     trained.companion.companion, read)
+    explained = _model_explanation(query, record, trained, read)
     if explained.item_attention.size or isinstance(query, Path):
         return explained
     # no attention (VSE, K = 1): the regional semantics the ranking fuses with the model explain instead
@@ -67,7 +68,7 @@ UNCERTAINTY_FIELDS = ("query_uncertainty", "item_uncertainty", "match_probabilit
 
 
 def _with_uncertainty(explained: Explanation, query: str | Path, record: MediaRecord,
-                      probabilistic: TrainedSearch | None) -> Explanation:
+                      probabilistic: TrainedSearch | None, read: dict[str, FeatureRecord]) -> Explanation:
     """``explained`` (the heads') with the uncertainty of the probabilistic model searched beside it (the shipped
     companion's own companion, :mod:`engine.search.companion`): the item's and the query's sigma, where they sit in
     the library and what they meant on that model's validation split. Unchanged when there is none, or it
@@ -75,7 +76,7 @@ def _with_uncertainty(explained: Explanation, query: str | Path, record: MediaRe
     if probabilistic is None or not probabilistic.runner.probabilistic:
         return explained
     try:
-        sigma = _model_explanation(query, record, probabilistic)
+        sigma = _model_explanation(query, record, probabilistic, read)
     except (LookupError, MediaError):
         return explained
     note = (f"uncertainty: model {probabilistic.record.name} ({probabilistic.runner.method}), searched beside "
@@ -84,13 +85,18 @@ def _with_uncertainty(explained: Explanation, query: str | Path, record: MediaRe
                    notes=(*explained.notes, note))
 
 
-def _model_explanation(query: str | Path, record: MediaRecord, trained: TrainedSearch) -> Explanation:
-    """One trained model's explanation of ``record`` for a sentence or an example file (its attention, if any)."""
+def _model_explanation(query: str | Path, record: MediaRecord, trained: TrainedSearch,
+                       read: dict[str, FeatureRecord]) -> Explanation:
+    """One trained model's explanation of ``record`` for a sentence or an example file (its attention, if any);
+    ``read``: the example's features by backbone, filled here (the models beside one share its backbone pass)."""
     if isinstance(query, Path):
-        result = trained.encoders.extractor().extract([query])[0]
-        if isinstance(result, MediaError):
-            raise result
-        encoded = trained.encode_media_features(result.record)
+        backbone = trained.encoders.backbone.id
+        if backbone not in read:
+            result = trained.encoders.extractor().extract([query])[0]
+            if isinstance(result, MediaError):
+                raise result
+            read[backbone] = result.record
+        encoded = trained.encode_media_features(read[backbone])
         tokens = tuple(f"region {i}" for i in range(encoded.attention.shape[-1])) \
             if encoded.attention is not None else ("example",)
     else:

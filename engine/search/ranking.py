@@ -95,18 +95,11 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
             encoded = ground_names(encoded, trained, named, novelty, used=names)
         if EvidenceKind.MODEL in kinds:
             dense[EvidenceKind.MODEL] = evidence.ModelEvidence(trained, encoded, ids)
-            companion = trained.companion  # engine.search.companion: its score beside the model's, by the same rule
-            if companion is not None:
-                beside, _ = companion.encode_text([text], minilm=stock)
+            for kind, other in evidence.beside(trained):  # its companions' scores beside it, by the same rule
+                query, _ = other.encode_text([text], minilm=stock)
                 if named and NAME_LOOK:
-                    beside = ground_names(beside, companion, named, novelty)
-                dense[evidence.COMPANION] = evidence.ModelEvidence(companion, beside, ids, evidence.COMPANION)
-                further = companion.companion  # the companion's own: the probabilistic model, by the same rule
-                if further is not None:
-                    sigma, _ = further.encode_text([text], minilm=stock)
-                    if named and NAME_LOOK:
-                        sigma = ground_names(sigma, further, named, novelty)
-                    dense[evidence.PROBABILISTIC] = evidence.ModelEvidence(further, sigma, ids, evidence.PROBABILISTIC)
+                    query = ground_names(query, other, named, novelty)
+                dense[kind] = evidence.ModelEvidence(other, query, ids, kind)
     shared = spread(match.labels, indexes.look_alikes().nearest, novelty) if match.labels else {}
     named = np.array([*shared, *match.positive, *match.rejected], np.int64)
     rows, sample = evidence.candidate_rows(ids, trained, encoded, named)

@@ -78,15 +78,9 @@ class Search:
             encoded = trained.encode_media_features(result.record)
             if model in state.evidence:
                 dense[model] = evidence.ModelEvidence(trained, encoded, ids)
-                if trained.companion is not None:
-                    beside = trained.companion.encode_media_features(result.record)
-                    dense[evidence.COMPANION] = evidence.ModelEvidence(trained.companion, beside, ids,
-                                                                       evidence.COMPANION)
-                    further = trained.companion.companion
-                    if further is not None:
-                        sigma = further.encode_media_features(result.record)
-                        dense[evidence.PROBABILISTIC] = evidence.ModelEvidence(further, sigma, ids,
-                                                                               evidence.PROBABILISTIC)
+                for kind, other in evidence.beside(trained):
+                    dense[kind] = evidence.ModelEvidence(other, other.encode_media_features(result.record), ids,
+                                                         kind)
         rows, sample = evidence.candidate_rows(ids, trained, encoded, np.zeros(0, np.int64))
         itself = self._library_item(path) if exclude_example else None
         # every source is z-scored against the library's other items: the example's own perfect match is no
