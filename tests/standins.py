@@ -273,7 +273,9 @@ def export_tiny_model(method: str, dest: Path, metrics: dict | None = None, **ov
     torch.manual_seed(0)
     config = build_config(method, {"image_dim": LOCAL_DIM, "image_regions": 49, "text_encoder": "glove",
                                    "text_word_dim": 50, **overrides}, preset="test")
-    export_model(build_model(config).eval(), dest / "onnx")
+    # float graphs: tests pin an untrained model's arbitrary but fixed choices (a clip's best frame), which int8
+    # rounding of near-ties would move; the int8 export is tested on its own (test_methods_export, test_trained_search)
+    export_model(build_model(config).eval(), dest / "onnx", int8=False)
     manifest = dest / "onnx" / "manifest.json"
     data = json.loads(manifest.read_text())
     data["feature_backbone"] = StandinBackbone.id

@@ -327,7 +327,7 @@ class TrainedSearch:
         feats = self.features.get(item.content_hash, self.encoders.backbone.id)
         if feats is None:
             raise LookupError(f"{item.path} has no features yet (index it first)")
-        enc = self.encode_media_features(feats)
+        enc = self._as_ranked(item.id, self.encode_media_features(feats))
         q, v = query_encoded.emb[0], enc.emb[0]
         similarity = (q @ v.T).astype(np.float32)
         pair = np.unravel_index(int(np.argmax(similarity)), similarity.shape)
@@ -362,6 +362,19 @@ class TrainedSearch:
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes),
                            library_uncertainty_range=spread,
                            uncertainty_calibration=self._calibration(i_unc, q_unc))
+
+    def _as_ranked(self, item_id: int, encoded: Encoded) -> Encoded:
+        """``encoded`` (one item's encoders run again, for its attention maps) with the vectors the ranking read
+        where the model has embedded the item: an export with int8 graphs (``trainer.methods.export``) quantizes
+        each batch's activations together, so an item encoded alone lands a little apart (~0.002) from where its
+        batch put it, and the explanation's scores and uncertainty are the ranking's own."""
+        if item_id not in self.index:
+            return encoded
+        emb = self.index.get([item_id])
+        if not self.runner.probabilistic:
+            return Encoded(emb, encoded.attention)
+        _, _, extras = self.catalog.get_embeddings(self.record.id, [item_id])
+        return Encoded(emb, encoded.attention, emb[:, 0], extras["log_sigma"].astype(np.float32))
 
     def _calibration(self, item: float | None, query: float | None) -> tuple[str, ...]:
         """The item's and the query's uncertainty read against the model's validation split (its metrics.json)."""

@@ -5,8 +5,9 @@ with the model alone, with its PVSE companion, and with the companion's probabil
         [--out bench-results/companion-cost.json]
 
 ``--library``: a library of the benchmark home with the shipped starter active (e.g. ``mix-2080``: Flickr8k dev,
-webcaps dev and coco-val-80 photos). Embedding: :meth:`TrainedSearch.encode_media_features` over 200 of its items'
-stored features (what indexing adds after decode and backbone), per model. Queries: the first ``--queries``
+webcaps dev and coco-val-80 photos). Embedding: :meth:`TrainedSearch.encode_items` over 512 of its items in the
+batches indexing embeds them in, their features read from the store (what indexing adds after decode and backbone),
+per model. Queries: the first ``--queries``
 captions of Flickr8k dev through :meth:`engine.workspace.search.Search.rank_text`, each setting timed in turn, p50
 and p95 (ms) and their ratio to the model alone, and the share of queries whose photo ranks in the top 10 (R@10 of
 the whole library). The items are already embedded; nothing is written.
@@ -46,18 +47,18 @@ def main() -> int:
     heads = trained.companion
     further = heads.companion if heads is not None else None
     state = service.state
-    records = [state.features.get(m.content_hash, state.encoders.backbone.id)
-               for m in list(state.catalog.iter_media(MediaStatus.OK))[:200]]
-    records = [r for r in records if r is not None]
+    from engine.search.trained import BATCH
+
+    media = list(state.catalog.iter_media(MediaStatus.OK))[:2 * BATCH]
     embed = {}
     for name, model in (("model", trained), ("heads", heads), ("probabilistic", further)):
         if model is None:
             continue
-        model.encode_media_features(records[0])  # warm
+        model.encode_items(media[:8])  # warm
         started = time.perf_counter()
-        for record in records:
-            model.encode_media_features(record)
-        embed[name] = round(1000 * (time.perf_counter() - started) / len(records), 3)
+        for start in range(0, len(media), BATCH):  # as indexing embeds: batches read from the feature store
+            model.encode_items(media[start:start + BATCH])
+        embed[name] = round(1000 * (time.perf_counter() - started) / len(media), 3)
     _, files, caps = domains(args.data)["flickr8k-dev"]
     pairs = [(f, caps[f][0]) for f in files][:args.queries]
     # a mixed library's files are named "<domain>--<file>" (the session-25 library of three dev sets)

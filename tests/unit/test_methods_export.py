@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
 
 from trainer.methods import ExportError, build_config, build_model, export_model, list_methods, load_manifest
-from trainer.methods.export import _Encoder, dummy_inputs
+from trainer.methods.export import _Encoder, dummy_inputs, quantize_encoders
 
 torch.set_num_threads(1)
 SHAPES = [(1, 2), (3, 7), (2, 11)]  # (batch, sequence length) unlike the traced (2, 5); 11 > CNN canvas
@@ -41,7 +42,7 @@ EXPORTS = [(m, "glove") for m in list_methods()] + [
 @pytest.mark.parametrize(("method", "text_encoder"), EXPORTS)
 def test_onnx_encoders_match_torch(tmp_path: Path, method: str, text_encoder: str) -> None:
     model = _trained_looking(method, text_encoder)
-    manifest = export_model(model, tmp_path / "export")
+    manifest = export_model(model, tmp_path / "export", int8=False)  # the float graphs: exact (int8: below)
     assert manifest == load_manifest(tmp_path / "export")
     for modality, spec in manifest["encoders"].items():
         session = _session(tmp_path / "export" / spec["file"])
@@ -59,6 +60,46 @@ def test_onnx_encoders_match_torch(tmp_path: Path, method: str, text_encoder: st
             for name, g, w in zip([s["name"] for s in spec["outputs"]], got, want, strict=True):
                 assert g.shape == tuple(w.shape), (modality, name)
                 assert np.abs(g - w.numpy()).max() < 1e-4, (modality, name, batch, length)
+
+
+@pytest.mark.parametrize("method", ["pvse", "pcme"])
+def test_models_that_attend_locally_export_int8_image_and_video_graphs_close_to_torch(tmp_path: Path,
+                                                                                      method: str) -> None:
+    model = _trained_looking(method)
+    manifest = export_model(model, tmp_path / "export")
+    assert manifest["int8"] == ["image", "video"] and manifest == load_manifest(tmp_path / "export")
+    for modality, spec in manifest["encoders"].items():
+        graph = onnx.load(str(tmp_path / "export" / spec["file"]))
+        assert any(n.op_type == "MatMulInteger" for n in graph.graph.node) == (modality != "text"), modality
+        session = _session(tmp_path / "export" / spec["file"])
+        wrapper = _Encoder(model, modality, tuple(s["name"] for s in spec["inputs"]),
+                           tuple(s["name"] for s in spec["outputs"]))
+        torch.manual_seed(1)
+        args = dummy_inputs(spec["inputs"], batch=4, length=6, regions=model.config.image_regions)
+        got = session.run(None, {s["name"]: a.numpy() for s, a in zip(spec["inputs"], args, strict=True)})
+        with torch.no_grad():
+            want = [w.numpy() for w in wrapper(*args)]
+        names = [s["name"] for s in spec["outputs"]]
+        emb, ref = got[0].reshape(-1, got[0].shape[-1]), want[0].reshape(-1, want[0].shape[-1])
+        cosine = (emb * ref).sum(-1) / np.linalg.norm(emb, axis=-1) / np.linalg.norm(ref, axis=-1)
+        assert cosine.min() > 0.99, (modality, cosine.min())
+        attention = names.index("attention")
+        assert np.abs(got[attention] - want[attention]).max() < 0.05, modality
+        if "log_sigma" in names:
+            at = names.index("log_sigma")
+            assert np.abs(got[at] - want[at]).mean() < 0.05, modality
+
+
+def test_int8_is_for_models_that_attend_locally_and_quantizing_twice_changes_nothing(tmp_path: Path) -> None:
+    assert "int8" not in export_model(_trained_looking("vse"), tmp_path / "vse")
+    export_model(_trained_looking("pvse"), tmp_path / "pvse", int8=False)
+    assert "int8" not in load_manifest(tmp_path / "pvse")
+    first = quantize_encoders(tmp_path / "pvse")
+    image = (tmp_path / "pvse" / "image.onnx").read_bytes()
+    assert first["int8"] == ["image", "video"] and quantize_encoders(tmp_path / "pvse") == first
+    assert (tmp_path / "pvse" / "image.onnx").read_bytes() == image
+    assert sorted(p.name for p in (tmp_path / "pvse").iterdir()) == ["image.onnx", "manifest.json", "text.onnx",
+                                                                      "video.onnx"]
 
 
 def test_manifest_describes_the_method(tmp_path: Path) -> None:

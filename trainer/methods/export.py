@@ -22,6 +22,8 @@
 - for a model whose text encoder was fine-tuned (:mod:`trainer.textencoder`): ``text_encoder.onnx`` (the stock
   ``minilm/model.onnx`` inputs and outputs) and ``text_model`` in the manifest (``id``, ``file``, ``base``,
   ``dim``, ``max_tokens``); the engine encodes the model's queries with it.
+- ``int8``: the encoders whose matrix products were given int8 weights (:func:`quantize_encoders`), absent when
+  none were.
 
 The legacy TorchScript exporter (``dynamo=False``) is used: it traces these small graphs predictably.
 """
@@ -49,6 +51,11 @@ from trainer.methods.interface import RetrievalModel
 log = logging.getLogger(__name__)
 
 OPSET = 17
+# The graphs whose matrix products read every local feature (or frame) of an item: where a model that attends
+# locally spends its indexing time, and what int8 weights make about 3x faster (PVSE/PCME starter companions on
+# Flickr8k photos: 0.46 -> 0.16 and 0.85 -> 0.27 ms a photo, cosine to the float graph's embeddings >= 0.9997).
+# The text graphs cost under 0.1 ms a query and stay float, as do models that read the pooled feature only.
+INT8_MODALITIES = ("image", "video")
 
 
 class ExportError(RuntimeError):
@@ -175,7 +182,7 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
                  modalities: tuple[str, ...] = MODALITIES,
                  backbone: Callable[[Path], dict[str, Any]] | None = None,
                  text: Callable[[Path], dict[str, Any]] | None = None,
-                 trained_on: dict[str, int] | None = None) -> dict[str, Any]:
+                 trained_on: dict[str, int] | None = None, int8: bool | None = None) -> dict[str, Any]:
     """Export ``model``'s encoders and manifest into ``out_dir`` (replaced atomically); returns the manifest.
 
     The model is copied to the CPU and put in eval mode, so the caller's model is left as it was.
@@ -183,6 +190,8 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
     staging folder it is given and returns its manifest entry (``id``, ``file``, ``image_size``, ...): the
     manifest then names it under ``backbone`` and its id as ``feature_backbone``. ``text`` does the same for a
     fine-tuned text encoder (:mod:`trainer.textencoder`): the manifest names it under ``text_model``.
+    ``int8`` (default: whether the model attends locally) gives the image and video graphs int8 weights
+    (:func:`quantize_encoders`).
     """
     unknown = [m for m in modalities if m not in MODALITIES]
     if unknown:
@@ -210,12 +219,60 @@ def export_model(model: RetrievalModel, out_dir: str | os.PathLike[str],
             manifest["feature_backbone"] = manifest["backbone"]["id"]
         if text is not None:
             manifest["text_model"] = text(staging)
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if frozen.attends_locally if int8 is None else int8:
+            _quantize_graphs(staging, manifest)
+        _write_manifest(staging, manifest)
         _swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def quantize_encoders(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Give the image and video graphs of an export folder int8 weights, in place; returns its manifest.
+
+    ONNX Runtime's dynamic quantization of MatMul and Gemm weights: per output channel, 7-bit range (no
+    saturation on CPUs without VNNI, where ONNX Runtime multiplies u8 by s8 with 16-bit sums); activations are
+    quantized per call. Embeddings, attention maps and log sigma move by less than the models' own scatter
+    (see ``INT8_MODALITIES``); inputs and outputs are unchanged, so the engine reads the folder as before.
+    An encoder already quantized is left as it is.
+    """
+    folder = Path(export_dir)
+    manifest = load_manifest(folder)
+    _quantize_graphs(folder, manifest)
+    _write_manifest(folder, manifest)
+    return manifest
+
+
+def _quantize_graphs(folder: Path, manifest: dict[str, Any]) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    done = set(manifest.get("int8", ()))
+    for modality in INT8_MODALITIES:
+        spec = manifest["encoders"].get(modality)
+        if spec is None or modality in done:
+            continue
+        source = folder / spec["file"]
+        quantized = source.with_name(f".{source.name}.int8")
+        root = logging.getLogger()  # the quantizer logs its advice to pre-process the graph there
+        was, root.disabled = root.disabled, True
+        try:
+            quantize_dynamic(source, quantized, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"],
+                             per_channel=True, reduce_range=True)
+        except Exception as exc:  # the quantizer raises many types; report which graph failed
+            quantized.unlink(missing_ok=True)
+            raise ExportError(f"{source.name}: int8 quantization failed: {exc}") from exc
+        finally:
+            root.disabled = was
+        os.replace(quantized, source)
+        done.add(modality)
+    if done:
+        manifest["int8"] = sorted(done)
+
+
+def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def _swap_into_place(staging: Path, target: Path) -> None:
