@@ -233,29 +233,37 @@ def encode_local_codes(key: str, local: np.ndarray, dim: int) -> tuple[np.ndarra
     return low, span.astype(np.float32), scaled.astype(np.uint8)
 
 
-def decode_local_codes(blob: bytes, n: int, dim: int) -> np.ndarray:
-    """The float16 (n, ``dim``) features of a :func:`encode_local_codes` blob (offsets, ranges, codes)."""
+def decode_local_codes(blob: bytes, n: int, dim: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The float16 (n, ``dim``) features of a :func:`encode_local_codes` blob (offsets, ranges, codes); with
+    ``out``, float32 written there (what a model's graph reads: narrowing and widening again, then copying into a
+    batch, cost ~0.6 ms a photo)."""
     head = 2 * n * _F32.itemsize
     if len(blob) != head + n * dim:
         raise ValueError(f"{len(blob)} bytes of 8-bit local features, want {head + n * dim} for {n} x {dim}")
     low = np.frombuffer(blob, _F32, n)
     span = np.frombuffer(blob, _F32, n, n * _F32.itemsize)
-    values = _SQUARES[np.frombuffer(blob, np.uint8, offset=head).reshape(n, dim)]
+    codes = np.frombuffer(blob, np.uint8, offset=head).reshape(n, dim)
+    values = _SQUARES[codes] if out is None else np.take(_SQUARES, codes, out=out)
     values *= span.astype(np.float32)[:, None]
-    values += low.astype(np.float32)[:, None]
-    return _to_half(values)
+    if low.any():  # ReLU features: every row's min is 0
+        values += low.astype(np.float32)[:, None]
+    return _to_half(values) if out is None else values
 
 
 _SQUARES = (np.arange(256, dtype=np.float32) / 255) ** 2  # code -> its share of the row's range
 
 
-def _local(dim: int, n: int, blob: bytes | None, codec: int) -> np.ndarray | None:
+def _local(dim: int, n: int, blob: bytes | None, codec: int, out: np.ndarray | None = None) -> np.ndarray | None:
     if blob is None:
         return None
     if codec == CODEC_SQRT8:
-        return decode_local_codes(blob, n, dim)
+        return decode_local_codes(blob, n, dim, out)
     if codec == CODEC_FLOAT16:
-        return _floats(blob, n, dim)
+        values = _floats(blob, n, dim)
+        if out is not None:
+            out[...] = values
+            return out
+        return values
     raise ValueError(f"unknown local-feature codec {codec}")
 
 
@@ -394,6 +402,31 @@ class FeatureStore(SQLiteStore):
         sql = f"{_select(fields)} WHERE i.backbone = ? AND i.content_hash IN ({{marks}})"
         rows = self._read_in(f"reading {backbone} features", sql, (backbone,), list(dict.fromkeys(hashes)))
         return {row[0]: _decode(row, fields, self.path) for row in rows}
+
+    def locals_into(self, hashes: Sequence[str], backbone: str, out: np.ndarray) -> np.ndarray:
+        """Each item's local features as float32, decoded straight into ``out[i]`` ((N, R, dim), ``hashes[i]``'s
+        row); returns which rows were written (an item stored without local features, or whose blob is damaged
+        or of another region count, is left as ``out`` had it)."""
+        at: dict[str, list[int]] = {}
+        for row, content_hash in enumerate(hashes):
+            at.setdefault(content_hash, []).append(row)
+        sql = ("SELECT i.content_hash, i.dim, l.n_regions, l.data, l.codec FROM items i JOIN locals l "
+               "ON l.item_id = i.id WHERE i.backbone = ? AND i.content_hash IN ({marks})")
+        written = np.zeros(len(hashes), bool)
+        for content_hash, dim, n, blob, codec in self._read_in(f"reading {backbone} features", sql, (backbone,),
+                                                               list(at)):
+            first, *more = at[content_hash]
+            if (n, dim) != out.shape[1:]:
+                continue
+            try:
+                _local(dim, n, blob, codec, out[first])
+            except (ValueError, TypeError) as error:
+                log.warning("%s: the local features of %s are damaged and read as missing: %s", self.path,
+                            content_hash, error)
+                continue
+            out[more] = out[first]
+            written[[first, *more]] = True
+        return written
 
     def stack(self, hashes: Sequence[str], backbone: str, field: str = "global") -> np.ndarray:
         """One field of many items stacked in ``hashes`` order, e.g. (N, D) globals; all must have it."""

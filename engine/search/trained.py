@@ -26,6 +26,7 @@ from engine.features.text import carries_evidence
 from engine.features.vocabulary import read_caption_words
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
+from engine.search.batchreads import BatchReads
 from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
 from engine.search.readings import calibrated_reading, query_words
@@ -101,40 +102,57 @@ class TrainedSearch:
         return count if self.companion is None else min(count, self.companion.embedded())
 
     def sync(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
-        """Embed every indexed item the model (and then its companion) has not embedded yet; drop vectors of items
-        that are gone."""
-        yield from self._sync_own(cancel)
-        if self.companion is not None:
-            yield from self.companion.sync(cancel)
-
-    def _sync_own(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Embed every indexed item the model and the models beside it (its companion, that one's own) have not
+        embedded yet, batch by batch, each batch's features read from the store once for all of them
+        (:class:`BatchReads`); drop vectors of items that are gone."""
         cancel = cancel or CancelToken()
+        chain = [self]
+        while chain[-1].companion is not None and chain[-1].companion not in chain:
+            chain.append(chain[-1].companion)
         ok = {m.id: m for m in self.catalog.iter_media(MediaStatus.OK)}
+        plans = [model._plan_sync(ok) for model in chain]
+        todo = [m for i, m in ok.items() if any(i in wanted for wanted, _ in plans)]
+        scratch: dict = {}
+        for start in range(0, len(todo), BATCH):
+            cancel.raise_if_cancelled()
+            batch, reads = todo[start:start + BATCH], BatchReads(self.features, scratch)
+            for model, (wanted, _) in zip(chain, plans, strict=True):
+                mine = [m for m in batch if m.id in wanted]
+                if mine:
+                    model._embed(mine, reads)
+            yield Progress(start + len(batch), len(todo), f"embedding with {self.record.name}")
+        for model, (wanted, stale) in zip(chain, plans, strict=True):
+            model._finish_sync(bool(wanted), stale)
+
+    def _plan_sync(self, ok: dict[int, MediaRecord]) -> tuple[set[int], bool]:
+        """The ids of ``ok`` (the library's readable items) this model has to embed, and whether it had vectors of
+        items that are gone (dropped here)."""
         done_ids = self.catalog.embedded_ids(self.record.id)
         stale = [i for i in done_ids if i not in ok]
         if stale:
             self.catalog.delete_embeddings(self.record.id, stale)
             self.index.remove([i for i in stale if i in self.index])
-        todo = [m for i, m in ok.items() if i not in done_ids or i not in self.index]
-        self.index.reserve(len(todo))  # one growth of its arrays, not one per batch (peak memory)
-        for start in range(0, len(todo), BATCH):
-            cancel.raise_if_cancelled()
-            batch = todo[start:start + BATCH]
-            self._ensure_own_features(batch)
-            ids, encoded = self.encode_items(batch)
-            extras = {"log_sigma": encoded.log_sigma} if encoded.log_sigma is not None else None
-            self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
-            self.index.add(ids, encoded.emb)  # replaces the vectors of ids already there
-            yield Progress(start + len(batch), len(todo), f"embedding with {self.record.name}")
+        wanted = {i for i in ok if i not in done_ids or i not in self.index}
+        self.index.reserve(len(wanted))  # one growth of its arrays, not one per batch (peak memory)
+        return wanted, bool(stale)
+
+    def _embed(self, media: list[MediaRecord], reads: BatchReads | None = None) -> None:
+        self._ensure_own_features(media)
+        ids, encoded = self.encode_items(media, reads)
+        extras = {"log_sigma": encoded.log_sigma} if encoded.log_sigma is not None else None
+        self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
+        self.index.add(ids, encoded.emb)  # replaces the vectors of ids already there
+
+    def _finish_sync(self, embedded: bool, stale: bool) -> None:
         built = (self.index.describe()["approximate"] or {}).get("kind")
         outdated = built is not None and built != self.index.params.kind
         if outdated:  # saved by an older version with another kind of approximate index
             log.info("rebuilding the %s index of %s as %s", built, self.record.name, self.index.params.kind)
             self.index.rebuild()
-        if todo or stale:
+        if embedded or stale:
             self._library_uncertainties = None
             self._frames = None
-        if todo or stale or outdated:
+        if embedded or stale or outdated:
             self.index.save(self.index_dir)
 
     def library_uncertainties(self) -> np.ndarray:
@@ -163,27 +181,24 @@ class TrainedSearch:
             for _ in ensure_features(todo, self.features, self.encoders):
                 pass
 
-    def encode_items(self, media: list[MediaRecord]) -> tuple[list[int], Encoded]:
+    def encode_items(self, media: list[MediaRecord], reads: BatchReads | None = None) -> tuple[list[int], Encoded]:
         """Encodings of items from their cached features (photos and animations/videos batched apart).
 
         Only the fields the model's encoders read come out of the store, in one query per kind: a model that
-        reads the pooled feature alone never loads a photo's 49 local features."""
+        reads the pooled feature alone never loads a photo's 49 local features. ``reads``: what other models
+        embedding the same batch read already."""
+        reads = reads or BatchReads(self.features)
         backbone = self.encoders.backbone.id
         photos = [m for m in media if m.kind == MediaKind.IMAGE]
         moving = [m for m in media if m.kind != MediaKind.IMAGE]
         parts: list[tuple[list[int], Encoded]] = []
         if photos:
             wants_local = "local" in self.runner.manifest.encoders["image"].input_names
-            fields = ("global", "local") if wants_local else ("global",)
-            records = self.features.get_many([m.content_hash for m in photos], backbone, fields)
-            keep = [(m, records[m.content_hash]) for m in photos if m.content_hash in records]
-            if keep:
-                pooled = np.stack([r.global_ for _, r in keep]).astype(np.float32)
-                local = np.stack([r.local if r.local is not None else np.repeat(r.global_[None], 49, 0)
-                                  for _, r in keep]).astype(np.float32) if wants_local else None
-                parts.append(([m.id for m, _ in keep], self.runner.encode_image(local, pooled)))
+            rows, pooled, local = reads.photo_inputs([m.content_hash for m in photos], backbone, wants_local)
+            if rows:
+                parts.append(([photos[i].id for i in rows], self.runner.encode_image(local, pooled)))
         if moving:
-            records = self.features.get_many([m.content_hash for m in moving], backbone, ("global", "frames"))
+            records = reads.records([m.content_hash for m in moving], backbone, ("global", "frames"))
             keep = [(m, records[m.content_hash]) for m in moving
                     if m.content_hash in records and records[m.content_hash].frames is not None]
             if keep:

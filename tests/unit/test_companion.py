@@ -225,3 +225,31 @@ def test_a_companion_reads_every_fourth_row_of_the_fixed_sample_for_its_z_scores
     sources[evidence.COMPANION].asked = []
     evidence.fuse(dict(sources), rows, small)
     assert sources[evidence.COMPANION].asked == [300, 300]
+
+
+def test_the_models_beside_the_active_one_embed_new_items_from_one_read_of_their_features(service, tmp_path,
+                                                                                          monkeypatch):
+    service.models.activate(str(vse_with_heads_and_uncertainty(tmp_path)))
+    service.search.text("anything")
+    more = tmp_path / "more"
+    more.mkdir()
+    for i in range(3):
+        make_jpeg(more / f"new{i}.jpg", (40, 40), (10 + 60 * i, 120, 240))
+    reads: list[tuple[str, ...]] = []
+    store = service.state.features
+    get_many, locals_into = store.get_many, store.locals_into
+    monkeypatch.setattr(store, "get_many", lambda hashes, backbone, fields=("global",): (
+        reads.append(tuple(fields)), get_many(hashes, backbone, fields))[1])
+    monkeypatch.setattr(store, "locals_into", lambda hashes, backbone, out: (
+        reads.append(("local",)), locals_into(hashes, backbone, out))[1])
+    list(service.library.index([more]))
+    catalog = service.state.catalog
+    for name in ("vse-model", "vse-model heads", "vse-model uncertainty"):
+        assert len(catalog.embedded_ids(catalog.model(name).id)) == 10, name
+    # one read of the pooled features for the three models, one of the local ones for the two companions
+    assert sorted(reads) == [("global",), ("local",)]
+    trained = service.models.active_trained()
+    new = [m for m in catalog.iter_media() if str(m.path).startswith(str(more))]
+    for model in (trained, trained.companion, trained.companion.companion):  # the same vectors as one by one
+        _, alone = model.encode_items(new)
+        np.testing.assert_allclose(model.index.get([m.id for m in new]), alone.emb, atol=1e-2)

@@ -135,6 +135,19 @@ def test_get_many_and_stack_follow_the_requested_order(store: FeatureStore) -> N
         store.get_many(["h0001"], BACKBONE, ("logits",))
 
 
+def test_locals_into_decodes_float32_into_the_rows_asked_and_leaves_the_rest(store: FeatureStore) -> None:
+    store.put_many([("a", _photo(1)), ("b", _photo(2)), ("pooled-only", FeatureRecord(global_=np.ones(D, np.float32)))],
+                   BACKBONE)
+    out = np.full((5, 49, D), -1.0, np.float32)
+    written = store.locals_into(["b", "pooled-only", "a", "not-there", "b"], BACKBONE, out)
+    assert written.tolist() == [True, False, True, False, True]
+    stored = store.get_many(["a", "b"], BACKBONE, ("local",))
+    for row, key in ((0, "b"), (2, "a"), (4, "b")):  # the float16 record's values, without the float16 rounding
+        np.testing.assert_allclose(out[row], stored[key].local.astype(np.float32), rtol=1e-3, atol=1e-3)
+    assert (out[[1, 3]] == -1.0).all()
+    assert not store.locals_into(["a"], BACKBONE, np.zeros((1, 16, D), np.float32)).any()  # another region count
+
+
 def test_get_many_loads_only_the_fields_asked_for(store: FeatureStore) -> None:
     store.put("p", BACKBONE, _photo(3, dim=8))
     got = store.get_many(["p"], BACKBONE, ("local", "image_top_ids"))["p"]

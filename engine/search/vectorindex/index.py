@@ -53,6 +53,7 @@ from engine.search.vectorindex.scoring import (
     dot,
     normalise,
     top_rows,
+    widen,
 )
 from engine.search.vectorindex.stored import (
     Data,
@@ -219,7 +220,7 @@ class MultiVectorIndex(IndexFiles):
                     scores, pairs = self._score_rows(data, rows[known], queries)
                     return known, scores[0], pairs[0]
                 kept = self._kept = Kept(weakref.ref(data), ids.copy(), known, rows[known],
-                                          data.vectors[rows[known]].astype(np.float32))
+                                          widen(data.vectors[rows[known]]))
             scores, pairs = self._score_rows(data, kept.rows, queries, kept.vectors)
             return kept.known.copy(), scores[0], pairs[0]
 
@@ -288,7 +289,7 @@ class MultiVectorIndex(IndexFiles):
                 items = vectors[start:start + block]
             else:
                 items = data.vectors[part[0]:part[-1] + 1] if contiguous else data.vectors[part]
-                items = items.astype(np.float32, copy=False)  # float16 storage: einsum is slow on halves
+                items = widen(items)  # float16 storage: einsum is slow on halves
             sims = dot(items.reshape(-1, self.dim), flat).reshape(len(part), self.heads, batch, kq)
             sims = sims.transpose(2, 0, 3, 1).reshape(batch, len(part), kq * self.heads)
             best = sims.argmax(axis=2)

