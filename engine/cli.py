@@ -107,9 +107,10 @@ def _prepare(force: bool = False) -> None:
     from engine.features.assets import ensure_assets
     from engine.features.backbone import AssetsMissing
     from engine.features.wordtable import ensure_table, own_assets
+    from engine.search.starter import starter_graphs_ready
 
     try:
-        drain(ensure_assets(force=force))
+        drain(ensure_assets(force=force, also_ready=starter_graphs_ready))
         if own_assets() is not None:  # the zero-shot query words' table (once; under a minute)
             drain(ensure_table(own_assets()))
     except AssetsMissing as error:

@@ -59,11 +59,15 @@ def _assets_root() -> Path:
 @pytest.fixture(scope="session")
 def assets_dir() -> Path:
     """The prepared pretrained assets (prepared on first use, about 15 s)."""
+    from engine.search.starter import shipped_starter
     from trainer.prepare import is_prepared, prepare
+    from trainer.startergraphs import prepare_starter_graphs
 
     root = _assets_root()
     if not is_prepared(root):
         prepare(root)
+    if shipped_starter() is not None:  # the shipped starter's companions' graphs (whatever POLYSEEK_STARTER says)
+        prepare_starter_graphs(root, shipped=shipped_starter())
     return root
 
 

@@ -157,7 +157,7 @@ class StandinEncoders(Encoders):
         self.prepared, self.delay_s = prepared, delay_s
         self.gate = None  # a threading.Event prepare waits for (a fresh home's assets being prepared)
 
-    def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    def prepare(self, cancel: CancelToken | None = None, also_ready=lambda: True) -> Iterator[Progress]:
         if self.prepared:
             return
         from engine.features.assets import PREPARE_MESSAGE

@@ -18,7 +18,9 @@ with a ``train`` split; without one the whole folder is ``train``]) and ``--out`
 ``polyseek models --activate /that/folder`` makes it the library's model.
 
 Only what the engine and a warm-started retrain need is kept (config, weights, metrics, ONNX export); the
-resume checkpoints are removed.
+resume checkpoints are removed. The models searched beside the starter (``--method pvse --out
+resources/models/starter/companion``, then its PCME) are built with ``--no-graphs``: they ship as float16 weights and
+``polyseek prepare`` exports their graphs at install (``trainer/startergraphs.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from engine.trainercontract.command import TRAINER_PROGRAM
 from engine.trainercontract.runfolder import read_metrics
+from trainer.methods.export import drop_untrained_encoders
 
 RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, "epoch_captions": 2,
           "clip_input": "stills", "clip_captions": 2}
@@ -119,19 +122,6 @@ def _terms(datas: list[Path]) -> str:
             "caption is included")
 
 
-def drop_untrained_branches(model_dir: Path) -> list[str]:
-    """Remove from the export the encoders whose branch learnt from nothing (the manifest's ``trained_on``; the
-    engine never ranks with them): the starter sees no clip, so its 22 MB video graph would be dead weight."""
-    manifest_file = model_dir / "onnx" / "manifest.json"
-    manifest = json.loads(manifest_file.read_text())
-    trained_on = manifest.get("trained_on") or {}
-    dropped = [m for m in ("video",) if m in manifest["encoders"] and trained_on.get(m, 0) == 0]
-    for modality in dropped:
-        (model_dir / "onnx" / manifest["encoders"].pop(modality)["file"]).unlink(missing_ok=True)
-    manifest_file.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return dropped
-
-
 def half_precision(weights: Path, trained_on: dict[str, int] | None = None) -> None:
     """Store the weights as float16 (half the size in the repository; a warm start loads them into float32
     parameters, and the engine ranks with the float32 ONNX export, so search is unchanged), without the branches
@@ -178,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clip-input", default=RECIPE["clip_input"], choices=["stills", "video"],
                         help="how the clips of --data train: as their mean frame through the image encoder, or "
                         "through the video encoder (trainer config clip_input)")
+    parser.add_argument("--no-graphs", action="store_true", help="ship the weights without the ONNX export: "
+                        "`polyseek prepare` exports it at install (the models searched beside the starter, #42)")
     parser.add_argument("--words-only", action="store_true", help="only (re)write --out's caption_words.json from "
                         "the recipe's training captions (a starter built before the trainer wrote it)")
     args = parser.parse_args(argv)
@@ -207,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
         trained_on = json.loads((staging / "onnx" / "manifest.json").read_text()).get("trained_on") or {}
         half_precision(staging / "model.safetensors", trained_on)
-        drop_untrained_branches(staging)
+        drop_untrained_encoders(staging / "onnx")
+        if args.no_graphs:  # trainer/startergraphs.py exports them from the weights and trained_on below
+            shutil.rmtree(staging / "onnx")
         metrics = read_metrics(run)
         if metrics is None:
             raise SystemExit(f"{run}: the run wrote no metrics.json")
@@ -218,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
                   "command": "python tools/build_starter.py --data " + " ".join(str(d) for d in args.data)
                   + (" --val-items " + " ".join(map(str, vals)) if len(vals) > 1 else "")
                   + (f" --method {args.method}" if args.method != RECIPE["method"] else "")
-                  + (f" --trainer-args '{args.trainer_args}'" if args.trainer_args else ""),
+                  + (f" --trainer-args '{args.trainer_args}'" if args.trainer_args else "")
+                  + (" --no-graphs" if args.no_graphs else ""),
                   "validation": {"rsum": metrics.rsum, "best_epoch": metrics.best_epoch, "epochs": metrics.epochs},
+                  "trained_on": trained_on,
                   "terms": _terms(datas)}
         (staging / "starter.json").write_text(json.dumps(record, indent=2) + "\n")
         for name in COMPANION_PARTS:  # a starter rebuilt over the shipped one keeps its companion (#42)

@@ -47,6 +47,7 @@ from trainer.methods.registry import PRESETS
 from trainer.prepare import prepare
 from trainer.sparse import SparseSplitError, add_sparse_arguments, sparse_config_from_args
 from trainer.splits import split_view
+from trainer.startergraphs import prepare_starter_graphs
 from trainer.train import Interrupted, Reporter, StopRequest, TrainingError, TrainOptions, resolve_device, train
 
 log = logging.getLogger("trainer")
@@ -150,13 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _configure_logging(args.verbose)
     if args.command == "prepare":
-        if args.json_progress:
-            emit = _json_printer()
-            root = prepare(force=args.force, progress=lambda p: emit(
-                events.StageProgress("prepare", p.done, p.total, p.message)))
+        emit = _json_printer() if args.json_progress else None
+        report = None if emit is None else (
+            lambda p: emit(events.StageProgress("prepare", p.done, p.total, p.message)))
+        # the shipped starter's companions' graphs: in a new set before it looks ready, else beside it
+        root = prepare(force=args.force, progress=report,
+                       before_ready=lambda folder: prepare_starter_graphs(folder, report))
+        prepare_starter_graphs(root, report)
+        if emit is not None:
             emit(events.Done(assets=str(root)))
         else:
-            root = prepare(force=args.force)
             print(f"assets ready in {root}")
         return 0
     command: Callable[[argparse.Namespace], int] = {"train": _train, "evaluate": _evaluate,

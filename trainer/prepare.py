@@ -186,10 +186,13 @@ PREPARE_STEPS = 4  # backbone, MiniLM, GloVe, zero-shot class embeddings
 
 
 def prepare(root: Path | None = None, force: bool = False,
-            progress: Callable[[Progress], None] | None = None) -> Path:
+            progress: Callable[[Progress], None] | None = None,
+            before_ready: Callable[[Path], None] | None = None) -> Path:
     """Write every asset into ``root`` (default ``assets_dir()``) atomically; returns the folder.
 
     ``progress`` receives a record before each of the :data:`PREPARE_STEPS` steps and one when all are done.
+    ``before_ready(folder)`` writes more into the new set before its manifest makes it look ready (the shipped
+    starter's companions' graphs, :mod:`trainer.startergraphs`: the engine offers the starter once it does).
     """
     root = root or assets_dir()
     if is_prepared(root) and not force:
@@ -209,6 +212,8 @@ def prepare(root: Path | None = None, force: bool = False,
         _export_class_names(work)
         report(Progress(len(steps), PREPARE_STEPS, "preparing zero-shot search"))
         _embed_class_texts(work)
+        if before_ready is not None:
+            before_ready(work)
         (work / "manifest.json").write_text(json.dumps({"version": ASSETS_VERSION, "backbone": BACKBONE_ID}))
         if root.exists():
             shutil.rmtree(root)
@@ -217,3 +222,4 @@ def prepare(root: Path | None = None, force: bool = False,
         work.mkdir()  # TemporaryDirectory wants to remove something
     report(Progress(PREPARE_STEPS, PREPARE_STEPS, f"assets ready in {root}"))
     return root
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine import paths
@@ -29,15 +29,18 @@ def assets_ready(root: Path | None = None) -> bool:
     return ((root or paths.assets_dir()) / "manifest.json").is_file()
 
 
-def ensure_assets(cancel: CancelToken | None = None, force: bool = False) -> Iterator[Progress]:
+def ensure_assets(cancel: CancelToken | None = None, force: bool = False,
+                  also_ready: Callable[[], bool] = lambda: True) -> Iterator[Progress]:
     """Prepare the assets when they are missing (nothing happens when they are there), yielding progress;
-    ``force`` prepares them again even when they are there (``polyseek prepare --force``).
+    ``force`` prepares them again even when they are there (``polyseek prepare --force``); ``also_ready``: what
+    else the prepare step writes that the caller needs (the shipped starter's companions' graphs,
+    :func:`engine.search.starter.starter_graphs_ready`).
 
     Raises :class:`AssetsMissing` when preparing fails (the message names the log with the details) and
     :class:`engine.progress.Cancelled` when ``cancel`` is set (the child is stopped; nothing half-written
     is kept, since the trainer writes the folder atomically).
     """
-    if assets_ready() and not force:
+    if assets_ready() and also_ready() and not force:
         return
     yield Progress(0, 1, PREPARE_MESSAGE)
     log_path = _log_path()

@@ -31,12 +31,13 @@ class Encoders:
         self._lock = threading.RLock()  # class_embeddings needs minilm: nested creation
         self._cache: dict[str, Any] = {}
 
-    def prepare(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    def prepare(self, cancel: CancelToken | None = None,
+                also_ready: Callable[[], bool] = lambda: True) -> Iterator[Progress]:
         """Prepare the default pretrained assets when they are missing (first use; progress records), and
         their word table (:mod:`engine.features.wordtable`; once, also for an asset set prepared before it
         existed); an assets folder given explicitly is used as it is."""
         if self._assets is None:
-            yield from ensure_assets(cancel)
+            yield from ensure_assets(cancel, also_ready=also_ready)
             own = wordtable.own_assets()
             if own is not None:
                 yield from wordtable.ensure_table(own, lambda words: self.minilm.encode(words).sentence, cancel)

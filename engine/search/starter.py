@@ -9,6 +9,11 @@ their installed folder's name (``starter-<digest>``), listed but not activated: 
 ``POLYSEEK_STARTER=off`` turns the offer off (the test suite does, to test zero-shot ranking).
 
 How it was made and how to rebuild it: ``tools/build_starter.py`` and its ``starter.json``.
+
+The models searched beside it (its PVSE companion and that one's PCME, :mod:`engine.search.companion`) ship as
+float16 weights without their ONNX graphs: ``polyseek prepare`` (the trainer process, with the other pretrained
+assets) exports them into :func:`prepared_graphs`, and the installed copy takes them from there (:func:`_top_up`).
+Until then the starter searches alone.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ def shipped_starter() -> Path | None:
 def starter_enabled() -> bool:
     return os.environ.get("POLYSEEK_STARTER", "on").strip().lower() not in ("off", "0", "no", "false")
 
+
+GRAPHS_DIR = "starter-graphs"  # in the assets folder: the companions' graphs ``polyseek prepare`` exported
+FAILED_NOTE = "FAILED"  # left there instead when a companion could not be exported (trainer/startergraphs.py)
 
 # shipped after a starter with the same weights was installed (a folder before the file that names it)
 ADDED_LATER = ("caption_words.json", "companion", "companion/model.safetensors", "pcme", "companion/companion.json",
@@ -88,26 +96,68 @@ def _copy_folder(source: Path, dest: Path) -> None:
         raise
 
 
-def _top_up(shipped: Path, installed: Path) -> None:
-    """Files a later release ships beside the same weights (:data:`ADDED_LATER`), added to an installed copy of
-    the starter; nothing there is replaced. Best effort: a read-only models folder keeps the copy as it is."""
-    for name in ADDED_LATER:
-        source, dest = shipped / name, installed / name
+def _top_up(shipped: Path, installed: Path) -> bool:
+    """Files a later release ships beside the same weights (:data:`ADDED_LATER`), and the companions' graphs once
+    ``polyseek prepare`` has exported them, added to an installed copy of the starter; nothing there is replaced.
+    Best effort: a read-only models folder keeps the copy as it is. Returns whether anything was added."""
+    sources = [(shipped / name, installed / name) for name in ADDED_LATER]
+    added = False
+    for folder in graphs_to_prepare(shipped):
+        graphs = prepared_graphs(shipped, folder)
+        if (graphs / "manifest.json").is_file():  # not a note saying why they could not be exported
+            sources.append((graphs, installed / folder / "onnx"))
+    for source, dest in sources:
         try:
             if source.is_file() and not dest.is_file():
                 atomic_write_bytes(dest, source.read_bytes())
+                added = True
             elif source.is_dir() and not dest.exists():
                 _copy_folder(source, dest)
+                added = True
         except OSError as exc:
-            log.warning("could not add %s to %s (%s)", name, installed, exc)
+            log.warning("could not add %s to %s (%s)", source.name, installed, exc)
+    return added
+
+
+def graphs_to_prepare(shipped: Path) -> list[str]:
+    """The folders (relative to ``shipped``) of the models searched beside the starter that ship without their
+    ONNX graphs: the companion it names, then that one's own."""
+    from engine.search.companion import read_companion
+
+    root, folders, model = shipped.resolve(), [], shipped
+    for _ in range(2):  # LibraryState opens one level of companions beside the active model's own
+        spec = read_companion(model)
+        if spec is None or not spec.folder.is_relative_to(root) or spec.folder == root:
+            break
+        if not (spec.folder / "onnx" / "manifest.json").is_file():
+            folders.append(spec.folder.relative_to(root).as_posix())
+        model = spec.folder
+    return folders
+
+
+def prepared_graphs(shipped: Path, folder: str, assets: Path | None = None) -> Path:
+    """Where ``polyseek prepare`` exports the graphs of the starter's companion ``folder`` (per starter weights), in
+    ``assets`` (default: the assets folder the engine reads)."""
+    return (assets or paths.assets_dir()) / GRAPHS_DIR / installed_name(shipped) / folder
+
+
+def starter_graphs_ready() -> bool:
+    """Whether every graph the shipped starter's companions need is prepared, or could not be and a note says why
+    (True without a starter to offer)."""
+    shipped = shipped_starter() if starter_enabled() else None
+    if shipped is None:
+        return True
+    folders = [prepared_graphs(shipped, f) for f in graphs_to_prepare(shipped)]
+    return all((f / "manifest.json").is_file() or (f / FAILED_NOTE).is_file() for f in folders)
 
 
 def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
-                  activate: Callable[[str], None]) -> str | None:
+                  activate: Callable[[str], None], topped_up: Callable[[], None] = lambda: None) -> str | None:
     """Register (``register(folder, name)``, the service's, which checks the model against the backbone) and,
     when nothing is active, activate the starter model in a library that never had it; returns its registered
     name, or None when there is none to offer. A starter that does not fit this installation's pretrained assets
-    (another backbone) is skipped with a log line, never an error."""
+    (another backbone) is skipped with a log line, never an error. ``topped_up`` is called when files were added
+    to the library's installed starter (what was opened from it is stale)."""
     if not starter_enabled():
         return None
     shipped = shipped_starter()
@@ -116,8 +166,9 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
         folder = Path(registered.path)
         if shipped is None:
             return STARTER_NAME
-        if _copied_from(folder, shipped) or folder.name == installed_name(shipped):  # the same weights
-            _top_up(shipped, folder)
+        if ((_copied_from(folder, shipped) or folder.name == installed_name(shipped))  # the same weights
+                and _top_up(shipped, folder)):
+            topped_up()  # e.g. its companions' graphs, prepared since the library opened it
         else:
             _list_newer(catalog, shipped, register)
         return STARTER_NAME

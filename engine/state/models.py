@@ -80,7 +80,8 @@ def offer_starter(state: LibraryState) -> None:
     state.offering = True  # registering checks it against the backbone (seconds): it stays listed meanwhile
     try:
         name = offer(state.catalog, lambda folder, as_name: register_model(state, folder, as_name),
-                     lambda as_name: set_active_model(state, as_name))  # at once where listed
+                     lambda as_name: set_active_model(state, as_name),  # at once where listed
+                     state.invalidate)  # reopened with what was added (its companions' graphs)
     finally:
         state.offering = False
     waiting = (name is None and not state.encoders.ready() and starter_enabled()

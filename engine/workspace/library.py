@@ -13,6 +13,7 @@ from engine.library.catalog import MediaRecord, MediaStatus
 from engine.library.indexer import OfflineRoot
 from engine.media import prune_thumbnails, thumbnail
 from engine.progress import CancelToken, Progress
+from engine.search.starter import starter_graphs_ready
 from engine.state import LibraryState
 from engine.state.models import offer_starter
 from engine.types import MediaDetails, SearchHit
@@ -57,7 +58,7 @@ class Library:
         # list read between the two listed zero-shot alone: the Model box flickered, a test saw it)
         state.offering = state.awaited_starter is not None
         try:
-            for progress in state.encoders.prepare(cancel):
+            for progress in state.encoders.prepare(cancel, also_ready=starter_graphs_ready):
                 if state.awaited_starter is not None and state.encoders.ready():
                     offer_starter(state)  # the assets are there: the starter searches while the word table is built
                 yield progress

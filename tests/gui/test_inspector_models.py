@@ -73,13 +73,16 @@ def _shipped_starter() -> Path:
     return starter
 
 
-def test_the_shipped_starter_shows_its_companions_heads(qtbot, library) -> None:
-    inspector = _explained(qtbot, library, str(_shipped_starter()))
+def test_the_shipped_starter_shows_its_companions_heads(qtbot, library, assets_dir) -> None:
+    from engine.search.starter import installed_starter
+
+    # as a library gets it: installed, with its companions' graphs from the prepared assets (assets_dir)
+    inspector = _explained(qtbot, library, str(installed_starter(_shipped_starter())))
     assert inspector.explanation.item_attention.shape == (3, 49)  # the PVSE companion's three heads, 7 x 7 regions
     assert len(inspector.head_views) == 3 and len(inspector.token_strips) == 3
     _no_markers(inspector)
     notes = inspector.notes_label.text()
-    assert "starter heads (pvse, K=3)" in notes and "the heads of the model searched beside" in notes
+    assert "heads (pvse, K=3)" in notes and "the heads of the model searched beside" in notes
     assert inspector.explanation.word_matches == ()
 
 

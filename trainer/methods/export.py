@@ -245,6 +245,20 @@ def quantize_encoders(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
+def drop_untrained_encoders(export_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Remove from an export folder the encoders whose branch learnt from nothing (its manifest's ``trained_on``;
+    the engine never ranks with them: a model that saw no clip needs no video graph); returns the manifest."""
+    folder = Path(export_dir)
+    manifest = load_manifest(folder)
+    trained_on = manifest.get("trained_on") or {}
+    for modality in [m for m in ("video",) if m in manifest["encoders"] and trained_on.get(m, 0) == 0]:
+        (folder / manifest["encoders"].pop(modality)["file"]).unlink(missing_ok=True)
+    if "int8" in manifest:
+        manifest["int8"] = [m for m in manifest["int8"] if m in manifest["encoders"]]
+    _write_manifest(folder, manifest)
+    return manifest
+
+
 def _quantize_graphs(folder: Path, manifest: dict[str, Any]) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
