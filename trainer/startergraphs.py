@@ -64,6 +64,7 @@ def export_companion(model_dir: Path, dest: Path) -> dict:
         staging = Path(tmp) / "onnx"
         export_folder(model_dir, load_model(model_dir), staging, trained_on=trained_on)
         manifest = drop_untrained_encoders(staging)
+        staging.chmod(0o755)  # made by mkdtemp (0700); an assets folder may be shared by several users
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)
