@@ -96,3 +96,32 @@ def test_train_prepares_the_assets_before_starting_the_trainer(fresh_home, asset
     monkeypatch.setattr(cli.subprocess, "call", lambda *a, **k: started.append(a) or 0)
     assert cli.main(["train", "--method", "vse", "--data", str(tmp_path)]) == 2
     assert started == [] and "exit status 4" in capsys.readouterr().err  # no trainer without its assets
+
+
+def test_assets_prepared_before_the_starter_had_companions_get_their_graphs_at_the_next_use(
+        assets_dir, tmp_path, monkeypatch, capsys):
+    """#42: the starter's companions ship as weights; a home whose assets were prepared without their graphs gets
+    them from the real trainer at its next command (the other assets are kept), and then nothing is prepared again."""
+    from engine.search.starter import graphs_to_prepare, prepared_graphs, shipped_starter, starter_graphs_ready
+
+    shipped = shipped_starter()
+    if shipped is None or not graphs_to_prepare(shipped):
+        pytest.skip("this installation ships no starter with companions to prepare")
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    for entry in assets_dir.iterdir():  # the prepared set, without the companions' graphs
+        if entry.name != "starter-graphs":
+            (assets / entry.name).symlink_to(entry)
+    monkeypatch.setenv("POLYSEEK_ASSETS", str(assets))
+    monkeypatch.setenv("POLYSEEK_STARTER", "on")
+    assert not starter_graphs_ready()
+    assert cli.main(["prepare"]) == 0
+    for folder in graphs_to_prepare(shipped):
+        manifest = json.loads((prepared_graphs(shipped, folder) / "manifest.json").read_text())
+        assert manifest["int8"] == ["image"] and "video" not in manifest["encoders"]
+    assert starter_graphs_ready() and (assets / "backbone").is_symlink()  # only the graphs were written
+    seen: list[Progress] = []
+    real = engine.features.assets.ensure_assets
+    monkeypatch.setattr(engine.features.assets, "ensure_assets",
+                        lambda *a, **k: (seen.append(p) or p for p in real(*a, **k)))
+    assert cli.main(["prepare"]) == 0 and seen == []  # ready: nothing runs again
