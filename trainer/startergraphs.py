@@ -21,7 +21,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.progress import Progress
-from engine.search.starter import FAILED_NOTE, graphs_to_prepare, prepared_graphs, shipped_starter, starter_enabled
+from engine.search.starter import (
+    FAILED_NOTE,
+    graphs_settled,
+    graphs_to_prepare,
+    prepared_graphs,
+    shipped_starter,
+    starter_enabled,
+)
 from trainer.checkpoint import load_model
 from trainer.exporting import export_folder
 from trainer.methods.export import drop_untrained_encoders
@@ -38,7 +45,7 @@ def prepare_starter_graphs(assets: Path | None = None, progress: Callable[[Progr
         shipped = shipped_starter() if starter_enabled() else None
     if shipped is None:
         return []
-    todo = [f for f in graphs_to_prepare(shipped) if not _settled(prepared_graphs(shipped, f, assets))]
+    todo = [f for f in graphs_to_prepare(shipped) if not graphs_settled(prepared_graphs(shipped, f, assets))]
     written = []
     for done, folder in enumerate(todo):
         if progress is not None:
@@ -70,6 +77,3 @@ def export_companion(model_dir: Path, dest: Path) -> dict:
         staging.rename(dest)
     return manifest
 
-
-def _settled(folder: Path) -> bool:
-    return (folder / "manifest.json").is_file() or (folder / FAILED_NOTE).is_file()

@@ -24,7 +24,7 @@ class BatchReads:
         self.features = features
         self._scratch = {} if scratch is None else scratch  # float32 buffers the batches of one sync reuse
         self._records: list[tuple[str, frozenset, frozenset, dict]] = []
-        self._stacks: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._stacks: dict[tuple, list] = {}  # (backbone, hashes) -> [rows, pooled, local or None]
 
     def records(self, hashes: Sequence[str], backbone: str, fields: tuple[str, ...]) -> dict:
         """:meth:`FeatureStore.get_many`, answered from an earlier read of these items with at least these fields."""
@@ -43,20 +43,20 @@ class BatchReads:
         for every region. The local features are decoded straight into a buffer the next batch reuses (read as
         float16 records, widened, then stacked, they cost ~0.6 ms a photo; a fresh 64 MB array a batch, its page
         faults again)."""
-        key = (backbone, tuple(hashes), wants_local)
+        key = (backbone, tuple(hashes))
         if key not in self._stacks:
             records = self.records(hashes, backbone, ("global",))
             rows = [i for i, h in enumerate(hashes) if h in records and records[h].global_ is not None]
-            kept = [hashes[i] for i in rows]
-            pooled = np.stack([records[h].global_ for h in kept]).astype(np.float32) if kept else None
-            local = None
-            if wants_local and kept:
-                local = self._buffer((len(kept), 49, pooled.shape[1]))
-                written = self.features.locals_into(kept, backbone, local)
-                for row in np.flatnonzero(~written):
-                    local[row] = pooled[row]
-            self._stacks[key] = (rows, pooled, local)
-        return self._stacks[key]
+            pooled = np.stack([records[hashes[i]].global_ for i in rows]).astype(np.float32) if rows else None
+            self._stacks[key] = [rows, pooled, None]
+        stack = self._stacks[key]
+        rows, pooled, local = stack
+        if wants_local and rows and local is None:
+            local = stack[2] = self._buffer((len(rows), 49, pooled.shape[1]))
+            written = self.features.locals_into([hashes[i] for i in rows], backbone, local)
+            for row in np.flatnonzero(~written):
+                local[row] = pooled[row]
+        return rows, pooled, local if wants_local else None
 
     def _buffer(self, shape: tuple[int, ...]) -> np.ndarray:
         size = int(np.prod(shape))

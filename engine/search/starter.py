@@ -147,8 +147,12 @@ def starter_graphs_ready() -> bool:
     shipped = shipped_starter() if starter_enabled() else None
     if shipped is None:
         return True
-    folders = [prepared_graphs(shipped, f) for f in graphs_to_prepare(shipped)]
-    return all((f / "manifest.json").is_file() or (f / FAILED_NOTE).is_file() for f in folders)
+    return all(graphs_settled(prepared_graphs(shipped, f)) for f in graphs_to_prepare(shipped))
+
+
+def graphs_settled(folder: Path) -> bool:
+    """Whether a companion's prepared ``folder`` holds its graphs, or a note saying why it could not."""
+    return (folder / "manifest.json").is_file() or (folder / FAILED_NOTE).is_file()
 
 
 def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],

@@ -26,6 +26,7 @@ from engine.features.text import carries_evidence
 from engine.features.vocabulary import read_caption_words
 from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecord
 from engine.progress import CancelToken, Progress
+from engine.search import evidence
 from engine.search.batchreads import BatchReads
 from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
@@ -106,9 +107,7 @@ class TrainedSearch:
         embedded yet, batch by batch, each batch's features read from the store once for all of them
         (:class:`BatchReads`); drop vectors of items that are gone."""
         cancel = cancel or CancelToken()
-        chain = [self]
-        while chain[-1].companion is not None and chain[-1].companion not in chain:
-            chain.append(chain[-1].companion)
+        chain = [self, *(model for _, model in evidence.beside(self))]
         ok = {m.id: m for m in self.catalog.iter_media(MediaStatus.OK)}
         plans = [model._plan_sync(ok) for model in chain]
         todo = [m for i, m in ok.items() if any(i in wanted for wanted, _ in plans)]
