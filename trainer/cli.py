@@ -45,6 +45,7 @@ from trainer.finetune import model_pairs
 from trainer.methods import ConfigError, ExportError, list_methods
 from trainer.methods.registry import PRESETS
 from trainer.prepare import prepare
+from trainer.pseudocaptions import PSEUDO_SOURCES
 from trainer.sparse import SparseSplitError, add_sparse_arguments, sparse_config_from_args
 from trainer.splits import split_view
 from trainer.startergraphs import prepare_starter_graphs
@@ -100,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="learning-rate schedule (default: the method's recipe)")
     p.add_argument("--no-pseudo-pairs", action="store_true",
                    help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
+    p.add_argument("--pseudo-captions", default="regions", choices=list(PSEUDO_SOURCES),
+                   help="the un-annotated items' pseudo captions: their regional semantics (A3VSE §3.2), or the "
+                        "consensus caption of their nearest annotated look-alikes")
     p.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                    help="start from this model folder's weights and config (same method) instead of random ones; "
                         "its validation score is the one to beat, so the run never ends worse than its start")
@@ -310,7 +314,8 @@ def _train(args: argparse.Namespace) -> int:
         json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
         later_ties=args.later_ties,
-        pseudo_pairs=not args.no_pseudo_pairs, val_items=args.val_items, schedule=args.schedule,
+        pseudo_pairs=not args.no_pseudo_pairs, pseudo_captions=args.pseudo_captions, val_items=args.val_items,
+        schedule=args.schedule,
         epoch_captions=args.epoch_captions, clip_captions=args.clip_captions, finetune_epochs=args.finetune_epochs,
         finetune_lr=args.finetune_lr,
         finetune_head_lr=args.finetune_head_lr, finetune_blocks=args.finetune_blocks, init_from=args.init_from,

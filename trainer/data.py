@@ -209,7 +209,7 @@ class PairSet:
         keep = np.flatnonzero(new_index[self.caption_item] >= 0)
         return PairSet([self.files[i] for i in items], _visual_subset(self.visual, items),
                        [self.captions[c] for c in keep], new_index[self.caption_item[keep]],
-                       _text_subset(self.text, keep))
+                       text_subset(self.text, keep))
 
 
 def _visual_subset(v: VisualFeatures, items: np.ndarray) -> VisualFeatures:
@@ -222,7 +222,7 @@ def _visual_subset(v: VisualFeatures, items: np.ndarray) -> VisualFeatures:
                           v.frames[clip_rows], v.frame_mask[clip_rows], None if v.stills is None else v.stills[items])
 
 
-def _text_subset(t: TextFeatures, rows: np.ndarray) -> TextFeatures:
+def text_subset(t: TextFeatures, rows: np.ndarray) -> TextFeatures:
     sentence = None if t.sentence is None else t.sentence[rows]
     if t.tokens is None or t.offsets is None:
         return TextFeatures(len(rows), t.width, sentence)

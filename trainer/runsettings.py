@@ -70,6 +70,7 @@ class TrainOptions:
     # captions: its rsum soon stops moving, and the first epoch that reached it would be all the run learnt)
     later_ties: bool = False
     pseudo_pairs: bool = True
+    pseudo_captions: str = "regions"  # where the pseudo pairs' text comes from (trainer.pseudocaptions)
     val_items: int | None = None
     schedule: str | None = None
     epoch_captions: int | None = None  # captions of each item per epoch; 0 = all (default: the recipe's)
@@ -258,4 +259,5 @@ def jsonable(settings: RunSettings, options: TrainOptions) -> dict[str, Any]:
             "val_split": options.val_split, "annotated_fraction": options.sparse.annotated_fraction,
             "captions_per_image": options.sparse.captions_per_image, "sparse_seed": options.sparse.seed,
             "preset": options.preset, "pseudo_pairs": options.pseudo_pairs,
+            "pseudo_captions": options.pseudo_captions,
             "extra_annotated": list(options.sparse.extra_annotated)}

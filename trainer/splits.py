@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.library.captionfolder import CaptionFolder, load_caption_folder
-from trainer.data import DataError, FeatureNeeds, FeatureSource, PairSet
+from trainer.data import DataError, FeatureNeeds, FeatureSource, PairSet, VisualFeatures, text_subset
+from trainer.pseudocaptions import PseudoSource, consensus_captions, nearest_annotated
 from trainer.sparse import SparseConfig, sparse_split_folder
 
 log = logging.getLogger(__name__)
@@ -76,9 +78,11 @@ def split_view(root: Path, split: str | None) -> CaptionFolder:
 
 
 def load_training_data(root: Path, train_split: str, val_split: str, sparse: SparseConfig,
-                       needs: FeatureNeeds, source: FeatureSource, with_pseudo: bool) -> TrainingData:
+                       needs: FeatureNeeds, source: FeatureSource, with_pseudo: bool,
+                       pseudo_captions: PseudoSource = "regions") -> TrainingData:
     """Train / validation pairs of a caption folder; ``sparse`` keeps a fraction of the training captions
-    (A3VSE's sparse corpus) and ``with_pseudo`` pairs the rest of the training items with pseudo captions."""
+    (A3VSE's sparse corpus) and ``with_pseudo`` pairs the rest of the training items with pseudo captions
+    (``pseudo_captions``: where their text comes from, :mod:`trainer.pseudocaptions`)."""
     train_view, val_view = resolve_splits(load_caption_folder(root), train_split, val_split, sparse.seed)
     split = sparse_split_folder(train_view, sparse)
     if not split.annotated:
@@ -91,7 +95,25 @@ def load_training_data(root: Path, train_split: str, val_split: str, sparse: Spa
     if with_pseudo and split.unannotated:
         visual, kept = source.visual(split.unannotated, needs)
         items = [split.unannotated[i] for i in kept]
-        texts = source.pseudo_captions(items)
-        pseudo = PairSet([item.file for item in items], visual, texts, np.arange(len(items), dtype=np.int64),
-                         source.text(texts, needs))
+        if pseudo_captions == "neighbours":
+            chosen = _transferred_captions(train, visual, source, needs)
+            texts = [train.captions[c] for c in chosen]
+            text = text_subset(train.text, chosen)
+        else:
+            texts = source.pseudo_captions(items)
+            text = source.text(texts, needs)
+        pseudo = PairSet([item.file for item in items], visual, texts, np.arange(len(items), dtype=np.int64), text)
     return TrainingData(train, val, pseudo, len(split.annotated) + len(split.unannotated))
+
+
+def _transferred_captions(train: PairSet, unannotated: VisualFeatures, source: FeatureSource,
+                          needs: FeatureNeeds) -> np.ndarray:
+    """Indices into ``train.captions`` of the caption carried over to each un-annotated item (the consensus of
+    its annotated look-alikes' captions, :mod:`trainer.pseudocaptions`)."""
+    sentences = train.text.sentence
+    if sentences is None:
+        sentences = source.text(train.captions, dataclasses.replace(needs, tokens=False, sentence=True,
+                                                                    text_encoder="minilm")).sentence
+    assert sentences is not None
+    neighbours, likeness = nearest_annotated(train.visual.pooled, unannotated.pooled)
+    return consensus_captions(neighbours, likeness, train.caption_item, sentences)

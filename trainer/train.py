@@ -273,7 +273,7 @@ def _load_data(options: TrainOptions, config: MethodConfig, world: Dist, source:
         # un-annotated items with pseudo captions: A3VSE's D^u, VSE's pseudo pairs, a warm start's distractors
         pseudo = options.pseudo_pairs and (config.learns_from_pseudo_pairs or options.init_from is not None)
         data = load_training_data(options.data, options.train_split, options.val_split, options.sparse, needs,
-                                  source, with_pseudo=pseudo)
+                                  source, with_pseudo=pseudo, pseudo_captions=options.pseudo_captions)
     finally:
         source.progress = user_progress
         if world.active and world.main:

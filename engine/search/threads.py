@@ -59,6 +59,12 @@ def one_thread() -> Iterator[None]:
                 _limit = None
 
 
+def held() -> bool:
+    """Whether the pools are held to one thread now (a query is running), so a BLAS product runs on the calling
+    thread alone."""
+    return _active > 0
+
+
 def single_threaded(function: F) -> F:
     """:func:`one_thread` around every call of ``function``."""
 

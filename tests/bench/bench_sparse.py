@@ -59,6 +59,7 @@ class RunSpec:
     method: str
     overrides: dict[str, Any] = field(default_factory=dict)
     pseudo_pairs: bool = True
+    pseudo_captions: str = "regions"  # trainer.pseudocaptions
 
 
 SETTINGS = {s.label: s for s in (Setting("10%x5", 0.1, 5), Setting("20%x1", 0.2, 1), Setting("50%x1", 0.5, 1))}
@@ -73,6 +74,9 @@ RUNS = {r.label: r for r in (
     RunSpec("a3vse-no-adversarial", "a3vse", {"adversarial": False}),
     # the pseudo-pair effect without the adversarial terms (which hurt here: see bench-results/sparse.md)
     RunSpec("a3vse-no-pseudo-no-adversarial", "a3vse", {"adversarial": False}, pseudo_pairs=False),
+    # the pseudo pairs' text carried over from the nearest annotated look-alikes instead of the regional semantics
+    RunSpec("a3vse-neighbours", "a3vse", pseudo_captions="neighbours"),
+    RunSpec("vse-pseudo-neighbours", "vse", {"pseudo_weight": 1.0}, pseudo_captions="neighbours"),
 )}
 SETTING_PATTERN = re.compile(r"^(\d+(?:\.\d+)?)%x([1-5])$")
 TARGET_LIFT = 5.0  # issue #7: pseudo pairs lift t2i R@10 by >= 5 points at 10% annotations
@@ -102,7 +106,8 @@ def epoch_budget(method: str, epochs: int | None) -> int:
 
 
 def train_run(*, label: str, method: str, setting: Setting, overrides: dict[str, Any], pseudo_pairs: bool,
-              args: argparse.Namespace, source: Any, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+              args: argparse.Namespace, source: Any, extra: tuple[str, ...] = (),
+              pseudo_captions: str = "regions") -> dict[str, Any]:
     """Train one model on ``setting`` (plus ``extra`` annotated items) and return its table row."""
     from trainer.checkpoint import load_state
     from trainer.train import Reporter, TrainOptions, train
@@ -111,14 +116,16 @@ def train_run(*, label: str, method: str, setting: Setting, overrides: dict[str,
     out = Path(args.models or Path(args.home) / "models") / f"{label}-{tag}-{time.strftime('%m%d-%H%M%S')}"
     options = TrainOptions(method=method, data=args.data, out=out, device=args.device,
                            epochs=epoch_budget(method, args.epochs), sparse=sparse_config(setting, extra),
-                           pseudo_pairs=pseudo_pairs, overrides=dict(overrides), seed=SEED,
+                           pseudo_pairs=pseudo_pairs, pseudo_captions=pseudo_captions, overrides=dict(overrides),
+                           seed=SEED,
                            epoch_captions=args.epoch_captions)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     report = train(options, source=source, reporter=Reporter(False, enabled=args.verbose))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     state = load_state(out)
     return {"setting": setting.label, "run": label, "method": method, "overrides": overrides,
-            "pseudo_pairs": pseudo_pairs and method == "a3vse", "extra_annotated": len(extra),
+            "pseudo_pairs": pseudo_pairs and method == "a3vse", "pseudo_captions": pseudo_captions,
+            "extra_annotated": len(extra),
             "i2t": {k: round(report["i2t"][k], 2) for k in ("r1", "r5", "r10")},
             "t2i": {k: round(report["t2i"][k], 2) for k in ("r1", "r5", "r10")},
             "rsum": round(report["rsum"], 2), "best_epoch": report.get("best_epoch"), "epochs": state.epoch,
@@ -222,7 +229,7 @@ def main() -> int:
                 try:
                     row = train_run(label=spec.label, method=spec.method, setting=setting,
                                     overrides=spec.overrides, pseudo_pairs=spec.pseudo_pairs, args=args,
-                                    source=source)
+                                    source=source, pseudo_captions=spec.pseudo_captions)
                 except (TrainingError, ConfigError, DataError) as exc:  # one failed run must not lose the rest
                     row = {"setting": setting.label, "run": spec.label, "error": str(exc)[:200]}
                 rows.append(row)

@@ -336,6 +336,20 @@ def test_local_codes_keep_zeros_exact_small_values_alive_and_every_value_within_
     assert np.all(encode_local_codes("k", relu, 64)[2].max(axis=1)[relu.max(axis=1) > 0] == 255)
 
 
+def test_local_codes_decode_as_float32_into_the_given_buffer_strided_or_not() -> None:
+    relu = np.clip(np.random.default_rng(4).normal(0, 2, (49, 64)), 0, 6).astype(np.float32)
+    blob, n = _blob(relu)
+    want = decode_local_codes(blob, n, 64).astype(np.float32)
+    batch = np.full((3, 49, 64), -1.0, np.float32)
+    decode_local_codes(blob, n, 64, out=batch[1])  # a batch's row: contiguous, written in place
+    strided = np.full((49, 128), -1.0, np.float32)
+    decode_local_codes(blob, n, 64, out=strided[:, ::2])  # not contiguous: still written there
+    for got in (batch[1], strided[:, ::2]):
+        assert got.dtype == np.float32 and _within_codes(got, relu)
+        assert np.allclose(got, want, atol=4e-3)
+    assert np.all(batch[[0, 2]] == -1) and np.all(strided[:, 1::2] == -1)
+
+
 def _blob(local: np.ndarray) -> tuple[bytes, int]:
     low, span, codes = encode_local_codes("k", local, local.shape[1])
     return low.tobytes() + span.tobytes() + codes.tobytes(), len(local)

@@ -278,6 +278,21 @@ def test_sparse_training_data_pairs_unannotated_items_with_pseudo_captions(tmp_p
     assert data.val.n_items == 2 and len(data.val.captions) == 4
 
 
+def test_pseudo_captions_carried_over_from_annotated_look_alikes_are_their_captions(tmp_path, assets_dir):
+    folder = make_toy_photo_folder(tmp_path / "toy", 10, seed=2, dev_fraction=0.2).root
+    with FeatureStore(tmp_path / "f.sqlite") as store:
+        source = FeatureSource(store, Encoders(assets_dir), tmp_path / "cache", assets_dir)
+        data = load_training_data(Path(folder), "train", "dev", SparseConfig(0.5, 1, 0),
+                                  FeatureNeeds(True, True, False, "glove", 8), source, with_pseudo=True,
+                                  pseudo_captions="neighbours")
+        own = source.text(data.pseudo.captions, FeatureNeeds(True, True, False, "glove", 8))
+    assert data.pseudo is not None and data.pseudo.n_items == 4 and len(data.pseudo.captions) == 4
+    assert set(data.pseudo.captions) <= set(data.train.captions)  # a person's caption of a look-alike
+    assert not set(data.pseudo.files) & set(data.train.files)
+    np.testing.assert_array_equal(data.pseudo.text.offsets, own.offsets)  # the features of those very captions
+    np.testing.assert_array_equal(data.pseudo.text.tokens, own.tokens)
+
+
 def test_a_sparse_epoch_repeats_its_pairs_to_the_full_corpus_length():
     pairs = _pairs_for_batching("pppppp", 2)  # 6 annotated items of a split of 30
     plain = epoch_batches(pairs, epoch=0, seed=0, batch_size=4, per_item=1)
