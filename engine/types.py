@@ -136,6 +136,7 @@ class Explanation:
     # PCME: what the item's and the query's uncertainty meant on the model's own validation split (R@1 of that
     # uncertainty decile there, and whether sigma predicted misses), in words; empty without that record
     uncertainty_calibration: tuple[str, ...] = ()
+    match_probability_by: str | None = None  # the probabilistic model whose own match probability that is
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,7 +224,13 @@ class Inspector(QScrollArea):
         if ex.match_probability is not None:
             self.probability_bar = QProgressBar(minimum=0, maximum=1000)
             self.probability_bar.setValue(round(1000 * ex.match_probability))
-            self.probability_bar.setFormat(f"model's own p(match) = {significant(ex.match_probability, 2)}")
+            by = ex.match_probability_by or "the uncertainty model"
+            self.probability_bar.setFormat(f"p(match) by {by} alone: {significant(ex.match_probability, 2)}")
+            # the text sits on the bar's fill as often as beside it: the window's text colour on the base colour
+            self.probability_bar.setTextVisible(True)
+            self.probability_bar.setStyleSheet(
+                "QProgressBar { text-align: center; } "
+                "QProgressBar::chunk { background-color: palette(midlight); }")
             self.probability_bar.setToolTip("The probabilistic model's own match probability, from its two "
                                             "distributions alone. A result's “strong / good / weak match” "
                                             "percentage is the calibrated estimate the search ranks by, which also "

@@ -62,7 +62,8 @@ def explain_item(query: str | Path, record: MediaRecord, trained: TrainedSearch 
 
 
 # What a probabilistic model's explanation adds to the heads': the match probability, the sigmas, their readings.
-UNCERTAINTY_FIELDS = ("query_uncertainty", "item_uncertainty", "match_probability", "query_sigma", "item_sigma",
+UNCERTAINTY_FIELDS = ("query_uncertainty", "item_uncertainty", "match_probability", "match_probability_by",
+                      "query_sigma", "item_sigma",
                       "query_mu_2d", "item_mu_2d", "item_uncertainty_percentile", "library_items",
                       "library_uncertainty_range", "uncertainty_calibration")
 

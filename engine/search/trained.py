@@ -375,7 +375,8 @@ class TrainedSearch:
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes),
                            library_uncertainty_range=spread,
-                           uncertainty_calibration=self._calibration(i_unc, q_unc))
+                           uncertainty_calibration=self._calibration(i_unc, q_unc),
+                           match_probability_by=self.record.name if prob is not None else None)
 
     def _as_ranked(self, item_id: int, encoded: Encoded) -> Encoded:
         """``encoded`` (one item's encoders run again, for its attention maps) with the vectors the ranking read

@@ -67,7 +67,7 @@ def test_a_pcme_result_is_explained_with_its_uncertainty_and_own_probability(qtb
     q_unc, i_unc = inspector.uncertainty_values
     assert q_unc is not None and q_unc > 0 and i_unc is not None and i_unc > 0
     assert inspector.probability_bar is not None and inspector.probability_bar.value() > 0
-    assert inspector.probability_bar.format().startswith("model's own p(match)")  # not the calibrated percentage
+    assert inspector.probability_bar.format().startswith("p(match) by ")  # not the calibrated percentage
     assert inspector.ellipse_plot is not None
     explanation = inspector.explanation
     assert explanation.library_items == service.library.counts()["total"] - service.library.counts()["failed"]
