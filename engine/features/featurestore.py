@@ -243,14 +243,11 @@ def decode_local_codes(blob: bytes, n: int, dim: int, out: np.ndarray | None = N
     low = np.frombuffer(blob, _F32, n)
     span = np.frombuffer(blob, _F32, n, n * _F32.itemsize)
     codes = np.frombuffer(blob, np.uint8, offset=head).reshape(n, dim)
-    # OpenCV's table lookup: ~10x NumPy's fancy indexing or np.take (0.08 ms of a photo's 0.1 ms read)
-    if out is None or not out.flags.c_contiguous:  # OpenCV writes only into a contiguous array
-        values = cv2.LUT(codes, _SQUARES)
-        if out is not None:
-            out[...] = values
-            values = out
-    else:
-        values = cv2.LUT(codes, _SQUARES, dst=out)
+    # OpenCV's table lookup, ~10x NumPy's fancy indexing or np.take; it writes only into a contiguous ``out``
+    direct = out is not None and out.flags.c_contiguous
+    values = cv2.LUT(codes, _SQUARES, dst=out) if direct else cv2.LUT(codes, _SQUARES)
+    if out is not None and values.ctypes.data != out.ctypes.data:
+        out[...], values = values, out
     values *= span.astype(np.float32)[:, None]
     if low.any():  # ReLU features: every row's min is 0
         values += low.astype(np.float32)[:, None]

@@ -412,7 +412,7 @@ def _feeds(spec: GraphSpec, given: dict[str, np.ndarray | None]) -> dict[str, np
 
 def _check_mask(mask: np.ndarray) -> None:
     """Masks are 1 on valid positions, which must be a non-empty prefix of every row."""
-    if mask.shape[1] == 0 or not np.isin(mask, (0.0, 1.0)).all():
+    if mask.shape[1] == 0 or not ((mask == 0.0) | (mask == 1.0)).all():
         raise ModelInputError("mask: expected 0/1 values over a non-empty sequence axis")
     if (mask[:, 0] == 0).any() or (np.diff(mask, axis=1) > 0).any():
         raise ModelInputError("mask: valid positions must come first in every row, and at least one")

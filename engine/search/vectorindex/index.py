@@ -20,7 +20,7 @@ Threads: any number of searches may run while one writer adds or removes. Search
 share one lock; the long parts of a write (growing the arrays, training a new faiss index, assigning IVF
 lists) run outside it under a separate writer lock. New items reach the faiss index in chunks
 (``Ann.add_chunk`` per lock hold); until then searches score them exactly. Every search runs on one thread
-(faiss with one OpenMP thread, ``np.einsum`` instead of BLAS: docs/benchmarks.md, "Threads").
+(faiss with one OpenMP thread, BLAS held to one: docs/benchmarks.md, "Threads").
 
 Memory: the stored vectors are float32, or float16 from :data:`FLOAT16_FROM` floats per item (``storage``;
 docs/benchmarks.md, "Memory", has the sizes at 1M items).
@@ -51,6 +51,7 @@ from engine.search.vectorindex.indexfiles import IndexFiles
 from engine.search.vectorindex.scoring import (
     IndexInputError,
     dot,
+    max_pairs,
     normalise,
     top_rows,
     widen,
@@ -255,6 +256,13 @@ class MultiVectorIndex(IndexFiles):
                 return self._exact_batch(queries, top, offset)
             return self._approximate_batch(queries, top, offset)
 
+    def _score_one(self, data: Data, rows: np.ndarray, query: np.ndarray, vectors: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_score_rows` of one query (Kq, D) in one block, the K x K rule without a batch axis (a text
+        query's candidates and sample, every query)."""
+        scores, pairs = max_pairs(query, widen(data.vectors[rows]) if vectors is None else vectors)
+        return scores[None], pairs[None]
+
     def _check_queries(self, queries: np.ndarray) -> np.ndarray:
         queries = np.asarray(queries)
         if queries.ndim != 3 or queries.shape[2] != self.dim or queries.shape[1] < 1:
@@ -277,6 +285,8 @@ class MultiVectorIndex(IndexFiles):
         the rows' float32 vectors when already gathered (:class:`Kept`)."""
         batch, kq, _ = queries.shape
         flat = queries.reshape(batch * kq, self.dim)
+        if batch == 1 and len(rows) * self.heads * self.dim <= _SCORE_BLOCK:
+            return self._score_one(data, rows, flat, vectors)
         scores = np.empty((batch, len(rows)), np.float32)
         pairs = np.empty((batch, len(rows), 2), np.int64)
         # bounds both the similarities and a block's float32 vectors (copied when gathered or widened)

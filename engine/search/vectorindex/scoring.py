@@ -47,7 +47,7 @@ def kxk_scores(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.nda
     if query.ndim != 2 or items.ndim != 3 or query.shape[1] != items.shape[2]:
         raise IndexInputError(f"kxk_scores: expected query (Kq, D) and items (N, K, D), got "
                               f"{query.shape} and {items.shape}")
-    return _max_pairs(normalise(query), normalise(items))
+    return max_pairs(normalise(query), normalise(items))
 
 
 def widen(vectors: np.ndarray) -> np.ndarray:
@@ -72,10 +72,12 @@ def dot(rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return np.einsum("nd,qd->nq", rows, queries)
 
 
-def _max_pairs(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def max_pairs(query: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`kxk_scores` on already-normalised float32 arrays (the hot path)."""
     n, heads, dim = items.shape
     sims = dot(items.reshape(n * heads, dim), query).reshape(n, heads, len(query))
+    if heads * len(query) == 1:  # one vector a side: no pair to choose
+        return sims.reshape(n).astype(np.float32, copy=False), np.zeros((n, 2), np.int64)
     flat = sims.transpose(0, 2, 1).reshape(n, len(query) * heads)  # column p * K + q
     best = flat.argmax(axis=1)
     scores = flat[np.arange(n), best]
