@@ -42,6 +42,7 @@ from engine.files import content_hash
 from engine.library.captionfolder import Item
 from engine.progress import Progress
 from trainer.methods import ImageInput, RetrievalModel, TextInput, VideoInput
+from trainer.pseudocaptions import regional_captions
 from trainer.textcache import SENTENCE_DIM, CachedCaption, caption_key, open_text_cache, read_cached, write_cached
 
 log = logging.getLogger(__name__)
@@ -330,13 +331,18 @@ class FeatureSource:
                 raise DataError(f"{item.path}: local features could not be recomputed")
             local[position] = result.record.local.astype(np.float16)
 
-    def pseudo_captions(self, items: Sequence[Item]) -> list[str]:
+    def pseudo_captions(self, items: Sequence[Item], colours: bool = False) -> list[str]:
         """Regional-semantics pseudo captions (A3VSE §3.2) of items already in the store, rebuilt from their
-        stored top ImageNet classes (:func:`engine.features.regional.pseudo_caption_from_record`)."""
+        stored top ImageNet classes (:func:`engine.features.regional.pseudo_caption_from_record`); ``colours``:
+        with each region's colour, decoded again (:func:`trainer.pseudocaptions.regional_captions`)."""
         hashes = [content_hash(item.path) for item in items]
         records = self.store.get_many(hashes, backbone_id(self.assets), ("image_top_ids",))
         names = self.encoders.class_names
-        return [pseudo_caption_from_record(records[h], names) or "a picture" for h in hashes]
+        full = (regional_captions([item.path for item in items], hashes, self.encoders.extractor().extract,
+                                  self.text_cache.parent / "pseudo" / f"{backbone_id(self.assets)}.json")
+                if colours else [None] * len(items))
+        return [f or pseudo_caption_from_record(records[h], names) or "a picture" for f, h in zip(full, hashes,
+                                                                                                strict=True)]
 
     # -- text -------------------------------------------------------------------------------------------
     def text(self, captions: Sequence[str], needs: FeatureNeeds) -> TextFeatures:

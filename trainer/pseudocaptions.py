@@ -3,6 +3,9 @@
 - ``regions``: the regional semantics of §3.2, each item's top ImageNet classes as phrases
   (:func:`engine.features.regional.pseudo_caption_from_record`), what the paper's detector of attributes and
   classes stands in for here.
+- ``colours``: the regional semantics as indexing writes them, each phrase with its region's colour ("black wok,
+  green cabbage"), A3VSE's attribute + class per region; the pixels are decoded again for them (the feature store
+  keeps the classes, not the colours), once per photo: :func:`regional_captions` caches them by content.
 - ``neighbours``: a caption carried over from the annotated items that look most alike (caption transfer, Devlin
   et al. 2015, "Exploring nearest neighbor approaches for image captioning"): the ``NEIGHBOURS`` annotated items
   nearest an un-annotated one in the backbone's pooled features (centred on the training items' mean, cosine) put
@@ -14,12 +17,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-PseudoSource = Literal["regions", "neighbours"]
-PSEUDO_SOURCES: tuple[str, ...] = ("regions", "neighbours")
+PseudoSource = Literal["regions", "colours", "neighbours"]
+PSEUDO_SOURCES: tuple[str, ...] = ("regions", "colours", "neighbours")
 NEIGHBOURS = 5  # annotated look-alikes whose captions are candidates
 _BLOCK = 4096  # un-annotated items per block of similarities
 
@@ -68,3 +75,23 @@ def consensus_captions(neighbours: np.ndarray, likeness: np.ndarray, caption_ite
         vectors = sentences[candidates]
         chosen[row] = candidates[int(np.argmax((vectors @ vectors.T) @ weight))]
     return chosen
+
+
+def regional_captions(paths: Sequence[Path], hashes: Sequence[str], extract: Callable[[list[Path]], list],
+                      cache: Path, batch: int = 256) -> list[str | None]:
+    """The full regional semantics' caption of each file (``extract``: an extractor's ``extract``; a file it
+    cannot decode gets None), read from and added to the JSON ``cache`` (content hash -> caption)."""
+    known: dict[str, str] = json.loads(cache.read_text(encoding="utf-8")) if cache.is_file() else {}
+    todo = [i for i, h in enumerate(hashes) if h not in known]
+    for start in range(0, len(todo), batch):
+        part = todo[start:start + batch]
+        for i, result in zip(part, extract([paths[i] for i in part]), strict=True):
+            semantics = getattr(result, "semantics", None)
+            if semantics is not None and semantics.caption:
+                known[hashes[i]] = semantics.caption
+    if todo:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(cache.name + ".tmp")
+        tmp.write_text(json.dumps(known), encoding="utf-8")
+        os.replace(tmp, cache)
+    return [known.get(h) for h in hashes]

@@ -100,7 +100,7 @@ def load_training_data(root: Path, train_split: str, val_split: str, sparse: Spa
             texts = [train.captions[c] for c in chosen]
             text = text_subset(train.text, chosen)
         else:
-            texts = source.pseudo_captions(items)
+            texts = source.pseudo_captions(items, colours=pseudo_captions == "colours")
             text = source.text(texts, needs)
         pseudo = PairSet([item.file for item in items], visual, texts, np.arange(len(items), dtype=np.int64), text)
     return TrainingData(train, val, pseudo, len(split.annotated) + len(split.unannotated))

@@ -76,6 +76,8 @@ RUNS = {r.label: r for r in (
     RunSpec("a3vse-no-pseudo-no-adversarial", "a3vse", {"adversarial": False}, pseudo_pairs=False),
     # the pseudo pairs' text carried over from the nearest annotated look-alikes instead of the regional semantics
     RunSpec("a3vse-neighbours", "a3vse", pseudo_captions="neighbours"),
+    # the regional semantics with each region's colour, as indexing writes them (A3VSE's attribute + class)
+    RunSpec("a3vse-colours", "a3vse", pseudo_captions="colours"),
     RunSpec("vse-pseudo-neighbours", "vse", {"pseudo_weight": 1.0}, pseudo_captions="neighbours"),
 )}
 SETTING_PATTERN = re.compile(r"^(\d+(?:\.\d+)?)%x([1-5])$")

@@ -40,3 +40,23 @@ def test_the_consensus_caption_agrees_with_the_look_alikes_not_the_odd_one_out()
     # two candidates: the nearer item's caption wins, not the one its far neighbour happens to resemble
     assert consensus_captions(np.array([[2, 1]]), np.array([[0.9, -0.5]], np.float32), caption_item,
                               sentences).tolist() == [4]
+
+
+def test_regional_captions_decode_each_file_once_and_keep_what_failed_as_none(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from trainer.pseudocaptions import regional_captions
+
+    calls: list[list[str]] = []
+
+    def extract(paths):
+        calls.append([p.name for p in paths])
+        return [ValueError("cannot decode") if p.name == "bad.jpg"
+                else SimpleNamespace(semantics=SimpleNamespace(caption=f"black dog ({p.stem})")) for p in paths]
+
+    files = [tmp_path / n for n in ("a.jpg", "bad.jpg", "b.jpg")]
+    cache = tmp_path / "cache" / "pseudo.json"
+    first = regional_captions(files, ["ha", "hbad", "hb"], extract, cache, batch=2)
+    assert first == ["black dog (a)", None, "black dog (b)"] and calls == [["a.jpg", "bad.jpg"], ["b.jpg"]]
+    again = regional_captions(files[:1] + files[2:], ["ha", "hb"], extract, cache)
+    assert again == ["black dog (a)", "black dog (b)"] and len(calls) == 2  # from the cache, nothing decoded
