@@ -70,6 +70,10 @@ MAX_FRAMES = 12
 QUERY_BOX = 512  # a query picture is drawn under its attention no larger than this
 
 
+# a bar whose words sit on its fill as often as beside it: a light fill under the window's own text colour
+READABLE_BAR = "QProgressBar { text-align: center; } QProgressBar::chunk { background-color: palette(midlight); }"
+
+
 @dataclass
 class _Loaded:
     """What the background job fetched for one (query, hit)."""
@@ -226,11 +230,7 @@ class Inspector(QScrollArea):
             self.probability_bar.setValue(round(1000 * ex.match_probability))
             by = ex.match_probability_by or "the uncertainty model"
             self.probability_bar.setFormat(f"p(match) by {by} alone: {significant(ex.match_probability, 2)}")
-            # the text sits on the bar's fill as often as beside it: the window's text colour on the base colour
-            self.probability_bar.setTextVisible(True)
-            self.probability_bar.setStyleSheet(
-                "QProgressBar { text-align: center; } "
-                "QProgressBar::chunk { background-color: palette(midlight); }")
+            self.probability_bar.setStyleSheet(READABLE_BAR)
             self.probability_bar.setToolTip("The probabilistic model's own match probability, from its two "
                                             "distributions alone. A result's “strong / good / weak match” "
                                             "percentage is the calibrated estimate the search ranks by, which also "
@@ -411,6 +411,7 @@ class Inspector(QScrollArea):
             self.uncertainty_bar = QProgressBar(minimum=0, maximum=1000)
             self.uncertainty_bar.setValue(round(10 * pct))
             self.uncertainty_bar.setFormat(f"more uncertain than {pct:.0f} % of this library")
+            self.uncertainty_bar.setStyleSheet(READABLE_BAR)
             self.uncertainty_bar.setToolTip(plain_tooltip(
                 "Where this item's uncertainty (the geometric mean of its sigma) sits among every item of this "
                 "library under the active model: left is the most certain, right the most ambiguous."))
