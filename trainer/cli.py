@@ -102,8 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pseudo-pairs", action="store_true",
                    help="a3vse: leave the un-annotated items out instead of pairing them with pseudo captions")
     p.add_argument("--pseudo-captions", default="regions", choices=list(PSEUDO_SOURCES),
-                   help="the un-annotated items' pseudo captions: their regional semantics (A3VSE §3.2), or the "
-                        "consensus caption of their nearest annotated look-alikes")
+                   help="the un-annotated items' pseudo captions: their regional semantics (A3VSE §3.2), the same "
+                        "with each region's colour, or the consensus caption of their nearest annotated look-alikes")
     p.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                    help="start from this model folder's weights and config (same method) instead of random ones; "
                         "its validation score is the one to beat, so the run never ends worse than its start")

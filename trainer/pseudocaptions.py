@@ -10,9 +10,10 @@
   et al. 2015, "Exploring nearest neighbor approaches for image captioning"): the ``NEIGHBOURS`` annotated items
   nearest an un-annotated one in the backbone's pooled features (centred on the training items' mean, cosine) put
   their captions forward, and the one kept is the consensus caption: the candidate whose MiniLM sentence vector is
-  closest to the candidates', each weighted by its item's likeness. A caption written by a person about a
-  look-alike is in the words people search with; a list of ImageNet classes is not (the regional pseudo pairs
-  lifted t2i R@10 by 1.3 at 10 % annotations, docs/benchmarks.md "A3VSE's sparse corpus").
+  closest to the candidates', each weighted by its item's likeness.
+
+``regions`` is the default: on Flickr8k at 10 % annotations ``colours`` measured no better and ``neighbours`` worse
+(docs/benchmarks.md, "A3VSE's sparse corpus").
 """
 
 from __future__ import annotations
@@ -25,14 +26,12 @@ from typing import Literal
 
 import numpy as np
 
+from engine.search.vectorindex.scoring import normalise
+
 PseudoSource = Literal["regions", "colours", "neighbours"]
 PSEUDO_SOURCES: tuple[str, ...] = ("regions", "colours", "neighbours")
 NEIGHBOURS = 5  # annotated look-alikes whose captions are candidates
 _BLOCK = 4096  # un-annotated items per block of similarities
-
-
-def _unit(rows: np.ndarray) -> np.ndarray:
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-9)
 
 
 def nearest_annotated(annotated: np.ndarray, unannotated: np.ndarray, k: int = NEIGHBOURS
@@ -44,11 +43,11 @@ def nearest_annotated(annotated: np.ndarray, unannotated: np.ndarray, k: int = N
     if not len(annotated) or not len(unannotated):
         raise ValueError("nearest_annotated: needs annotated and un-annotated items")
     centre = np.concatenate([annotated, unannotated]).mean(0)
-    a, k = _unit(annotated - centre), min(k, len(annotated))
+    a, k = normalise(annotated - centre), min(k, len(annotated))
     items = np.empty((len(unannotated), k), np.int64)
     likeness = np.empty((len(unannotated), k), np.float32)
     for start in range(0, len(unannotated), _BLOCK):
-        sims = _unit(unannotated[start:start + _BLOCK] - centre) @ a.T
+        sims = normalise(unannotated[start:start + _BLOCK] - centre) @ a.T
         top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(sims, top, 1), axis=1)
         items[start:start + len(sims)] = np.take_along_axis(top, order, 1)
@@ -71,7 +70,7 @@ def consensus_captions(neighbours: np.ndarray, likeness: np.ndarray, caption_ite
         if not candidates:
             raise ValueError(f"consensus_captions: annotated items {items} have no captions")
         weight = np.array([max(w, 0.0) + 1e-6 for item, w in zip(items, weights, strict=True)
-                           for _ in by_item.get(item, [])], np.float32)
+                           for _ in by_item.get(item, [])], np.float32)  # each candidate, its item's likeness
         vectors = sentences[candidates]
         chosen[row] = candidates[int(np.argmax((vectors @ vectors.T) @ weight))]
     return chosen
