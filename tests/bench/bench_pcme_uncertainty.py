@@ -42,13 +42,14 @@ def sigma_summary(sigma: np.ndarray) -> dict:
             "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}}
 
 
-def measure(model_dir: Path, data: Path, split: str) -> dict:
-    """The uncertainty report of one PCME model folder on ``split``."""
+def measure(model_dir: Path, data: Path, split: str, device_name: str = "cpu") -> dict:
+    """The uncertainty report of one PCME model folder on ``split`` (encoded on ``device_name``)."""
     import torch
 
     from trainer.checkpoint import load_model
     from trainer.data import FeatureNeeds, FeatureSource
     from trainer.evaluation import (
+        Encoded,
         encode_pairs,
         report_from_scores,
         resolve_similarity,
@@ -56,10 +57,11 @@ def measure(model_dir: Path, data: Path, split: str) -> dict:
         uncertainty_report,
     )
     from trainer.finetune import model_pairs
+    from trainer.methods.interface import EncoderOutput
     from trainer.methods.pcme import PCMEModel
     from trainer.splits import split_view
 
-    device = torch.device("cpu")
+    device = torch.device(device_name)
     model = load_model(model_dir, device)
     if not model.probabilistic:
         raise SystemExit(f"{model_dir}: not a PCME model ({model.config.method})")
@@ -70,6 +72,10 @@ def measure(model_dir: Path, data: Path, split: str) -> dict:
     finally:
         source.close()
     encoded = encode_pairs(model, pairs, device)
+    if device.type != "cpu":  # encoded on the GPU, read here
+        model = model.cpu()
+        encoded = Encoded(*(EncoderOutput(emb=o.emb.cpu(), logsigma=None if o.logsigma is None else o.logsigma.cpu())
+                            for o in (encoded.visual, encoded.text)))
     similarity = resolve_similarity(model, "default")
     scores = similarity_matrix(model, encoded, similarity)
     report = report_from_scores(scores, pairs.caption_item)

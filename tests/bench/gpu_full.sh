@@ -40,7 +40,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 D=/tmp/gpu-full-data
 if [ -d "$G/img1" ]; then  # else a call before this one on the same machine assembled the photos already
     rm -rf "$D" && mkdir -p "$D/images"
-    for shard in "$G"/img*; do find "$shard" -maxdepth 1 -name '*.jpg' -exec cp -l -t "$D/images" {} + ; done
+    for shard in "$G"/img*; do find "$shard" -maxdepth 1 -type f -exec cp -l -t "$D/images" {} + ; done
 fi
 if [ -n "${SUBSET:-}" ]; then
     $PY - "$G/meta/data" "$D" "$SUBSET" "$TRAIN_SPLIT" "$VAL_SPLIT" <<'PYEOF'
@@ -49,7 +49,8 @@ from pathlib import Path
 src, dest, n, train, val = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rows = [r.split("\t") for r in (src / "splits.tsv").read_text().splitlines()[1:]]
 keep = {f for f, s in rows if s == train}
-keep = set(sorted(keep)[:n]) | set(sorted(f for f, s in rows if s == val)[: max(10, n // 4)])
+held = sorted(f for f, s in rows if s == val)  # spread over the held-aside items (the slices of several folders)
+keep = set(sorted(keep)[:n]) | set(held[:: max(1, len(held) // max(10, n // 4))])
 (dest / "splits.tsv").write_text("file\tsplit\n" + "".join(f"{f}\t{s}\n" for f, s in rows if f in keep))
 lines = (src / "captions.tsv").read_text().splitlines()
 (dest / "captions.tsv").write_text("\n".join([lines[0]] + [l for l in lines[1:] if l.split("\t")[0] in keep]) + "\n")
@@ -88,8 +89,9 @@ _export_minilm(Path('$POLYSEEK_ASSETS/minilm'))
 " 2> "$LOGS/prepare.err" || { tail -5 "$LOGS/prepare.err"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
-stamp "assets exported; caching features (one pvse epoch: photos' local features, captions' token vectors)"
-$PY -m trainer train --method pvse --data "$D" --train-split "$TRAIN_SPLIT" --val-split "$VAL_SPLIT" \
+stamp "assets exported; caching features (one epoch: photos' local features, captions' token vectors)"
+# shellcheck disable=SC2086
+$PY -m trainer train ${CACHE_ARGS:---method pvse} --data "$D" --train-split "$TRAIN_SPLIT" --val-split "$VAL_SPLIT" \
     --device "$DEVICE" --epochs 1 --out "$H/models/cache" \
     > /dev/null 2> "$LOGS/cache.err" || { tail -5 "$LOGS/cache.err"; exit 1; }
 stamp "cached"
@@ -99,12 +101,24 @@ common=(--data "$D" --train-split "$TRAIN_SPLIT" --val-split "$VAL_SPLIT" --devi
 #   vse-sN / pvse-sN   the method's recipe warm-up, then FT phase-two epochs, whole backbone + TEXT_LAYERS of MiniLM
 #   vseimg-sN          vse, phase two with the whole backbone and no text layer (a model without its own MiniLM)
 #   pcme-sN            PCME's recipe on cached features (every caption each epoch), PCME_EPOCHS epochs
+# PCME variants (#42's recipe choice), the starter's data options first (tools/build_starter.py --method pcme):
+#   pcme-sN the shipped recipe; pcmecsd-sN PCME++'s closed-form sampled distance; pcmepp-sN that with PCME++'s
+#   pseudo-positives; pcmekl-sN a KL weight of 1e-4 (the paper's COCO value x10); pcme16-sN 16 epochs
+pcme_variant() {
+    echo --epoch-captions 5 --clip-captions 2 --set clip_input=stills
+    case ${1%-s*} in
+        pcmecsd) echo --set match_distance=csd ;;
+        pcmepp) echo --set match_distance=csd --set pseudo_positive_weight=0.1 ;;
+        pcmekl) echo --set kl_weight=1e-4 ;;
+        pcme16) echo --epochs 16 ;;
+    esac
+}
 args_of() {
     local name=$1 seed=${1##*-s}
     case $name in
         vseimg-*) echo --method vse --seed "$seed" --finetune-epochs "$FT" ${EPOCHS:+--epochs $EPOCHS} \
                --epoch-captions "$EPOCH_CAPTIONS" ;;
-        pcme-*) echo --method pcme --seed "$seed" --epochs "${PCME_EPOCHS:-8}" ${PCME_SET:-} ;;
+        pcme*) echo --method pcme --seed "$seed" --epochs "${PCME_EPOCHS:-8}" ${PCME_SET:-} $(pcme_variant "$name") ;;
         *) echo --method "${name%-s*}" --seed "$seed" --finetune-epochs "$FT" --text-layers "$TEXT_LAYERS" \
                ${EPOCHS:+--epochs $EPOCHS} --epoch-captions "$EPOCH_CAPTIONS" ;;
     esac
@@ -123,4 +137,11 @@ stamp "training done; packing"
 # What comes back (at most 8 files of 16 MiB a call): per run its head, config, metrics and log
 # (<run>.tgz, weights float16); its fine-tuned backbone and text layers (float16) stay in $H/models/<run>
 # for pack_weights.py to bring back, a call at a time.
-$PY tests/bench/gpu_pack.py --home "$H" --out "$OUT" --logs "$LOGS" --runs $RUNS
+PACK=$RUNS
+if [ -n "${PICK:-}" ]; then  # PCME runs: read on the held-aside slices here, bring back the PICK best
+    $PY tests/bench/gpu_pcme_pick.py --data "$D" --home "$H" --runs $RUNS --work /tmp/gpu-full-slices \
+        --out "$OUT/sigma.json" --keep "$PICK" --device "$DEVICE" 2> "$LOGS/pick.err" | tee "$LOGS/pick.out"
+    PACK=$(grep '^KEEP' "$LOGS/pick.out" | cut -d' ' -f2-)
+    stamp "picked: $PACK"
+fi
+$PY tests/bench/gpu_pack.py --home "$H" --out "$OUT" --logs "$LOGS" --runs $PACK

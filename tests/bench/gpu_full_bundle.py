@@ -88,9 +88,13 @@ def build(sources: list[Path], out: Path, shard_mib: float, val_items: list[int]
     return {"photos": len(files), "mib": sizes}
 
 
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")  # what --squash re-encodes; clips (MP4, GIF) travel as they are
+
+
 def _copy_photo(src: Path, dest: Path, squash: int) -> None:
-    """``src`` to ``dest`` as it is, or squashed to ``squash`` x ``squash`` when it is larger than that."""
-    if squash:
+    """``src`` to ``dest`` as it is, or, for a photo, squashed to ``squash`` x ``squash`` when it is larger than
+    that."""
+    if squash and src.suffix.lower() in PHOTO_SUFFIXES:
         import cv2
 
         from engine.media.decode import decode_image
