@@ -66,6 +66,11 @@ SAMPLE = 1_000
 # A companion reads every COMPANION_STRIDE-th row of the fixed sample for its z-scores (250 of 1,000): its K x K
 # heads cost ~7x the model's cosine per item, and 250 rows estimate a mean and a spread within a few percent
 COMPANION_STRIDE = 4
+# On that path a companion scores only the model's top BESIDE_CANDIDATES candidates (and every row the user's words
+# touch); the rest get its lowest score among them (None: every candidate). Chosen on the train side
+# (tests/bench/bench_beside_candidates.py, docs/benchmarks.md "Fewer candidates for the companions"): on the
+# starter's held-aside slices forced onto this path, app R@10 64.6 scoring all / 64.7 at 100 / 64.7 at 30
+BESIDE_CANDIDATES: int | None = 100
 
 
 class Evidence(Protocol):
@@ -176,12 +181,15 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         return Ranking(rows, raw, {name: raw}, **seen)
     total = np.zeros(len(rows), np.float32)
     parts: dict[str, np.ndarray] = {}
+    touched = _touched(user, words)
     for name, source in dense.items():
         own = (sample[::COMPANION_STRIDE] if sample is not None and name in BESIDE
                and len(sample) >= 100 * COMPANION_STRIDE else sample)
         if own is not None and hasattr(source, "calibrate"):
             source.calibrate(own)
-        raw = source.score(rows)
+        some = (_beside_rows(parts.get(EvidenceKind.MODEL), touched)
+                if sample is not None and name in BESIDE else None)
+        raw = source.score(rows) if some is None else _scored_at(source, rows, some)
         reference = source.score(own) if own is not None else None
         parts[name] = raw
         total += w[name] * standardise(raw, reference)
@@ -210,6 +218,32 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         parts["rejected"] = rejected
         total -= REJECT * rejected.astype(np.float32)
     return Ranking(rows, total, parts, **seen)
+
+
+def _touched(user: UserEvidence | None, words: np.ndarray | None) -> np.ndarray | None:
+    """Rows the user's words say something about (a caption, a look-alike, a rejection), or None."""
+    arrays = [words] if words is not None else []
+    if user is not None:
+        arrays += [user.lexical, user.semantic, user.spread, user.rejected]
+    arrays = [a for a in arrays if a is not None and len(a)]
+    return np.flatnonzero(np.any(np.stack(arrays) != 0, axis=0)) if arrays else None
+
+
+def _beside_rows(model_raw: np.ndarray | None, touched: np.ndarray | None) -> np.ndarray | None:
+    """Positions a companion scores among a large library's candidates: the model's top
+    :data:`BESIDE_CANDIDATES` and ``touched``; None (all of them) where that is every candidate anyway."""
+    if BESIDE_CANDIDATES is None or model_raw is None or len(model_raw) <= BESIDE_CANDIDATES:
+        return None
+    top = np.argpartition(-np.asarray(model_raw, np.float32), BESIDE_CANDIDATES - 1)[:BESIDE_CANDIDATES]
+    return top if touched is None else np.union1d(top, touched)
+
+
+def _scored_at(source: Evidence, rows: np.ndarray, some: np.ndarray) -> np.ndarray:
+    """``source``'s scores of ``rows[some]``, every other row at the lowest of them: below every row scored."""
+    scored = np.asarray(source.score(rows[some]), np.float32)
+    out = np.full(len(rows), scored.min() if len(scored) else 0.0, np.float32)
+    out[some] = scored
+    return out
 
 
 def beside(trained) -> list[tuple[str, Any]]:

@@ -33,6 +33,8 @@ from engine.trainercontract.exportformat import (
     SIMILARITY_KINDS,
 )
 
+TEXT_THREADS = 1  # intra-op threads of a model's text graph (below)
+
 
 class ModelLoadError(RuntimeError):
     """An export folder is missing a file or does not match its manifest; the message names the file."""
@@ -245,7 +247,8 @@ class ModelRunner:
         for key, spec in graphs.items():
             file = _inside(folder, spec.file)
             digest.update(file.read_bytes())
-            sessions[key] = _open_checked(file, spec, threads)
+            # a text graph runs once a query on one sentence (~0.1 ms): waking a pool of threads costs more
+            sessions[key] = _open_checked(file, spec, TEXT_THREADS if key == "text" else threads)
         return cls(folder, manifest, sessions, f"{manifest.method}-{digest.hexdigest()[:16]}")
 
     @property

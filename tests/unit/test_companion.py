@@ -201,9 +201,11 @@ def test_a_companion_file_without_a_role_names_heads_and_a_bad_role_is_no_compan
     assert read_companion(tmp_path) is None and "cannot be read" in caplog.text
 
 
-def test_a_companion_reads_every_fourth_row_of_the_fixed_sample_for_its_z_scores():
+def test_a_companion_reads_every_fourth_row_of_the_fixed_sample_for_its_z_scores(monkeypatch):
     """Its K x K heads cost ~7x the model's cosine: 250 of the 1,000 sample rows (evenly spread) stand for the
-    library, the model and the zero-shot semantics read all 1,000."""
+    library, the model and the zero-shot semantics read all 1,000 (every candidate scored here: fewer are
+    tests/unit/test_evidence.py's)."""
+    monkeypatch.setattr(evidence, "BESIDE_CANDIDATES", None)
     class Recording(evidence.ArrayEvidence):
         def score(self, rows):
             self.asked = [*getattr(self, "asked", []), len(rows)]

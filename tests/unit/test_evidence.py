@@ -227,3 +227,45 @@ def test_the_inspector_names_a_name_as_the_search_spells_it():
     assert _as_written("biscuit", "Biscuit jumps over a log") == "Biscuit"
     assert _as_written("run", "dogs running") == "running"
     assert _as_written("pearl", "a white dog") == "pearl"
+
+
+class CountingEvidence(evidence.ArrayEvidence):
+    """Array evidence that records the rows it was asked to score."""
+
+    def __init__(self, name, values):
+        super().__init__(name, values)
+        self.asked: list[int] = []
+
+    def score(self, rows):
+        self.asked += [int(r) for r in rows]
+        return super().score(rows)
+
+
+def test_past_the_dense_limit_a_companion_scores_only_the_models_top_candidates_and_the_users_items(monkeypatch):
+    rng = np.random.default_rng(0)
+    n = 2_000
+    model = evidence.ArrayEvidence("model", rng.normal(size=n).astype(np.float32))
+    companion = CountingEvidence(evidence.COMPANION, rng.normal(size=n).astype(np.float32))
+    rows = np.arange(0, 600)  # the candidates
+    sample = evidence.fixed_sample(n)
+    words = np.zeros(len(rows), np.float32)
+    words[550] = 1.0  # an item the user's words name, far down the model's order
+    monkeypatch.setattr(evidence, "BESIDE_CANDIDATES", None)
+    every = evidence.fuse({"model": model, evidence.COMPANION: companion}, rows, sample, words=words)
+    assert set(companion.asked) >= set(rows.tolist())  # unset: every candidate
+    monkeypatch.setattr(evidence, "BESIDE_CANDIDATES", 50)
+    companion.asked = []
+    cut = evidence.fuse({"model": model, evidence.COMPANION: companion}, rows, sample, words=words)
+    top = set(np.argsort(-model.values[rows])[:50].tolist())
+    asked_candidates = set(companion.asked) - set(sample[:: evidence.COMPANION_STRIDE].tolist())
+    assert asked_candidates <= top | {550}
+    assert 550 in companion.asked and top <= set(companion.asked)
+    scored = sorted(top | {550})
+    assert np.allclose(cut.parts[evidence.COMPANION][scored], companion.values[rows][scored])
+    others = np.setdiff1d(np.arange(len(rows)), scored)  # the rest: the lowest score among those scored
+    assert np.all(cut.parts[evidence.COMPANION][others] == companion.values[rows][scored].min())
+    assert np.allclose(cut.total[scored], every.total[scored])  # the same z-scores where it scored
+    # a small library's dense path (no sample) scores every row whatever the setting
+    companion.asked = []
+    evidence.fuse({"model": model, evidence.COMPANION: companion}, rows)
+    assert sorted(companion.asked) == rows.tolist()
