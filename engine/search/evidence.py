@@ -183,8 +183,7 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
     parts: dict[str, np.ndarray] = {}
     touched = _touched(user, words)
     for name, source in dense.items():
-        own = (sample[::COMPANION_STRIDE] if sample is not None and name in BESIDE
-               and len(sample) >= 100 * COMPANION_STRIDE else sample)
+        own = beside_sample(sample) if name in BESIDE else sample
         if own is not None and hasattr(source, "calibrate"):
             source.calibrate(own)
         some = (_beside_rows(parts.get(EvidenceKind.MODEL), touched)
@@ -218,6 +217,22 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         parts["rejected"] = rejected
         total -= REJECT * rejected.astype(np.float32)
     return Ranking(rows, total, parts, **seen)
+
+
+def beside_sample(sample: np.ndarray | None) -> np.ndarray | None:
+    """The rows of a large library's fixed ``sample`` a companion reads for its z-scores: every
+    :data:`COMPANION_STRIDE`-th (a sample too small to thin is read whole)."""
+    if sample is None or len(sample) < 100 * COMPANION_STRIDE:
+        return sample
+    return sample[::COMPANION_STRIDE]
+
+
+def takes_candidates(n_items: int, trained) -> bool:
+    """Whether a library of ``n_items`` ranks the model's candidates (:func:`candidate_rows`) rather than every
+    item."""
+    if trained is None:
+        return False
+    return n_items > (DENSE_LIMIT if trained.companion is None else COMPANION_DENSE_LIMIT)
 
 
 def _touched(user: UserEvidence | None, words: np.ndarray | None) -> np.ndarray | None:
@@ -363,17 +378,38 @@ class ModelEvidence:
         self.frames = np.full(len(ids), -1, np.int64)  # per library row: the clip's best frame (-1: none)
         self.head_pairs = np.zeros((len(ids), 2), np.int64)  # per library row: (query head, item head)
         self._sample: np.ndarray | None = None
+        self._scored: tuple[np.ndarray, np.ndarray] | None = None  # rows scored ahead (prefetch) and their scores
 
     def calibrate(self, sample: np.ndarray) -> None:
         """``sample`` (:func:`fixed_sample`) is scored every query of a large library: the index keeps its
         vectors between queries."""
         self._sample = sample
 
+    def prefetch(self, rows: np.ndarray) -> None:
+        """Score ``rows`` now (a helper thread, while the query's other work runs): :meth:`score` of the same rows
+        answers from it."""
+        self._scored = (rows, self.score(rows))
+
     def score(self, rows: np.ndarray) -> np.ndarray:
+        ahead = self._scored
+        if ahead is not None and len(ahead[0]) == len(rows) and np.array_equal(ahead[0], rows):
+            return ahead[1]
         scores, frames, pairs = self.trained.score_ids(self.encoded, self.ids[rows], keep=rows is self._sample)
         self.frames[rows] = frames
         self.head_pairs[rows] = pairs
         return scores
+
+
+class Prefetched:
+    """A source being made on a helper thread (its query encoded, its sample scored; see
+    :func:`engine.search.ranking.rank_sentence`) while the query's other work runs; whatever is asked of it waits
+    for ``future``, whose result maps each kind to its source."""
+
+    def __init__(self, name: str, future) -> None:
+        self.name, self._future = name, future
+
+    def __getattr__(self, attr: str):
+        return getattr(self._future.result()[self.name], attr)
 
 
 def positions(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -403,8 +439,7 @@ def candidate_rows(ids: np.ndarray, trained, encoded, named: np.ndarray) -> tupl
     """Every row of a library up to :data:`DENSE_LIMIT` items (:data:`COMPANION_DENSE_LIMIT` when the model has a
     companion); above it the model's candidates, every clip and every item the user's words name, with a fixed
     sample of the library for the z-scores."""
-    limit = DENSE_LIMIT if trained is None or trained.companion is None else COMPANION_DENSE_LIMIT
-    if len(ids) <= limit or trained is None or encoded is None:
+    if not takes_candidates(len(ids), trained) or encoded is None:
         return np.arange(len(ids)), None
     wanted = np.union1d(trained.candidate_ids(encoded, CANDIDATES), named)
     return np.unique(positions(ids, wanted)[0]), fixed_sample(len(ids))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -83,6 +84,8 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
     novelty = (evidence.word_novelty(match.labels, ids, index, trained, indexes.zero_shot_query)
                if match.labels else {})
     own = {word for word, new in novelty.items() if new >= OWN_WORD}
+    named = {w: match.labels[w][1] for w in own if w in match.labels}
+    beside = _start_beside(text, stock, trained, named, novelty, ids) if EvidenceKind.MODEL in kinds else {}
     dense: dict[str, evidence.Evidence] = {}
     if EvidenceKind.ZERO_SHOT in kinds or trained is None:
         _, words = indexes.zero_shot_query(text, exclude=own, sentence=sentence)
@@ -90,16 +93,11 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
     encoded, names = None, {}
     if trained is not None:
         encoded, _ = trained.encode_text([text], minilm=stock)
-        named = {w: match.labels[w][1] for w in own if w in match.labels}
         if named and NAME_LOOK:
             encoded = ground_names(encoded, trained, named, novelty, used=names)
         if EvidenceKind.MODEL in kinds:
             dense[EvidenceKind.MODEL] = evidence.ModelEvidence(trained, encoded, ids)
-            for kind, other in evidence.beside(trained):  # its companions' scores beside it, by the same rule
-                query, _ = other.encode_text([text], minilm=stock)
-                if named and NAME_LOOK:
-                    query = ground_names(query, other, named, novelty)
-                dense[kind] = evidence.ModelEvidence(other, query, ids, kind)
+            dense.update(beside)  # its companions' scores beside it, by the same rule
     shared = spread(match.labels, indexes.look_alikes().nearest, novelty) if match.labels else {}
     named = np.array([*shared, *match.positive, *match.rejected], np.int64)
     rows, sample = evidence.candidate_rows(ids, trained, encoded, named)
@@ -126,6 +124,43 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
     if EvidenceKind.MODEL in dense:  # each name as the query spells it ("Biscuit", not the index's "biscuit")
         ranking.names.update({_as_written(word, text): items for word, items in names.items()})
     return ids, ranking, trained, encoded
+
+
+_helper: ThreadPoolExecutor | None = None
+
+
+def _start_beside(text: str, stock, trained, named: dict, novelty: dict, ids: np.ndarray) -> dict:
+    """The sources of the models searched beside ``trained`` (:func:`evidence.beside`), made on a helper thread
+    while this one reads the zero-shot semantics, encodes the model's query and finds its candidates: each
+    companion's query encoded and, in a large library, its share of the fixed sample scored (ONNX Runtime, NumPy's
+    products and the vector index let go of the GIL). Those were ~1.7 ms of a 14 ms query at 100,000 items on the
+    query's one thread (docs/benchmarks.md, "Fewer candidates for the companions")."""
+    global _helper
+    others = evidence.beside(trained)
+    if not others:
+        return {}
+    for _, other in others:
+        other.frame_vectors()  # a library's clips are read from the catalog on first use: on the catalog's thread
+    sample = evidence.fixed_sample(len(ids)) if evidence.takes_candidates(len(ids), trained) else None
+    if _helper is None:
+        _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="polyseek-beside")
+    future = _helper.submit(_beside_sources, others, text, stock, named, novelty, ids, sample)
+    return {kind: evidence.Prefetched(kind, future) for kind, _ in others}
+
+
+def _beside_sources(others: list, text: str, stock, named: dict, novelty: dict, ids: np.ndarray,
+                    sample: np.ndarray | None) -> dict[str, evidence.ModelEvidence]:
+    out = {}
+    for kind, other in others:
+        query, _ = other.encode_text([text], minilm=stock)
+        if named and NAME_LOOK:
+            query = ground_names(query, other, named, novelty)
+        source = out[kind] = evidence.ModelEvidence(other, query, ids, kind)
+        own = evidence.beside_sample(sample)
+        if own is not None:
+            source.calibrate(own)
+            source.prefetch(own)
+    return out
 
 
 def _as_written(term: str, text: str) -> str:

@@ -255,3 +255,53 @@ def test_the_models_beside_the_active_one_embed_new_items_from_one_read_of_their
     for model in (trained, trained.companion, trained.companion.companion):  # the same vectors as one by one
         _, alone = model.encode_items(new)
         np.testing.assert_allclose(model.index.get([m.id for m in new]), alone.emb, atol=1e-2)
+
+
+class InlineExecutor:
+    """An executor that runs each task at once on the calling thread."""
+
+    def submit(self, function, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        future.set_result(function(*args))
+        return future
+
+
+def test_the_companions_made_on_a_helper_thread_rank_as_made_on_the_querys_own(service, tmp_path, monkeypatch):
+    from engine.search import ranking
+
+    service.models.activate(str(vse_with_heads_and_uncertainty(tmp_path)))
+    service.state.evidence = frozenset({"model", "zero_shot"})
+    monkeypatch.setattr(evidence, "COMPANION_DENSE_LIMIT", 5)  # the large-library path: candidates and a sample
+    monkeypatch.setattr(evidence, "CANDIDATES", 3)
+    monkeypatch.setattr(evidence, "BESIDE_CANDIDATES", 2)
+    threaded = [service.search.rank_text(q)[1] for q in ("a red square", "a blue circle")]
+    monkeypatch.setattr(ranking, "_helper", InlineExecutor())
+    inline = [service.search.rank_text(q)[1] for q in ("a red square", "a blue circle")]
+    for one, other in zip(threaded, inline, strict=True):
+        assert {evidence.COMPANION, evidence.PROBABILISTIC} <= set(one.parts)
+        assert len(one.rows) < 7  # the candidates, not every item
+        np.testing.assert_array_equal(one.rows, other.rows)
+        np.testing.assert_array_equal(one.total, other.total)
+        np.testing.assert_array_equal(one.parts[evidence.COMPANION], other.parts[evidence.COMPANION])
+        np.testing.assert_array_equal(one.head_pairs, other.head_pairs)
+
+
+def test_a_sample_scored_ahead_is_not_scored_again():
+    class Counting:
+        calls = 0
+
+        def score_ids(self, query, ids, keep=False):
+            Counting.calls += 1
+            return ids.astype(np.float32) / 10, np.full(len(ids), -1), np.zeros((len(ids), 2), np.int64)
+
+    source = evidence.ModelEvidence(Counting(), None, np.arange(100, 120), evidence.COMPANION)
+    sample = np.arange(0, 20, 4)
+    source.calibrate(sample)
+    source.prefetch(sample)
+    assert Counting.calls == 1
+    np.testing.assert_allclose(source.score(sample.copy()), np.arange(100, 120, 4) / 10)  # another array, same rows
+    assert Counting.calls == 1
+    source.score(np.arange(3))  # other rows are scored
+    assert Counting.calls == 2
