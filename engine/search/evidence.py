@@ -69,8 +69,8 @@ COMPANION_STRIDE = 4
 # On that path a companion scores only the model's top BESIDE_CANDIDATES candidates (and every row the user's words
 # touch); the rest get its lowest score among them (None: every candidate). Chosen on the train side
 # (tests/bench/bench_beside_candidates.py, docs/benchmarks.md "Fewer candidates for the companions"): on the
-# starter's held-aside slices forced onto this path, app R@10 64.6 scoring all / 64.7 at 100 / 64.7 at 30
-BESIDE_CANDIDATES: int | None = 100
+# starter's held-aside slices forced onto this path, app R@10 64.6 scoring all 300, 64.7 at 100, 64.8 at 60, 64.7 at 30
+BESIDE_CANDIDATES: int | None = 60
 
 
 class Evidence(Protocol):
