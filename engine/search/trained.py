@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,18 @@ from engine.types import Explanation, MediaKind
 log = logging.getLogger(__name__)
 
 BATCH = 256
+SYNC_BATCH = 128  # items a batch of sync(): smaller batches keep its two threads busy for more of the run
+
+
+def _encode_chain(work: list[tuple[TrainedSearch, list[MediaRecord]]], reads: BatchReads
+                  ) -> list[tuple[TrainedSearch, list[int], Encoded]]:
+    """Each model's encodings of its share of one batch (:meth:`TrainedSearch.sync`'s helper thread)."""
+    out = []
+    for model, media in work:
+        if media:
+            model._ensure_own_features(media)
+            out.append((model, *model.encode_items(media, reads)))
+    return out
 
 
 class TrainedSearch:
@@ -111,15 +124,25 @@ class TrainedSearch:
         ok = {m.id: m for m in self.catalog.iter_media(MediaStatus.OK)}
         plans = [model._plan_sync(ok) for model in chain]
         todo = [m for i, m in ok.items() if any(i in wanted for wanted, _ in plans)]
-        scratch: dict = {}
-        for start in range(0, len(todo), BATCH):
-            cancel.raise_if_cancelled()
-            batch, reads = todo[start:start + BATCH], BatchReads(self.features, scratch)
-            for model, (wanted, _) in zip(chain, plans, strict=True):
-                mine = [m for m in batch if m.id in wanted]
-                if mine:
-                    model._embed(mine, reads)
-            yield Progress(start + len(batch), len(todo), f"embedding with {self.record.name}")
+        scratch: dict = {}  # float32 buffers of the batch being encoded (one batch at a time on the helper)
+        # a batch is read and encoded on a helper thread while this one stores the one before (the catalog's
+        # writes and the index's growth): ONNX Runtime and SQLite let go of the GIL, and the store alone left
+        # a third of the two cores idle (docs/benchmarks.md, "What the companions cost at indexing")
+        pending: tuple[int, Future] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="polyseek-embed") as helper:
+            for start in [*range(0, len(todo), SYNC_BATCH), None]:
+                cancel.raise_if_cancelled()
+                future = None
+                if start is not None:
+                    batch = todo[start:start + SYNC_BATCH]
+                    work = [(model, [m for m in batch if m.id in wanted]) for model, (wanted, _) in zip(chain, plans,
+                                                                                                       strict=True)]
+                    future = helper.submit(_encode_chain, work, BatchReads(self.features, scratch))
+                if pending is not None:
+                    for model, ids, encoded in pending[1].result():
+                        model._store(ids, encoded)
+                    yield Progress(pending[0], len(todo), f"embedding with {self.record.name}")
+                pending = None if future is None else (start + len(batch), future)
         for model, (wanted, stale) in zip(chain, plans, strict=True):
             model._finish_sync(bool(wanted), stale)
 
@@ -135,9 +158,8 @@ class TrainedSearch:
         self.index.reserve(len(wanted))  # one growth of its arrays, not one per batch (peak memory)
         return wanted, bool(stale)
 
-    def _embed(self, media: list[MediaRecord], reads: BatchReads | None = None) -> None:
-        self._ensure_own_features(media)
-        ids, encoded = self.encode_items(media, reads)
+    def _store(self, ids: list[int], encoded: Encoded) -> None:
+        """Items' vectors into the catalog and the index."""
         extras = {"log_sigma": encoded.log_sigma} if encoded.log_sigma is not None else None
         self.catalog.put_embeddings(self.record.id, ids, encoded.emb.astype(np.float32), extras)
         self.index.add(ids, encoded.emb)  # replaces the vectors of ids already there

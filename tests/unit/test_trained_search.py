@@ -345,3 +345,28 @@ def test_a_video_branch_that_never_saw_a_clip_is_never_used_to_rank(service, tmp
     manifest["trained_on"] = {"image": 100, "video": 5}  # a model that learnt from clips uses its video encoder
     manifest_file.write_text(json.dumps(manifest))
     assert ModelRunner.load(model_export_dir(model_dir)).manifest.video_trained
+
+
+def test_a_sync_in_small_batches_stores_what_each_batch_encodes_and_reports_every_batch(service, tmp_path,
+                                                                                      monkeypatch):
+    """The batches are encoded on a helper thread while the one before is stored: every item ends with the vectors
+    its features give, and progress comes once a batch, in order."""
+    from engine.library.catalog import MediaStatus
+    from engine.search import trained
+
+    monkeypatch.setattr(trained, "SYNC_BATCH", 2)
+    service.models.activate(str(export_untrained("pvse", tmp_path / "pvse-model", num_embeds=2)))
+    model = service.models.active_trained()
+    media = list(service.state.catalog.iter_media(MediaStatus.OK))
+    batches = [model.encode_items(media[k:k + 2]) for k in range(0, len(media), 2)]  # int8 graphs: as batched
+    ids = [i for batch_ids, _ in batches for i in batch_ids]
+    expected = np.concatenate([encoded.emb for _, encoded in batches])
+    record = service.state.catalog.model("pvse-model")
+    service.state.catalog.delete_embeddings(record.id, ids)
+    model.index.remove(ids)
+    progress = [(p.done, p.total) for p in model.sync()]
+    assert progress == [(2, 7), (4, 7), (6, 7), (7, 7)]
+    stored_ids, vectors, _ = service.state.catalog.get_embeddings(record.id)
+    order = {i: k for k, i in enumerate(stored_ids.tolist())}
+    np.testing.assert_allclose(vectors[[order[i] for i in ids]], expected, atol=1e-6)
+    assert all(i in model.index for i in ids)
