@@ -9,6 +9,7 @@ read its parts.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -127,6 +128,7 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
 
 
 _helper: ThreadPoolExecutor | None = None
+_helper_lock = threading.Lock()
 
 
 def _start_beside(text: str, stock, trained, named: dict, novelty: dict, ids: np.ndarray) -> dict:
@@ -142,8 +144,9 @@ def _start_beside(text: str, stock, trained, named: dict, novelty: dict, ids: np
     for _, other in others:
         other.frame_vectors()  # a library's clips are read from the catalog on first use: on the catalog's thread
     sample = evidence.fixed_sample(len(ids)) if evidence.takes_candidates(len(ids), trained) else None
-    if _helper is None:
-        _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="polyseek-beside")
+    with _helper_lock:  # queries from several threads share one helper
+        if _helper is None:
+            _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="polyseek-beside")
     future = _helper.submit(_beside_sources, others, text, stock, named, novelty, ids, sample)
     return {kind: evidence.Prefetched(kind, future) for kind, _ in others}
 
