@@ -26,8 +26,6 @@ from typing import Literal
 
 import numpy as np
 
-from engine.search.vectorindex.scoring import normalise
-
 PseudoSource = Literal["regions", "colours", "neighbours"]
 PSEUDO_SOURCES: tuple[str, ...] = ("regions", "colours", "neighbours")
 NEIGHBOURS = 5  # annotated look-alikes whose captions are candidates
@@ -40,6 +38,9 @@ def nearest_annotated(annotated: np.ndarray, unannotated: np.ndarray, k: int = N
     by the cosine of pooled features centred on the mean of both sets."""
     annotated = np.asarray(annotated, np.float32)
     unannotated = np.asarray(unannotated, np.float32)
+    # here, not at the top: the vector index's package loads FAISS, which a trainer run needs only for this source
+    from engine.search.vectorindex.scoring import normalise
+
     if not len(annotated) or not len(unannotated):
         raise ValueError("nearest_annotated: needs annotated and un-annotated items")
     centre = np.concatenate([annotated, unannotated]).mean(0)

@@ -181,14 +181,14 @@ def fuse(dense: dict[str, Evidence], rows: np.ndarray, sample: np.ndarray | None
         return Ranking(rows, raw, {name: raw}, **seen)
     total = np.zeros(len(rows), np.float32)
     parts: dict[str, np.ndarray] = {}
-    touched = _touched(user, words)
+    some: np.ndarray | None = None  # the rows a companion scores on the large-library path (after the model)
     for name, source in dense.items():
         own = beside_sample(sample) if name in BESIDE else sample
         if own is not None and hasattr(source, "calibrate"):
             source.calibrate(own)
-        some = (_beside_rows(parts.get(EvidenceKind.MODEL), touched)
-                if sample is not None and name in BESIDE else None)
-        raw = source.score(rows) if some is None else _scored_at(source, rows, some)
+        if sample is not None and name in BESIDE and some is None:
+            some = _beside_rows(parts.get(EvidenceKind.MODEL), _touched(user, words))
+        raw = source.score(rows) if some is None or name not in BESIDE else _scored_at(source, rows, some)
         reference = source.score(own) if own is not None else None
         parts[name] = raw
         total += w[name] * standardise(raw, reference)
