@@ -10,6 +10,7 @@ import torch
 from trainer.data import PairSet
 from trainer.finetune import Pixels, Trunk
 from trainer.methods import PairBatch
+from trainer.methods.interface import ImageInput
 from trainer.splits import TrainingData
 from trainer.textencoder import Tokenized
 
@@ -69,13 +70,18 @@ def _units(captions: np.ndarray, caption_item: np.ndarray, group: int, per_item:
 
 def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progress: float,
                pseudo_rng: np.random.Generator | None, visual: Pixels | Trunk | None = None,
-               tokens: Tokenized | None = None) -> PairBatch:
+               tokens: Tokenized | None = None,
+               pooled_regions: tuple[np.random.Generator, float] | None = None) -> PairBatch:
     """The :class:`PairBatch` of caption ``rows``; for A3VSE also as many pseudo pairs of the same kind.
     ``visual`` (phase two) is the rows' items as pixels or trunk outputs, in place of their cached features;
-    ``tokens`` (phase two with the text encoder) gives the rows' captions as token ids in place of theirs."""
+    ``tokens`` (phase two with the text encoder) gives the rows' captions as token ids in place of theirs.
+    ``pooled_regions`` ``(generator, p)``: each photo of the batch reads its pooled feature in place of every
+    region with probability p (:func:`pool_regions`)."""
     train = data.train
     items = train.caption_item[rows]
     visual = visual if visual is not None else train.visual.batch(items, device)
+    if pooled_regions is not None:
+        visual = pool_regions(visual, *pooled_regions)
     text = tokens.batch(rows, device) if tokens is not None else train.text.batch(rows, device)
     batch = PairBatch(visual, text,
                       visual_ids=torch.as_tensor(items, device=device), progress=min(1.0, max(0.0, progress)))
@@ -88,3 +94,16 @@ def make_batch(data: TrainingData, rows: np.ndarray, device: torch.device, progr
             batch.unlabelled_visual = pseudo.visual.batch(chosen, device)
             batch.pseudo_text = pseudo.text.batch(chosen, device)
     return batch
+
+
+def pool_regions(visual, rng: np.random.Generator, p: float):
+    """``visual`` with each photo's regions replaced, with probability ``p``, by its pooled feature (how the engine
+    reads a clip's frames and a photo past the feature store's local-feature cap); clips and inputs without
+    regions are returned as they are."""
+    if not isinstance(visual, ImageInput) or visual.local.shape[1] == 0 or not 0 < p <= 1:
+        return visual
+    chosen = torch.from_numpy(rng.random(len(visual)) < p).to(visual.local.device)
+    if not bool(chosen.any()):
+        return visual
+    local = torch.where(chosen[:, None, None], visual.pooled[:, None, :].expand_as(visual.local), visual.local)
+    return ImageInput(local, visual.pooled)

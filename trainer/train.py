@@ -334,8 +334,11 @@ def _phase(run: Run, first: int, end: int, timer: Eta) -> None:
                 if state.finetune_from is None else None
             visual = batch_visual(parts, run.data.train.caption_item[rows], pictures, run.device) \
                 if parts is not None else None
+            pooled = (np.random.default_rng([settings.seed, state.epoch, index, 2]), run.config.pooled_regions) \
+                if run.config.pooled_regions > 0 and visual is None else None
             batch = make_batch(run.data, rows, run.device, progress, pseudo_rng, visual,
-                               parts.train_tokens if parts is not None and parts.text is not None else None)
+                               parts.train_tokens if parts is not None and parts.text is not None else None,
+                               pooled_regions=pooled)
             terms = _train_step(run, batch)
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0.0) + value

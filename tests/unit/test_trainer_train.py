@@ -122,8 +122,8 @@ def test_a3vse_reads_pseudo_pairs_for_unannotated_items(workspace, tmp_path, mon
 
     original = loop.make_batch
 
-    def spy(data, rows, device, progress, rng, pictures=None, tokens=None):
-        batch = original(data, rows, device, progress, rng, pictures, tokens)
+    def spy(data, rows, device, progress, rng, pictures=None, tokens=None, **more):
+        batch = original(data, rows, device, progress, rng, pictures, tokens, **more)
         seen.append(0 if batch.pseudo_text is None else len(batch.pseudo_text))
         return batch
 
@@ -135,6 +135,50 @@ def test_a3vse_reads_pseudo_pairs_for_unannotated_items(workspace, tmp_path, mon
     train(options(folder, tmp_path / "b", assets, "a3vse", sparse=SparseConfig(0.5, 1, 0), pseudo_pairs=False),
           source=source, reporter=Reporter(True, enabled=False))
     assert seen and not any(seen)
+
+
+def test_pooled_regions_give_a_share_of_photos_their_pooled_feature_for_every_region(workspace, tmp_path,
+                                                                                     monkeypatch):
+    """``--set pooled_regions=P``: a training photo reads its pooled feature in place of its regions with probability P
+    (as the engine reads a clip's frames and a photo past the local-feature cap); validation reads real regions."""
+    folder, source, assets = workspace
+    import trainer.train as loop
+
+    original, shares = loop.make_batch, []
+
+    def spy(*args, **more):
+        batch = original(*args, **more)
+        local, pooled = batch.visual.local, batch.visual.pooled
+        shares.append(float(torch.isclose(local, pooled[:, None, :].expand_as(local)).all(-1).all(-1).float().mean()))
+        return batch
+
+    monkeypatch.setattr(loop, "make_batch", spy)
+    for p in (0.0, 1.0, 0.5):
+        shares.clear()
+        train(options(folder, tmp_path / f"p{p}", assets, "pvse", epochs=2, overrides={"pooled_regions": p}), source=source,
+              reporter=Reporter(True, enabled=False))
+        if p == 0.0:
+            assert shares and max(shares) == 0.0
+        elif p == 1.0:
+            assert shares and min(shares) == 1.0
+        else:
+            assert 0.2 < float(np.mean(shares)) < 0.8
+
+
+def test_pool_regions_leaves_clips_and_regionless_inputs_alone():
+    from trainer.batches import pool_regions
+    from trainer.methods.interface import ImageInput, VideoInput
+
+    local, pooled = torch.randn(4, 3, 5), torch.randn(4, 5)
+    same = pool_regions(ImageInput(local, pooled), np.random.default_rng(0), 0.0)
+    assert torch.equal(same.local, local)
+    every = pool_regions(ImageInput(local, pooled), np.random.default_rng(0), 1.0)
+    assert torch.equal(every.local, pooled[:, None, :].expand(4, 3, 5)) and torch.equal(every.pooled, pooled)
+    assert torch.equal(local[0], ImageInput(local, pooled).local[0])  # the input is not changed in place
+    video = VideoInput(torch.randn(2, 3, 5), torch.ones(2, 3))
+    assert pool_regions(video, np.random.default_rng(0), 1.0) is video
+    regionless = ImageInput(torch.zeros(4, 0, 5), pooled)
+    assert pool_regions(regionless, np.random.default_rng(0), 1.0) is regionless
 
 
 def _stop_after(steps: int, stop: StopRequest, lines: Lines):

@@ -53,6 +53,11 @@ class MethodConfig:
     ``clip_input``: how a GIF or video trains: ``video``, through the video encoder over its frames (PVSE §3.1);
     ``stills``, as its mean frame through the image encoder, the way the engine scores a clip whose video branch
     never learnt (its mean and each of its frames as photos, :meth:`engine.search.trained.TrainedSearch.score_ids`).
+    ``pooled_regions``: the share of training photos (drawn afresh each batch) that read their pooled feature in
+    place of every region, as the engine reads a clip's frames and a photo past the feature store's local-feature
+    cap; without it a model that reads regions learns uniform regions as the mark of a video (the starter's clips
+    train as stills) and ranks such photos and slideshows lower (docs/benchmarks.md, "Clips"). Like ``clip_input``
+    it changes what training reads, not a weight's shape, so a warm start keeps it.
     """
 
     method: ClassVar[str] = ""
@@ -64,6 +69,7 @@ class MethodConfig:
     sentence_dim: int = bounded(384, 1)
     max_frames: int = bounded(8, 1)
     clip_input: ClipInput = "video"
+    pooled_regions: float = bounded(0.0, 0.0, 1.0)
     embed_dim: int = bounded(1024, 1)
 
     def __post_init__(self) -> None:
