@@ -163,6 +163,14 @@ def test_pooled_regions_give_a_share_of_photos_their_pooled_feature_for_every_re
             assert shares and min(shares) == 1.0
         else:
             assert 0.2 < float(np.mean(shares)) < 0.8
+    # a warm start (the app's retrain) keeps the start's share: it is the start's config
+    shares.clear()
+    train(options(folder, tmp_path / "warm", assets, "pvse", epochs=1, init_from=tmp_path / "p0.5"), source=source,
+          reporter=Reporter(True, enabled=False))
+    assert json.loads((tmp_path / "warm" / "config.json").read_text())["pooled_regions"] == 0.5
+    assert 0.2 < float(np.mean(shares)) < 0.8
+    with pytest.raises(ConfigError, match="pooled_regions"):
+        resolve_config("pvse", {"pooled_regions": 1.5}, "test", assets)
 
 
 def test_pool_regions_leaves_clips_and_regionless_inputs_alone():
