@@ -58,17 +58,23 @@ ADDED_LATER = ("caption_words.json", "companion", "companion/model.safetensors",
 
 
 def installed_name(shipped: Path) -> str:
-    """The installed copy's folder name: the starter's name and its weights' digest."""
-    weights = shipped / "model.safetensors"
-    stat = weights.stat()
-    return _installed_name(weights, stat.st_size, stat.st_mtime_ns)
+    """The installed copy's folder name: the starter's name and the digest of its weights and of the weights of the
+    models searched beside it (a release whose companion learnt anew is a new starter too: an installed copy's
+    companion, which libraries embedded their items with, is never replaced)."""
+    files = [shipped / "model.safetensors"]
+    files += [shipped / folder / "model.safetensors" for folder in companion_folders(shipped)]
+    versions = tuple((f, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+    return _installed_name(versions)
 
 
 @functools.lru_cache(maxsize=4)
-def _installed_name(weights: Path, size: int, mtime_ns: int) -> str:
-    """Digest of the weights, once per file version and process (every library open asks)."""
-    digest = hashlib.blake2b(weights.read_bytes(), digest_size=6).hexdigest()
-    return f"{STARTER_NAME}-{digest}"
+def _installed_name(versions: tuple[tuple[Path, int, int], ...]) -> str:
+    """Digest of the weights, once per set of file versions and process (every library open asks); the starter's
+    own weights alone give the digest earlier releases named their copies with."""
+    digest = hashlib.blake2b(versions[0][0].read_bytes(), digest_size=6)
+    for path, _, _ in versions[1:]:
+        digest.update(hashlib.blake2b(path.read_bytes(), digest_size=16).digest())
+    return f"{STARTER_NAME}-{digest.hexdigest()}"
 
 
 def installed_starter(shipped: Path) -> Path:
@@ -119,9 +125,9 @@ def _top_up(shipped: Path, installed: Path) -> bool:
     return added
 
 
-def graphs_to_prepare(shipped: Path) -> list[str]:
-    """The folders (relative to ``shipped``) of the models searched beside the starter that ship without their
-    ONNX graphs: the companion it names, then that one's own."""
+def companion_folders(shipped: Path) -> list[str]:
+    """The folders (relative to ``shipped``) of the models searched beside the starter: the companion it names,
+    then that one's own."""
     from engine.search.companion import read_companion
 
     root, folders, model = shipped.resolve(), [], shipped
@@ -129,10 +135,14 @@ def graphs_to_prepare(shipped: Path) -> list[str]:
         spec = read_companion(model)
         if spec is None or not spec.folder.is_relative_to(root) or spec.folder == root:
             break
-        if not (spec.folder / "onnx" / "manifest.json").is_file():
-            folders.append(spec.folder.relative_to(root).as_posix())
+        folders.append(spec.folder.relative_to(root).as_posix())
         model = spec.folder
     return folders
+
+
+def graphs_to_prepare(shipped: Path) -> list[str]:
+    """:func:`companion_folders` that ship without their ONNX graphs."""
+    return [f for f in companion_folders(shipped) if not (shipped / f / "onnx" / "manifest.json").is_file()]
 
 
 def prepared_graphs(shipped: Path, folder: str, assets: Path | None = None) -> Path:

@@ -3,6 +3,7 @@ choice of zero-shot ranking is kept."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -110,16 +111,25 @@ def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_sa
     assert (installed / "config.json").read_text() == "mine"
     assert (installed / "companion" / "onnx" / "manifest.json").read_text() == '{"method": "pvse"}'
     assert read_companion(installed).folder == (installed / "companion").resolve()
-    (shipped / "companion" / "model.safetensors").write_bytes(b"heads")  # its weights shipped later still (#42)
-    (installed / "companion" / "onnx" / "manifest.json").write_text("mine")
-    assert starter.installed_starter(shipped) == installed
-    assert (installed / "companion" / "model.safetensors").read_bytes() == b"heads"
+    # the digest of a starter without companion weights is its own weights' (what earlier releases named copies by)
+    assert installed.name == f"starter-{hashlib.blake2b(b'weights', digest_size=6).hexdigest()}"
+    # a companion whose weights ship (or learnt anew) makes another starter: the copy libraries embedded their items
+    # with keeps its companion, and the release's lands beside it
+    (shipped / "companion" / "model.safetensors").write_bytes(b"heads")
+    newer = starter.installed_starter(shipped)
+    assert newer != installed and (newer / "companion" / "model.safetensors").read_bytes() == b"heads"
+    assert not (installed / "companion" / "model.safetensors").exists()
+    (shipped / "companion" / "model.safetensors").write_bytes(b"heads, trained again")
+    assert starter.installed_name(shipped) not in (installed.name, newer.name)
+    (shipped / "companion" / "model.safetensors").write_bytes(b"heads")
+    (newer / "companion" / "onnx" / "manifest.json").write_text("mine")
     (shipped / "pcme" / "onnx").mkdir(parents=True)  # the companion's own companion, later still
     (shipped / "companion" / "companion.json").write_text('{"folder": "../pcme", "role": "uncertainty"}')
-    assert starter.installed_starter(shipped) == installed
-    assert read_companion(installed / "companion").folder == (installed / "pcme").resolve()
-    assert (installed / "companion" / "onnx" / "manifest.json").read_text() == "mine"
-    assert not [p for p in installed.iterdir() if p.name.startswith(".")]  # no staging folder left behind
+    assert starter.installed_starter(shipped) == newer
+    assert read_companion(newer / "companion").folder == (newer / "pcme").resolve()
+    assert (newer / "companion" / "onnx" / "manifest.json").read_text() == "mine"
+    for folder in (installed, newer):
+        assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging folder left behind
 
 
 def test_the_shipped_starter_searches_beside_a_pvse_companion_trained_on_its_data(assets_dir):

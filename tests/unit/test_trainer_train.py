@@ -155,8 +155,8 @@ def test_pooled_regions_give_a_share_of_photos_their_pooled_feature_for_every_re
     monkeypatch.setattr(loop, "make_batch", spy)
     for p in (0.0, 1.0, 0.5):
         shares.clear()
-        train(options(folder, tmp_path / f"p{p}", assets, "pvse", epochs=2, overrides={"pooled_regions": p}), source=source,
-              reporter=Reporter(True, enabled=False))
+        train(options(folder, tmp_path / f"p{p}", assets, "pvse", epochs=2, overrides={"pooled_regions": p}),
+              source=source, reporter=Reporter(True, enabled=False))
         if p == 0.0:
             assert shares and max(shares) == 0.0
         elif p == 1.0:
