@@ -100,7 +100,7 @@ def pool_regions(visual, rng: np.random.Generator, p: float):
     """``visual`` with each photo's regions replaced, with probability ``p``, by its pooled feature (how the engine
     reads a clip's frames and a photo past the feature store's local-feature cap); clips and inputs without
     regions are returned as they are."""
-    if not isinstance(visual, ImageInput) or visual.local.shape[1] == 0 or not 0 < p <= 1:
+    if not isinstance(visual, ImageInput) or visual.local.shape[1] == 0:
         return visual
     chosen = torch.from_numpy(rng.random(len(visual)) < p).to(visual.local.device)
     if not bool(chosen.any()):

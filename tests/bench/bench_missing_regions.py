@@ -26,17 +26,18 @@ sys.path.insert(0, str(REPO))
 
 def recall10(scores: np.ndarray, targets: np.ndarray, keep: np.ndarray) -> float:
     """t2i R@10 (points) of the queries whose target photo is in ``keep`` (a boolean over photos)."""
+    from engine.trainercontract.metrics import recall_at
+
     at = scores[np.arange(len(targets)), targets]
-    ranks = (scores > at[:, None]).sum(1)
-    chosen = keep[targets]
-    return round(100.0 * float((ranks[chosen] < 10).mean()), 1)
+    ranks = 1 + (scores > at[:, None]).sum(1)
+    return round(recall_at(ranks[keep[targets]], 10), 1)
 
 
 def max_cosine(queries: np.ndarray, items: np.ndarray) -> np.ndarray:
-    """(Q, N) best cosine over the K x K pairs of query and item vectors."""
-    q = queries / np.linalg.norm(queries, axis=-1, keepdims=True)
-    v = items / np.linalg.norm(items, axis=-1, keepdims=True)
-    return np.einsum("qkd,nld->qnkl", q, v).reshape(len(q), len(v), -1).max(-1)
+    """(Q, N) best cosine over the K x K pairs of each query's and item's vectors (the index's own scoring)."""
+    from engine.search.vectorindex.scoring import kxk_scores
+
+    return np.stack([kxk_scores(q, items)[0] for q in queries])
 
 
 def measure(model, local: np.ndarray, pooled: np.ndarray, captions: list[str], targets: np.ndarray) -> dict:
