@@ -191,6 +191,15 @@ class Startup(QObject):
         return folder
 
 
+def bring_forward(window: Any) -> None:
+    """Show ``window`` in front, restored if it was minimised (a second start asked for it)."""
+    if window.isMinimized():
+        window.showNormal()
+    window.show()
+    window.raise_()
+    window.activateWindow()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the desktop application; returns the process exit code."""
     args = parse_args(argv)
@@ -207,13 +216,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.collector import collect_on_gui_thread
     from app.mainwindow import MainWindow
     from app.settings import GuiSettings
+    from app.singleinstance import InstanceServer, ask_running_window, server_name
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    name = server_name(paths.home())
+    if ask_running_window(name):  # one window per home (app/singleinstance.py): the open one comes forward
+        log.warning("Polyseek is already open on %s: its window was brought to the front", paths.home())
+        return 0
     collect_on_gui_thread(app)  # a pool thread must never free the window's widgets (app/collector.py)
     app.setApplicationName("Polyseek")
     app.setOrganizationName("Polyseek")
     settings = GuiSettings()
     window = MainWindow(settings)
+    guard = InstanceServer(name, window)
+    guard.raise_requested.connect(lambda: bring_forward(window))
+    guard.listen()
     window.show()
     startup = Startup(window, args.library or settings.library, offer_demo=not args.no_demo)
     # What exists once the library is open (modules, the engine, the widgets) lives as long as the app: Python's
@@ -226,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         QTimer.singleShot(int(args.quit_after * 1000), app.quit)
     code = run_application()  # Qt's event loop, asyncio's running loop too (app/tasks.py)
+    guard.close()  # a start from now on opens its own window, while this one finishes closing
     window.shutdown()  # app.quit() without a close event must still stop and wait for the workers
     close = getattr(window.service, "close", None)
     if callable(close):  # the workers are done (closeEvent waited): release the catalog cleanly

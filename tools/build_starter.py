@@ -44,6 +44,7 @@ RECIPE = {"method": "vse", "seed": 0, "train_split": "train", "val_items": 500, 
           "clip_input": "stills", "clip_captions": 2}
 SPLIT_TRAIN, SPLIT_VAL = "starter-train", "starter-val"
 KEEP = ("config.json", "model.safetensors", "metrics.json", "onnx", "caption_words.json")
+TEXT_WEIGHTS = "text-*.safetensors"  # the fine-tuned MiniLM layers of a run with --text-layers
 # the starter's companions (engine/search/companion.py): the PVSE model built by this tool with ``--method pvse
 # --out resources/models/starter/companion``, the file that names it, and the companion's own PCME model (``pcme``,
 # named by ``companion/companion.json``)
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         staging = out.with_name(out.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        for name in KEEP:
+        for name in [*KEEP, *(p.name for p in run.glob(TEXT_WEIGHTS))]:
             src = run / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
         trained_on = json.loads((staging / "onnx" / "manifest.json").read_text()).get("trained_on") or {}

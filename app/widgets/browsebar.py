@@ -21,11 +21,21 @@ DEFAULT_SORT = SORTS[0][0]
 KINDS = ((None, "Every kind"), ("image", "Photos"), ("animation", "GIFs"), ("video", "Videos"))
 ANNOTATIONS = (("all", "Captioned or not"), ("captioned", "Captioned"), ("uncaptioned", "Not captioned yet"),
                ("judged", "Accepted / rejected"))
-# What the demo library answers well (each finds its item first with the shipped starter); shown until the user has
-# searched for something. Not "a rocket on the launch pad": the starter read few rockets and ranks that photo 10th
-# of 12 (docs/benchmarks.md, "Caption harm and calibration").
+# What the demo library answers well (each finds its item first with the shipped starter); shown while the demo folder
+# is one of the library's and the user has not searched yet (on the user's own photos they would be about nothing).
+# Not "a rocket on the launch pad": the starter read few rockets and ranks that photo 10th of 12
+# (docs/benchmarks.md, "Caption harm and calibration").
 EXAMPLE_QUERIES = ("a cat lying on a rug", "a cup of coffee", "a man with a camera on a tripod",
                    "a bouncing red ball", "sunset over the sea")
+
+
+def _demo_folder() -> Path | None:
+    """Where the first start puts the demo library (None where the demo is not installed)."""
+    try:
+        from resources.demo import demo_dir
+    except ImportError:
+        return None
+    return demo_dir()
 
 
 def _combo(choices: tuple[tuple[Any, str], ...], tip: str) -> QComboBox:
@@ -69,6 +79,7 @@ class BrowseBar(QWidget):
         self.examples.setText("Try: " + " · ".join(
             f"<a href='{html.escape(q, quote=True)}'>{html.escape(q)}</a>" for q in EXAMPLE_QUERIES))
         self.examples.linkActivated.connect(self.example_chosen.emit)
+        self._examples_wanted, self._demo_here = True, False
         self.pickers = QWidget()
         row = QHBoxLayout(self.pickers)
         row.setContentsMargins(0, 0, 0, 0)
@@ -111,18 +122,21 @@ class BrowseBar(QWidget):
         index = self.folder.findData(current) if current else 0
         self.folder.setCurrentIndex(max(0, index))
         self.folder.blockSignals(False)
+        self._demo_here = any(Path(root) == _demo_folder() for root in roots)
+        self.examples.setVisible(self._examples_wanted and self._demo_here)
         if current and index < 0:
             self.options_changed.emit(self.options())
 
     def set_browsing(self, browsing: bool, show_examples: bool) -> None:
         """Sort and the annotation filter only mean something without a query; kind and folder narrow a
-        search too; the examples are offered until the first search."""
+        search too; the examples are offered until the first search, in a library with the demo folder."""
         self.sort.setVisible(browsing)
         self.annotation.setVisible(browsing)
         self.pickers_label.setText("Library:" if browsing else "Only:")
         self.kind.setToolTip("Show one kind of media" if browsing else "Search only this kind of media")
         self.folder.setToolTip("Show one library folder" if browsing else "Search only this library folder")
-        self.examples.setVisible(show_examples)
+        self._examples_wanted = show_examples
+        self.examples.setVisible(show_examples and self._demo_here)
 
     def set_progress(self, captioned: int, total: int) -> None:
         # of the indexed items, the set the listing's header counts (#44: "12 items" beside "0 of 108 captioned")

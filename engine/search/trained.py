@@ -42,6 +42,7 @@ from engine.types import Explanation, MediaKind
 log = logging.getLogger(__name__)
 
 BATCH = 256
+HEADS_ALIKE = 1e-4  # an item's K unit vectors closer than this in every coordinate are one vector
 SYNC_BATCH = 128  # items a batch of sync(): smaller batches keep its two threads busy for more of the run
 
 
@@ -373,8 +374,15 @@ class TrainedSearch:
             query_tokens, query_att = query_words(query_tokens, query_att)
         notes: tuple[str, ...] = ()
         if feats.local is None and feats.frames is not None:  # a clip: which of its frames matched, per head
-            item_att, best = self._frame_attention(q, feats)
+            item_att, best, alike = self._frame_attention(q, feats)
             notes = (f"best match: frame {best + 1} of {len(feats.frames)}",)
+            if alike and _heads_alike(normalise_rows(enc.emb[0])):
+                # a frame reaches the heads as its pooled feature in every region (no regions are stored for a
+                # clip's frames), so each head's attention is uniform and the K vectors are one: one strip, one
+                # column, and the words that say why, rather than the same map K times
+                item_att, similarity, pair = item_att[:1], similarity[:, :1], (int(np.argmax(similarity[:, 0])), 0)
+                notes += (f"its {k} heads read this clip alike: a frame has no regions for them to tell apart, so "
+                          "one strip shows them",)
         else:  # a model without attention (VSE, K = 1) has no map to show: never a uniform one that pretends
             item_att = _attention_or_none(enc.attention, 49 if feats.local is not None else 1)
         grid = (7, 7) if feats.local is not None and item_att.ndim == 2 and item_att.shape[1] == 49 else None
@@ -423,14 +431,22 @@ class TrainedSearch:
             lines.append(calibrated_reading(query, curves.get("t2i"), "search", split))
         return tuple(line for line in lines if line)
 
-    def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int]:
+    def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int, bool]:
         """Per item head, weights over a clip's frames (K, T) from how well each frame matches the query (a
-        softmax of the frame scores at temperature 0.05), and the frame that matched best."""
+        softmax of the frame scores at temperature 0.05), the frame that matched best, and whether the K heads
+        embed every frame alike (K > 1)."""
         frames = normalise_rows(self.encode_frames(feats))  # (T, K, D)
         q = normalise_rows(query)  # (Kq, D)
         sims = np.einsum("tkd,qd->ktq", frames, q).max(axis=2)  # (K, T)
         weights = np.exp((sims - sims.max(axis=1, keepdims=True)) / 0.05)
-        return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32), int(sims.max(axis=0).argmax())
+        alike = frames.shape[1] > 1 and _heads_alike(frames)
+        return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32), int(sims.max(axis=0).argmax()), alike
+
+
+def _heads_alike(vectors: np.ndarray) -> bool:
+    """Whether the K unit vectors of an item (K, D), or of each of its frames (T, K, D), are one vector K times
+    (within float error)."""
+    return bool(np.abs(vectors - vectors[..., :1, :]).max() < HEADS_ALIKE)
 
 
 def normalise_rows(x: np.ndarray) -> np.ndarray:

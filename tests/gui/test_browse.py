@@ -33,9 +33,23 @@ def test_the_window_opens_on_the_library_not_an_empty_page(qtbot, window, servic
     indexed = service.library.counts()["total"] - service.library.counts()["failed"]
     assert window.results_model.rowCount() == indexed
     assert window.session.browsing and window.browse_bar.pickers.isVisible()
-    assert window.browse_bar.examples.isVisible()  # example queries on a first start
+    assert not window.browse_bar.examples.isVisible()  # the demo's example queries: not on the user's own photos
     assert f"{indexed} indexed items in the library" in window.empty_label.text()
     assert window.results.currentIndex().row() == 0  # and something is selected to annotate
+
+
+def test_the_demos_example_queries_show_while_the_demo_is_in_the_library(qtbot, window, media_folder: Path) -> None:
+    from resources.demo import demo_dir
+
+    wait_listed(qtbot, window)
+    bar = window.browse_bar
+    bar.set_folders([demo_dir(), media_folder])
+    assert bar.examples.isVisible()  # a first start: the demo library and nothing searched yet
+    bar.set_folders([media_folder])  # the user removed the demo folder
+    assert not bar.examples.isVisible()
+    bar.set_folders([demo_dir()])
+    search(qtbot, window, "red")
+    assert not bar.examples.isVisible()  # offered until the first search only
 
 
 def test_sort_and_filter_the_library(qtbot, window, service: Workspace, media_folder: Path) -> None:

@@ -71,7 +71,10 @@ def test_the_inspector_shows_the_companions_heads_for_a_model_without_any(servic
 
     gif = next(m for m in service.state.catalog.iter_media() if str(m.path).endswith(".gif"))
     explained = service.search.explain("a red square", gif.id)
-    assert explained.item_attention.shape[0] == 3  # each head over the clip's frames
+    # a clip's frames reach the heads without regions: the three heads are one, shown once (never one map 3 times)
+    assert explained.item_attention.shape[0] == 1 and explained.similarity.shape == (3, 1)
+    assert explained.head_pair[1] == 0
+    assert any("its 3 heads read this clip alike" in note for note in explained.notes)
     assert "the heads of the model searched beside" in explained.notes[0]
     assert any(note.startswith("best match: frame") for note in explained.notes)
 

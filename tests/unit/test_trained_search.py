@@ -93,7 +93,9 @@ def test_explain_with_a_trained_model_gives_normalised_maps_of_the_right_shapes(
     assert explanation.head_pair == tuple(np.unravel_index(explanation.similarity.argmax(), (2, 2)))
     gif = next(h for h in service.search.text("a green picture", top=10) if h.path.endswith(".gif"))
     frames = service.search.explain("a green picture", gif.media_id)
-    assert frames.item_grid is None and frames.item_attention.shape == (2, 8)
+    # a clip's frames have no regions: the two heads embed each frame alike, so one weight row over the 8 frames
+    assert frames.item_grid is None and frames.item_attention.shape == (1, 8)
+    assert np.allclose(frames.item_attention.sum(axis=1), 1.0, atol=1e-5) and frames.similarity.shape == (2, 1)
 
 
 def test_pcme_model_reports_match_probability_uncertainty_and_honours_the_cutoff(service, tmp_path):
