@@ -130,11 +130,12 @@ def half_precision(weights: Path, trained_on: dict[str, int] | None = None) -> N
     a warm start builds them afresh)."""
     from safetensors.numpy import load_file, save_file
 
-    from trainer.checkpoint import drop_untrained, untrained_prefixes
+    from trainer.checkpoint import drop_untrained, safetensors_metadata, untrained_prefixes
 
+    kept = safetensors_metadata(weights)  # e.g. ``text``: the fine-tuned text encoder the head was trained with
     tensors = {k: (v.astype("float16") if v.dtype.kind == "f" else v) for k, v in load_file(weights).items()}
     tensors, metadata = drop_untrained(tensors, untrained_prefixes(tensors, trained_on or {"video": 1}))
-    save_file(tensors, weights, metadata=metadata or None)
+    save_file(tensors, weights, metadata={**kept, **metadata} or None)
 
 
 def _write_words(work: Path, out: Path) -> int:
@@ -200,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, staging / name)
         trained_on = json.loads((staging / "onnx" / "manifest.json").read_text()).get("trained_on") or {}
         half_precision(staging / "model.safetensors", trained_on)
+        for text in staging.glob(TEXT_WEIGHTS):  # MiniLM's fine-tuned layers: float16 too; their graph (90 MB) is
+            half_precision(text, {})                # exported by `polyseek prepare` (trainer/startergraphs.py)
+            (staging / "onnx" / "text_encoder.onnx").unlink(missing_ok=True)
         drop_untrained_encoders(staging / "onnx")
         if args.no_graphs:  # trainer/startergraphs.py exports them from the weights and trained_on below
             shutil.rmtree(staging / "onnx")

@@ -7,8 +7,11 @@ float16 into float32 parameters, the branches that learnt nothing built afresh),
 ``starter.json`` records, and without the encoders of those branches, into
 :func:`engine.search.starter.prepared_graphs`; the engine copies them into the installed starter.
 
-A model that cannot be exported leaves a ``FAILED`` note there instead (the starter then searches alone, and the
-note says why); ``polyseek prepare --force`` tries again.
+The starter's own fine-tuned MiniLM layers (a starter built with ``--text-layers``) ship as weights too: their graph
+(the stock MiniLM with those layers, 90 MB) is exported the same way into the folder :data:`TEXT_FOLDER` names.
+
+A model that cannot be exported leaves a ``FAILED`` note there instead (a companion: the starter then searches alone;
+the starter's text encoder: zero-shot ranking stays; the note says why); ``polyseek prepare --force`` tries again.
 """
 
 from __future__ import annotations
@@ -23,15 +26,18 @@ from pathlib import Path
 from engine.progress import Progress
 from engine.search.starter import (
     FAILED_NOTE,
+    TEXT_FOLDER,
     graphs_settled,
     graphs_to_prepare,
     prepared_graphs,
     shipped_starter,
     starter_enabled,
+    text_graph_to_prepare,
 )
 from trainer.checkpoint import load_model
 from trainer.exporting import export_folder
 from trainer.methods.export import drop_untrained_encoders
+from trainer.textencoder import export_text, finetuned_text, load_text_encoder
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +51,18 @@ def prepare_starter_graphs(assets: Path | None = None, progress: Callable[[Progr
         shipped = shipped_starter() if starter_enabled() else None
     if shipped is None:
         return []
-    todo = [f for f in graphs_to_prepare(shipped) if not graphs_settled(prepared_graphs(shipped, f, assets))]
+    folders = graphs_to_prepare(shipped) + ([TEXT_FOLDER] if text_graph_to_prepare(shipped) else [])
+    todo = [f for f in folders if not graphs_settled(prepared_graphs(shipped, f, assets))]
     written = []
     for done, folder in enumerate(todo):
         if progress is not None:
             progress(Progress(done, len(todo), "preparing the starter's heads and uncertainty models"))
         dest = prepared_graphs(shipped, folder, assets)
         try:
-            export_companion(shipped / folder, dest)
+            if folder == TEXT_FOLDER:
+                export_starter_text(shipped, dest)
+            else:
+                export_companion(shipped / folder, dest)
         except Exception as exc:  # noqa: BLE001 - the starter searches alone; the note says why
             log.exception("could not export the graphs of %s", shipped / folder)
             dest.mkdir(parents=True, exist_ok=True)
@@ -77,3 +87,21 @@ def export_companion(model_dir: Path, dest: Path) -> dict:
         staging.rename(dest)
     return manifest
 
+
+def export_starter_text(shipped: Path, dest: Path) -> dict:
+    """The starter's fine-tuned text encoder (stock MiniLM with its own last layers) exported into ``dest`` (replaced
+    whole): its graph and ``manifest.json``, the manifest entry the starter's own manifest holds."""
+    found = finetuned_text(shipped)
+    if found is None:
+        raise FileNotFoundError(f"{shipped}: its manifest names a text encoder, its weights name none")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
+        staging = Path(tmp) / "text"
+        staging.mkdir()
+        entry = export_text(load_text_encoder(found[2], found[1]), found[0], staging)
+        (staging / "manifest.json").write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
+        staging.chmod(0o755)
+        if dest.exists():
+            shutil.rmtree(dest)
+        staging.rename(dest)
+    return entry

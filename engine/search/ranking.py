@@ -77,6 +77,9 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
     ids, index = indexes.zero_shot()
     if not len(ids):
         return None
+    # a model with MiniLM layers of its own (the starter, #41) encodes the query on the helper meanwhile: the two
+    # encodings (~4 ms each) overlap instead of adding up
+    early = _helper_pool().submit(trained.encode_text, [text]) if _own_text(trained, kinds) else None
     stock = encoders.minilm.encode([text])  # the zero-shot semantics and a model on stock MiniLM share it
     sentence = stock.sentence[0]
     match = indexes.user_words().match(text, normalise(sentence)) if EvidenceKind.WORDS in kinds else WordsMatch({}, {})
@@ -93,7 +96,7 @@ def rank_sentence(text: str, indexes, encoders, trained, kinds: Collection[Evide
         dense[EvidenceKind.ZERO_SHOT] = evidence.ZeroShotEvidence(index, sentence, words, indexes.frames())
     encoded, names = None, {}
     if trained is not None:
-        encoded, _ = trained.encode_text([text], minilm=stock)
+        encoded, _ = early.result() if early is not None else trained.encode_text([text], minilm=stock)
         if named and NAME_LOOK:
             encoded = ground_names(encoded, trained, named, novelty, used=names)
         if EvidenceKind.MODEL in kinds:
@@ -137,18 +140,28 @@ def _start_beside(text: str, stock, trained, named: dict, novelty: dict, ids: np
     companion's query encoded and, in a large library, its share of the fixed sample scored (ONNX Runtime, NumPy's
     products and the vector index let go of the GIL). Those were ~1.7 ms of a 14 ms query at 100,000 items on the
     query's one thread (docs/benchmarks.md, "Fewer candidates for the companions")."""
-    global _helper
     others = evidence.beside(trained)
     if not others:
         return {}
     for _, other in others:
         other.frame_vectors()  # a library's clips are read from the catalog on first use: on the catalog's thread
     sample = evidence.fixed_sample(len(ids)) if evidence.takes_candidates(len(ids), trained) else None
-    with _helper_lock:  # queries from several threads share one helper
+    future = _helper_pool().submit(_beside_sources, others, text, stock, named, novelty, ids, sample)
+    return {kind: evidence.Prefetched(kind, future) for kind, _ in others}
+
+
+def _helper_pool() -> ThreadPoolExecutor:
+    """The one helper thread the queries of every thread share."""
+    global _helper
+    with _helper_lock:
         if _helper is None:
             _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="polyseek-beside")
-    future = _helper.submit(_beside_sources, others, text, stock, named, novelty, ids, sample)
-    return {kind: evidence.Prefetched(kind, future) for kind, _ in others}
+    return _helper
+
+
+def _own_text(trained, kinds) -> bool:
+    """Whether ``trained`` reads a fine-tuned MiniLM of its own (its query is encoded apart from the stock one)."""
+    return trained is not None and EvidenceKind.MODEL in kinds and trained.runner.manifest.text_model is not None
 
 
 def _beside_sources(others: list, text: str, stock, named: dict, novelty: dict, ids: np.ndarray,

@@ -13,7 +13,10 @@ How it was made and how to rebuild it: ``tools/build_starter.py`` and its ``star
 The models searched beside it (its PVSE companion and that one's PCME, :mod:`engine.search.companion`) ship as
 float16 weights without their ONNX graphs: ``polyseek prepare`` (the trainer process, with the other pretrained
 assets) exports them into :func:`prepared_graphs`, and the installed copy takes them from there (:func:`_top_up`).
-Until then the starter searches alone.
+Until then the starter searches alone. A starter whose last MiniLM layers learnt with it (``--text-layers``) ships
+those layers' weights, and its manifest names a text graph it lacks (:func:`text_graph_to_prepare`): ``polyseek
+prepare`` exports it too (:data:`TEXT_FOLDER`), and the starter is offered once its installed copy has it (its
+queries cannot be encoded without it).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def starter_enabled() -> bool:
 
 GRAPHS_DIR = "starter-graphs"  # in the assets folder: the companions' graphs ``polyseek prepare`` exported
 FAILED_NOTE = "FAILED"  # left there instead when a companion could not be exported (trainer/startergraphs.py)
+
+TEXT_FOLDER = "text-encoder"  # beside the companions' prepared graphs: the starter's own fine-tuned text encoder
 
 # shipped after a starter with the same weights was installed (a folder before the file that names it)
 ADDED_LATER = ("caption_words.json", "companion", "companion/model.safetensors", "pcme", "companion/companion.json",
@@ -112,6 +117,9 @@ def _top_up(shipped: Path, installed: Path) -> bool:
         graphs = prepared_graphs(shipped, folder)
         if (graphs / "manifest.json").is_file():  # not a note saying why they could not be exported
             sources.append((graphs, installed / folder / "onnx"))
+    text = text_graph(shipped)
+    if text is not None and text_graph_to_prepare(shipped):
+        sources.append((prepared_graphs(shipped, TEXT_FOLDER) / text.name, installed / "onnx" / text.name))
     for source, dest in sources:
         try:
             if source.is_file() and not dest.is_file():
@@ -151,13 +159,38 @@ def prepared_graphs(shipped: Path, folder: str, assets: Path | None = None) -> P
     return (assets or paths.assets_dir()) / GRAPHS_DIR / installed_name(shipped) / folder
 
 
+def text_graph(folder: Path) -> Path | None:
+    """The fine-tuned text encoder's graph a model folder's manifest names (``text_model``), or None when the model
+    reads the stock MiniLM's features."""
+    try:
+        manifest = json.loads((folder / "onnx" / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    entry = manifest.get("text_model") if isinstance(manifest, dict) else None
+    return folder / "onnx" / str(entry["file"]) if isinstance(entry, dict) and entry.get("file") else None
+
+
+def text_graph_to_prepare(shipped: Path) -> bool:
+    """Whether the starter ships its fine-tuned text encoder as weights only (its graph is ``polyseek prepare``'s)."""
+    graph = text_graph(shipped)
+    return graph is not None and not graph.is_file()
+
+
+def lacks_text_graph(folder: Path) -> bool:
+    """Whether a model folder's manifest names a text graph the folder does not hold (its queries cannot be encoded:
+    an installed starter before ``polyseek prepare`` exported it)."""
+    graph = text_graph(folder)
+    return graph is not None and not graph.is_file()
+
+
 def starter_graphs_ready() -> bool:
-    """Whether every graph the shipped starter's companions need is prepared, or could not be and a note says why
-    (True without a starter to offer)."""
+    """Whether every graph the shipped starter and its companions need is prepared, or could not be and a note says
+    why (True without a starter to offer)."""
     shipped = shipped_starter() if starter_enabled() else None
     if shipped is None:
         return True
-    return all(graphs_settled(prepared_graphs(shipped, f)) for f in graphs_to_prepare(shipped))
+    folders = graphs_to_prepare(shipped) + ([TEXT_FOLDER] if text_graph_to_prepare(shipped) else [])
+    return all(graphs_settled(prepared_graphs(shipped, f)) for f in folders)
 
 
 def graphs_settled(folder: Path) -> bool:
@@ -190,6 +223,8 @@ def offer_starter(catalog: Catalog, register: Callable[[Path, str], str],
         return None
     try:
         folder = installed_starter(shipped)
+        if lacks_text_graph(folder):  # the first start's prepare exports it, then offers the starter again
+            raise AssetsMissing(f"{folder}: its text encoder's graph is not prepared yet (`polyseek prepare`)")
         name = register(folder, STARTER_NAME)
     except AssetsMissing:  # a first start prepares them, then offers the starter again: not worth a warning
         log.info("the starter model waits for the pretrained assets")
@@ -220,7 +255,10 @@ def _list_newer(catalog: Catalog, shipped: Path, register: Callable[[Path, str],
     if any(m.name == name or Path(m.path).resolve() == folder for m in catalog.models()):  # listed (or renamed)
         return
     try:
-        register(installed_starter(shipped), name)
+        folder = installed_starter(shipped)
+        if lacks_text_graph(folder):
+            raise AssetsMissing(f"{folder}: its text encoder's graph is not prepared yet")
+        register(folder, name)
     except AssetsMissing:
         return
     except Exception as exc:  # noqa: BLE001 - the library keeps its own starter

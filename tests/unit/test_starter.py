@@ -132,6 +132,36 @@ def test_an_installed_starter_gets_the_files_a_later_release_ships_beside_the_sa
         assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging folder left behind
 
 
+def test_a_starter_with_its_own_text_layers_is_offered_once_their_graph_is_prepared(tmp_path, monkeypatch):
+    from engine.library.catalog import Catalog
+    from engine.search import starter
+
+    shipped = tmp_path / "shipped"
+    (shipped / "onnx").mkdir(parents=True)
+    (shipped / "onnx" / "manifest.json").write_text(json.dumps({"text_model": {"file": "text_encoder.onnx"}}))
+    (shipped / "model.safetensors").write_bytes(b"weights")  # its text layers ship as weights: no graph
+    monkeypatch.setattr(starter.paths, "models_dir", lambda: tmp_path / "models")
+    monkeypatch.setattr(starter.paths, "assets_dir", lambda: tmp_path / "assets")
+    monkeypatch.setattr(starter, "shipped_starter", lambda: shipped)
+    monkeypatch.setenv("POLYSEEK_STARTER", "on")
+    assert starter.text_graph_to_prepare(shipped) and not starter.starter_graphs_ready()
+    catalog = Catalog(tmp_path / "catalog.sqlite")
+    registered = []
+    register = lambda folder, name: registered.append((folder, name)) or name  # noqa: E731
+    assert starter.offer_starter(catalog, register, lambda name: None) is None  # its queries cannot be encoded yet
+    assert not registered
+    prepared = starter.prepared_graphs(shipped, starter.TEXT_FOLDER)
+    prepared.mkdir(parents=True)
+    (prepared / "text_encoder.onnx").write_bytes(b"graph")
+    (prepared / "manifest.json").write_text("{}")
+    assert starter.starter_graphs_ready()
+    assert starter.offer_starter(catalog, register, lambda name: None) == STARTER_NAME
+    installed = registered[0][0]
+    assert (installed / "onnx" / "text_encoder.onnx").read_bytes() == b"graph"
+    assert not starter.lacks_text_graph(installed) and starter.lacks_text_graph(shipped)
+    catalog.close()
+
+
 def test_the_shipped_starter_searches_beside_a_pvse_companion_trained_on_its_data(assets_dir):
     from engine.search.starter import prepared_graphs
 
@@ -164,6 +194,24 @@ def test_the_models_beside_the_starter_ship_as_weights_and_their_graphs_are_prep
         manifest = json.loads((prepared_graphs(folder, name, assets_dir) / "manifest.json").read_text())
         assert manifest["method"] == method and manifest["trained_on"] == starter_record(shipped)["trained_on"]
         assert manifest["trained_on"]["video"] == 0 and list(manifest["encoders"]) == ["image", "text"]
+
+
+def test_the_starters_own_text_layers_ship_as_float16_weights_and_their_graph_is_prepared(assets_dir):
+    """The starter's last two MiniLM layers learnt with it (#41, #42): 7 MB of float16 weights in the install, the
+    90 MB graph exported by `polyseek prepare`, and the installed starter's queries encoded with it."""
+    from safetensors.numpy import load_file
+
+    from engine.search.starter import TEXT_FOLDER, prepared_graphs, text_graph, text_graph_to_prepare
+    from trainer.textencoder import finetuned_text
+
+    folder = shipped_starter()
+    found = finetuned_text(folder)
+    assert found is not None and found[2] == 2 and text_graph_to_prepare(folder)
+    assert {str(v.dtype) for v in load_file(found[1]).values()} == {"float16"}
+    assert found[1].stat().st_size < 8 * 2**20
+    prepared = prepared_graphs(folder, TEXT_FOLDER, assets_dir)
+    assert json.loads((prepared / "manifest.json").read_text())["id"] == found[0]
+    assert (prepared / text_graph(folder).name).stat().st_size > 50 * 2**20
 
 
 def test_the_shipped_companion_searches_beside_a_probabilistic_model_of_its_own():
@@ -334,7 +382,8 @@ def test_a_first_start_offers_the_starter_again_once_the_assets_are_ready(tmp_pa
     assert catalog.active == starter.STARTER_NAME
 
 
-def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(assets_dir, monkeypatch, tmp_path):
+def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(assets_dir, monkeypatch, tmp_path,
+                                                                              request):
     """A library keeps the starter it began with (its retrains started there); a release shipping other weights
     gets its starter registered beside it, not activated, once."""
     import shutil
@@ -354,6 +403,17 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
     weights[first] = weights[first] + 1
     save_file(weights, newer / "model.safetensors")
     monkeypatch.setattr(starter, "shipped_starter", lambda: newer)
+    newer_text = starter.prepared_graphs(newer, starter.TEXT_FOLDER, assets_dir)
+    shutil.rmtree(newer_text, ignore_errors=True)  # the assets folder is shared by the test runs
+    request.addfinalizer(lambda: shutil.rmtree(newer_text, ignore_errors=True))
+    if starter.text_graph_to_prepare(newer):  # its text encoder's graph: listed once `polyseek prepare` exported it
+        service = Workspace.open("upgraded", assets_dir)
+        try:
+            assert starter.installed_name(newer) not in [m.name for m in service.models.all()]
+        finally:
+            service.close()
+        shutil.copytree(starter.prepared_graphs(shipped_starter(), starter.TEXT_FOLDER, assets_dir),
+                        newer_text)  # the same text layers
     for _ in range(2):  # the second open finds it listed already
         service = Workspace.open("upgraded", assets_dir)
         try:
