@@ -238,8 +238,12 @@ class Inspector(QScrollArea):
             layout.addWidget(self.probability_bar)
         if ex.similarity.size > 1:
             q, i = ex.head_pair
-            layout.addWidget(selectable_label(f"Best head pair: query head {q} ↔ item head {i} "
-                                          f"(similarity {float(ex.similarity[q, i]):.3f})"))
+            if ex.similarity.shape[1] == 1:  # the item's heads are one (a clip's frames): only the query's differ
+                layout.addWidget(selectable_label(f"Best query head: {q} (similarity {float(ex.similarity[q, i]):.3f}"
+                                                  "; the item's heads read it alike)"))
+            else:
+                layout.addWidget(selectable_label(f"Best head pair: query head {q} ↔ item head {i} "
+                                                  f"(similarity {float(ex.similarity[q, i]):.3f})"))
         if self.hit is not None:
             rank = self.rank
             if rank is not None:

@@ -34,13 +34,15 @@ def one_run(work: Path, photos: list[Path], alone: bool, assets: Path) -> float:
     (home / "assets").symlink_to(assets)
     os.environ["POLYSEEK_HOME"], os.environ["POLYSEEK_STARTER"] = str(home), "on"
     from engine.search.companion import COMPANION_FILE
-    from engine.search.starter import shipped_starter
+    from engine.search.starter import installed_starter, shipped_starter
     from engine.workspace import Workspace
 
     service = Workspace.open("bench")
     if alone:
         folder = home / "starter-alone"
-        shutil.copytree(shipped_starter(), folder, ignore=shutil.ignore_patterns("companion", "pcme"))
+        # the installed copy: it holds the graph of the starter's own MiniLM, which `polyseek prepare` exports
+        shutil.copytree(installed_starter(shipped_starter()), folder,
+                        ignore=shutil.ignore_patterns("companion", "pcme"))
         (folder / COMPANION_FILE).unlink()
         service.models.activate(str(folder))
     root = home / "photos"

@@ -86,11 +86,17 @@ def test_the_shipped_starter_shows_its_companions_heads(qtbot, library, assets_d
     assert inspector.explanation.word_matches == ()
 
 
-def test_a_vse_model_shows_no_heads_and_explains_by_the_regions_classes(qtbot, library, tmp_path: Path) -> None:
+def test_a_vse_model_shows_no_heads_and_explains_by_the_regions_classes(qtbot, library, tmp_path: Path,
+                                                                      assets_dir: Path) -> None:
     import shutil
+
+    from engine.search.starter import TEXT_FOLDER, prepared_graphs, text_graph
 
     alone = tmp_path / "starter-alone"  # the shipped starter without its companion
     shutil.copytree(_shipped_starter(), alone, ignore=shutil.ignore_patterns("companion*"))
+    graph = text_graph(alone)
+    if graph is not None and not graph.is_file():  # its own MiniLM's graph, as `polyseek prepare` exported it
+        shutil.copy(prepared_graphs(_shipped_starter(), TEXT_FOLDER, assets_dir) / graph.name, graph)
     inspector = _explained(qtbot, library, str(alone))
     assert inspector.explanation is not None and inspector.explanation.item_attention.size == 0
     assert inspector.head_views == [] and inspector.token_strips == []  # no map or word chips it does not have
