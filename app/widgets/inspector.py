@@ -236,14 +236,12 @@ class Inspector(QScrollArea):
                                             "percentage is the calibrated estimate the search ranks by, which also "
                                             "weighs the zero-shot semantics and your own words.")
             layout.addWidget(self.probability_bar)
-        if ex.similarity.size > 1:
+        if ex.similarity.size > 1:  # one column: the item's heads are one (a clip's frames), only the query's differ
             q, i = ex.head_pair
-            if ex.similarity.shape[1] == 1:  # the item's heads are one (a clip's frames): only the query's differ
-                layout.addWidget(selectable_label(f"Best query head: {q} (similarity {float(ex.similarity[q, i]):.3f}"
-                                                  "; the item's heads read it alike)"))
-            else:
-                layout.addWidget(selectable_label(f"Best head pair: query head {q} ↔ item head {i} "
-                                                  f"(similarity {float(ex.similarity[q, i]):.3f})"))
+            similarity, one = f"similarity {float(ex.similarity[q, i]):.3f}", ex.similarity.shape[1] == 1
+            pair = f"query head {q} ↔ item head {i}"
+            layout.addWidget(selectable_label(f"Best query head: {q} ({similarity}; the item's heads read it alike)"
+                                              if one else f"Best head pair: {pair} ({similarity})"))
         if self.hit is not None:
             rank = self.rank
             if rank is not None:

@@ -29,6 +29,7 @@ from engine.library.catalog import Catalog, MediaRecord, MediaStatus, ModelRecor
 from engine.progress import CancelToken, Progress
 from engine.search import evidence
 from engine.search.batchreads import BatchReads
+from engine.search.explainmath import attention_or_none, frame_attention, heads_alike, normalise_rows, project_pair
 from engine.search.modelrunner import Encoded, ModelRunner
 from engine.search.pcme import model_match_probability, uncertainty, uncertainty_percentile
 from engine.search.readings import calibrated_reading, query_words
@@ -42,7 +43,6 @@ from engine.types import Explanation, MediaKind
 log = logging.getLogger(__name__)
 
 BATCH = 256
-HEADS_ALIKE = 1e-4  # an item's K unit vectors closer than this in every coordinate are one vector
 SYNC_BATCH = 128  # items a batch of sync(): smaller batches keep its two threads busy for more of the run
 
 
@@ -369,14 +369,14 @@ class TrainedSearch:
         similarity = (q @ v.T).astype(np.float32)
         pair = np.unravel_index(int(np.argmax(similarity)), similarity.shape)
         k = self.runner.num_embeddings
-        query_att, query_tokens = _attention_or_none(query_encoded.attention, len(query_tokens)), tuple(query_tokens)
+        query_att, query_tokens = attention_or_none(query_encoded.attention, len(query_tokens)), tuple(query_tokens)
         if query_att.size:
             query_tokens, query_att = query_words(query_tokens, query_att)
         notes: tuple[str, ...] = ()
         if feats.local is None and feats.frames is not None:  # a clip: which of its frames matched, per head
             item_att, best, alike = self._frame_attention(q, feats)
             notes = (f"best match: frame {best + 1} of {len(feats.frames)}",)
-            if alike and _heads_alike(normalise_rows(enc.emb[0])):
+            if alike and heads_alike(normalise_rows(enc.emb[0])):
                 # a frame reaches the heads as its pooled feature in every region (no regions are stored for a
                 # clip's frames), so each head's attention is uniform and the K vectors are one: one strip, one
                 # column, and the words that say why, rather than the same map K times
@@ -384,7 +384,7 @@ class TrainedSearch:
                 notes += (f"its {k} heads read this clip alike: a frame has no regions for them to tell apart, so "
                           "one strip shows them",)
         else:  # a model without attention (VSE, K = 1) has no map to show: never a uniform one that pretends
-            item_att = _attention_or_none(enc.attention, 49 if feats.local is not None else 1)
+            item_att = attention_or_none(enc.attention, 49 if feats.local is not None else 1)
         grid = (7, 7) if feats.local is not None and item_att.ndim == 2 and item_att.shape[1] == 49 else None
         prob = q_unc = i_unc = i_pct = None
         population = 0
@@ -399,7 +399,7 @@ class TrainedSearch:
             if len(library):
                 i_pct, population = uncertainty_percentile(library, i_unc), len(library)
                 spread = (float(library[0]), float(library[-1]))
-            q2, i2, q_sig, i_sig = _project_pair(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu[0],
+            q2, i2, q_sig, i_sig = project_pair(query_encoded.mu[0], query_encoded.log_sigma[0], enc.mu[0],
                                                  enc.log_sigma[0])
         return Explanation(query_tokens, query_att, item_att, grid, similarity, (int(pair[0]), int(pair[1])),
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
@@ -432,25 +432,8 @@ class TrainedSearch:
         return tuple(line for line in lines if line)
 
     def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int, bool]:
-        """Per item head, weights over a clip's frames (K, T) from how well each frame matches the query (a
-        softmax of the frame scores at temperature 0.05), the frame that matched best, and whether the K heads
-        embed every frame alike (K > 1)."""
-        frames = normalise_rows(self.encode_frames(feats))  # (T, K, D)
-        q = normalise_rows(query)  # (Kq, D)
-        sims = np.einsum("tkd,qd->ktq", frames, q).max(axis=2)  # (K, T)
-        weights = np.exp((sims - sims.max(axis=1, keepdims=True)) / 0.05)
-        alike = frames.shape[1] > 1 and _heads_alike(frames)
-        return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32), int(sims.max(axis=0).argmax()), alike
-
-
-def _heads_alike(vectors: np.ndarray) -> bool:
-    """Whether the K unit vectors of an item (K, D), or of each of its frames (T, K, D), are one vector K times
-    (within float error)."""
-    return bool(np.abs(vectors - vectors[..., :1, :]).max() < HEADS_ALIKE)
-
-
-def normalise_rows(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-9)
+        """:func:`engine.search.explainmath.frame_attention` of a clip's frames embedded one by one."""
+        return frame_attention(self.encode_frames(feats), query)
 
 
 def _shot_labels(picked: np.ndarray, frames: int) -> np.ndarray:
@@ -478,26 +461,6 @@ def _concat(parts: list[Encoded]) -> Encoded:
         return None if any(a is None for a in arrays) or name == "attention" else np.concatenate(arrays)
 
     return Encoded(cat("emb"), None, cat("mu"), cat("log_sigma"))
-
-
-def _attention_or_none(attention: np.ndarray | None, length: int) -> np.ndarray:
-    """Per-head attention (H, R) with rows summing to 1, or an empty (0, 0) array when the method has none."""
-    if attention is None:
-        return np.zeros((0, 0), np.float32)
-    att = attention[0, :, :length].astype(np.float32) if length else attention[0].astype(np.float32)
-    return att / np.maximum(att.sum(axis=1, keepdims=True), 1e-9)
-
-
-def _project_pair(mu_q, logsig_q, mu_i, logsig_i):
-    """2-D view of two Gaussians for the inspector: the plane through both means and the origin."""
-    a = mu_q / max(np.linalg.norm(mu_q), 1e-9)
-    b = mu_i - (mu_i @ a) * a
-    b = b / max(np.linalg.norm(b), 1e-9) if np.linalg.norm(b) > 1e-6 else np.roll(a, 1)
-    basis = np.stack([a, b])  # (2, D)
-    sig_q, sig_i = np.exp(logsig_q), np.exp(logsig_i)
-    spread = lambda s: np.sqrt((basis ** 2) @ (s ** 2))  # noqa: E731 - per-axis std of the projection
-    return (basis @ mu_q).astype(np.float32), (basis @ mu_i).astype(np.float32), \
-        spread(sig_q).astype(np.float32), spread(sig_i).astype(np.float32)
 
 
 def _validation_curves(model_dir: Path) -> tuple[Mapping[str, UncertaintyCurve], str] | None:
