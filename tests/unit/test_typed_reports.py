@@ -44,7 +44,9 @@ def test_the_shipped_starters_metrics_read_as_typed_figures():
     assert metrics.report.rsum == pytest.approx(raw["rsum"]) and metrics.rsum == metrics.report.rsum
     assert metrics.report.t2i.r10 == pytest.approx(raw["t2i"]["r10"]) and metrics.report.i2t.medr == raw["i2t"]["medr"]
     assert (metrics.report.n_media, metrics.report.n_captions) == (raw["n_media"], raw["n_captions"])
-    assert (metrics.method, metrics.split, metrics.best_epoch, metrics.epochs) == ("vse", "starter-val", 9, 14)
+    built = json.loads((STARTER / "starter.json").read_text(encoding="utf-8"))["validation"]  # what the build recorded
+    assert (metrics.method, metrics.split, metrics.best_epoch, metrics.epochs) == (
+        "vse", "starter-val", built["best_epoch"], built["epochs"])
     assert metrics.similarity == "cosine" and metrics.uncertainty == {}
     assert metrics.as_dict() == raw  # what the catalog stores and `models --json` shows: the file as written
     assert metrics.report.extra["r_precision"] == raw["r_precision"]  # what the engine does not read is kept
