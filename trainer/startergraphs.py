@@ -27,12 +27,11 @@ from engine.progress import Progress
 from engine.search.starter import (
     FAILED_NOTE,
     TEXT_FOLDER,
+    folders_to_prepare,
     graphs_settled,
-    graphs_to_prepare,
     prepared_graphs,
     shipped_starter,
     starter_enabled,
-    text_graph_to_prepare,
 )
 from trainer.checkpoint import load_model
 from trainer.exporting import export_folder
@@ -51,12 +50,11 @@ def prepare_starter_graphs(assets: Path | None = None, progress: Callable[[Progr
         shipped = shipped_starter() if starter_enabled() else None
     if shipped is None:
         return []
-    folders = graphs_to_prepare(shipped) + ([TEXT_FOLDER] if text_graph_to_prepare(shipped) else [])
-    todo = [f for f in folders if not graphs_settled(prepared_graphs(shipped, f, assets))]
+    todo = [f for f in folders_to_prepare(shipped) if not graphs_settled(prepared_graphs(shipped, f, assets))]
     written = []
     for done, folder in enumerate(todo):
         if progress is not None:
-            progress(Progress(done, len(todo), "preparing the starter's heads and uncertainty models"))
+            progress(Progress(done, len(todo), "preparing the starter's own models"))
         dest = prepared_graphs(shipped, folder, assets)
         try:
             if folder == TEXT_FOLDER:

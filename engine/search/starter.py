@@ -14,7 +14,7 @@ The models searched beside it (its PVSE companion and that one's PCME, :mod:`eng
 float16 weights without their ONNX graphs: ``polyseek prepare`` (the trainer process, with the other pretrained
 assets) exports them into :func:`prepared_graphs`, and the installed copy takes them from there (:func:`_top_up`).
 Until then the starter searches alone. A starter whose last MiniLM layers learnt with it (``--text-layers``) ships
-those layers' weights, and its manifest names a text graph it lacks (:func:`text_graph_to_prepare`): ``polyseek
+those layers' weights, and its manifest names a text graph it lacks (:func:`lacks_text_graph`): ``polyseek
 prepare`` exports it too (:data:`TEXT_FOLDER`), and the starter is offered once its installed copy has it (its
 queries cannot be encoded without it).
 """
@@ -118,7 +118,7 @@ def _top_up(shipped: Path, installed: Path) -> bool:
         if (graphs / "manifest.json").is_file():  # not a note saying why they could not be exported
             sources.append((graphs, installed / folder / "onnx"))
     text = text_graph(shipped)
-    if text is not None and text_graph_to_prepare(shipped):
+    if text is not None and lacks_text_graph(shipped):
         sources.append((prepared_graphs(shipped, TEXT_FOLDER) / text.name, installed / "onnx" / text.name))
     for source, dest in sources:
         try:
@@ -170,17 +170,18 @@ def text_graph(folder: Path) -> Path | None:
     return folder / "onnx" / str(entry["file"]) if isinstance(entry, dict) and entry.get("file") else None
 
 
-def text_graph_to_prepare(shipped: Path) -> bool:
-    """Whether the starter ships its fine-tuned text encoder as weights only (its graph is ``polyseek prepare``'s)."""
-    graph = text_graph(shipped)
-    return graph is not None and not graph.is_file()
-
-
 def lacks_text_graph(folder: Path) -> bool:
-    """Whether a model folder's manifest names a text graph the folder does not hold (its queries cannot be encoded:
-    an installed starter before ``polyseek prepare`` exported it)."""
+    """Whether a model folder's manifest names a text graph the folder does not hold: the shipped starter, whose
+    fine-tuned MiniLM layers ship as weights (``polyseek prepare`` exports their graph), and an installed copy before
+    that (its queries cannot be encoded)."""
     graph = text_graph(folder)
     return graph is not None and not graph.is_file()
+
+
+def folders_to_prepare(shipped: Path) -> list[str]:
+    """What ``polyseek prepare`` exports for the shipped starter: :func:`graphs_to_prepare`, then
+    :data:`TEXT_FOLDER` when the starter's own MiniLM graph is not shipped."""
+    return graphs_to_prepare(shipped) + ([TEXT_FOLDER] if lacks_text_graph(shipped) else [])
 
 
 def starter_graphs_ready() -> bool:
@@ -189,8 +190,7 @@ def starter_graphs_ready() -> bool:
     shipped = shipped_starter() if starter_enabled() else None
     if shipped is None:
         return True
-    folders = graphs_to_prepare(shipped) + ([TEXT_FOLDER] if text_graph_to_prepare(shipped) else [])
-    return all(graphs_settled(prepared_graphs(shipped, f)) for f in folders)
+    return all(graphs_settled(prepared_graphs(shipped, f)) for f in folders_to_prepare(shipped))
 
 
 def graphs_settled(folder: Path) -> bool:

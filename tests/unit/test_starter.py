@@ -144,7 +144,7 @@ def test_a_starter_with_its_own_text_layers_is_offered_once_their_graph_is_prepa
     monkeypatch.setattr(starter.paths, "assets_dir", lambda: tmp_path / "assets")
     monkeypatch.setattr(starter, "shipped_starter", lambda: shipped)
     monkeypatch.setenv("POLYSEEK_STARTER", "on")
-    assert starter.text_graph_to_prepare(shipped) and not starter.starter_graphs_ready()
+    assert starter.lacks_text_graph(shipped) and not starter.starter_graphs_ready()
     catalog = Catalog(tmp_path / "catalog.sqlite")
     registered = []
     register = lambda folder, name: registered.append((folder, name)) or name  # noqa: E731
@@ -158,7 +158,7 @@ def test_a_starter_with_its_own_text_layers_is_offered_once_their_graph_is_prepa
     assert starter.offer_starter(catalog, register, lambda name: None) == STARTER_NAME
     installed = registered[0][0]
     assert (installed / "onnx" / "text_encoder.onnx").read_bytes() == b"graph"
-    assert not starter.lacks_text_graph(installed) and starter.lacks_text_graph(shipped)
+    assert not starter.lacks_text_graph(installed) and starter.folders_to_prepare(shipped) == [starter.TEXT_FOLDER]
     catalog.close()
 
 
@@ -201,12 +201,12 @@ def test_the_starters_own_text_layers_ship_as_float16_weights_and_their_graph_is
     90 MB graph exported by `polyseek prepare`, and the installed starter's queries encoded with it."""
     from safetensors.numpy import load_file
 
-    from engine.search.starter import TEXT_FOLDER, prepared_graphs, text_graph, text_graph_to_prepare
+    from engine.search.starter import TEXT_FOLDER, lacks_text_graph, prepared_graphs, text_graph
     from trainer.textencoder import finetuned_text
 
     folder = shipped_starter()
     found = finetuned_text(folder)
-    assert found is not None and found[2] == 2 and text_graph_to_prepare(folder)
+    assert found is not None and found[2] == 2 and lacks_text_graph(folder)
     assert {str(v.dtype) for v in load_file(found[1]).values()} == {"float16"}
     assert found[1].stat().st_size < 8 * 2**20
     prepared = prepared_graphs(folder, TEXT_FOLDER, assets_dir)
@@ -406,7 +406,7 @@ def test_a_later_release_lists_its_starter_beside_the_one_a_library_began_with(a
     newer_text = starter.prepared_graphs(newer, starter.TEXT_FOLDER, assets_dir)
     shutil.rmtree(newer_text, ignore_errors=True)  # the assets folder is shared by the test runs
     request.addfinalizer(lambda: shutil.rmtree(newer_text, ignore_errors=True))
-    if starter.text_graph_to_prepare(newer):  # its text encoder's graph: listed once `polyseek prepare` exported it
+    if starter.lacks_text_graph(newer):  # its text encoder's graph: listed once `polyseek prepare` exported it
         service = Workspace.open("upgraded", assets_dir)
         try:
             assert starter.installed_name(newer) not in [m.name for m in service.models.all()]
