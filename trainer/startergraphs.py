@@ -73,17 +73,12 @@ def export_companion(model_dir: Path, dest: Path) -> dict:
     """``model_dir``'s graphs exported into ``dest`` (replaced whole), as its ``starter.json`` says it was trained;
     returns the manifest."""
     record = json.loads((model_dir / "starter.json").read_text(encoding="utf-8"))
-    trained_on = record.get("trained_on")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
-        staging = Path(tmp) / "onnx"
-        export_folder(model_dir, load_model(model_dir), staging, trained_on=trained_on)
-        manifest = drop_untrained_encoders(staging)
-        staging.chmod(0o755)  # made by mkdtemp (0700); an assets folder may be shared by several users
-        if dest.exists():
-            shutil.rmtree(dest)
-        staging.rename(dest)
-    return manifest
+
+    def write(staging: Path) -> dict:
+        export_folder(model_dir, load_model(model_dir), staging, trained_on=record.get("trained_on"))
+        return drop_untrained_encoders(staging)
+
+    return _replace_folder(dest, write)
 
 
 def export_starter_text(shipped: Path, dest: Path) -> dict:
@@ -92,14 +87,25 @@ def export_starter_text(shipped: Path, dest: Path) -> dict:
     found = finetuned_text(shipped)
     if found is None:
         raise FileNotFoundError(f"{shipped}: its manifest names a text encoder, its weights name none")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
-        staging = Path(tmp) / "text"
+
+    def write(staging: Path) -> dict:
         staging.mkdir()
         entry = export_text(load_text_encoder(found[2], found[1]), found[0], staging)
         (staging / "manifest.json").write_text(json.dumps(entry, indent=2) + "\n", encoding="utf-8")
-        staging.chmod(0o755)
+        return entry
+
+    return _replace_folder(dest, write)
+
+
+def _replace_folder(dest: Path, write: Callable[[Path], dict]) -> dict:
+    """``write(staging)`` into a staging folder beside ``dest``, which then replaces ``dest`` whole (an interrupted
+    export leaves the old folder or none, never half of one); returns what ``write`` returned."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
+        staging = Path(tmp) / "out"
+        result = write(staging)
+        staging.chmod(0o755)  # made by mkdtemp (0700); an assets folder may be shared by several users
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)
-    return entry
+    return result

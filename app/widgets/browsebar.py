@@ -122,7 +122,8 @@ class BrowseBar(QWidget):
         index = self.folder.findData(current) if current else 0
         self.folder.setCurrentIndex(max(0, index))
         self.folder.blockSignals(False)
-        self._demo_here = any(Path(root) == _demo_folder() for root in roots)
+        demo = _demo_folder()
+        self._demo_here = demo is not None and any(Path(root) == demo for root in roots)
         self.examples.setVisible(self._examples_wanted and self._demo_here)
         if current and index < 0:
             self.options_changed.emit(self.options())

@@ -118,7 +118,7 @@ def _top_up(shipped: Path, installed: Path) -> bool:
         if (graphs / "manifest.json").is_file():  # not a note saying why they could not be exported
             sources.append((graphs, installed / folder / "onnx"))
     text = text_graph(shipped)
-    if text is not None and lacks_text_graph(shipped):
+    if text is not None and not text.is_file():  # shipped as weights: its graph is prepare's
         sources.append((prepared_graphs(shipped, TEXT_FOLDER) / text.name, installed / "onnx" / text.name))
     for source, dest in sources:
         try:

@@ -374,7 +374,7 @@ class TrainedSearch:
             query_tokens, query_att = query_words(query_tokens, query_att)
         notes: tuple[str, ...] = ()
         if feats.local is None and feats.frames is not None:  # a clip: which of its frames matched, per head
-            item_att, best, alike = self._frame_attention(q, feats)
+            item_att, best, alike = frame_attention(self.encode_frames(feats), q)
             notes = (f"best match: frame {best + 1} of {len(feats.frames)}",)
             if alike and heads_alike(normalise_rows(enc.emb[0])):
                 # a frame reaches the heads as its pooled feature in every region (no regions are stored for a
@@ -430,10 +430,6 @@ class TrainedSearch:
         if query is not None:
             lines.append(calibrated_reading(query, curves.get("t2i"), "search", split))
         return tuple(line for line in lines if line)
-
-    def _frame_attention(self, query: np.ndarray, feats) -> tuple[np.ndarray, int, bool]:
-        """:func:`engine.search.explainmath.frame_attention` of a clip's frames embedded one by one."""
-        return frame_attention(self.encode_frames(feats), query)
 
 
 def _shot_labels(picked: np.ndarray, frames: int) -> np.ndarray:
