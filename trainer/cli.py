@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=None, help="epochs without a better rsum before stopping")
     p.add_argument("--later-ties", action="store_true", help="an epoch whose validation rsum equals the best so far "
                    "becomes the best (the app's retrain: a few held-aside captions soon stop moving the rsum)")
+    p.add_argument("--keep-last", action="store_true", help="the last epoch is the model, whatever its validation "
+                   "rsum (a stage that cannot move the rsum, e.g. --train-only sigma)")
+    p.add_argument("--train-only", default=None, choices=["sigma"],
+                   help="only this part learns: 'sigma', a PCME model's uncertainty side (its means and a, b stay as "
+                   "--init-from has them)")
     p.add_argument("--val-items", type=int, default=None, help="items in the per-epoch validation")
     p.add_argument("--epoch-captions", type=int, default=None, metavar="N",
                    help="captions of each item an epoch shows (0: all; default: the method's recipe, 1)")
@@ -313,7 +318,7 @@ def _train(args: argparse.Namespace) -> int:
         epochs=args.epochs, device=args.device, sparse=sparse_config_from_args(args),
         json_progress=args.json_progress, resume=args.resume, overrides=parse_overrides(args.set),
         preset=args.preset, seed=args.seed, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
-        later_ties=args.later_ties,
+        later_ties=args.later_ties, keep_last=args.keep_last, train_only=args.train_only,
         pseudo_pairs=not args.no_pseudo_pairs, pseudo_captions=args.pseudo_captions, val_items=args.val_items,
         schedule=args.schedule,
         epoch_captions=args.epoch_captions, clip_captions=args.clip_captions, finetune_epochs=args.finetune_epochs,

@@ -69,6 +69,10 @@ class TrainOptions:
     # a validation rsum equal to the best so far keeps the later epoch (a warm start validated on a few held-aside
     # captions: its rsum soon stops moving, and the first epoch that reached it would be all the run learnt)
     later_ties: bool = False
+    # the last epoch is the model whatever its validation rsum (a stage that cannot move the rsum: PCME's sigma stage)
+    keep_last: bool = False
+    # only this part of the model learns (RetrievalModel.part_parameters; 'sigma': PCME's uncertainty side)
+    train_only: str | None = None
     pseudo_pairs: bool = True
     pseudo_captions: str = "regions"  # where the pseudo pairs' text comes from (trainer.pseudocaptions)
     val_items: int | None = None
@@ -144,10 +148,10 @@ def learning_rate(recipe: Recipe, base: float, epoch: int, epochs: int, state: c
 
 
 def update_after_validation(recipe: Recipe, state: ckpt.TrainerState, rsum: float, patience: int,
-                            later_ties: bool = False) -> bool:
-    """Record a validation rsum; returns True when it is the best so far (``later_ties``: or equal to it). Updates
-    the plateau schedule and the early-stopping counter."""
-    improved = (state.best_rsum is None or rsum > state.best_rsum
+                            later_ties: bool = False, keep_last: bool = False) -> bool:
+    """Record a validation rsum; returns True when it is the best so far (``later_ties``: or equal to it;
+    ``keep_last``: always). Updates the plateau schedule and the early-stopping counter."""
+    improved = (keep_last or state.best_rsum is None or rsum > state.best_rsum
                 or (later_ties and rsum >= state.best_rsum - 1e-9))
     if improved:
         state.best_rsum, state.best_epoch, state.bad_epochs, state.plateau_epochs = rsum, state.epoch, 0, 0

@@ -167,6 +167,8 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
     settings = resolve_settings(options, recipe, saved)
     recipe = dataclasses.replace(recipe, schedule=settings.schedule)
     torch.manual_seed(settings.seed)
+    if options.train_only and settings.finetune_epochs:
+        raise TrainingError("--train-only: one part of the head learns alone; it does not go with --finetune-epochs")
     data = _load_data(options, config, world, source, stop)
     if settings.finetune_epochs and settings.finetune_blocks and (saved is None or saved.finetune_from is None):
         require_photos(data.train, "training")  # refused before the warm-up, not after it
@@ -184,7 +186,11 @@ def _setup(options: TrainOptions, device: torch.device, world: Dist, reporter: R
                                                             settings.finetune_head_lr, parts.text, settings.text_lr),
                                    settings.lr)
     else:
-        optimizer = make_optimizer(recipe, model.parameter_groups(settings.lr), settings.lr)
+        try:
+            groups = model.trainable_groups(settings.lr, options.train_only)
+        except ValueError as exc:
+            raise TrainingError(f"--train-only: {exc}") from None
+        optimizer = make_optimizer(recipe, groups, settings.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda")
     trainable = parts.trainable if parts is not None else model
     state = ckpt.TrainerState(method=config.method, options=jsonable(settings, options))
@@ -444,7 +450,7 @@ def _end_epoch(run: Run, losses: dict[str, float], lr: float, timer: Eta, train_
         state.epoch += 1
         state.step = 0
         best = update_after_validation(run.recipe, state, report["rsum"], run.settings.patience,
-                                       run.options.later_ties)
+                                       run.options.later_ties, run.options.keep_last)
         state.history.append({"epoch": state.epoch, "loss": losses, "lr": lr, "val": report, "best": best,
                               "train_s": round(train_s, 2), "val_s": round(time.monotonic() - started, 2),
                               **gpu_peak(run.device)})

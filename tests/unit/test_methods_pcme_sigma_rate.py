@@ -1,5 +1,5 @@
-"""PCME's sigma side can learn at its own rate (``sigma_lr_scale``): the parameter groups a model hands the
-optimizer, and that the trainer and phase two use them."""
+"""PCME's sigma side can learn at its own rate (``sigma_lr_scale``) or alone (``--train-only sigma``): the parameter
+groups a model hands the optimizer, and that the trainer and phase two use them."""
 
 from __future__ import annotations
 
@@ -91,3 +91,31 @@ def test_the_trainer_optimises_the_models_groups(workspace, tmp_path, monkeypatc
                                     overrides={"sigma_lr_scale": 4.0})
     training.train(options, source=source, reporter=training.Reporter(True, enabled=False))
     assert [(g["name"], g["base_lr"]) for g in made[0]] == [("sigma", pytest.approx(4e-3)), ("head", 1e-3)]
+
+
+def test_the_sigma_side_learns_alone_and_the_means_keep_their_weights() -> None:
+    """``--train-only sigma``: one group of the sigma side; every other parameter is frozen, so an optimizer step
+    moves sigma and leaves the means and a, b of eq. 3 (the ranking) as they were."""
+    model = _pcme()
+    (group,) = model.trainable_groups(1e-3, "sigma")
+    assert {id(p) for p in group["params"]} == _sigma_ids(model) and group["base_lr"] == 1e-3
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = make_optimizer(RECIPES["pcme"], [group], 1e-3)
+    batch = _batch(model)
+    build_loss(model.config)(model(batch), batch)["total"].backward()
+    optimizer.step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert "sigma_heads.image.offset" in moved
+    assert moved and all(n.startswith(("sigma_globals.", "sigma_heads.")) for n in moved)
+
+
+def test_a_model_without_that_part_refuses_to_train_it_alone(workspace, tmp_path) -> None:
+    from trainer import train as training
+
+    with pytest.raises(ValueError, match="no part 'sigma'"):
+        build_model(build_config("vse", {}, preset="test")).trainable_groups(1e-3, "sigma")
+    folder, source, assets = workspace
+    options = training.TrainOptions(method="vse", data=folder, out=tmp_path / "run", epochs=1, preset="test",
+                                    batch_size=6, assets=assets, device="cpu", train_only="sigma")
+    with pytest.raises(training.TrainingError, match="--train-only"):
+        training.train(options, source=source, reporter=training.Reporter(True, enabled=False))

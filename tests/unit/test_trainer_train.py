@@ -287,6 +287,15 @@ def test_with_later_ties_an_epoch_equal_to_the_best_becomes_the_best():
         assert state.bad_epochs == (1 if later else 3)
 
 
+def test_with_keep_last_the_last_epoch_is_the_model_whatever_its_rsum():
+    """A stage that cannot move the rsum (PCME's sigma stage: the means are frozen) keeps where it ended."""
+    state = ckpt.TrainerState(method="pcme")
+    for epoch, rsum in enumerate((400.0, 433.3, 420.0)):
+        state.epoch = epoch
+        assert update_after_validation(Recipe({}, schedule="constant"), state, rsum, patience=1, keep_last=True)
+    assert (state.best_epoch, state.best_rsum, state.bad_epochs, state.stopped_early) == (2, 420.0, 0, False)
+
+
 def test_early_stopping_keeps_the_best_epoch(workspace, tmp_path, monkeypatch):
     folder, source, assets = workspace
     rsums = iter([50.0, 80.0, 70.0, 60.0, 10.0])

@@ -193,6 +193,22 @@ class RetrievalModel(nn.Module):
         reports)."""
         return [{"params": list(self.parameters()), "base_lr": lr, "lr": lr, "name": "head"}]
 
+    def part_parameters(self, part: str) -> list[nn.Parameter]:
+        """The parameters of a named part that can learn alone (``--train-only``); a method without it refuses."""
+        raise ValueError(f"a {self.method} model has no part {part!r} that learns alone")
+
+    def trainable_groups(self, lr: float, only: str | None = None) -> list[dict]:
+        """:meth:`parameter_groups`, or with ``only`` that part's parameters alone: every other one is frozen
+        (``requires_grad`` off), so it keeps the weights the run started from."""
+        if only is None:
+            return self.parameter_groups(lr)
+        mine = self.part_parameters(only)
+        for p in self.parameters():
+            p.requires_grad_(False)
+        for p in mine:
+            p.requires_grad_(True)
+        return [{"params": mine, "base_lr": lr, "lr": lr, "name": only}]
+
     def similarity(self, query: EncoderOutput, items: EncoderOutput) -> Tensor:
         """(Q, N) retrieval scores, higher is better, between Q encoded queries and N encoded items.
 

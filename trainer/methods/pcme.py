@@ -201,6 +201,13 @@ class PCMEModel(RetrievalModel):
         return [{"params": sigma, "base_lr": lr * scale, "lr": lr * scale, "name": "sigma"},
                 {"params": rest, "base_lr": lr, "lr": lr, "name": "head"}]
 
+    def part_parameters(self, part: str) -> list[nn.Parameter]:
+        """'sigma': the uncertainty side (``sigma_globals``, ``sigma_heads``), for a sigma stage after training: the
+        means and a, b of eq. 3 stay, so the ranking is the start's and only what sigma says of each item moves."""
+        if part != "sigma":
+            return super().part_parameters(part)
+        return [*self.sigma_globals.parameters(), *self.sigma_heads.parameters()]
+
     @staticmethod
     def uncertainty(output: EncoderOutput) -> Tensor:
         """(B,) scalar uncertainty: the geometric mean of sigma, ``exp(mean(log sigma))`` (§3.2.1)."""
