@@ -96,7 +96,9 @@ def uncertainty_reading(percentile: float, items: int) -> str:
     share of them at most as uncertain, :attr:`engine.types.Explanation.item_uncertainty_percentile`)."""
     one_item = 100.0 / max(1, items)  # never a finer share than one item of the library
     if percentile >= AMBIGUOUS_PERCENTILE:
-        share = max(1, math.ceil(100.0 - percentile), math.ceil(one_item))
+        # the share at least as uncertain, the item itself included (``percentile`` counts it among those at most
+        # as uncertain): the second least certain of 12 is among the 17 %, not the 9 %
+        share = max(1, math.ceil(round(100.0 - percentile + one_item, 6)))
         return f"Ambiguous: among the {share} % least certain of the {items:,} items in this library"
     if percentile <= CLEAR_PERCENTILE:
         share = max(1, math.ceil(percentile), math.ceil(one_item))

@@ -80,13 +80,14 @@ def test_a_pcme_result_is_explained_with_its_uncertainty_and_own_probability(qtb
 
 @pytest.mark.parametrize(("percentile", "items", "reading"), [
     (100.0, 2000, "Ambiguous: among the 1 % least certain of the 2,000 items in this library"),
-    (90.0, 50, "Ambiguous: among the 10 % least certain of the 50 items in this library"),
-    (95.5, 50, "Ambiguous: among the 5 % least certain of the 50 items in this library"),
+    (90.0, 50, "Ambiguous: among the 12 % least certain of the 50 items in this library"),  # the 6 at the top
+    (95.5, 50, "Ambiguous: among the 7 % least certain of the 50 items in this library"),
     (89.9, 50, "Typical: more uncertain than 90 % of the 50 items in this library"),
     (42.0, 50, "Typical: more uncertain than 42 % of the 50 items in this library"),
     (10.0, 50, "Clear: among the 10 % most certain of the 50 items in this library"),
     (0.4, 300, "Clear: among the 1 % most certain of the 300 items in this library"),
     (100.0, 12, "Ambiguous: among the 9 % least certain of the 12 items in this library"),  # one item: 8.3 %
+    (100.0 * 11 / 12, 12, "Ambiguous: among the 17 % least certain of the 12 items in this library"),  # two
 ])
 def test_uncertainty_reads_as_a_place_in_the_library(percentile: float, items: int, reading: str) -> None:
     assert uncertainty_reading(percentile, items) == reading
