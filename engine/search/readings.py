@@ -118,8 +118,9 @@ def calibrated_reading(value: float, curve: UncertaintyCurve | Mapping[str, Any]
 
     ``curve`` is one way of ``metrics.json``'s ``r1_by_uncertainty_decile``
     (:class:`engine.trainercontract.runfolder.TrainerMetrics` ``uncertainty``; its JSON form is parsed):
-    ``side`` "photo" reads the i2t curve (a photo's sigma, its captions found first), "search" the t2i curve (a
-    caption's sigma, its photo found first). None when the curve is missing or malformed."""
+    ``side`` "photo" reads the i2t curve (a photo's sigma, its captions found first), "clip" the same curve for a
+    GIF's or video's sigma (the split's items are photos), "search" the t2i curve (a caption's sigma, its photo
+    found first). None when the curve is missing or malformed."""
     if curve is not None and not isinstance(curve, UncertaintyCurve):
         try:
             curve = UncertaintyCurve.from_dict(curve)
@@ -131,14 +132,15 @@ def calibrated_reading(value: float, curve: UncertaintyCurve | Mapping[str, Any]
     if len(r1) < 2 or len(edges) != len(r1) + 1:
         return None
     if counts and min(counts) < FEW:
-        kind = "photos" if side == "photo" else "searches"
+        kind = "searches" if side == "search" else "photos"
         return (f"The model's validation record ({split}) holds only {sum(int(c) for c in counts)} {kind}, "
                 f"{min(int(c) for c in counts)} to {max(int(c) for c in counts)} in each of its {len(r1)} "
                 "uncertainty groups: too few to say how often items this uncertain are found, or whether more "
                 "uncertainty means more misses.")
     tenth = int(np.clip(np.searchsorted(edges[1:-1], value, side="right"), 0, len(r1) - 1))
-    what = ("a photo this uncertain was found first by one of its captions" if side == "photo"
-            else "a search this uncertain found its photo first")
+    what = {"photo": "a photo this uncertain was found first by one of its captions",
+            "clip": "a photo as uncertain as this clip was found first by one of its captions"}.get(
+        side, "a search this uncertain found its photo first")
     line = (f"On the model's validation photos ({split}, never trained on), {what} {r1[tenth]:.0f} % of the time "
             f"(uncertainty group {tenth + 1} of {len(r1)}; the most certain group {r1[0]:.0f} %, the least "
             f"{r1[-1]:.0f} %).")

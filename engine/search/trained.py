@@ -373,7 +373,8 @@ class TrainedSearch:
         if query_att.size:
             query_tokens, query_att = query_words(query_tokens, query_att)
         notes: tuple[str, ...] = ()
-        if feats.local is None and feats.frames is not None:  # a clip: which of its frames matched, per head
+        clip = feats.local is None and feats.frames is not None
+        if clip:  # a clip: which of its frames matched, per head
             item_att, best, alike = frame_attention(self.encode_frames(feats), q)
             notes = (f"best match: frame {best + 1} of {len(feats.frames)}",)
             if alike and heads_alike(normalise_rows(enc.emb[0])):
@@ -405,7 +406,7 @@ class TrainedSearch:
                            q_unc, i_unc, prob, q_sig, i_sig, q2, i2, i_pct, population,
                            notes=(f"model {self.record.name} ({self.runner.method}, K={k})", *notes),
                            library_uncertainty_range=spread,
-                           uncertainty_calibration=self._calibration(i_unc, q_unc),
+                           uncertainty_calibration=self._calibration(i_unc, q_unc, clip),
                            match_probability_by=self.record.name if prob is not None else None)
 
     def _as_ranked(self, item_id: int, encoded: Encoded) -> Encoded:
@@ -421,12 +422,13 @@ class TrainedSearch:
         _, _, extras = self.catalog.get_embeddings(self.record.id, [item_id])
         return Encoded(emb, encoded.attention, emb[:, 0], extras["log_sigma"].astype(np.float32))
 
-    def _calibration(self, item: float | None, query: float | None) -> tuple[str, ...]:
-        """The item's and the query's uncertainty read against the model's validation split (its metrics.json)."""
+    def _calibration(self, item: float | None, query: float | None, clip: bool = False) -> tuple[str, ...]:
+        """The item's and the query's uncertainty read against the model's validation split (its metrics.json);
+        ``clip``: the item is a GIF or video, read against the photos there."""
         if item is None or self._validation_curves is None:
             return ()
         curves, split = self._validation_curves
-        lines = [calibrated_reading(item, curves.get("i2t"), "photo", split)]
+        lines = [calibrated_reading(item, curves.get("i2t"), "clip" if clip else "photo", split)]
         if query is not None:
             lines.append(calibrated_reading(query, curves.get("t2i"), "search", split))
         return tuple(line for line in lines if line)

@@ -46,3 +46,9 @@ def test_a_record_of_a_few_items_gives_no_figures_as_facts() -> None:
     text = calibrated_reading(0.015, tiny, "photo", "held-aside")
     assert "only 2 photos" in text and "too few" in text
     assert "%" not in text and "Spearman" not in text
+
+
+def test_a_clip_is_read_against_the_photos_of_the_split() -> None:
+    """The validation split's items are photos: a GIF's or video's sigma is placed among theirs, and says so."""
+    text = calibrated_reading(0.025, _curve([40, 30, 20, 10], -0.8), "clip", "starter-val")
+    assert "a photo as uncertain as this clip was found first by one of its captions 30 %" in text
