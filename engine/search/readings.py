@@ -139,8 +139,8 @@ def calibrated_reading(value: float, curve: UncertaintyCurve | Mapping[str, Any]
                 "uncertainty means more misses.")
     tenth = int(np.clip(np.searchsorted(edges[1:-1], value, side="right"), 0, len(r1) - 1))
     what = {"photo": "a photo this uncertain was found first by one of its captions",
-            "clip": "a photo as uncertain as this clip was found first by one of its captions"}.get(
-        side, "a search this uncertain found its photo first")
+            "clip": "a photo as uncertain as this clip was found first by one of its captions",
+            "search": "a search this uncertain found its photo first"}[side]
     line = (f"On the model's validation photos ({split}, never trained on), {what} {r1[tenth]:.0f} % of the time "
             f"(uncertainty group {tenth + 1} of {len(r1)}; the most certain group {r1[0]:.0f} %, the least "
             f"{r1[-1]:.0f} %).")

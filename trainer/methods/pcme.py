@@ -195,7 +195,7 @@ class PCMEModel(RetrievalModel):
         scale = self.config.sigma_lr_scale
         if scale == 1.0:
             return super().parameter_groups(lr)
-        sigma = [*self.sigma_globals.parameters(), *self.sigma_heads.parameters()]
+        sigma = self.part_parameters("sigma")
         mine = {id(p) for p in sigma}
         rest = [p for p in self.parameters() if id(p) not in mine]
         return [{"params": sigma, "base_lr": lr * scale, "lr": lr * scale, "name": "sigma"},
