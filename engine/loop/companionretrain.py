@@ -23,7 +23,7 @@ from engine.library.catalog import CatalogError
 from engine.loop.compare import compare_models, measure_models
 from engine.loop.errors import RetrainError
 from engine.loop.evaluate import evaluate_on
-from engine.loop.gate import ModelComparison
+from engine.loop.gate import Measure, ModelComparison
 from engine.progress import Cancelled, Progress
 from engine.search.companion import CompanionSpec, carry_companion, read_companion, write_companion
 from engine.search.modelrunner import ModelLoadError
@@ -98,10 +98,12 @@ def companion_reasons(found: ModelComparison) -> str:
     checks = found.verdict.checks if found.verdict is not None else ()
     if not checks:
         return "too little to compare it with the start's"
-    failed = [check.text for check in checks if not check.passed]
+    failed = [check for check in checks if not check.passed]
+    if any(check.measure is Measure.PSEUDO for check in failed):
+        return "worse than the start's: " + ", ".join(check.text for check in failed)
     if failed:
-        return "worse than the start's: " + ", ".join(failed)
-    return "not worse than the start's: " + ", ".join(check.text for check in checks)
+        return "not shown better than the start's: " + ", ".join(check.text for check in failed)
+    return "better than the start's: " + ", ".join(check.text for check in checks)
 
 
 def companion_progress(stream: Iterator[events.TrainerEvent], on_event: Callable[[Any], None], start: CompanionSpec,

@@ -24,8 +24,10 @@ One retraining (:class:`Retrain`, run by ``polyseek retrain`` and by the GUI in 
 
 How items are held aside: :mod:`engine.loop.trainingset`; the activation rule: :mod:`engine.loop.gate`.
 
-Caveat: the trainer selects its best epoch on the validation split, which is ``heldout``; with a fixed
-epoch budget that only picks among epochs, but the "after" number is then slightly optimistic.
+A warm start keeps its last epoch (``--keep-last``): the rule asks whether the new model is *better* on ``heldout``,
+and an epoch chosen on those same captions would be the luckiest of twenty there. Caveat: a run from random weights
+still selects its best epoch on ``heldout``; with a fixed epoch budget that only picks among epochs, but its "after"
+number is then slightly optimistic.
 """
 
 from __future__ import annotations
@@ -78,13 +80,13 @@ log = logging.getLogger(__name__)
 
 
 # How a retrain warm-starts from the active model (trainer ``--init-from``; the trainer adds L2-SP toward the
-# start and keeps the start unless an epoch beats it on the held-aside captions searched among un-annotated
-# items). Chosen on tests/bench/bench_user_loop.py (docs/benchmarks.md, "the user's loop"): with the starter's
+# start, and the last epoch is the new model: the gate then judges it on held-aside captions no epoch was chosen
+# on). Chosen on tests/bench/bench_user_loop.py (docs/benchmarks.md, "the user's loop"): with the starter's
 # lr of 5e-5 and batches of 128, 100 captions made 1 step an epoch and nothing was learnt; batches of 32 at 1e-4
 # for 20 epochs, with the library's pseudo pairs as extra pairs and negatives (VSE), learnt a user's own word.
 WARM_START_EPOCHS = 20
 WARM_START_ARGS: tuple[str, ...] = ("--lr", "1e-4", "--batch-size", "32", "--patience", "20",
-                                    "--schedule", "constant")
+                                    "--schedule", "constant", "--keep-last")
 # A library's retrain from random weights (``polyseek retrain --from-scratch``, the training dialog's form): its
 # few hundred annotations at most take seconds an epoch, and the gate keeps the old model if the run is worse.
 COLD_START_EPOCHS = 10
@@ -256,7 +258,7 @@ class Retrain:
 
     def run(self, cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Export, train (from the active model when it can), register, measure the old and the new model the
-        same way, and decide (``result.activated``) for the new one only when :func:`gate` finds it not worse, or
+        same way, and decide (``result.activated``) for the new one only when :func:`gate` finds it better, or
         when ``always_activate`` says so. Nothing is activated here (``Workspace.models.adopt``)."""
         cancel = cancel or CancelToken()
         options = self.options

@@ -145,30 +145,48 @@ class Library:
     def evaluate(self, folder: Path, model: str | None) -> dict[str, Any]:
         return summary(self.service.models.evaluate(folder, None, model))
 
+    def difference(self, folder: Path, old: str | None, new: str) -> dict[str, Any]:
+        """The other photos, searched with the start and with the retrained model: new - old rsum with its 90 %
+        paired-bootstrap interval over the photos (the gate's :mod:`engine.loop.interval`), so "worse" is a
+        decision, not a point estimate on one run."""
+        from engine.loop.interval import report_interval
+
+        before = self.service.models.evaluate(folder, None, old, per_query=True)
+        after = self.service.models.evaluate(folder, None, new, per_query=True)
+        interval = report_interval(before, after)
+        assert interval is not None
+        return {"old": old or "zero-shot", "new": new, "old_rsum": round(before.rsum, 1),
+                "new_rsum": round(after.rsum, 1), **{k: (round(v, 2) if isinstance(v, float) else v)
+                                                     for k, v in interval.as_dict().items()}}
+
 
 def user_loop(args: argparse.Namespace, files: list[str], captions: dict[str, list[str]], images: Path,
               results: list[dict[str, Any]]) -> None:
-    rng = random.Random(SEED)
+    rng = random.Random(args.seed)
     order = files[:]
     rng.shuffle(order)
-    chosen = {f: random.Random(f"{SEED}:{f}").choice(captions[f]) for f in files}
+    chosen = {f: random.Random(f"{args.seed}:{f}").choice(captions[f]) for f in files}
     for n in args.ns:
         captioned = set(order[:n])
         remaining = [f for f in files if f not in captioned]
-        folder = eval_folder(Path(args.home) / "eval" / f"rest-{n}", images, remaining, captions)
+        where = f"rest-{n}" + (f"-seed{args.seed}" if args.seed != SEED else "")
+        folder = eval_folder(Path(args.home) / "eval" / where, images, remaining, captions)
         for row in args.rows:
-            if any(r["n"] == n and r["row"] == row for r in results):
+            if any(r["n"] == n and r["row"] == row and r.get("seed", SEED) == args.seed for r in results):
                 continue
             started = time.monotonic()
             warm = row.startswith("warm")
-            lib = Library(f"loop-{n}-{row}-{args.tag}", images, files, starter=row == "starter" or warm)
-            record: dict[str, Any] = {"n": n, "row": row}
+            lib = Library(f"loop-{n}-{row}-{args.tag}" + (f"-seed{args.seed}" if args.seed != SEED else ""), images,
+                          files, starter=row == "starter" or warm)
+            record: dict[str, Any] = {"n": n, "row": row, "seed": args.seed}
             if (row == "scratch" or warm) and n > 0:
                 lib.caption({f: chosen[f] for f in order[:n]})
+                start = lib.active()
                 record["retrain"] = lib.retrain(warm=warm, gate=warm, extra=VARIANTS.get(row, ()))
                 new = record["retrain"]["model"]
                 if not record["retrain"]["activated"]:
                     record["new_model"] = lib.evaluate(folder, new)
+                record["other_photos"] = lib.difference(folder, start, new)
             record["active"] = lib.active() or "zero-shot"
             record["eval"] = lib.evaluate(folder, lib.active())
             record["wall_s"] = round(time.monotonic() - started, 1)
@@ -243,6 +261,10 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
             if r.get("new_model"):
                 nm = r["new_model"]
                 note += f" (new version: t2i R@10 {nm['t2i']['r10']}, rsum {nm['rsum']})"
+            if r.get("other_photos"):
+                d = r["other_photos"]
+                note += (f"; the other photos, new - start: {d['difference']:+.1f} rsum (90 % interval "
+                         f"{d['low']:+.1f}..{d['high']:+.1f}: {d['verdict']})")
         lines.append(f"| {r['n']} | {r['row']} | {r['active']} | {e['t2i']['r1']} | {e['t2i']['r5']} | "
                      f"{e['t2i']['r10']} | {e['i2t']['r1']} | {e['i2t']['r5']} | {e['i2t']['r10']} | {e['rsum']} | "
                      f"{note} |")
@@ -262,6 +284,8 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "datasets" / "flickr8k")
     parser.add_argument("--ns", type=int, nargs="+", default=[0, 25, 50, 100, 200, 400])
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=[*ROWS, *VARIANTS])
+    parser.add_argument("--seed", type=int, default=SEED, help="which photos are captioned, and with which caption "
+                        "(another seed: another user of the same library)")
     parser.add_argument("--vocabulary", action="store_true", help="also the user's-own-word case")
     parser.add_argument("--vocab-ns", type=int, nargs="+", default=[25, 50, 100])
     parser.add_argument("--only-vocabulary", action="store_true")

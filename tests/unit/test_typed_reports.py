@@ -164,11 +164,12 @@ def test_a_gate_decision_round_trips_through_json():
 def test_the_gate_reads_reports_in_their_json_form_too():
     """A stand-in evaluation (the GUI tests' fake service) returns the JSON record: the comparison parses it."""
     scores, c2m = _scores(40, 1)
-    raw = retrieval_report(scores, c2m)
+    raw = retrieval_report(scores, c2m, per_query=True)
+    better = retrieval_report(scores + 0.5 * np.eye(40), c2m, per_query=True)
     comparison = ModelComparison("v2", None, raw, raw)
     assert isinstance(comparison.before, RetrievalReport)
-    comparison.after = dict(raw)
-    decision = gate(comparison)
+    comparison.after = dict(better)
+    decision = gate(comparison)  # the interval from the parsed reports' ranks
     assert decision.activated and isinstance(comparison.after, RetrievalReport)
     assert GateDecision.from_dict(decision.as_dict()) == decision
 
