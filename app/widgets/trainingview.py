@@ -195,7 +195,7 @@ class Comparison:
             text += " Text → item recall (%) in the table; rsum adds R@1/5/10 of both directions."
         if self.old_error:
             text += f" The active model could not be measured: {self.old_error}"
-        if self.interval:  # its own line: how sure the differences are (the decision below does not rest on it yet)
+        if self.interval:  # its own line: how sure the differences are (the decision below rests on the held-aside one)
             text += f"\n{self.interval[0].upper()}{self.interval[1:]}."
         text += ("\nThe curve above is the trainer's own check (the model alone, without the zero-shot semantics "
                  "the app ranks with): its figures differ from these.")
