@@ -84,6 +84,11 @@ def eval_folder(dest: Path, images: Path, files: list[str], captions: dict[str, 
     return dest
 
 
+def dataset_name(data: Path) -> str:
+    """The caption folder's name (flickr8k, webcaps): part of every library's and evaluation folder's name."""
+    return Path(data).resolve().name
+
+
 def summary(report: RetrievalReport | None) -> dict[str, Any] | None:
     if report is None:
         return None
@@ -170,14 +175,17 @@ def user_loop(args: argparse.Namespace, files: list[str], captions: dict[str, li
         captioned = set(order[:n])
         remaining = [f for f in files if f not in captioned]
         where = f"rest-{n}" + (f"-seed{args.seed}" if args.seed != SEED else "")
-        folder = eval_folder(Path(args.home) / "eval" / where, images, remaining, captions)
+        # each caption folder its own evaluation folders and libraries: two runs on one home (Flickr8k and webcaps,
+        # at once or one after the other with the same --tag) must not share a library or its annotations
+        folder = eval_folder(Path(args.home) / "eval" / dataset_name(args.data) / where, images, remaining, captions)
         for row in args.rows:
             if any(r["n"] == n and r["row"] == row and r.get("seed", SEED) == args.seed for r in results):
                 continue
             started = time.monotonic()
             warm = row.startswith("warm")
-            lib = Library(f"loop-{n}-{row}-{args.tag}" + (f"-seed{args.seed}" if args.seed != SEED else ""), images,
-                          files, starter=row == "starter" or warm)
+            lib = Library(f"loop-{dataset_name(args.data)}-{n}-{row}-{args.tag}"
+                          + (f"-seed{args.seed}" if args.seed != SEED else ""), images, files,
+                          starter=row == "starter" or warm)
             record: dict[str, Any] = {"n": n, "row": row, "seed": args.seed}
             if (row == "scratch" or warm) and n > 0:
                 lib.caption({f: chosen[f] for f in order[:n]})
@@ -215,7 +223,8 @@ def vocabulary(args: argparse.Namespace, files: list[str], captions: dict[str, l
             key = f"vocab-{n}-{state}" + (f"-{args.vocab_variant}" if args.vocab_variant else "")
             if any(r.get("row") == key for r in results):
                 continue
-            lib = Library(f"vocab-{n}-{args.vocab_variant or 'default'}-{args.tag}", images, files, starter=True)
+            lib = Library(f"vocab-{dataset_name(args.data)}-{n}-{args.vocab_variant or 'default'}-{args.tag}", images,
+                          files, starter=True)
             if state == "after":
                 lib.caption({f: random.Random(f"{SEED}:{f}").choice(renamed[f]) for f in captioned})
                 retrain = lib.retrain(warm=True, extra=VARIANTS.get(args.vocab_variant, ()))
