@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--later-ties", action="store_true", help="an epoch whose validation rsum equals the best so far "
                    "becomes the best (the app's retrain: a few held-aside captions soon stop moving the rsum)")
     p.add_argument("--keep-last", action="store_true", help="the last epoch is the model, whatever its validation "
-                   "rsum (a stage that cannot move the rsum, e.g. --train-only sigma)")
+                   "rsum (a stage that cannot move the rsum, e.g. --train-only sigma; the app's warm-started retrain, "
+                   "which the held-aside captions judge afterwards)")
     p.add_argument("--train-only", default=None, choices=["sigma"],
                    help="only this part learns: 'sigma', a PCME model's uncertainty side (its means and a, b stay as "
                    "--init-from has them)")

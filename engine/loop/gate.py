@@ -97,7 +97,7 @@ def gate(result: ModelComparison) -> GateDecision:
 
     Why "better" and not "not worse" (issue #43, docs/benchmarks.md "the user's loop"): on a few dozen held-aside
     items "not worse within one query slipping each way" let through retrains after which the library's other
-    photos lost 1-2 rsum (three of twelve user-loop runs), while every retrain whose interval lay above zero (the
+    photos lost 0.7-2 rsum (three of ten user-loop runs), while every retrain whose interval lay above zero (the
     user's own words; Flickr8k dev N = 100 in session 33) also helped the other photos. The product's promise is
     that a retrain never makes search worse; a retrain that cannot be told from its start gives the user nothing
     but that risk.

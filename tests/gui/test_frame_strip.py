@@ -33,7 +33,7 @@ def explained_strips(qtbot, window, service, query: str, kind: MediaKind):
         seen.append(tuple((id(s), s.width()) for s in strips if s.isVisible()))
         return bool(seen[-1]) and len(seen[-1]) == len(strips) and len(seen) > 3 and len(set(seen[-4:])) == 1
 
-    qtbot.waitUntil(settled, timeout=5000)
+    qtbot.waitUntil(settled, timeout=15000)  # a hang guard: a loaded machine lays out slowly
     return hit, window.inspector.head_views
 
 
@@ -42,7 +42,7 @@ def test_every_frame_of_the_strip_is_visible_in_a_narrow_inspector(qtbot, window
     inspector = window.inspector
     inspector.setFixedWidth(inspector.minimumWidth())  # the narrowest the panel goes
     viewport = inspector.viewport()
-    qtbot.waitUntil(lambda: inspector._body.width() <= viewport.width(), timeout=3000)
+    qtbot.waitUntil(lambda: inspector._body.width() <= viewport.width(), timeout=15000)  # a hang guard
     for strip in strips:
         left = strip.mapTo(viewport, QPoint(0, 0)).x()
         right = strip.mapTo(viewport, QPoint(strip.width() - 1, 0)).x()
